@@ -1,0 +1,133 @@
+"""Reading row blocks and labels out of a dmcsvm data store.
+
+Every reader takes a :class:`~dmcsvm.store.layout.StoreInfo` (from :func:`open_store`, the
+cheap choice for repeated reads, e.g. on a worker) or a store location, which is opened and
+validated first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from .layout import StoreInfo, open_store
+
+__all__ = ["read_rows", "read_labels", "read_all", "iter_chunks"]
+
+
+def _info(info_or_url) -> StoreInfo:
+    """The StoreInfo of ``info_or_url``, opening and validating a location if needed."""
+    if isinstance(info_or_url, StoreInfo):
+        return info_or_url
+    return open_store(info_or_url)
+
+
+def _array(info, name):
+    return zarr.open_array(info.url, path=name, mode="r")
+
+
+def _check_range(info, lo, hi):
+    """Validate ``0 <= lo <= hi <= n`` and return them as ints."""
+    n = info.n_samples
+    hi = n if hi is None else hi
+    lo, hi = int(lo), int(hi)
+    if not 0 <= lo <= hi <= n:
+        raise ValueError(f"{info.url}: row range [{lo}, {hi}) is outside [0, {n})")
+    return lo, hi
+
+
+def read_rows(info_or_url, lo, hi):
+    """Read feature rows ``[lo, hi)``: one partition's block, in the store's layout.
+
+    Parameters
+    ----------
+    info_or_url : StoreInfo or str or os.PathLike
+        An opened store, or its location (then opened and validated first).
+    lo, hi : int
+        Row range, ``0 <= lo <= hi <= n_samples``.  Aligning it with
+        ``info.chunk_bounds`` reads each chunk once.
+
+    Returns
+    -------
+    numpy.ndarray or scipy.sparse.csr_matrix
+        C-contiguous float32 array of shape ``(hi - lo, n_features)`` for a dense store,
+        float32 CSR matrix of that shape for a sparse store.
+    """
+    info = _info(info_or_url)
+    lo, hi = _check_range(info, lo, hi)
+    d = info.n_features
+    if not info.sparse:
+        block = _array(info, "X")[lo:hi]
+        return np.ascontiguousarray(block, dtype=np.float32)
+    indptr = np.asarray(_array(info, "indptr")[lo : hi + 1], dtype=np.int64)
+    start, stop = int(indptr[0]), int(indptr[-1])
+    if stop > start:
+        indices = np.asarray(_array(info, "indices")[start:stop])
+        data = np.asarray(_array(info, "data")[start:stop], dtype=np.float32)
+        if indices.min() < 0 or indices.max() >= d:
+            raise ValueError(
+                f"{info.url}: rows [{lo}, {hi}) hold feature indices outside [0, {d})"
+            )
+    else:
+        indices = np.zeros(0, dtype=np.int32)
+        data = np.zeros(0, dtype=np.float32)
+    return sp.csr_matrix((data, indices, indptr - start), shape=(hi - lo, d))
+
+
+def read_labels(info_or_url, lo=0, hi=None):
+    """Read labels of rows ``[lo, hi)`` (all rows by default).
+
+    Parameters
+    ----------
+    info_or_url : StoreInfo or str or os.PathLike
+        An opened store, or its location.
+    lo : int
+        First row.
+    hi : int, optional
+        End row (exclusive); ``n_samples`` when None.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 labels (codes into ``info.classes`` when the store has string classes) or
+        float64 labels.
+    """
+    info = _info(info_or_url)
+    lo, hi = _check_range(info, lo, hi)
+    return np.asarray(_array(info, "y")[lo:hi])
+
+
+def iter_chunks(info_or_url):
+    """Yield ``(lo, hi, X_block, y_block)`` for every row chunk in order (streaming a store).
+
+    Parameters
+    ----------
+    info_or_url : StoreInfo or str or os.PathLike
+
+    Yields
+    ------
+    tuple
+        ``(lo, hi, read_rows(info, lo, hi), read_labels(info, lo, hi))``.
+    """
+    info = _info(info_or_url)
+    for lo, hi in info.chunk_bounds:
+        yield lo, hi, read_rows(info, lo, hi), read_labels(info, lo, hi)
+
+
+def read_all(url):
+    """Read a whole (small) store into memory: a convenience for tests and small data.
+
+    Parameters
+    ----------
+    url : StoreInfo or str or os.PathLike
+
+    Returns
+    -------
+    X : numpy.ndarray or scipy.sparse.csr_matrix
+        All rows, as :func:`read_rows` returns them.
+    y : numpy.ndarray
+        All labels.
+    """
+    info = _info(url)
+    return read_rows(info, 0, info.n_samples), read_labels(info)
