@@ -1,0 +1,4 @@
+"""dmcsvm: multiclass kernel SVMs (Crammer-Singer family, multi-prototype, mScatter, binary SMO)
+trained in-process or on a Dask cluster, with data and kernel-row blocks in zarr."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,77 @@
+"""Executors run the partitions' rounds: in-process on threads, or on a Dask cluster (dask_executor).
+
+An executor owns a list of partitions and offers one operation per round, :meth:`step`, that sends
+the same message to every partition and returns their replies in partition order.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from .partition import Partition, PartitionSettings
+
+
+def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """Split ``range(n)`` into ``n_parts`` contiguous, nearly equal row blocks (edges on ``align``)."""
+    n_parts = max(1, min(int(n_parts), n))
+    edges = np.linspace(0, n, n_parts + 1)
+    if align > 1:
+        edges = np.round(edges / align) * align
+        edges[-1] = n
+    edges = np.unique(edges.astype(np.int64))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+class InProcessExecutor:
+    """Partitions held in this process; a round runs them on a thread pool (numba and BLAS
+    release the GIL).  BLAS is limited to one thread per partition while rounds run so that
+    ``n_threads`` partitions do not oversubscribe the cores.
+
+    Parameters
+    ----------
+    n_threads : int
+        Threads, and by default partitions.
+    n_partitions : int, optional
+        Number of row partitions (defaults to ``n_threads``).
+    """
+
+    name = "inprocess"
+
+    def __init__(self, n_threads: int = 1, n_partitions: int | None = None):
+        self.n_threads = max(1, int(n_threads))
+        self.n_partitions = int(n_partitions or self.n_threads)
+        self.parts: list[Partition] = []
+        self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+
+    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None):
+        """Create the partitions over rows of ``X`` (ndarray or CSR)."""
+        n = X.shape[0]
+        bounds = bounds or partition_bounds(n, self.n_partitions)
+        if sp.issparse(X):
+            X = X.tocsr()
+        for k, (lo, hi) in enumerate(bounds):
+            self.parts.append(Partition(k, lo, hi, X[lo:hi], yp[lo:hi], cls[lo:hi], settings))
+        return self
+
+    def step(self, msg: dict) -> list[dict]:
+        if self._pool is None:
+            return [p.step(msg) for p in self.parts]
+        with threadpool_limits(1):
+            return list(self._pool.map(lambda p: p.step(msg), self.parts))
+
+    def coefficients(self):
+        got = [p.coefficients() for p in self.parts]
+        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+
+    def stats(self) -> list[dict]:
+        return [p.stats() for p in self.parts]
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self.parts = []

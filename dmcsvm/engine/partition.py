@@ -1,0 +1,223 @@
+"""A row partition: owns its slice of the solver state and answers one message per round.
+
+DESIGN §4: the partition holds ``F_part`` (scores of its rows), its copy of ``B_part``, the
+selection statistics, the active set (shrinking) and a kernel-column cache.  Each round it receives
+the batch ``(ids, X_B, dB_B)`` chosen by the coordinator, applies it with one GEMM
+``F_part += K(X_part, X_B) @ dB_B`` and replies with its best candidates and aggregates.  The same
+object runs in-process and as a Dask actor, so both executors execute exactly this code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
+from ..solvers import pattern as pt
+from .cache import ColumnCache
+
+
+@dataclass
+class PartitionSettings:
+    """What a partition needs to know of the solver (plain values, cheap to ship to a worker)."""
+
+    kernel: dict
+    C: float
+    selection: int
+    tol: float
+    n_candidates: int
+    pcls: np.ndarray
+    shrinking: bool = True
+    shrink_after: int = 3
+    cache_bytes: int = 0
+    kernel_dtype: str = "float64"
+    extra: dict = field(default_factory=dict)
+
+
+def take_rows(X, rows):
+    """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix."""
+    if sp.issparse(X):
+        return X[rows]
+    return np.ascontiguousarray(X[rows])
+
+
+class Partition:
+    """State and work of rows ``[lo, hi)`` of the training set.
+
+    Parameters
+    ----------
+    part_id : int
+    lo, hi : int
+        Global row range owned by this partition.
+    X : ndarray or CSR matrix, shape (hi - lo, d)
+    yp : ndarray of int, shape (hi - lo,)
+        Assigned positive prototype of each row.
+    cls : ndarray of int, shape (hi - lo,)
+        Class index of each row.
+    settings : PartitionSettings
+    """
+
+    def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
+        self.part_id = int(part_id)
+        self.lo, self.hi = int(lo), int(hi)
+        self.X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X)
+        self.yp = np.ascontiguousarray(yp, dtype=np.int64)
+        self.cls = np.ascontiguousarray(cls, dtype=np.int64)
+        self.s = settings
+        self.spec = KernelSpec(**settings.kernel)
+        self.pcls = np.ascontiguousarray(settings.pcls, dtype=np.int64)
+        n = self.hi - self.lo
+        P = self.pcls.shape[0]
+        self.norms = row_norms_sq(self.X)
+        self.kdiag = kernel_diag(self.spec, self.X, self.norms)
+        self.B = np.zeros((n, P))
+        self.F = np.zeros((n, P))
+        self.active = np.arange(n, dtype=np.int64)
+        self.calm = np.zeros(n, dtype=np.int64)   # consecutive rounds a row looked shrinkable
+        self.cache = ColumnCache(settings.cache_bytes)
+        self.kdtype = np.dtype(settings.kernel_dtype)
+        self.rows_computed = 0
+        self.rows_cached = 0
+
+    # ---------------------------------------------------------------- kernel columns
+    def _columns(self, ids, XB):
+        """``K(X_active, X_B)`` using cached columns where present; computes the misses in one block."""
+        na = self.active.shape[0]
+        out = np.empty((na, len(ids)), dtype=self.kdtype)
+        miss = []
+        for j, g in enumerate(ids):
+            col = self.cache.get(int(g))
+            if col is None:
+                miss.append(j)
+            else:
+                out[:, j] = col
+        self.rows_cached += len(ids) - len(miss)
+        self.rows_computed += len(miss)
+        if miss:
+            Xa = self.X if na == self.X.shape[0] else take_rows(self.X, self.active)
+            Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
+            blk = kernel_block(self.spec, Xa, Xm, norms_a=self.norms[self.active],
+                               dtype=self.kdtype)
+            for t, j in enumerate(miss):
+                out[:, j] = blk[:, t]
+                if self.cache.budget:
+                    self.cache.put(int(ids[j]), np.ascontiguousarray(blk[:, t]))
+        return out
+
+    # ---------------------------------------------------------------- the round
+    def step(self, msg: dict) -> dict:
+        """Apply the coordinator's message and report candidates and aggregates (one round)."""
+        t0 = time.perf_counter()
+        tk = tu = 0.0
+        if msg.get("unshrink") is not None:
+            tk += self._unshrink(msg["unshrink"])
+        ids = msg.get("ids")
+        if ids is not None and len(ids):
+            t1 = time.perf_counter()
+            K = self._columns(ids, msg["XB"])
+            t2 = time.perf_counter()
+            dB = msg["dB"]
+            if self.active.shape[0] == self.F.shape[0]:
+                self.F += K @ dB
+            else:
+                self.F[self.active] += K @ dB
+            own = (ids >= self.lo) & (ids < self.hi)
+            if own.any():
+                self.B[ids[own] - self.lo] += dB[own]
+            tk += t2 - t1
+            tu += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        reply = self._report()
+        reply["t_kernel"] = tk
+        reply["t_update"] = tu
+        reply["t_select"] = time.perf_counter() - t3
+        reply["t_total"] = time.perf_counter() - t0
+        return reply
+
+    def _unshrink(self, sv: dict) -> float:
+        """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
+        and make every row active again (DESIGN §4: F is always rebuildable from B)."""
+        t = time.perf_counter()
+        n = self.F.shape[0]
+        if self.active.shape[0] < n:
+            mask = np.ones(n, dtype=bool)
+            mask[self.active] = False
+            inactive = np.flatnonzero(mask)
+            if len(sv["ids"]):
+                Xi = take_rows(self.X, inactive)
+                K = kernel_block(self.spec, Xi, sv["X"], norms_a=self.norms[inactive])
+                self.F[inactive] = K @ sv["B"]
+            else:
+                self.F[inactive] = 0.0
+            self.active = np.arange(n, dtype=np.int64)
+            self.calm[:] = 0
+            self.cache.clear()
+        return time.perf_counter() - t
+
+    def _report(self) -> dict:
+        s = self.s
+        rows = self.active
+        na = rows.shape[0]
+        V = np.zeros(na)
+        psi = np.zeros(na)
+        pt.selection_values(s.selection, self.B, self.F, self.yp, self.cls, self.pcls,
+                            self.kdiag, s.C, rows, V, psi)
+        viol = psi > s.tol
+        n_viol = int(viol.sum())
+        # candidates: the best n_candidates violators by selection value
+        cand = np.flatnonzero(viol)
+        if cand.shape[0] > s.n_candidates:
+            top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
+            cand = cand[top]
+        crow = rows[cand]
+        sa, sbf, sxi = pt.objective_parts(self.B, self.F, self.yp, self.cls, self.pcls)
+        reply = {
+            "part": self.part_id,
+            "cand_ids": (crow + self.lo).astype(np.int64),
+            "cand_V": V[cand],
+            "cand_psi": psi[cand],
+            "cand_F": self.F[crow].copy(),
+            "cand_X": take_rows(self.X, crow),
+            "cand_kdiag": self.kdiag[crow].copy(),
+            "cand_yp": self.yp[crow].copy(),
+            "cand_cls": self.cls[crow].copy(),
+            "max_V": float(V.max()) if na else 0.0,
+            "sum_V": float(V.sum()),
+            "max_psi": float(psi.max()) if na else 0.0,
+            "n_viol": n_viol,
+            "n_active": int(na),
+            "n_rows": int(self.F.shape[0]),
+            "sum_alpha": sa,
+            "sum_BF": sbf,
+            "sum_xi": sxi,
+            "rows_computed": self.rows_computed,
+            "rows_cached": self.rows_cached,
+        }
+        if s.shrinking:
+            self._shrink(rows, psi)
+        return reply
+
+    def _shrink(self, rows, psi):
+        """Drop rows with zero coefficients that satisfied their margin for ``shrink_after``
+        consecutive rounds (CS 2001 §7 active set; LIBSVM-style shrinking)."""
+        zero = ~np.any(self.B[rows] != 0.0, axis=1)
+        calm = zero & (psi <= 0.0)
+        self.calm[rows] = np.where(calm, self.calm[rows] + 1, 0)
+        keep = self.calm[rows] < self.s.shrink_after
+        if not keep.all():
+            self.active = rows[keep]
+            self.cache.compact(keep)
+
+    # ---------------------------------------------------------------- results
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """Global ids and rows of ``B`` that are non-zero (the support patterns)."""
+        nz = np.flatnonzero(np.any(self.B != 0.0, axis=1))
+        return nz + self.lo, self.B[nz].copy()
+
+    def stats(self) -> dict:
+        return {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
+                "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
+                "rows_computed": self.rows_computed, "rows_cached": self.rows_cached}

@@ -1,0 +1,209 @@
+"""Kernel functions evaluated block-wise: one GEMM (BLAS) plus a fused numba element-wise pass.
+
+Every kernel block ``K(XA, XB)`` is computed as ``G = XA @ XB.T`` in the inputs' precision (sgemm for
+float32, the fast path) and then turned into the kernel value by a numba loop that works in float64
+(squared distances ``|a|^2 + |b|^2 - 2 a.b`` lose digits in float32 when points are close), writing
+into a preallocated output. Dense arrays and ``scipy.sparse`` CSR matrices give the same results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+KERNELS = ("linear", "poly", "rbf")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel and its resolved hyper-parameters (``gamma`` already a number).
+
+    Parameters
+    ----------
+    name : {'linear', 'poly', 'rbf'}
+    gamma : float
+        Scale of the inner product (poly) or of the squared distance (rbf); > 0.
+    degree : int
+        Polynomial degree (poly only); >= 1.
+    coef0 : float
+        Polynomial offset (poly only).
+    """
+
+    name: str = "rbf"
+    gamma: float = 1.0
+    degree: int = 3
+    coef0: float = 0.0
+
+    def __post_init__(self):
+        if self.name not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.name!r}")
+        if not (np.isfinite(self.gamma) and self.gamma > 0):
+            raise ValueError(f"gamma must be a positive finite number, got {self.gamma!r}")
+        if self.name == "poly" and (int(self.degree) != self.degree or self.degree < 1):
+            raise ValueError(f"degree must be an integer >= 1, got {self.degree!r}")
+        if not np.isfinite(self.coef0):
+            raise ValueError(f"coef0 must be finite, got {self.coef0!r}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "gamma": float(self.gamma), "degree": int(self.degree),
+                "coef0": float(self.coef0)}
+
+
+# --------------------------------------------------------------------------------------------
+# numba element-wise kernels: plain functions on arrays, tested alone against NumPy references.
+# --------------------------------------------------------------------------------------------
+
+@numba.njit(cache=True, nogil=True, fastmath=False)
+def rbf_from_gram(G, na, nb, gamma, out):
+    """``out[i, j] = exp(-gamma * max(na[i] + nb[j] - 2 G[i, j], 0))`` accumulated in float64."""
+    n, m = G.shape
+    for i in range(n):
+        a = np.float64(na[i])
+        for j in range(m):
+            d2 = a + np.float64(nb[j]) - 2.0 * np.float64(G[i, j])
+            if d2 < 0.0:
+                d2 = 0.0
+            out[i, j] = math.exp(-gamma * d2)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def poly_from_gram(G, gamma, coef0, degree, out):
+    """``out[i, j] = (gamma * G[i, j] + coef0) ** degree`` in float64, integer power by squaring."""
+    n, m = G.shape
+    for i in range(n):
+        for j in range(m):
+            base = gamma * np.float64(G[i, j]) + coef0
+            r = 1.0
+            e = degree
+            while e > 0:
+                if e & 1:
+                    r *= base
+                base *= base
+                e >>= 1
+            out[i, j] = r
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def copy_gram(G, out):
+    """Linear kernel: the Gram block itself (cast into ``out``'s dtype)."""
+    n, m = G.shape
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = G[i, j]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# orchestration
+# --------------------------------------------------------------------------------------------
+
+def row_norms_sq(X) -> np.ndarray:
+    """Squared Euclidean row norms in float64 (dense or CSR)."""
+    if sp.issparse(X):
+        X64 = X.tocsr().astype(np.float64)
+        return np.asarray(X64.multiply(X64).sum(axis=1)).ravel()
+    X64 = np.asarray(X, dtype=np.float64)
+    return np.einsum("ij,ij->i", X64, X64)
+
+
+def _gram(XA, XB) -> np.ndarray:
+    """Dense ``XA @ XB.T`` in the common precision of the inputs."""
+    if sp.issparse(XA) or sp.issparse(XB):
+        if sp.issparse(XA) and sp.issparse(XB):
+            G = (XA @ XB.T).toarray()
+        elif sp.issparse(XA):
+            G = np.asarray(XA @ np.asarray(XB).T)
+        else:
+            G = np.asarray((XB @ np.asarray(XA).T).T)
+        return np.ascontiguousarray(G)
+    return np.asarray(XA) @ np.asarray(XB).T
+
+
+def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
+                 norms_a: np.ndarray | None = None, norms_b: np.ndarray | None = None,
+                 dtype=np.float64) -> np.ndarray:
+    """Evaluate ``K(XA, XB)`` (``len(XA) x len(XB)``) into ``out`` (allocated when None).
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    XA, XB : ndarray or scipy.sparse matrix, shape (na, d) and (nb, d)
+    out : ndarray, optional
+        Preallocated C-contiguous output of shape (na, nb); float32 or float64.
+    norms_a, norms_b : ndarray, optional
+        Precomputed squared row norms (float64) for RBF; computed when absent.
+    dtype : dtype
+        Output dtype when ``out`` is None.
+    """
+    na_rows, nb_rows = XA.shape[0], XB.shape[0]
+    if out is None:
+        out = np.empty((na_rows, nb_rows), dtype=dtype)
+    if na_rows == 0 or nb_rows == 0:
+        return out
+    G = _gram(XA, XB)
+    if spec.name == "rbf":
+        if norms_a is None:
+            norms_a = row_norms_sq(XA)
+        if norms_b is None:
+            norms_b = row_norms_sq(XB)
+        rbf_from_gram(G, norms_a, norms_b, float(spec.gamma), out)
+    elif spec.name == "poly":
+        poly_from_gram(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
+    else:
+        copy_gram(G, out)
+    return out
+
+
+def kernel_diag(spec: KernelSpec, X, norms: np.ndarray | None = None) -> np.ndarray:
+    """``K(x_i, x_i)`` for every row, float64 (needed by every pair step: the 2 K_pp of Eq. 14)."""
+    if spec.name == "rbf":
+        return np.ones(X.shape[0])
+    if norms is None:
+        norms = row_norms_sq(X)
+    if spec.name == "linear":
+        return norms.astype(np.float64, copy=True)
+    return (spec.gamma * norms + spec.coef0) ** int(spec.degree)
+
+
+def kernel_reference(spec: KernelSpec, XA, XB) -> np.ndarray:
+    """Plain NumPy float64 reference of ``K(XA, XB)`` (tests and the exact QP oracle)."""
+    A = XA.toarray() if sp.issparse(XA) else np.asarray(XA)
+    B = XB.toarray() if sp.issparse(XB) else np.asarray(XB)
+    A = A.astype(np.float64)
+    B = B.astype(np.float64)
+    if spec.name == "linear":
+        return A @ B.T
+    if spec.name == "poly":
+        return (spec.gamma * (A @ B.T) + spec.coef0) ** spec.degree
+    d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
+    return np.exp(-spec.gamma * d2)
+
+
+def resolve_gamma(gamma, X) -> float:
+    """sklearn's rule: ``'scale'`` = 1 / (d * X.var()), ``'auto'`` = 1 / d, else the number."""
+    d = X.shape[1]
+    if isinstance(gamma, str):
+        if gamma == "scale":
+            if sp.issparse(X):
+                Xc = X.tocsr()
+                mean = Xc.mean()
+                var = Xc.multiply(Xc).mean() - mean ** 2
+            else:
+                var = np.asarray(X, dtype=np.float64).var()
+            return 1.0 / (d * var) if var > 0 else 1.0
+        if gamma == "auto":
+            return 1.0 / d
+        raise ValueError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}")
+    try:
+        g = float(gamma)
+    except (TypeError, ValueError):
+        raise ValueError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}") from None
+    if not (np.isfinite(g) and g > 0):
+        raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
+    return g

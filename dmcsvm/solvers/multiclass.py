@@ -1,0 +1,257 @@
+"""The coordinator of the Crammer-Singer family solver (DESIGN §4): batched rounds over partitions.
+
+Each round every partition reports its best candidates (by selection value ``V_p``) and its
+aggregates; the coordinator computes the round's threshold, picks a batch, solves the per-pattern
+problems of the batch in order using only ``K_BB`` and the reported scores, and sends
+``(ids, X_B, dB_B)`` back to every partition in one message.  Batch size 1 is the papers'
+sequential algorithm (pick the pattern of largest ``V_p``, optimize it, update all scores).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+
+from ..kernels import KernelSpec, kernel_block
+from . import pattern as pt
+from .selection import THRESHOLDS, threshold_value
+
+HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
+                "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
+                "t_round", "t_solve", "t_kernel", "t_update", "t_select")
+
+
+@dataclass
+class SolverSettings:
+    """Settings of one solve; validated by :meth:`check` (errors name the bad value)."""
+
+    C: float = 1.0
+    optimizer: str = "opt_kkt"
+    selection: str = "bmg"
+    threshold: str = "mean"
+    mu: float = 0.5
+    tol: float = 1e-3
+    gap_tol: float = 0.0
+    max_iter: int = -1
+    batch_size: int = 128
+    shrinking: bool = True
+    shrink_after: int = 3
+    cache_size: float = 200.0
+    fp_eps: float | None = None
+    verbose: bool = False
+
+    def check(self) -> "SolverSettings":
+        if not (isinstance(self.C, (int, float, np.number)) and np.isfinite(self.C) and self.C > 0):
+            raise ValueError(f"C must be a positive finite number, got {self.C!r}")
+        if self.optimizer not in pt.OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {tuple(pt.OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.selection not in pt.SELECTIONS:
+            raise ValueError(f"selection must be one of {tuple(pt.SELECTIONS)}, got {self.selection!r}")
+        if self.threshold not in THRESHOLDS:
+            raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
+        if not (0.0 <= self.mu <= 1.0):
+            raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        if not (np.isfinite(self.gap_tol) and self.gap_tol >= 0):
+            raise ValueError(f"gap_tol must be a number >= 0, got {self.gap_tol!r}")
+        if int(self.max_iter) != self.max_iter or (self.max_iter < 1 and self.max_iter != -1):
+            raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got {self.max_iter!r}")
+        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not (np.isfinite(self.cache_size) and self.cache_size >= 0):
+            raise ValueError(f"cache_size must be a number of MB >= 0, got {self.cache_size!r}")
+        return self
+
+
+@dataclass
+class SolveResult:
+    """What a solve leaves: the support patterns' ids, their ``B`` rows and ``X`` rows, history."""
+
+    support: np.ndarray
+    coef: np.ndarray
+    X_sv: object
+    history: dict
+    n_iter: int
+    converged: bool
+    partitions: list = field(default_factory=list)
+
+
+class _RowBank:
+    """X rows of every pattern that entered a batch: the support vectors are among them."""
+
+    def __init__(self):
+        self.rows: dict[int, object] = {}
+
+    def add(self, ids, X):
+        for j, g in enumerate(ids):
+            g = int(g)
+            if g not in self.rows:
+                self.rows[g] = X[j:j + 1] if sp.issparse(X) else X[j].copy()
+
+    def stack(self, ids, d, sparse, dtype):
+        if len(ids) == 0:
+            return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
+        if sparse:
+            return sp.vstack([self.rows[int(g)] for g in ids]).tocsr()
+        return np.stack([self.rows[int(g)] for g in ids])
+
+
+def _merge(replies):
+    """Concatenate the partitions' candidate lists and add up their aggregates."""
+    cat = {k: [r[k] for r in replies] for k in replies[0] if k.startswith("cand_")}
+    out = {}
+    for k, v in cat.items():
+        if k == "cand_X":
+            out[k] = sp.vstack(v).tocsr() if sp.issparse(v[0]) else np.concatenate(v)
+        else:
+            out[k] = np.concatenate(v)
+    for k in ("sum_V", "n_viol", "n_active", "n_rows", "sum_alpha", "sum_BF", "sum_xi",
+              "rows_computed", "rows_cached"):
+        out[k] = sum(r[k] for r in replies)
+    for k in ("max_V", "max_psi", "t_kernel", "t_update", "t_select", "t_total"):
+        out[k] = max(r[k] for r in replies)
+    return out
+
+
+def _progress(settings, n):
+    if not settings.verbose:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(desc="dmcsvm rounds", unit="round", leave=True)
+
+
+def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: SolverSettings,
+          d: int, sparse: bool, x_dtype=np.float64, on_round=None) -> SolveResult:
+    """Run rounds on ``executor`` (already started on the partitions) until convergence.
+
+    Parameters
+    ----------
+    executor : InProcessExecutor or DaskExecutor
+    n : int
+        Number of training patterns.
+    pcls : ndarray of int, shape (P,)
+        Class index of every prototype.
+    spec : KernelSpec
+    settings : SolverSettings
+    d : int
+        Number of features (for an empty support set).
+    sparse : bool
+        Whether X rows arrive as CSR.
+    on_round : callable, optional
+        Called with ``(round, B)`` after each round's update (checkpoints).
+    """
+    s = settings
+    opt_code = pt.OPTIMIZERS[s.optimizer]
+    P = len(pcls)
+    pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+    fp_eps = s.fp_eps if s.fp_eps is not None else s.tol / 2.0   # CS 2001 Fig. 4 passes eps / 2
+    B = np.zeros((n, P))
+    bank = _RowBank()
+    hist = {k: [] for k in HISTORY_KEYS}
+    bar = _progress(s, n)
+    msg: dict = {}
+    t_start = time.perf_counter()
+    max_rounds = s.max_iter if s.max_iter > 0 else 10 ** 9
+    converged = False
+    just_unshrunk = False
+    stalled = False
+    rounds = 0
+    try:
+        while True:
+            t_round = time.perf_counter()
+            replies = executor.step(msg)
+            agg = _merge(replies)
+            t_solve0 = time.perf_counter()
+            mM = agg["sum_BF"]                       # ||M||^2
+            dual = agg["sum_alpha"] - 0.5 * mM
+            primal = 0.5 * mM + s.C * agg["sum_xi"]
+            gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
+            mean_v = agg["sum_V"] / max(agg["n_active"], 1)
+            theta = threshold_value(s.threshold, rounds, agg["max_V"], mean_v, s.mu)
+            done = agg["max_psi"] <= s.tol or (s.gap_tol > 0 and gap <= s.gap_tol)
+            batch_ids = np.zeros(0, dtype=np.int64)
+            msg = {}
+            if done and agg["n_active"] < agg["n_rows"] and not just_unshrunk:
+                # converged on the active set: rebuild the shrunk rows' scores and check again
+                sv = np.flatnonzero(np.any(B != 0.0, axis=1))
+                msg = {"unshrink": {"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype), "B": B[sv]}}
+                just_unshrunk = True
+            elif done:
+                converged = True
+            else:
+                just_unshrunk = False
+                V = agg["cand_V"]
+                order = np.argsort(-V, kind="stable")
+                elig = order[V[order] >= theta]
+                if elig.shape[0] == 0:          # threshold above every value: take the best
+                    elig = order
+                pick = elig[: s.batch_size]
+                ids = agg["cand_ids"][pick]
+                XB = agg["cand_X"][pick]
+                Kbb = kernel_block(spec, XB, XB)
+                dB, gains = pt.solve_batch(opt_code, B[ids], agg["cand_F"][pick], Kbb,
+                                           agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
+                                           agg["cand_kdiag"][pick], float(s.C), float(s.tol),
+                                           float(fp_eps))
+                moved = np.any(dB != 0.0, axis=1)
+                if not moved.any() and opt_code != pt.OPT_EXACT:
+                    # the chosen optimizer stalled below its own tolerance: finish exactly
+                    dB, gains = pt.solve_batch(pt.OPT_EXACT, B[ids], agg["cand_F"][pick], Kbb,
+                                               agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
+                                               agg["cand_kdiag"][pick], float(s.C), float(s.tol),
+                                               float(fp_eps))
+                    moved = np.any(dB != 0.0, axis=1)
+                if not moved.any():
+                    stalled = True
+                if moved.any():
+                    ids, XB, dB = ids[moved], XB[np.flatnonzero(moved)], dB[moved]
+                    B[ids] += dB
+                    bank.add(ids, XB)
+                    msg = {"ids": ids, "XB": XB, "dB": dB}
+                    batch_ids = ids
+            t_end = time.perf_counter()
+            row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],
+                       max_psi=agg["max_psi"], threshold=theta, n_active=agg["n_active"],
+                       n_viol=agg["n_viol"], n_sv=int(np.count_nonzero(np.any(B != 0, axis=1)))
+                       if (rounds % 50 == 0 or converged) else (hist["n_sv"][-1] if hist["n_sv"] else 0),
+                       batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
+                       rows_computed=agg["rows_computed"], rows_cached=agg["rows_cached"],
+                       t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],
+                       t_update=agg["t_update"], t_select=agg["t_select"])
+            for k in HISTORY_KEYS:
+                hist[k].append(row[k])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(gap=f"{gap:.2e}", psi=f"{agg['max_psi']:.2e}",
+                                active=agg["n_active"], rows=agg["rows_computed"],
+                                cached=agg["rows_cached"])
+            rounds += 1
+            if on_round is not None and batch_ids.shape[0]:
+                on_round(rounds, B)
+            if converged:
+                break
+            if stalled:
+                warnings.warn(f"dmcsvm solver stopped: no batch pattern can be improved in floating "
+                              f"point although max psi {agg['max_psi']:.3g} > tol={s.tol}; the "
+                              f"solution is optimal to machine precision", ConvergenceWarning,
+                              stacklevel=3)
+                break
+            if rounds >= max_rounds:
+                if msg.get("ids") is not None:
+                    executor.step(msg)        # apply the last batch so partitions match B
+                warnings.warn(f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
+                              f"reaching tol={s.tol} (max psi {agg['max_psi']:.3g}, gap {gap:.3g})",
+                              ConvergenceWarning, stacklevel=3)
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    sv = np.flatnonzero(np.any(B != 0.0, axis=1))
+    return SolveResult(support=sv, coef=B[sv], X_sv=bank.stack(sv, d, sparse, x_dtype),
+                       history=hist, n_iter=rounds, converged=converged)

@@ -1,0 +1,437 @@
+"""Per-pattern optimizers and pattern-selection values of the Crammer-Singer family (numba).
+
+Notation (``shared/DESIGN.md`` §1): one pattern's signed coefficients ``b = B[p, :]`` (length P),
+its scores ``f = F[p, :]``, its assigned positive prototype ``y``, its class ``c`` and the class of
+every prototype ``pcls``.  ``N_p = {r : pcls[r] != c}``; positive prototypes other than ``y`` keep
+``b[r] = 0``.  ``alpha_y = b[y] >= 0`` and ``alpha_r = -b[r] >= 0`` for ``r`` in ``N_p``.
+
+All gains are in the units of the Aiolli-Sperduti Lagrangian (2005, Eq. 11: ``sum alpha - ||M||^2``),
+which is twice the dual ``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` of DESIGN §1.
+
+Every function works on plain arrays and mutates ``b`` and ``f`` in place where it optimizes, so it
+can be tested alone against a NumPy reference and run unchanged on the coordinator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+# optimizer codes
+OPT_BASIC, OPT_ALL_PAIRS, OPT_KKT, OPT_FIXED_POINT, OPT_EXACT = 0, 1, 2, 3, 4
+OPTIMIZERS = {"basic": OPT_BASIC, "all_pairs": OPT_ALL_PAIRS, "opt_kkt": OPT_KKT,
+              "fixed_point": OPT_FIXED_POINT, "exact": OPT_EXACT}
+# selection codes
+SEL_KKT, SEL_AMG, SEL_BMG = 0, 1, 2
+SELECTIONS = {"kkt": SEL_KKT, "amg": SEL_AMG, "bmg": SEL_BMG}
+
+_C_REL = 1e-12          # alpha_y within C * (1 - _C_REL) of C counts as "at the upper bound"
+_MAX_INNER = 100000     # guard on inner loops (never reached on sane inputs)
+
+
+@numba.njit(cache=True, nogil=True)
+def pair_step(b, f, y, ra, rb, kpp, C):
+    """Optimal clipped step ``v`` and its gain for the pair (ra, rb), rb in N_p (AS 2005 Eq. 14).
+
+    ``alpha^ra += y^ra v``, ``alpha^rb -= y^rb v``; for ``ra = y`` this is Case 1 (Eq. 12),
+    for ``ra`` in N_p Case 2 (Eq. 13).  Returns ``(v, gain)``.
+    """
+    if ra == y:
+        num = 1.0 - f[y] + f[rb]
+        lo = max(-b[y], b[rb])          # alpha_y + v >= 0, alpha_rb + v >= 0
+        hi = C - b[y]                   # alpha_y + v <= C
+    else:
+        num = f[rb] - f[ra]
+        lo = b[rb]                      # alpha_rb + v >= 0
+        hi = -b[ra]                     # alpha_ra - v >= 0
+    if kpp > 0.0:
+        v = num / (2.0 * kpp)
+    elif num > 0.0:
+        v = hi
+    elif num < 0.0:
+        v = lo
+    else:
+        v = 0.0
+    if v > hi:
+        v = hi
+    if v < lo:
+        v = lo
+    gain = 2.0 * v * (num - v * kpp)
+    return v, gain
+
+
+@numba.njit(cache=True, nogil=True)
+def apply_step(b, f, y, ra, rb, v, kpp, C):
+    """BasicUpdate restricted to the pattern's own row: ``B[p,ra] += v``, ``B[p,rb] -= v`` and the
+    matching change ``v K_pp`` of its own scores (DESIGN §1)."""
+    b[ra] += v
+    b[rb] -= v
+    if ra == y and b[y] > C:
+        b[y] = C
+    if ra == y and abs(b[y] - C) <= _C_REL * C:
+        b[y] = C
+    f[ra] += v * kpp
+    f[rb] -= v * kpp
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_neg(pcls, c, r):
+    return pcls[r] != c
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_basic(b, f, y, c, pcls, kpp, C, phi):
+    """BasicOptimizeOnPattern (AS 2005 Fig. 4): one basic step on the pair of largest gain."""
+    P = b.shape[0]
+    best_g = 0.0
+    best_v = 0.0
+    best_a = -1
+    best_b = -1
+    for ra in range(P):
+        if ra != y and not _is_neg(pcls, c, ra):
+            continue
+        for rb in range(P):
+            if rb == ra or not _is_neg(pcls, c, rb):
+                continue
+            if ra != y and rb < ra:
+                continue                # unordered pairs inside N_p: v is signed
+            v, g = pair_step(b, f, y, ra, rb, kpp, C)
+            if g > best_g:
+                best_g, best_v, best_a, best_b = g, v, ra, rb
+    if best_a >= 0 and best_g > phi:
+        apply_step(b, f, y, best_a, best_b, best_v, kpp, C)
+        return best_g
+    return 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_all_pairs(b, f, y, c, pcls, kpp, C, phi):
+    """AllPairsOptimizeOnPattern (AS 2005 Fig. 5): sweep basic steps over every pair until one
+    sweep gains no more than ``phi``."""
+    P = b.shape[0]
+    total = 0.0
+    for _ in range(_MAX_INNER):
+        sweep = 0.0
+        for ra in range(P):
+            if ra != y and not _is_neg(pcls, c, ra):
+                continue
+            for rb in range(P):
+                if rb == ra or not _is_neg(pcls, c, rb):
+                    continue
+                if ra != y and rb < ra:
+                    continue
+                v, g = pair_step(b, f, y, ra, rb, kpp, C)
+                if v != 0.0:
+                    apply_step(b, f, y, ra, rb, v, kpp, C)
+                    sweep += g
+        total += sweep
+        if sweep <= phi:
+            break
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_kkt(b, f, y, c, pcls, kpp, C, phi):
+    """OptKKTOptimizeOnPattern (AS 2005 Fig. 6): at each step try the three pairs that witness the
+    non-optimality conditions of Eq. 15 (a, b, c) and take the one of largest gain; O(P) a step."""
+    P = b.shape[0]
+    total = 0.0
+    for _ in range(_MAX_INNER):
+        r1 = -1
+        r2 = -1
+        r3 = -1
+        for r in range(P):
+            if not _is_neg(pcls, c, r):
+                continue
+            if r1 < 0 or f[r] > f[r1]:
+                r1 = r
+            if b[r] < 0.0:
+                if r2 < 0 or f[r] > f[r2]:
+                    r2 = r
+                if r3 < 0 or f[r] < f[r3]:
+                    r3 = r
+        if r1 < 0:
+            break
+        v1, g1 = pair_step(b, f, y, y, r1, kpp, C)
+        k = 1
+        gk = g1
+        vk = v1
+        if b[y] > 0.0:
+            if r2 >= 0:
+                v2, g2 = pair_step(b, f, y, y, r2, kpp, C)
+                if g2 > gk:
+                    k, gk, vk = 2, g2, v2
+            if r3 >= 0 and r3 != r1:
+                v3, g3 = pair_step(b, f, y, r1, r3, kpp, C)
+                if g3 > gk:
+                    k, gk, vk = 3, g3, v3
+        if gk <= phi:
+            break
+        if k == 1:
+            apply_step(b, f, y, y, r1, vk, kpp, C)
+        elif k == 2:
+            apply_step(b, f, y, y, r2, vk, kpp, C)
+        else:
+            apply_step(b, f, y, r1, r3, vk, kpp, C)
+        total += gk
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _lagrangian_change(b_old, b_new, f_other, y, kpp):
+    """Change of ``2 alpha_y - ||M||^2`` when the row goes from ``b_old`` to ``b_new``."""
+    P = b_old.shape[0]
+    dq = 0.0
+    for r in range(P):
+        dq += kpp * (b_new[r] * b_new[r] - b_old[r] * b_old[r]) + 2.0 * (b_new[r] - b_old[r]) * f_other[r]
+    return 2.0 * (b_new[y] - b_old[y]) - dq
+
+
+@numba.njit(cache=True, nogil=True)
+def _reduced_D(b, f, y, c, pcls, kpp, C):
+    """Crammer-Singer's reduced problem (CS 2001 Eqs. 20, 33) for this pattern: returns
+    ``f_other`` (scores without the pattern's own term) and ``D`` over the participating
+    prototypes, in CS units (``tau = b / C``, ``beta = 1 / C``)."""
+    P = b.shape[0]
+    f_other = np.empty(P)
+    D = np.empty(P)
+    for r in range(P):
+        f_other[r] = f[r] - kpp * b[r]
+        # D_r = B_r / A + delta_{r,y},  B_r = (f_other_r - delta_{r,y}) / C,  A = K_pp
+        dy = 1.0 if r == y else 0.0
+        D[r] = (f_other[r] - dy) / (C * kpp) + dy
+    return f_other, D
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, exact):
+    """Install ``b = C tau`` (always when ``exact``, else only if it does not lower the Lagrangian;
+    the exact minimizer is installed even when rounding makes its tiny gain look negative)."""
+    P = b.shape[0]
+    b_new = np.zeros(P)
+    for r in range(P):
+        if r == y or _is_neg(pcls, c, r):
+            b_new[r] = C * tau[r]
+    if b_new[y] > C:
+        b_new[y] = C
+    gain = _lagrangian_change(b, b_new, f_other, y, kpp)
+    if not exact and gain <= 0.0:
+        return 0.0
+    if gain < 0.0:
+        gain = 0.0
+    for r in range(P):
+        b[r] = b_new[r]
+        f[r] = f_other[r] + kpp * b_new[r]
+    return gain
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_exact(b, f, y, c, pcls, kpp, C, phi):
+    """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
+    mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37), ``nu_r = min(theta, D_r)``."""
+    if kpp <= 0.0:
+        return opt_kkt(b, f, y, c, pcls, kpp, C, phi)
+    P = b.shape[0]
+    f_other, D = _reduced_D(b, f, y, c, pcls, kpp, C)
+    vals = np.empty(P)
+    k = 0
+    for r in range(P):
+        if r == y or _is_neg(pcls, c, r):
+            vals[k] = D[r]
+            k += 1
+    s = np.sort(vals[:k])[::-1]
+    csum = 0.0
+    theta = 0.0
+    for j in range(k):
+        csum += s[j]
+        t = (csum - 1.0) / (j + 1)
+        if s[j] - t > 0.0:
+            theta = t
+        else:
+            break
+    tau = np.zeros(P)
+    for r in range(P):
+        if r == y or _is_neg(pcls, c, r):
+            tau[r] = min(theta, D[r]) - (D[r] - (1.0 if r == y else 0.0))
+    return _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, True)
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_fixed_point(b, f, y, c, pcls, kpp, C, eps):
+    """Crammer-Singer's fixed-point algorithm (CS 2001 Fig. 3, started as in Fig. 4):
+    ``theta <- (1/k) sum_r max(theta, D_r) - 1/k`` until the relative change is at most ``eps``.
+
+    An approximate ``theta`` leaves ``sum tau`` slightly off zero, which would make the dual
+    infeasible; the negative part is kept and the positive coefficient absorbs the difference
+    (scaled back onto ``tau_y <= 1`` when needed), so every step stays feasible.
+    """
+    if kpp <= 0.0:
+        return opt_kkt(b, f, y, c, pcls, kpp, C, 0.0)
+    P = b.shape[0]
+    f_other, D = _reduced_D(b, f, y, c, pcls, kpp, C)
+    k = 0
+    sumD = 0.0
+    for r in range(P):
+        if r == y or _is_neg(pcls, c, r):
+            k += 1
+            sumD += D[r]
+    theta = sumD / k - 1.0 / k
+    for _ in range(_MAX_INNER):
+        acc = 0.0
+        for r in range(P):
+            if r == y or _is_neg(pcls, c, r):
+                acc += max(theta, D[r])
+        new = acc / k - 1.0 / k
+        done = abs(theta - new) <= eps * max(abs(theta), 1e-300)
+        theta = new
+        if done:
+            break
+    tau = np.zeros(P)
+    S = 0.0
+    for r in range(P):
+        if r != y and _is_neg(pcls, c, r):
+            tau[r] = min(theta - D[r], 0.0)
+            S -= tau[r]
+    if S <= 1.0:
+        tau[y] = S
+    else:
+        for r in range(P):
+            if r != y:
+                tau[r] /= S
+        tau[y] = 1.0
+    return _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, False)
+
+
+@numba.njit(cache=True, nogil=True)
+def optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps):
+    """Dispatch to the per-pattern optimizer ``code``; returns the Lagrangian gain."""
+    if code == OPT_BASIC:
+        return opt_basic(b, f, y, c, pcls, kpp, C, phi)
+    if code == OPT_ALL_PAIRS:
+        return opt_all_pairs(b, f, y, c, pcls, kpp, C, phi)
+    if code == OPT_KKT:
+        return opt_kkt(b, f, y, c, pcls, kpp, C, phi)
+    if code == OPT_FIXED_POINT:
+        return opt_fixed_point(b, f, y, c, pcls, kpp, C, fp_eps)
+    return opt_exact(b, f, y, c, pcls, kpp, C, phi)
+
+
+# --------------------------------------------------------------------------------------------
+# selection values
+# --------------------------------------------------------------------------------------------
+
+@numba.njit(cache=True, nogil=True)
+def psi_value(b, f, y, c, pcls, C):
+    """Crammer-Singer's KKT violation ``psi`` (CS 2001 Eq. 32) in margin units (``C`` times CS's):
+    ``max_r (f_r - d_ry) - min_{r: tau_r < d_ry} (f_r - d_ry)``; zero iff the row is optimal."""
+    P = b.shape[0]
+    mx = -np.inf
+    mn = np.inf
+    for r in range(P):
+        if r == y:
+            g = f[r] - 1.0
+            free = b[y] < C * (1.0 - _C_REL)
+        elif _is_neg(pcls, c, r):
+            g = f[r]
+            free = b[r] < 0.0
+        else:
+            continue
+        if g > mx:
+            mx = g
+        if free and g < mn:
+            mn = g
+    v = mx - mn
+    return v if v > 0.0 else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def amg_value(b, f, y, c, pcls, kpp, C):
+    """Approximate Maximum Gain: the best single basic step ``max V^p_{ra,rb}`` (AS 2005 §5.3)."""
+    P = b.shape[0]
+    best = 0.0
+    for ra in range(P):
+        if ra != y and not _is_neg(pcls, c, ra):
+            continue
+        for rb in range(P):
+            if rb == ra or not _is_neg(pcls, c, rb):
+                continue
+            if ra != y and rb < ra:
+                continue
+            v, g = pair_step(b, f, y, ra, rb, kpp, C)
+            if g > best:
+                best = g
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def bmg_value(b, f, y, c, pcls, kpp, C):
+    """True Maximum Gain: the whole gain of solving the pattern's reduced problem (AS 2005 §5.3),
+    computed exactly on a copy."""
+    bb = b.copy()
+    ff = f.copy()
+    return opt_exact(bb, ff, y, c, pcls, kpp, C, 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
+    """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``."""
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        p = psi_value(B[i], F[i], yp[i], cls[i], pcls, C)
+        psi[j] = p
+        if sel == SEL_KKT:
+            V[j] = p
+        elif p <= 0.0:
+            V[j] = 0.0
+        elif sel == SEL_AMG:
+            V[j] = amg_value(B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C)
+        else:
+            V[j] = bmg_value(B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C)
+
+
+@numba.njit(cache=True, nogil=True)
+def objective_parts(B, F, yp, cls, pcls):
+    """Per-partition pieces of the dual and primal (DESIGN §1): ``sum alpha_y``, ``sum B*F``
+    (= this partition's share of ``||M||^2``) and ``sum xi`` with ``xi = max(0, max_N F + 1 - F_y)``."""
+    n, P = B.shape
+    sa = 0.0
+    sbf = 0.0
+    sxi = 0.0
+    for i in range(n):
+        y = yp[i]
+        sa += B[i, y]
+        th = -np.inf
+        for r in range(P):
+            sbf += B[i, r] * F[i, r]
+            if pcls[r] != cls[i] and F[i, r] > th:
+                th = F[i, r]
+        xi = th + 1.0 - F[i, y]
+        if xi > 0.0:
+            sxi += xi
+    return sa, sbf, sxi
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps):
+    """Coordinator's batch solve (DESIGN §4): optimize the batch patterns one after the other in the
+    given order, each seeing the exact scores left by the earlier ones (``F_j += K_jk dB_k``),
+    using only ``K_BB``.  Returns ``dB`` (the change of every batch row) and the gains."""
+    nb, P = Bb.shape
+    dB = np.zeros((nb, P))
+    gains = np.zeros(nb)
+    f = np.empty(P)
+    for j in range(nb):
+        for r in range(P):
+            acc = Fb[j, r]
+            for k in range(j):
+                acc += Kbb[j, k] * dB[k, r]
+            f[r] = acc
+        b = Bb[j].copy()
+        kpp = kdiag[j]
+        phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
+        gains[j] = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+        for r in range(P):
+            dB[j, r] = b[r] - Bb[j, r]
+    return dB, gains

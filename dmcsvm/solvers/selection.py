@@ -1,0 +1,28 @@
+"""Per-round thresholds on the selection values ``V_p`` (CS 2001 §7 cooling; AS 2005 §5.3 MAX/MEAN)."""
+
+from __future__ import annotations
+
+import math
+
+THRESHOLDS = ("max", "mean", "exp", "linear", "log")
+EPS0 = 0.999   # CS 2001 §7: initial accuracy of every cooling scheme
+
+
+def threshold_value(kind: str, t: int, max_v: float, mean_v: float, mu: float = 0.5) -> float:
+    """Threshold ``theta_V`` for round ``t`` given this round's max and mean selection value.
+
+    ``max``: ``mu * max_p V_p``; ``mean``: ``mean_p V_p`` (AS 2005 §5.3);
+    ``exp``: ``eps0 exp(-t)``; ``linear``: ``eps0 / (t + 1)``; ``log``: ``eps0 / log10(t + 10)``
+    (the cooling schemes of CS 2001 §7, ``eps0 = 0.999``).
+    """
+    if kind == "max":
+        return mu * max_v
+    if kind == "mean":
+        return mean_v
+    if kind == "exp":
+        return EPS0 * math.exp(-t)
+    if kind == "linear":
+        return EPS0 / (t + 1)
+    if kind == "log":
+        return EPS0 / math.log10(t + 10)
+    raise ValueError(f"threshold must be one of {THRESHOLDS}, got {kind!r}")
