@@ -2,3 +2,7 @@
 trained in-process or on a Dask cluster, with data and kernel-row blocks in zarr."""
 
 __version__ = "0.1.0"
+
+from .estimators import MulticlassSVC  # noqa: E402
+
+__all__ = ["MulticlassSVC", "__version__"]

@@ -45,7 +45,8 @@ class InProcessExecutor:
         self.n_threads = max(1, int(n_threads))
         self.n_partitions = int(n_partitions or self.n_threads)
         self.parts: list[Partition] = []
-        self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        self._pool = None
+        self._limits = None
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None):
         """Create the partitions over rows of ``X`` (ndarray or CSR)."""
@@ -53,6 +54,9 @@ class InProcessExecutor:
         bounds = bounds or partition_bounds(n, self.n_partitions)
         if sp.issparse(X):
             X = X.tocsr()
+        if self.n_threads > 1:
+            self._pool = ThreadPoolExecutor(self.n_threads)
+            self._limits = threadpool_limits(1)   # restored by close()
         for k, (lo, hi) in enumerate(bounds):
             self.parts.append(Partition(k, lo, hi, X[lo:hi], yp[lo:hi], cls[lo:hi], settings))
         return self
@@ -60,8 +64,7 @@ class InProcessExecutor:
     def step(self, msg: dict) -> list[dict]:
         if self._pool is None:
             return [p.step(msg) for p in self.parts]
-        with threadpool_limits(1):
-            return list(self._pool.map(lambda p: p.step(msg), self.parts))
+        return list(self._pool.map(lambda p: p.step(msg), self.parts))
 
     def coefficients(self):
         got = [p.coefficients() for p in self.parts]
@@ -74,4 +77,7 @@ class InProcessExecutor:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+            self._limits = None
         self.parts = []

@@ -81,31 +81,40 @@ class Partition:
         self.kdtype = np.dtype(settings.kernel_dtype)
         self.rows_computed = 0
         self.rows_cached = 0
+        self._X_active = None     # X rows of the active set, rebuilt when the active set changes
 
     # ---------------------------------------------------------------- kernel columns
     def _columns(self, ids, XB):
-        """``K(X_active, X_B)`` using cached columns where present; computes the misses in one block."""
+        """``K(X_active, X_B)`` using cached columns where present; the misses are computed in one
+        block.  Built as ``K^T`` (one contiguous row per batch pattern) and returned transposed."""
         na = self.active.shape[0]
-        out = np.empty((na, len(ids)), dtype=self.kdtype)
+        KT = np.empty((len(ids), na), dtype=self.kdtype)
         miss = []
         for j, g in enumerate(ids):
             col = self.cache.get(int(g))
             if col is None:
                 miss.append(j)
             else:
-                out[:, j] = col
+                KT[j] = col
         self.rows_cached += len(ids) - len(miss)
         self.rows_computed += len(miss)
         if miss:
-            Xa = self.X if na == self.X.shape[0] else take_rows(self.X, self.active)
-            Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
-            blk = kernel_block(self.spec, Xa, Xm, norms_a=self.norms[self.active],
-                               dtype=self.kdtype)
-            for t, j in enumerate(miss):
-                out[:, j] = blk[:, t]
-                if self.cache.budget:
-                    self.cache.put(int(ids[j]), np.ascontiguousarray(blk[:, t]))
-        return out
+            if na == self.X.shape[0]:
+                Xa = self.X
+            else:
+                if self._X_active is None:
+                    self._X_active = take_rows(self.X, self.active)
+                Xa = self._X_active
+            if len(miss) == len(ids):
+                kernel_block(self.spec, XB, Xa, out=KT, norms_b=self.norms[self.active])
+            else:
+                Xm = take_rows(XB, np.asarray(miss))
+                KT[miss] = kernel_block(self.spec, Xm, Xa, norms_b=self.norms[self.active],
+                                        dtype=self.kdtype)
+            if self.cache.budget:
+                for j in miss:
+                    self.cache.put(int(ids[j]), KT[j].copy())
+        return KT.T
 
     # ---------------------------------------------------------------- the round
     def step(self, msg: dict) -> dict:
@@ -120,17 +129,19 @@ class Partition:
             K = self._columns(ids, msg["XB"])
             t2 = time.perf_counter()
             dB = msg["dB"]
+            # the GEMM runs in the kernel's precision (sgemm for float32 data); F accumulates in float64
+            dK = K @ dB.astype(K.dtype, copy=False)
             if self.active.shape[0] == self.F.shape[0]:
-                self.F += K @ dB
+                self.F += dK
             else:
-                self.F[self.active] += K @ dB
+                self.F[self.active] += dK
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
             tk += t2 - t1
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
-        reply = self._report()
+        reply = self._report(float(msg.get("shrink_margin", np.inf)))
         reply["t_kernel"] = tk
         reply["t_update"] = tu
         reply["t_select"] = time.perf_counter() - t3
@@ -153,40 +164,39 @@ class Partition:
             else:
                 self.F[inactive] = 0.0
             self.active = np.arange(n, dtype=np.int64)
+            self._X_active = None
             self.calm[:] = 0
             self.cache.clear()
         return time.perf_counter() - t
 
-    def _report(self) -> dict:
+    def _report(self, shrink_margin: float) -> dict:
         s = self.s
         rows = self.active
         na = rows.shape[0]
-        V = np.zeros(na)
-        psi = np.zeros(na)
-        pt.selection_values(s.selection, self.B, self.F, self.yp, self.cls, self.pcls,
-                            self.kdiag, s.C, rows, V, psi)
-        viol = psi > s.tol
-        n_viol = int(viol.sum())
+        V = np.empty(na)
+        psi = np.empty(na)
+        sa, sbf, sxi, max_v, sum_v, max_psi, n_viol = pt.scan_rows(
+            s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag, s.C, s.tol,
+            rows, shrink_margin, self.calm, V, psi)
         # candidates: the best n_candidates violators by selection value
-        cand = np.flatnonzero(viol)
+        cand = np.flatnonzero(psi > s.tol)
         if cand.shape[0] > s.n_candidates:
             top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
             cand = cand[top]
         crow = rows[cand]
-        sa, sbf, sxi = pt.objective_parts(self.B, self.F, self.yp, self.cls, self.pcls)
         reply = {
             "part": self.part_id,
             "cand_ids": (crow + self.lo).astype(np.int64),
             "cand_V": V[cand],
             "cand_psi": psi[cand],
-            "cand_F": self.F[crow].copy(),
+            "cand_F": self.F[crow],
             "cand_X": take_rows(self.X, crow),
-            "cand_kdiag": self.kdiag[crow].copy(),
-            "cand_yp": self.yp[crow].copy(),
-            "cand_cls": self.cls[crow].copy(),
-            "max_V": float(V.max()) if na else 0.0,
-            "sum_V": float(V.sum()),
-            "max_psi": float(psi.max()) if na else 0.0,
+            "cand_kdiag": self.kdiag[crow],
+            "cand_yp": self.yp[crow],
+            "cand_cls": self.cls[crow],
+            "max_V": max_v,
+            "sum_V": sum_v,
+            "max_psi": max_psi,
             "n_viol": n_viol,
             "n_active": int(na),
             "n_rows": int(self.F.shape[0]),
@@ -197,19 +207,13 @@ class Partition:
             "rows_cached": self.rows_cached,
         }
         if s.shrinking:
-            self._shrink(rows, psi)
+            keep = self.calm[rows] < s.shrink_after
+            # shrink in steps of >= 5% of the active set: every step re-packs the cached columns
+            if na - np.count_nonzero(keep) >= max(1, 0.05 * na):
+                self.active = rows[keep]
+                self._X_active = None
+                self.cache.compact(keep)
         return reply
-
-    def _shrink(self, rows, psi):
-        """Drop rows with zero coefficients that satisfied their margin for ``shrink_after``
-        consecutive rounds (CS 2001 §7 active set; LIBSVM-style shrinking)."""
-        zero = ~np.any(self.B[rows] != 0.0, axis=1)
-        calm = zero & (psi <= 0.0)
-        self.calm[rows] = np.where(calm, self.calm[rows] + 1, 0)
-        keep = self.calm[rows] < self.s.shrink_after
-        if not keep.all():
-            self.active = rows[keep]
-            self.cache.compact(keep)
 
     # ---------------------------------------------------------------- results
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:

@@ -31,16 +31,18 @@ class SolverSettings:
     """Settings of one solve; validated by :meth:`check` (errors name the bad value)."""
 
     C: float = 1.0
-    optimizer: str = "opt_kkt"
+    optimizer: str = "exact"
     selection: str = "bmg"
     threshold: str = "mean"
     mu: float = 0.5
     tol: float = 1e-3
-    gap_tol: float = 0.0
+    gap_tol: float = 1e-2
     max_iter: int = -1
-    batch_size: int = 128
+    batch_size: int = 1000
+    batch_sweeps: int = 1
     shrinking: bool = True
     shrink_after: int = 3
+    shrink_cap: float = 0.1
     cache_size: float = 200.0
     fp_eps: float | None = None
     verbose: bool = False
@@ -62,6 +64,8 @@ class SolverSettings:
             raise ValueError(f"gap_tol must be a number >= 0, got {self.gap_tol!r}")
         if int(self.max_iter) != self.max_iter or (self.max_iter < 1 and self.max_iter != -1):
             raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got {self.max_iter!r}")
+        if int(self.batch_sweeps) != self.batch_sweeps or self.batch_sweeps < 1:
+            raise ValueError(f"batch_sweeps must be an integer >= 1, got {self.batch_sweeps!r}")
         if int(self.batch_size) != self.batch_size or self.batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not (np.isfinite(self.cache_size) and self.cache_size >= 0):
@@ -198,14 +202,14 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 dB, gains = pt.solve_batch(opt_code, B[ids], agg["cand_F"][pick], Kbb,
                                            agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
                                            agg["cand_kdiag"][pick], float(s.C), float(s.tol),
-                                           float(fp_eps))
+                                           float(fp_eps), int(s.batch_sweeps))
                 moved = np.any(dB != 0.0, axis=1)
                 if not moved.any() and opt_code != pt.OPT_EXACT:
                     # the chosen optimizer stalled below its own tolerance: finish exactly
                     dB, gains = pt.solve_batch(pt.OPT_EXACT, B[ids], agg["cand_F"][pick], Kbb,
                                                agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
                                                agg["cand_kdiag"][pick], float(s.C), float(s.tol),
-                                               float(fp_eps))
+                                               float(fp_eps), int(s.batch_sweeps))
                     moved = np.any(dB != 0.0, axis=1)
                 if not moved.any():
                     stalled = True
@@ -213,7 +217,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     ids, XB, dB = ids[moved], XB[np.flatnonzero(moved)], dB[moved]
                     B[ids] += dB
                     bank.add(ids, XB)
-                    msg = {"ids": ids, "XB": XB, "dB": dB}
+                    msg = {"ids": ids, "XB": XB, "dB": dB, "shrink_margin": min(agg["max_psi"], s.shrink_cap)}
                     batch_ids = ids
             t_end = time.perf_counter()
             row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],

@@ -414,24 +414,107 @@ def objective_parts(B, F, yp, cls, pcls):
 
 
 @numba.njit(cache=True, nogil=True)
-def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps):
+def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, calm, V, psi):
+    """One fused pass over a partition (the per-round work of DESIGN §4):
+
+    * for every row: the pieces of the dual and primal (``sum alpha_y``, ``sum B*F``, ``sum xi``);
+    * for every active row ``active[j]``: ``psi[j]`` and the selection value ``V[j]`` (only
+      violators, ``psi > tol``, pay for AMG/BMG), and the shrinking counter ``calm``: a row with
+      no coefficients whose margin exceeds ``shrink_margin`` (LIBSVM's rule: farther from the
+      margin than the largest current violation) counts one more calm round, any other resets.
+
+    Returns ``(sum_alpha, sum_BF, sum_xi, max_V, sum_V, max_psi, n_viol)``.
+    """
+    n, P = B.shape
+    sa = 0.0
+    sbf = 0.0
+    sxi = 0.0
+    for i in range(n):
+        y = yp[i]
+        sa += B[i, y]
+        th = -np.inf
+        for r in range(P):
+            sbf += B[i, r] * F[i, r]
+            if pcls[r] != cls[i] and F[i, r] > th:
+                th = F[i, r]
+        xi = th + 1.0 - F[i, y]
+        if xi > 0.0:
+            sxi += xi
+    maxv = 0.0
+    sumv = 0.0
+    maxp = 0.0
+    nviol = 0
+    for j in range(active.shape[0]):
+        i = active[j]
+        y = yp[i]
+        p = psi_value(B[i], F[i], y, cls[i], pcls, C)
+        psi[j] = p
+        if p > tol:
+            nviol += 1
+            if sel == SEL_KKT:
+                v = p
+            elif sel == SEL_AMG:
+                v = amg_value(B[i], F[i], y, cls[i], pcls, kdiag[i], C)
+            else:
+                v = bmg_value(B[i], F[i], y, cls[i], pcls, kdiag[i], C)
+        else:
+            v = 0.0
+        V[j] = v
+        sumv += v
+        if v > maxv:
+            maxv = v
+        if p > maxp:
+            maxp = p
+        zero = True
+        th = -np.inf
+        for r in range(P):
+            if B[i, r] != 0.0:
+                zero = False
+            if pcls[r] != cls[i] and F[i, r] > th:
+                th = F[i, r]
+        if zero and F[i, y] - 1.0 - th > shrink_margin:
+            calm[i] += 1
+        else:
+            calm[i] = 0
+    return sa, sbf, sxi, maxv, sumv, maxp, nviol
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
     """Coordinator's batch solve (DESIGN §4): optimize the batch patterns one after the other in the
-    given order, each seeing the exact scores left by the earlier ones (``F_j += K_jk dB_k``),
-    using only ``K_BB``.  Returns ``dB`` (the change of every batch row) and the gains."""
+    given order, each seeing the exact scores left by the earlier ones (``F_j += K_jk dB_k``), using
+    only ``K_BB``.  With ``sweeps > 1`` the batch is swept again while any of its patterns still
+    violates ``psi > tol`` (a working-set decomposition step); ``sweeps = 1`` is the papers' order.
+    Returns ``dB`` (the change of every batch row) and the gains."""
     nb, P = Bb.shape
     dB = np.zeros((nb, P))
     gains = np.zeros(nb)
-    f = np.empty(P)
-    for j in range(nb):
-        for r in range(P):
-            acc = Fb[j, r]
-            for k in range(j):
-                acc += Kbb[j, k] * dB[k, r]
-            f[r] = acc
-        b = Bb[j].copy()
-        kpp = kdiag[j]
-        phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-        gains[j] = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
-        for r in range(P):
-            dB[j, r] = b[r] - Bb[j, r]
+    Fc = Fb.copy()          # current scores of the batch rows: Fb + Kbb @ dB
+    for sweep in range(sweeps):
+        worst = 0.0
+        for j in range(nb):
+            b = Bb[j] + dB[j]
+            f = Fc[j].copy()
+            if sweep > 0:
+                p = psi_value(b, f, yb[j], cb[j], pcls, C)
+                if p <= tol:
+                    continue
+            kpp = kdiag[j]
+            phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
+            b0 = b.copy()
+            g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+            gains[j] += g
+            for r in range(P):
+                d = b[r] - b0[r]
+                if d != 0.0:
+                    dB[j, r] += d
+                    for k in range(nb):
+                        Fc[k, r] += Kbb[k, j] * d
+        if sweeps > 1:
+            for j in range(nb):
+                p = psi_value(Bb[j] + dB[j], Fc[j], yb[j], cb[j], pcls, C)
+                if p > worst:
+                    worst = p
+            if worst <= tol:
+                break
     return dB, gains

@@ -1,0 +1,240 @@
+"""scikit-learn estimators of dmcsvm."""
+
+from __future__ import annotations
+
+import numbers
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .engine.executor import InProcessExecutor
+from .engine.partition import PartitionSettings
+from .kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma
+from .solvers import pattern as pt
+from .solvers.multiclass import SolverSettings, solve
+
+_PREDICT_CHUNK = 2048
+
+
+def _n_threads(n_jobs) -> int:
+    """sklearn/joblib convention, except that ``None`` means every core: training is the point."""
+    cpus = os.cpu_count() or 1
+    if n_jobs is None:
+        return cpus
+    if not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be a non-zero integer or None, got {n_jobs!r}")
+    return max(1, cpus + 1 + n_jobs) if n_jobs < 0 else int(n_jobs)
+
+
+class MulticlassSVC(ClassifierMixin, BaseEstimator):
+    """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
+    Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
+
+    One prototype per class; the decision for ``x`` is ``argmax_r f_r(x)`` with
+    ``f_r(x) = sum_i B[i, r] k(x_i, x)`` (no bias, as in the papers).
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Upper bound on every pattern's total dual weight (``alpha_i^{y_i} <= C``); > 0.
+    kernel : {'rbf', 'poly', 'linear'}, default='rbf'
+    gamma : 'scale', 'auto' or float, default='scale'
+        Kernel coefficient, resolved like scikit-learn's SVC (``'scale'`` = 1 / (d X.var())).
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    coef0 : float, default=0.0
+        Independent term of the polynomial kernel.
+    optimizer : {'exact', 'opt_kkt', 'fixed_point', 'basic', 'all_pairs'}, default='exact'
+        Per-pattern optimizer: exact sort-based solution of the reduced problem / AS 2005 Fig. 6 /
+        CS 2001 Fig. 3 / AS Fig. 4 / AS Fig. 5.
+    selection : {'bmg', 'amg', 'kkt'}, default='bmg'
+        Pattern selection value ``V_p`` (AS 2005 §5.3).
+    threshold : {'mean', 'max', 'exp', 'linear', 'log'}, default='mean'
+        Per-round threshold on ``V_p``: AS's MEAN / MAX (``mu * max``) or CS's cooling schemes.
+    mu : float, default=0.5
+        Fraction of the largest value used by ``threshold='max'``.
+    tol : float, default=1e-3
+        Stop when every pattern's KKT violation ``psi`` (CS Eq. 32, margin units) is <= tol.
+    gap_tol : float, default=1e-2
+        Also stop when the relative duality gap ``(P - D) / P`` is <= gap_tol (0 disables).
+    cache_size : float, default=200
+        Kernel-column cache budget in MB (shared by the partitions).
+    max_iter : int, default=-1
+        Maximum number of rounds, -1 for no limit; hitting it raises a ConvergenceWarning.
+    batch_size : int, default=1000
+        Patterns optimized per round; 1 is the papers' sequential algorithm.
+    batch_sweeps : int, default=1
+        Sweeps over a batch inside one round while its patterns still violate ``tol``.
+    shrinking : bool, default=True
+        Shrink the active set (CS 2001 §7), with a final unshrunk check.
+    verbose : bool, default=False
+        Show a progress bar (rounds, gap, active set, kernel rows computed / cached).
+    random_state : int, RandomState or None, default=None
+        Accepted for API compatibility; the single-prototype solver is deterministic.
+    n_jobs : int or None, default=None
+        Threads (and row partitions) of the in-process executor; None uses every core.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    support_ : ndarray of shape (n_SV,)
+        Indices of the support patterns (rows with a non-zero coefficient).
+    support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
+    dual_coef_ : ndarray of shape (n_SV, n_classes)
+        Signed coefficients ``B`` of the support patterns (``+alpha^y`` for the own class,
+        ``-alpha^r`` for the others; every row sums to zero).
+    n_support_ : ndarray of shape (n_classes,)
+        Support patterns per class.
+    n_iter_ : int
+        Rounds run.
+    history_ : dict of ndarray
+        Per round: dual, primal, gap, max_V, max_psi, n_active, elapsed, kernel rows ...
+    n_features_in_ : int
+    gamma_ : float
+        The resolved kernel coefficient.
+    """
+
+    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+                 optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
+                 gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
+                 verbose=False, random_state=None, n_jobs=None):
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.optimizer = optimizer
+        self.selection = selection
+        self.threshold = threshold
+        self.mu = mu
+        self.tol = tol
+        self.gap_tol = gap_tol
+        self.cache_size = cache_size
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.batch_sweeps = batch_sweeps
+        self.shrinking = shrinking
+        self.verbose = verbose
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ------------------------------------------------------------------ validation
+    def _settings(self) -> SolverSettings:
+        for name in ("C", "tol", "gap_tol", "cache_size", "mu"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        for name in ("max_iter", "batch_size", "batch_sweeps", "degree"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+        return SolverSettings(C=float(self.C), optimizer=self.optimizer, selection=self.selection,
+                              threshold=self.threshold, mu=float(self.mu), tol=float(self.tol),
+                              gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
+                              batch_size=int(self.batch_size),
+                              batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
+                              cache_size=float(self.cache_size),
+                              verbose=bool(self.verbose), **getattr(self, '_extra', {})).check()
+
+    def _check_X(self, X, reset):
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                          reset=reset)
+        return X
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features; dense or sparse) and labels ``y``."""
+        settings = self._settings()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        classes, y_idx = np.unique(y, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
+                             f"the data contains only one class: {classes[0]!r}")
+        self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
+        spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
+        self._spec = spec
+        n_threads = _n_threads(self.n_jobs)
+        m = classes.shape[0]
+        pcls = np.arange(m, dtype=np.int64)
+        executor = InProcessExecutor(n_threads)
+        n_parts = max(1, min(n_threads, X.shape[0]))
+        psettings = PartitionSettings(
+            kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
+            tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
+            shrinking=settings.shrinking, shrink_after=settings.shrink_after,
+            cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
+            kernel_dtype=str(X.dtype))
+        y_idx = y_idx.astype(np.int64)
+        try:
+            executor.start(X, y_idx, y_idx, psettings)
+            res = solve(executor, X.shape[0], pcls, spec, settings, X.shape[1], sp.issparse(X),
+                        X.dtype)
+        finally:
+            executor.close()
+        self.classes_ = classes
+        self.support_ = res.support
+        self.support_vectors_ = res.X_sv
+        self.dual_coef_ = res.coef
+        self.n_support_ = np.bincount(y_idx[res.support], minlength=m).astype(np.int32)
+        self.n_iter_ = res.n_iter
+        self.converged_ = res.converged
+        self.history_ = {k: np.asarray(v) for k, v in res.history.items()}
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def _scores(self, X) -> np.ndarray:
+        """Prototype scores ``K(X, SV) @ dual_coef_`` in row chunks, on ``n_jobs`` threads."""
+        n = X.shape[0]
+        out = np.zeros((n, self.dual_coef_.shape[1]))
+        if self.support_vectors_.shape[0] == 0 or n == 0:
+            return out
+        spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
+                                                          int(self.degree), float(self.coef0))
+        SV = self.support_vectors_
+        from .kernels import row_norms_sq
+        sv_norms = row_norms_sq(SV)
+        chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
+
+        def work(ab):
+            a, b = ab
+            K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
+            out[a:b] = K @ self.dual_coef_
+
+        threads = min(_n_threads(self.n_jobs), len(chunks))
+        if threads > 1:
+            from threadpoolctl import threadpool_limits
+            with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
+                list(pool.map(work, chunks))
+        else:
+            for ab in chunks:
+                work(ab)
+        return out
+
+    def decision_function(self, X):
+        """Scores ``f_r(x)`` of every class (n_samples, n_classes); for two classes, ``f_1 - f_0``."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        S = self._scores(X)
+        if S.shape[1] == 2:
+            return S[:, 1] - S[:, 0]
+        return S
+
+    def predict(self, X):
+        """Class of the largest score (CS 2001 Eq. 16)."""
+        D = self.decision_function(X)
+        if D.ndim == 1:
+            return self.classes_[(D > 0).astype(int)]
+        return self.classes_[np.argmax(D, axis=1)]
