@@ -78,6 +78,13 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         Accepted for API compatibility; the single-prototype solver is deterministic.
     n_jobs : int or None, default=None
         Threads (and row partitions) of the in-process executor; None uses every core.
+    client : None, 'local', str or distributed.Client, default=None
+        Where training runs: None in-process; a ``distributed.Client`` or a scheduler address on
+        that Dask cluster; ``'local'`` starts (and afterwards closes) a ``LocalCluster``.
+    n_workers, threads_per_worker, memory_limit : optional
+        Size of the ``LocalCluster`` started for ``client='local'``.
+    n_partitions : int, optional
+        Row partitions (default: one per thread / worker thread).
 
     Attributes
     ----------
@@ -102,7 +109,8 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
                  gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
-                 verbose=False, random_state=None, n_jobs=None):
+                 verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, n_partitions=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -122,6 +130,11 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.client = client
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.memory_limit = memory_limit
+        self.n_partitions = n_partitions
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -169,8 +182,15 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         n_threads = _n_threads(self.n_jobs)
         m = classes.shape[0]
         pcls = np.arange(m, dtype=np.int64)
-        executor = InProcessExecutor(n_threads)
-        n_parts = max(1, min(n_threads, X.shape[0]))
+        owned = []
+        if self.client is None:
+            executor = InProcessExecutor(n_threads, self.n_partitions)
+        else:
+            from .engine.dask_executor import DaskExecutor, resolve_client
+            client, owned = resolve_client(self.client, self.n_workers, self.threads_per_worker,
+                                           self.memory_limit)
+            executor = DaskExecutor(client, self.n_partitions)
+        n_parts = max(1, min(executor.n_partitions, X.shape[0]))
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
             tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
@@ -184,6 +204,9 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
                         X.dtype)
         finally:
             executor.close()
+            if owned:
+                from .engine.dask_executor import release_client
+                release_client(owned)
         self.classes_ = classes
         self.support_ = res.support
         self.support_vectors_ = res.X_sv

@@ -37,6 +37,35 @@ class PartitionSettings:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StoreRows:
+    """Rows ``[lo, hi)`` of a zarr data store, read where the partition lives (on its worker)."""
+
+    url: str
+    lo: int
+    hi: int
+
+    def load(self):
+        from ..store import read_rows
+        return read_rows(self.url, self.lo, self.hi)
+
+
+@dataclass(frozen=True)
+class StoreSource:
+    """A zarr data store seen as a row source: ``shape`` and ``slice(lo, hi) -> StoreRows``."""
+
+    url: str
+    n_samples: int
+    n_features: int
+
+    @property
+    def shape(self):
+        return (self.n_samples, self.n_features)
+
+    def slice(self, lo, hi) -> StoreRows:
+        return StoreRows(self.url, lo, hi)
+
+
 def take_rows(X, rows):
     """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix."""
     if sp.issparse(X):
@@ -63,6 +92,8 @@ class Partition:
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
         self.part_id = int(part_id)
         self.lo, self.hi = int(lo), int(hi)
+        if hasattr(X, "load"):
+            X = X.load()
         self.X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X)
         self.yp = np.ascontiguousarray(yp, dtype=np.int64)
         self.cls = np.ascontiguousarray(cls, dtype=np.int64)
