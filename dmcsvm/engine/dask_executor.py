@@ -114,7 +114,8 @@ class DaskExecutor:
             self.parts.append(fut)
             self.placement.append(w)
         if self.mode == "actor":
-            self.parts = [f.result() for f in self.parts]
+            with c.as_current():
+                self.parts = [f.result() for f in self.parts]
         else:
             from distributed import wait
             wait(self.parts)
@@ -124,6 +125,12 @@ class DaskExecutor:
         return self
 
     def step(self, msg: dict) -> list[dict]:
+        # actor handles talk through the *current* client: make it ours, not whichever client the
+        # user created last (otherwise a call waits forever on another cluster)
+        with self.client.as_current():
+            return self._step(msg)
+
+    def _step(self, msg: dict) -> list[dict]:
         if self.mode == "actor":
             futs = [a.step(msg) for a in self.parts]
             return [f.result() for f in futs]
@@ -134,6 +141,10 @@ class DaskExecutor:
         return c.gather(futs)
 
     def _call(self, name, task):
+        with self.client.as_current():
+            return self._call_current(name, task)
+
+    def _call_current(self, name, task):
         if self.mode == "actor":
             return [getattr(a, name)().result() for a in self.parts]
         return self.client.gather([self.client.submit(task, p, workers=[w], pure=False)

@@ -94,7 +94,9 @@ class Partition:
         self.lo, self.hi = int(lo), int(hi)
         if hasattr(X, "load"):
             X = X.load()
-        self.X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X)
+        # an own, freshly allocated copy: the same memory alignment in-process and on a worker, so
+        # SIMD code paths (and the last bits of every result) do not depend on the executor
+        self.X = X.tocsr(copy=True) if sp.issparse(X) else np.array(X, order="C", copy=True)
         self.yp = np.ascontiguousarray(yp, dtype=np.int64)
         self.cls = np.ascontiguousarray(cls, dtype=np.int64)
         self.s = settings

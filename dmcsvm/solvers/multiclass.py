@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
 
 from ..kernels import KernelSpec, kernel_block
 from . import pattern as pt
@@ -166,6 +167,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     just_unshrunk = False
     stalled = False
     rounds = 0
+    # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
+    # floating-point results (and hence the whole trajectory) do not depend on where partitions run
+    limits = threadpool_limits(1)
     try:
         while True:
             t_round = time.perf_counter()
@@ -254,6 +258,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                               ConvergenceWarning, stacklevel=3)
                 break
     finally:
+        limits.restore_original_limits()
         if bar is not None:
             bar.close()
     sv = np.flatnonzero(np.any(B != 0.0, axis=1))

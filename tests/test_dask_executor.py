@@ -1,0 +1,182 @@
+"""The Dask executor runs the same partition code as the in-process executor: same coefficients."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dmcsvm import MulticlassSVC
+from dmcsvm.engine.dask_executor import DaskExecutor
+from dmcsvm.engine.executor import InProcessExecutor
+from dmcsvm.engine.partition import PartitionSettings
+from dmcsvm.kernels import KernelSpec
+from dmcsvm.solvers import pattern as pt
+from dmcsvm.solvers.multiclass import SolverSettings, solve
+
+OPTIMIZERS = list(pt.OPTIMIZERS)
+
+
+def _problem(seed=3, n=90, d=6, m=4):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=2.0, size=(m, d))
+    y = rng.integers(0, m, n).astype(np.int64)
+    X = centers[y] + rng.normal(size=(n, d))
+    return X, y
+
+
+def _run(executor, X, y, optimizer, selection="bmg", batch=8, n_parts=3):
+    m = int(y.max()) + 1
+    spec = KernelSpec("rbf", 0.2)
+    s = SolverSettings(C=2.0, optimizer=optimizer, selection=selection, tol=1e-6, gap_tol=0.0,
+                       batch_size=batch).check()
+    ps = PartitionSettings(kernel=spec.to_dict(), C=s.C, selection=pt.SELECTIONS[selection],
+                           tol=s.tol, n_candidates=batch, pcls=np.arange(m), cache_bytes=10 ** 6)
+    executor.n_partitions = n_parts
+    executor.start(X, y, y, ps)
+    try:
+        r = solve(executor, X.shape[0], np.arange(m), spec, s, X.shape[1], False)
+    finally:
+        executor.close()
+    B = np.zeros((X.shape[0], m))
+    B[r.support] = r.coef
+    return B, r
+
+
+@pytest.fixture(scope="module")
+def local_client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def reference():
+    X, y = _problem()
+    return X, y, {opt: _run(InProcessExecutor(2), X, y, opt) for opt in OPTIMIZERS}
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_localcluster_matches_inprocess(local_client, reference, optimizer):
+    X, y, ref = reference
+    B_ref, r_ref = ref[optimizer]
+    B, r = _run(DaskExecutor(local_client), X, y, optimizer)
+    assert r.n_iter == r_ref.n_iter
+    np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
+    assert r.converged
+
+
+def test_pinned_future_mode_matches_actor_mode(local_client, reference):
+    X, y, ref = reference
+    B_ref, _ = ref["opt_kkt"]
+    B, _ = _run(DaskExecutor(local_client, mode="future"), X, y, "opt_kkt")
+    np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
+
+
+def test_partitions_are_spread_over_workers(local_client, reference):
+    X, y, _ = reference
+    ex = DaskExecutor(local_client, n_partitions=4)
+    m = int(y.max()) + 1
+    ps = PartitionSettings(kernel=KernelSpec("rbf", 0.2).to_dict(), C=1.0, selection=0, tol=1e-3,
+                           n_candidates=4, pcls=np.arange(m))
+    ex.start(X, y, y, ps)
+    try:
+        assert len(set(ex.placement)) == 2
+        stats = ex.stats()
+        assert [s["rows"] for s in stats] == [22, 23, 22, 23]
+    finally:
+        ex.close()
+
+
+def test_estimator_client_switch(local_client):
+    X, y = _problem(seed=5, n=120)
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, n_jobs=2).fit(X, y)
+    b = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, client=local_client).fit(X, y)
+    np.testing.assert_array_equal(a.support_, b.support_)
+    np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
+    assert local_client.status == "running"      # a user's client is never closed for them
+
+
+def test_bad_client_value():
+    X, y = _problem(seed=6, n=30, m=3)
+    with pytest.raises(ValueError, match="client must be None, 'local', a scheduler address"):
+        MulticlassSVC(client=42).fit(X, y)
+
+
+# ------------------------------------------------------------------ a real cluster
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def real_cluster(tmp_path_factory):
+    """`dask scheduler` and two `dask worker` processes on 127.0.0.1, shut down after."""
+    dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if dask_cli is None:
+        pytest.fail("the `dask` command line (distributed) is not installed")
+    port = _free_port()
+    addr = f"tcp://127.0.0.1:{port}"
+    logdir = tmp_path_factory.mktemp("cluster")
+    procs = []
+
+    def spawn(args, name):
+        log = open(logdir / f"{name}.log", "w")
+        procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=str(logdir)))
+
+    spawn(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], "scheduler")
+    try:
+        for k in range(2):
+            spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+                   "--host", "127.0.0.1", "--memory-limit", "2GiB"], f"worker{k}")
+        deadline = time.time() + 60
+        client = None
+        while time.time() < deadline:
+            try:
+                client = Client(addr, timeout=5)
+                client.wait_for_workers(2, timeout=30)
+                break
+            except Exception:  # noqa: BLE001 - the scheduler may not be listening yet
+                if client is not None:
+                    client.close()
+                    client = None
+                time.sleep(0.5)
+        if client is None:
+            pytest.fail("could not connect to the dask scheduler started on " + addr)
+        client.close()
+        yield addr
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, optimizer):
+    X, y, ref = reference
+    B_ref, _ = ref[optimizer]
+    with Client(real_cluster) as client:
+        B, r = _run(DaskExecutor(client), X, y, optimizer)
+    np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
+    assert r.converged
+
+
+def test_estimator_with_scheduler_address(real_cluster):
+    X, y = _problem(seed=8, n=80)
+    a = MulticlassSVC(C=2.0, n_partitions=2, n_jobs=1).fit(X, y)
+    b = MulticlassSVC(C=2.0, n_partitions=2, client=real_cluster).fit(X, y)
+    np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
