@@ -375,20 +375,25 @@ def bmg_value(b, f, y, c, pcls, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
+def row_value(sel, b, f, y, c, pcls, kpp, C, p, tol):
+    """Selection value of one row whose KKT violation is ``p``: 0 unless ``p > tol``, then ``psi``
+    (KKT), the best single step (AMG) or the whole reduced-problem gain (BMG)."""
+    if p <= tol:
+        return 0.0
+    if sel == SEL_KKT:
+        return p
+    if sel == SEL_AMG:
+        return amg_value(b, f, y, c, pcls, kpp, C)
+    return bmg_value(b, f, y, c, pcls, kpp, C)
+
+
+@numba.njit(cache=True, nogil=True)
 def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
     """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``."""
     for j in range(rows.shape[0]):
         i = rows[j]
-        p = psi_value(B[i], F[i], yp[i], cls[i], pcls, C)
-        psi[j] = p
-        if sel == SEL_KKT:
-            V[j] = p
-        elif p <= 0.0:
-            V[j] = 0.0
-        elif sel == SEL_AMG:
-            V[j] = amg_value(B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C)
-        else:
-            V[j] = bmg_value(B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C)
+        psi[j] = psi_value(B[i], F[i], yp[i], cls[i], pcls, C)
+        V[j] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C, psi[j], 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -426,20 +431,7 @@ def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, ca
     Returns ``(sum_alpha, sum_BF, sum_xi, max_V, sum_V, max_psi, n_viol)``.
     """
     n, P = B.shape
-    sa = 0.0
-    sbf = 0.0
-    sxi = 0.0
-    for i in range(n):
-        y = yp[i]
-        sa += B[i, y]
-        th = -np.inf
-        for r in range(P):
-            sbf += B[i, r] * F[i, r]
-            if pcls[r] != cls[i] and F[i, r] > th:
-                th = F[i, r]
-        xi = th + 1.0 - F[i, y]
-        if xi > 0.0:
-            sxi += xi
+    sa, sbf, sxi = objective_parts(B, F, yp, cls, pcls)
     maxv = 0.0
     sumv = 0.0
     maxp = 0.0
@@ -451,14 +443,7 @@ def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, ca
         psi[j] = p
         if p > tol:
             nviol += 1
-            if sel == SEL_KKT:
-                v = p
-            elif sel == SEL_AMG:
-                v = amg_value(B[i], F[i], y, cls[i], pcls, kdiag[i], C)
-            else:
-                v = bmg_value(B[i], F[i], y, cls[i], pcls, kdiag[i], C)
-        else:
-            v = 0.0
+        v = row_value(sel, B[i], F[i], y, cls[i], pcls, kdiag[i], C, p, tol)
         V[j] = v
         sumv += v
         if v > maxv:
