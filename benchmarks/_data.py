@@ -1,0 +1,140 @@
+"""Data loaders and machine description shared by the benchmark scripts.
+
+Every loader returns ``(X_train, y_train, X_test, y_test)`` as float64 arrays (callers cast to
+float32 for dmcsvm's fast path) and integer labels.  The real data sets live in the project's
+shared data folder (``--data-dir``; each sub-folder has a README.txt with provenance and the
+train/test convention used here).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+#: default data folder: ``../shared/data`` relative to the repository root (this file's parent's parent)
+DEFAULT_DATA_DIR = (Path(__file__).resolve().parent.parent / ".." / "shared" / "data").resolve()
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def scale_minmax(X_train, X_test, lo=-1.0, hi=1.0):
+    """Scale every feature to ``[lo, hi]`` with the *training* min/max (LIBSVM ``svm-scale``);
+    constant features map to ``lo``.  Test values outside the training range are not clipped."""
+    mn = X_train.min(axis=0)
+    mx = X_train.max(axis=0)
+    span = np.where(mx > mn, mx - mn, 1.0)
+    f = lambda X: lo + (hi - lo) * (X - mn) / span  # noqa: E731
+    return f(X_train), f(X_test)
+
+
+def load_digits_split(test_size=0.25, random_state=0):
+    """scikit-learn's bundled 8x8 digits, ``X / 16``, stratified 75/25 split (``random_state=0``)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    X, y = load_digits(return_X_y=True)
+    X = X.astype(np.float64) / 16.0
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, stratify=y,
+                                          random_state=random_state)
+    return Xtr, ytr.astype(np.int64), Xte, yte.astype(np.int64)
+
+
+def load_letter(data_dir, n_train=15000):
+    """UCI letter recognition in the Hsu & Lin / LIBSVM convention: the first ``n_train`` (15000)
+    rows train, the remaining rows (5000) test; features scaled to [-1, 1] with the training
+    min/max.  Labels A..Z -> 0..25."""
+    path = Path(data_dir) / "letter" / "letter-recognition.data"
+    raw = np.loadtxt(path, delimiter=",", dtype=str)
+    y = np.array([ord(c) - ord("A") for c in raw[:, 0]], dtype=np.int64)
+    X = raw[:, 1:].astype(np.float64)
+    Xtr, Xte = scale_minmax(X[:n_train], X[n_train:])
+    return Xtr, y[:n_train], Xte, y[n_train:]
+
+
+def load_usps(data_dir):
+    """USPS digits, the standard 7291 / 2007 split (ESL copy; features already in [-1, 1])."""
+    def read(name):
+        with gzip.open(Path(data_dir) / "usps" / name, "rt") as fh:
+            a = np.loadtxt(fh)
+        return a[:, 1:], a[:, 0].astype(np.int64)
+    Xtr, ytr = read("zip.train.gz")
+    Xte, yte = read("zip.test.gz")
+    return Xtr, ytr, Xte, yte
+
+
+def stratified_subset(X, y, n, random_state=0):
+    """``n`` rows of ``(X, y)`` drawn without replacement, stratified by class, in shuffled order."""
+    from sklearn.model_selection import train_test_split
+    if n >= X.shape[0]:
+        return X, y
+    Xs, _, ys, _ = train_test_split(X, y, train_size=n, stratify=y, random_state=random_state)
+    return Xs, ys
+
+
+def machine_info() -> dict:
+    """Platform, CPU model, core count, library versions and the BLAS seen by threadpoolctl."""
+    import numpy
+    import scipy
+    import sklearn
+    import dmcsvm
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
+                                        "threading_layer", "architecture", "prefix")}
+                for d in threadpool_info()]
+    except Exception as exc:  # pragma: no cover - threadpoolctl is a dmcsvm dependency
+        blas = [{"error": repr(exc)}]
+    try:
+        import numba
+        numba_v = numba.__version__
+    except ImportError:  # pragma: no cover
+        numba_v = None
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        affinity = None
+    mem = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal"):
+                    mem = round(int(line.split()[1]) / 2 ** 20, 1)
+                    break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": affinity,
+        "mem_gib": mem,
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "sklearn": sklearn.__version__,
+        "numba": numba_v,
+        "dmcsvm": getattr(dmcsvm, "__version__", None),
+        "blas": blas,
+    }
+
+
+def other_load() -> dict:
+    """1-minute load average and whether a pytest process runs (timings share the cores)."""
+    import subprocess
+    try:
+        busy = subprocess.run(["pgrep", "-f", "pytest"], capture_output=True).returncode == 0
+    except OSError:
+        busy = None
+    return {"loadavg_1m": os.getloadavg()[0], "pytest_running": busy}

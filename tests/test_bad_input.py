@@ -1,0 +1,193 @@
+"""Bad input raises ValueError with a message that names the problem."""
+
+import re
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dmcsvm import MulticlassSVC
+from dmcsvm.solvers.multiclass import SolverSettings
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 4))
+    y = np.arange(24) % 3
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    X, y = data
+    return MulticlassSVC(n_jobs=1).fit(X, y)
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nan_in_X(data, sparse):
+    X, y = data
+    X = X.copy()
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        MulticlassSVC().fit(sp.csr_matrix(X) if sparse else X, y)
+
+
+def test_inf_in_X(data):
+    X, y = data
+    X = X.copy()
+    X[5, 2] = np.inf
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        MulticlassSVC().fit(X, y)
+    X[5, 2] = -np.inf
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        MulticlassSVC().fit(X, y)
+
+
+def test_nan_in_y(data):
+    X, y = data
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        MulticlassSVC().fit(X, np.where(y == 1, np.nan, y))
+
+
+def test_mismatched_lengths(data):
+    X, y = data
+    with pytest.raises(ValueError, match=re.escape(
+            "Found input variables with inconsistent numbers of samples: [24, 23]")):
+        MulticlassSVC().fit(X, y[:-1])
+
+
+@pytest.mark.parametrize("label", [0, "only"])
+def test_one_class(data, label):
+    X, _ = data
+    with pytest.raises(ValueError, match="MulticlassSVC needs samples of at least 2 classes in the "
+                                         "data, but the data contains only one class"):
+        MulticlassSVC().fit(X, np.full(X.shape[0], label))
+
+
+def test_empty_X():
+    with pytest.raises(ValueError, match=re.escape("Found array with 0 sample(s) (shape=(0, 4))")):
+        MulticlassSVC().fit(np.zeros((0, 4)), np.zeros(0))
+    with pytest.raises(ValueError, match=re.escape("Found array with 0 feature(s) (shape=(5, 0))")):
+        MulticlassSVC().fit(np.zeros((5, 0)), np.arange(5) % 2)
+
+
+def test_non_numeric_X():
+    X = np.array([["a", "b"], ["c", "d"], ["e", "f"]])
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        MulticlassSVC().fit(X, [0, 1, 0])
+
+
+def test_complex_X(data):
+    X, y = data
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        MulticlassSVC().fit(X + 1j, y)
+
+
+def test_wrong_dimensions(data):
+    X, y = data
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array instead"):
+        MulticlassSVC().fit(X[:, 0], y)
+    with pytest.raises(ValueError, match="y should be a 1d array"):
+        MulticlassSVC().fit(X, np.c_[y, y])
+
+
+def test_continuous_y(data):
+    X, y = data
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        MulticlassSVC().fit(X, y + 0.5)
+
+
+# ------------------------------------------------------------------------------------------------
+# hyper-parameters
+# ------------------------------------------------------------------------------------------------
+
+BAD_PARAMS = [
+    ({"C": 0}, "C must be a positive finite number, got 0.0"),
+    ({"C": -1.0}, "C must be a positive finite number, got -1.0"),
+    ({"C": float("nan")}, "C must be a positive finite number, got nan"),
+    ({"C": float("inf")}, "C must be a positive finite number, got inf"),
+    ({"C": "1"}, "C must be a number, got '1'"),
+    ({"gamma": 0}, "gamma must be a positive finite number, got 0"),
+    ({"gamma": -0.5}, "gamma must be a positive finite number, got -0.5"),
+    ({"gamma": float("nan")}, "gamma must be a positive finite number, got nan"),
+    ({"gamma": "bogus"}, "gamma must be 'scale', 'auto' or a positive number, got 'bogus'"),
+    ({"optimizer": "newton"}, "optimizer must be one of ('basic', 'all_pairs', 'opt_kkt', "
+                              "'fixed_point', 'exact'), got 'newton'"),
+    ({"selection": "random"}, "selection must be one of ('kkt', 'amg', 'bmg'), got 'random'"),
+    ({"threshold": "cosine"}, "threshold must be one of ('max', 'mean', 'exp', 'linear', 'log'), "
+                              "got 'cosine'"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"batch_size": -5}, "batch_size must be an integer >= 1, got -5"),
+    ({"batch_size": 2.5}, "batch_size must be an integer, got 2.5"),
+    ({"tol": 0}, "tol must be a positive number, got 0.0"),
+    ({"tol": -1e-3}, "tol must be a positive number, got -0.001"),
+    ({"kernel": "sigmoid"}, "kernel must be one of ('linear', 'poly', 'rbf'), got 'sigmoid'"),
+    ({"kernel": "poly", "degree": 0}, "degree must be an integer >= 1, got 0"),
+    ({"mu": 1.5}, "mu must be in [0, 1], got 1.5"),
+    ({"gap_tol": -0.1}, "gap_tol must be a number >= 0, got -0.1"),
+    ({"max_iter": 0}, "max_iter must be a positive integer or -1 (no limit), got 0"),
+    ({"cache_size": -1}, "cache_size must be a number of MB >= 0, got -1.0"),
+    ({"batch_sweeps": 0}, "batch_sweeps must be an integer >= 1, got 0"),
+    ({"n_jobs": 0}, "n_jobs must be a non-zero integer or None, got 0"),
+]
+
+
+@pytest.mark.parametrize("params,message", BAD_PARAMS,
+                         ids=[";".join(f"{k}={v!r}" for k, v in p.items()) for p, _ in BAD_PARAMS])
+def test_bad_hyper_parameter(data, params, message):
+    X, y = data
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MulticlassSVC(**params).fit(X, y)
+
+
+def test_bad_hyper_parameter_rejected_before_touching_data():
+    # a bad setting is reported even when the data would also be rejected
+    with pytest.raises(ValueError, match="C must be a positive finite number"):
+        MulticlassSVC(C=-1).fit(np.zeros((0, 3)), np.zeros(0))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("C", 0.0, "C must be a positive finite number"),
+    ("optimizer", "x", "optimizer must be one of"),
+    ("selection", "x", "selection must be one of"),
+    ("threshold", "x", "threshold must be one of"),
+    ("tol", float("nan"), "tol must be a positive number"),
+    ("batch_size", 0, "batch_size must be an integer >= 1"),
+])
+def test_solver_settings_check(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SolverSettings(**{field: value}).check()
+    assert SolverSettings().check().optimizer == "exact"
+
+
+# ------------------------------------------------------------------------------------------------
+# prediction
+# ------------------------------------------------------------------------------------------------
+
+def test_predict_wrong_n_features(data, fitted):
+    X, _ = data
+    msg = "X has 3 features, but MulticlassSVC is expecting 4 features as input"
+    for method in (fitted.predict, fitted.decision_function):
+        with pytest.raises(ValueError, match=msg):
+            method(X[:, :3])
+    with pytest.raises(ValueError, match=msg):
+        fitted.score(X[:, :3], np.zeros(24))
+
+
+def test_predict_nan(data, fitted):
+    X, _ = data
+    X = X.copy()
+    X[0, 0] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        fitted.predict(X)
+
+
+def test_predict_1d(data, fitted):
+    X, _ = data
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array instead"):
+        fitted.predict(X[0])

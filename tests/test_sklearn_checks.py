@@ -1,0 +1,36 @@
+"""scikit-learn's estimator checks on MulticlassSVC, in several solver configurations.
+
+Every check applies and passes; ``expected_failed_checks`` is therefore empty (strict xfail, so a
+check added to it must really fail).
+
+The linear and polynomial configurations carry a ``max_iter``: ``check_fit_idempotent`` trains on
+uncentred data (``loc=100``, 2 features, random labels).  Without a bias the kernel matrix is then
+nearly rank one (condition number ~1e6) and the dual decomposition converges extremely slowly
+(~100k rounds reach less than 10 % of the optimal dual); the unbounded default ``max_iter=-1`` would
+run for minutes.  The check only needs two identical fits, which a bounded run still gives.
+"""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from dmcsvm import MulticlassSVC
+
+ESTIMATORS = [
+    MulticlassSVC(),
+    MulticlassSVC(optimizer="all_pairs", selection="amg", threshold="log", batch_size=1,
+                  n_jobs=2),
+    MulticlassSVC(kernel="linear", optimizer="fixed_point", selection="kkt", threshold="max",
+                  batch_size=16, n_jobs=1, max_iter=2000),
+    MulticlassSVC(kernel="poly", degree=3, coef0=1.0, optimizer="opt_kkt", selection="bmg",
+                  threshold="exp", batch_size=8, n_jobs=2, max_iter=1000),
+]
+
+
+def _expected_failed_checks(estimator):
+    """No check is expected to fail for any configuration."""
+    return {}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks,
+                         xfail_strict=True)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
