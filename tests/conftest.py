@@ -173,7 +173,8 @@ def reduced_value(b, f_other, y, kpp):
 # ------------------------------------------------------------------------------------------------
 
 def run_solver(X, y, m, spec, C, optimizer="exact", selection="bmg", threshold="mean",
-               batch_size=7, tol=1e-8, n_threads=2, n_partitions=None, max_iter=20000, **extra):
+               batch_size=7, tol=1e-8, n_threads=2, n_partitions=None, max_iter=20000,
+               shrinking=True, **extra):
     """Run :func:`dmcsvm.solvers.multiclass.solve` on the in-process executor; returns
     ``(B (n x m), SolveResult)``."""
     from dmcsvm.engine.executor import InProcessExecutor
@@ -184,10 +185,10 @@ def run_solver(X, y, m, spec, C, optimizer="exact", selection="bmg", threshold="
     n, d = X.shape
     s = SolverSettings(C=C, optimizer=optimizer, selection=selection, threshold=threshold,
                        tol=tol, gap_tol=0.0, batch_size=batch_size, max_iter=max_iter,
-                       **extra).check()
+                       shrinking=shrinking, **extra).check()
     pset = PartitionSettings(kernel=spec.to_dict(), C=C, selection=pt.SELECTIONS[selection],
                              tol=s.tol, n_candidates=batch_size, pcls=np.arange(m),
-                             cache_bytes=10 ** 6)
+                             shrinking=shrinking, shrink_after=s.shrink_after, cache_bytes=10 ** 6)
     ex = InProcessExecutor(n_threads, n_partitions).start(X, y, y, pset)
     try:
         r = solve(ex, n, np.arange(m), spec, s, d, False)

@@ -92,6 +92,19 @@ def test_batch_size_does_not_change_the_optimum(cs, problems, optimizer, batch_s
         assert set(r.history["batch"]) <= {0, 1}
 
 
+@pytest.mark.parametrize("kernel", list(PROBLEMS))
+def test_shrinking_does_not_change_the_optimum(cs, problems, kernel):
+    p = problems[kernel]
+    n = p["X"].shape[0]
+    B1, r1 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], shrinking=True)
+    B0, r0 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], shrinking=False)
+    assert min(r1.history["n_active"]) < n        # rows were shrunk ...
+    assert r1.history["n_active"][-1] == n        # ... and restored for the final check
+    assert min(r0.history["n_active"]) == n
+    _check_optimal(cs, p, B1, r1, "shrinking")
+    _check_optimal(cs, p, B0, r0, "no shrinking")
+
+
 def test_batch_sweeps_reach_the_same_optimum(cs, problems):
     p = problems["poly"]
     B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], batch_size=16,
