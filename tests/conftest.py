@@ -63,11 +63,11 @@ def kkt_violation(B, F, y, C, zero=1e-12, at_c=1e-9):
     """Largest violation over all patterns of the three non-optimality conditions of
     Aiolli-Sperduti 2005 Eq. 15 (one prototype per class):
 
-    (a) ``alpha_y < C  and  F_y < max_N F + 1``                       -> ``max_N F + 1 - F_y``
-    (b) ``alpha_y > 0  and  F_y > max_{N, alpha_r > 0} F + 1``         -> ``F_y - 1 - max_{N, a>0} F``
-    (c) ``alpha_y > 0  and  max_N F > min_{N, alpha_r > 0} F``         -> ``max_N F - min_{N, a>0} F``
+    (a) ``alpha_y < C and F_y < max_N F + 1``              -> ``max_N F + 1 - F_y``
+    (b) ``alpha_y > 0 and F_y > max_{N, a_r > 0} F + 1``    -> ``F_y - 1 - max_{N, a_r > 0} F``
+    (c) ``alpha_y > 0 and max_N F > min_{N, a_r > 0} F``    -> ``max_N F - min_{N, a_r > 0} F``
 
-    ``alpha_r > 0`` is read as ``-B[i, r] > zero`` and ``alpha_y < C`` as ``B[i, y] < C (1 - at_c)``.
+    ``alpha_r > 0`` is read as ``-B[i, r] > zero``, ``alpha_y < C`` as ``B[i, y] < C (1 - at_c)``.
     Returns ``(max violation, per-pattern violations)``.
     """
     n, m = B.shape
@@ -143,8 +143,8 @@ def binary_svm_dual_qp(K, s, C):
 def reduced_pattern_qp(b0, f, y, c, pcls, kpp, C):
     """Exact solution of one pattern's reduced problem (DESIGN §1, AS 2005 units):
     ``max 2 b[y] - (kpp ||b||^2 + 2 b . f_other)`` with ``f_other = f - kpp b0``, subject to
-    ``sum b = 0``, ``0 <= b[y] <= C``, ``b[r] <= 0`` for ``pcls[r] != c``, ``b[r] = 0`` for the other
-    positive prototypes.  Returns ``(b*, value(b*) - value(b0))`` (the Lagrangian gain)."""
+    ``sum b = 0``, ``0 <= b[y] <= C``, ``b[r] <= 0`` for ``pcls[r] != c``, ``b[r] = 0`` for the
+    other positive prototypes.  Returns ``(b*, value(b*) - value(b0))`` (the Lagrangian gain)."""
     import cvxpy as cp
     P = len(b0)
     f_other = f - kpp * b0
@@ -164,7 +164,7 @@ def reduced_pattern_qp(b0, f, y, c, pcls, kpp, C):
 
 
 def reduced_value(b, f_other, y, kpp):
-    """``2 b[y] - (kpp ||b||^2 + 2 b . f_other)`` (the pattern's share of ``sum alpha - ||M||^2``)."""
+    """``2 b[y] - (kpp ||b||^2 + 2 b . f_other)``: its share of ``sum alpha - ||M||^2``."""
     return 2.0 * b[y] - (kpp * np.dot(b, b) + 2.0 * np.dot(b, f_other))
 
 

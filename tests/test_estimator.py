@@ -117,6 +117,8 @@ def test_fitted_attributes(iris, iris_model):
         assert len(v) == m.n_iter_, k
     assert np.all(np.diff(m.history_["elapsed"]) >= 0)
     assert m.converged_
+    # converged means: every psi <= tol, or the relative duality gap <= gap_tol
+    assert m.history_["max_psi"][-1] <= m.tol or m.history_["gap"][-1] <= m.gap_tol
     # the last dual value is the one of the fitted coefficients
     assert m.history_["dual"][-1] == pytest.approx(_dual_from_model(m, X, y), rel=1e-9)
     # the primal never drops below the dual (weak duality)

@@ -221,7 +221,8 @@ def test_opt_exact_solves_reduced_problem(k, qp_solutions):
 
 
 OPTIMIZERS_TIGHT = {
-    "fixed_point": lambda b, f, y, c, pcls, kpp, C: pt.opt_fixed_point(b, f, y, c, pcls, kpp, C, 1e-15),
+    "fixed_point": lambda b, f, y, c, pcls, kpp, C: pt.opt_fixed_point(b, f, y, c, pcls, kpp, C,
+                                                                       1e-15),
     "all_pairs": lambda b, f, y, c, pcls, kpp, C: pt.opt_all_pairs(b, f, y, c, pcls, kpp, C, 1e-20),
     "opt_kkt": lambda b, f, y, c, pcls, kpp, C: pt.opt_kkt(b, f, y, c, pcls, kpp, C, 1e-20),
 }
@@ -314,7 +315,7 @@ def test_opt_basic_takes_the_amg_step_only():
 
 def _psi_reference(s, b, f):
     """CS 2001 Eq. 32 in margin units: max_r (f_r - d_ry) - min_{r free} (f_r - d_ry), where
-    free = (r = y and b_y < C) or (r in N and b_r < 0); other positive prototypes do not take part."""
+    free = (r = y and b_y < C) or (r in N and b_r < 0); other positive prototypes take no part."""
     y, c, pcls, C = s["y"], s["c"], s["pcls"], s["C"]
     g, free = [], []
     for r in range(b.shape[0]):
