@@ -115,6 +115,7 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {
+        "dmcsvm_git": _git_state(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "cpu_model": cpu,
@@ -128,6 +129,21 @@ def machine_info() -> dict:
         "dmcsvm": getattr(dmcsvm, "__version__", None),
         "blas": blas,
     }
+
+
+def _git_state() -> dict | None:
+    """Commit of the repository holding dmcsvm and whether its library code differs from it."""
+    import subprocess
+    import dmcsvm
+    root = Path(dmcsvm.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "dmcsvm"],
+                               capture_output=True, text=True, check=True).stdout.strip() != ""
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"commit": head, "library_modified": dirty}
 
 
 def other_load() -> dict:
