@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .engine.executor import InProcessExecutor
 from .engine.partition import PartitionSettings
-from .kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma
+from .kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
 from .solvers import pattern as pt
 from .solvers.multiclass import SolverSettings, solve
 
@@ -227,7 +227,6 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
                                                           int(self.degree), float(self.coef0))
         SV = self.support_vectors_
-        from .kernels import row_norms_sq
         sv_norms = row_norms_sq(SV)
         chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
 

@@ -11,7 +11,6 @@ partition carrying the batch update and one reply with its candidates and aggreg
 
 from __future__ import annotations
 
-import numpy as np
 import scipy.sparse as sp
 
 from .executor import partition_bounds
@@ -21,10 +20,6 @@ from .partition import Partition, PartitionSettings
 def _step_task(part: Partition, msg: dict) -> dict:
     """Pinned-future mode: run one round on the worker-resident partition."""
     return part.step(msg)
-
-
-def _coef_task(part: Partition):
-    return part.coefficients()
 
 
 def _stats_task(part: Partition):
@@ -149,10 +144,6 @@ class DaskExecutor:
             return [getattr(a, name)().result() for a in self.parts]
         return self.client.gather([self.client.submit(task, p, workers=[w], pure=False)
                                    for p, w in zip(self.parts, self.placement)])
-
-    def coefficients(self):
-        got = self._call("coefficients", _coef_task)
-        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
 
     def stats(self) -> list[dict]:
         return self._call("stats", _stats_task)

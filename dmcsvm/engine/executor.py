@@ -66,10 +66,6 @@ class InProcessExecutor:
             return [p.step(msg) for p in self.parts]
         return list(self._pool.map(lambda p: p.step(msg), self.parts))
 
-    def coefficients(self):
-        got = [p.coefficients() for p in self.parts]
-        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-
     def stats(self) -> list[dict]:
         return [p.stats() for p in self.parts]
 

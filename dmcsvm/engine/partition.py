@@ -249,11 +249,6 @@ class Partition:
         return reply
 
     # ---------------------------------------------------------------- results
-    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
-        """Global ids and rows of ``B`` that are non-zero (the support patterns)."""
-        nz = np.flatnonzero(np.any(self.B != 0.0, axis=1))
-        return nz + self.lo, self.B[nz].copy()
-
     def stats(self) -> dict:
         return {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
                 "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),

@@ -167,6 +167,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     just_unshrunk = False
     stalled = False
     rounds = 0
+    n_sv = 0
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
     limits = threadpool_limits(1)
@@ -203,17 +204,14 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 ids = agg["cand_ids"][pick]
                 XB = agg["cand_X"][pick]
                 Kbb = kernel_block(spec, XB, XB)
-                dB, gains = pt.solve_batch(opt_code, B[ids], agg["cand_F"][pick], Kbb,
-                                           agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
-                                           agg["cand_kdiag"][pick], float(s.C), float(s.tol),
-                                           float(fp_eps), int(s.batch_sweeps))
+                args = (B[ids], agg["cand_F"][pick], Kbb, agg["cand_yp"][pick],
+                        agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick], float(s.C),
+                        float(s.tol), float(fp_eps), int(s.batch_sweeps))
+                dB, gains = pt.solve_batch(opt_code, *args)
                 moved = np.any(dB != 0.0, axis=1)
                 if not moved.any() and opt_code != pt.OPT_EXACT:
                     # the chosen optimizer stalled below its own tolerance: finish exactly
-                    dB, gains = pt.solve_batch(pt.OPT_EXACT, B[ids], agg["cand_F"][pick], Kbb,
-                                               agg["cand_yp"][pick], agg["cand_cls"][pick], pcls,
-                                               agg["cand_kdiag"][pick], float(s.C), float(s.tol),
-                                               float(fp_eps), int(s.batch_sweeps))
+                    dB, gains = pt.solve_batch(pt.OPT_EXACT, *args)
                     moved = np.any(dB != 0.0, axis=1)
                 if not moved.any():
                     stalled = True
@@ -224,10 +222,11 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     msg = {"ids": ids, "XB": XB, "dB": dB, "shrink_margin": min(agg["max_psi"], s.shrink_cap)}
                     batch_ids = ids
             t_end = time.perf_counter()
+            if rounds % 50 == 0 or converged:      # O(n P): refreshed now and then, and at the end
+                n_sv = int(np.count_nonzero(np.any(B != 0.0, axis=1)))
             row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],
                        max_psi=agg["max_psi"], threshold=theta, n_active=agg["n_active"],
-                       n_viol=agg["n_viol"], n_sv=int(np.count_nonzero(np.any(B != 0, axis=1)))
-                       if (rounds % 50 == 0 or converged) else (hist["n_sv"][-1] if hist["n_sv"] else 0),
+                       n_viol=agg["n_viol"], n_sv=n_sv,
                        batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
                        rows_computed=agg["rows_computed"], rows_cached=agg["rows_cached"],
                        t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],

@@ -82,8 +82,9 @@ def _is_neg(pcls, c, r):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_basic(b, f, y, c, pcls, kpp, C, phi):
-    """BasicOptimizeOnPattern (AS 2005 Fig. 4): one basic step on the pair of largest gain."""
+def best_pair(b, f, y, c, pcls, kpp, C):
+    """The basic step of largest gain over every admissible pair (Eq. 14): ``(gain, v, ra, rb)``,
+    ``ra = -1`` when no pair gains.  Pairs inside N_p are unordered (``v`` is signed)."""
     P = b.shape[0]
     best_g = 0.0
     best_v = 0.0
@@ -96,13 +97,20 @@ def opt_basic(b, f, y, c, pcls, kpp, C, phi):
             if rb == ra or not _is_neg(pcls, c, rb):
                 continue
             if ra != y and rb < ra:
-                continue                # unordered pairs inside N_p: v is signed
+                continue
             v, g = pair_step(b, f, y, ra, rb, kpp, C)
             if g > best_g:
                 best_g, best_v, best_a, best_b = g, v, ra, rb
-    if best_a >= 0 and best_g > phi:
-        apply_step(b, f, y, best_a, best_b, best_v, kpp, C)
-        return best_g
+    return best_g, best_v, best_a, best_b
+
+
+@numba.njit(cache=True, nogil=True)
+def opt_basic(b, f, y, c, pcls, kpp, C, phi):
+    """BasicOptimizeOnPattern (AS 2005 Fig. 4): one basic step on the pair of largest gain."""
+    g, v, ra, rb = best_pair(b, f, y, c, pcls, kpp, C)
+    if ra >= 0 and g > phi:
+        apply_step(b, f, y, ra, rb, v, kpp, C)
+        return g
     return 0.0
 
 
@@ -349,20 +357,7 @@ def psi_value(b, f, y, c, pcls, C):
 @numba.njit(cache=True, nogil=True)
 def amg_value(b, f, y, c, pcls, kpp, C):
     """Approximate Maximum Gain: the best single basic step ``max V^p_{ra,rb}`` (AS 2005 §5.3)."""
-    P = b.shape[0]
-    best = 0.0
-    for ra in range(P):
-        if ra != y and not _is_neg(pcls, c, ra):
-            continue
-        for rb in range(P):
-            if rb == ra or not _is_neg(pcls, c, rb):
-                continue
-            if ra != y and rb < ra:
-                continue
-            v, g = pair_step(b, f, y, ra, rb, kpp, C)
-            if g > best:
-                best = g
-    return best
+    return best_pair(b, f, y, c, pcls, kpp, C)[0]
 
 
 @numba.njit(cache=True, nogil=True)
