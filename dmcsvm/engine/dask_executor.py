@@ -22,8 +22,9 @@ def _step_task(part: Partition, msg: dict) -> dict:
     return part.step(msg)
 
 
-def _stats_task(part: Partition):
-    return part.stats()
+def _call_task(part: Partition, name: str, args: tuple):
+    """Pinned-future mode: call any method of the worker-resident partition."""
+    return getattr(part, name)(*args)
 
 
 def resolve_client(client, n_workers=None, threads_per_worker=None, memory_limit=None):
@@ -85,7 +86,7 @@ class DaskExecutor:
         self.parts = []          # actors or futures, in partition order
         self.placement = []      # worker address of each partition
 
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None):
+    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
         """Create one partition per row block on its worker; ``X`` is an in-memory array (rows are
         scattered to the owning worker) or a :class:`~dmcsvm.engine.partition.StoreRows` source
         (each worker reads its own rows from the zarr store)."""
@@ -101,10 +102,10 @@ class DaskExecutor:
                 rows = c.scatter(rows, workers=[w], direct=True)
             args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings)
             if self.mode == "actor":
-                fut = c.submit(Partition, *args, actor=True, workers=[w],
+                fut = c.submit(partition_cls, *args, actor=True, workers=[w],
                                allow_other_workers=False, key=f"dmcsvm-partition-{k}-{id(self)}")
             else:
-                fut = c.submit(Partition, *args, workers=[w], allow_other_workers=False,
+                fut = c.submit(partition_cls, *args, workers=[w], allow_other_workers=False,
                                pure=False, key=f"dmcsvm-partition-{k}-{id(self)}")
             self.parts.append(fut)
             self.placement.append(w)
@@ -135,18 +136,20 @@ class DaskExecutor:
                 for k, (p, w) in enumerate(zip(self.parts, self.placement))]
         return c.gather(futs)
 
-    def _call(self, name, task):
+    def call(self, name: str, *args) -> list:
+        """Call method ``name`` of every partition with ``args`` on its worker; results in
+        partition order."""
         with self.client.as_current():
-            return self._call_current(name, task)
-
-    def _call_current(self, name, task):
-        if self.mode == "actor":
-            return [getattr(a, name)().result() for a in self.parts]
-        return self.client.gather([self.client.submit(task, p, workers=[w], pure=False)
-                                   for p, w in zip(self.parts, self.placement)])
+            if self.mode == "actor":
+                futs = [getattr(a, name)(*args) for a in self.parts]
+                return [f.result() for f in futs]
+            c = self.client
+            return c.gather([c.submit(_call_task, p, name, args, workers=[w], pure=False,
+                                      key=f"dmcsvm-{name}-p{k}-{_next()}")
+                             for k, (p, w) in enumerate(zip(self.parts, self.placement))])
 
     def stats(self) -> list[dict]:
-        return self._call("stats", _stats_task)
+        return self.call("stats")
 
     def close(self):
         # dropping the references lets the scheduler release the actors / pinned state

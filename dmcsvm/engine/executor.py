@@ -48,8 +48,9 @@ class InProcessExecutor:
         self._pool = None
         self._limits = None
 
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None):
-        """Create the partitions over rows of ``X`` (ndarray or CSR)."""
+    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
+        """Create the partitions (``partition_cls``, :class:`Partition` or a subclass with the same
+        constructor) over rows of ``X`` (ndarray, CSR or a store row source)."""
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
         if sp.issparse(X):
@@ -58,7 +59,8 @@ class InProcessExecutor:
             self._pool = ThreadPoolExecutor(self.n_threads)
             self._limits = threadpool_limits(1)   # restored by close()
         for k, (lo, hi) in enumerate(bounds):
-            self.parts.append(Partition(k, lo, hi, X[lo:hi], yp[lo:hi], cls[lo:hi], settings))
+            rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
+            self.parts.append(partition_cls(k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings))
         return self
 
     def step(self, msg: dict) -> list[dict]:
@@ -66,8 +68,14 @@ class InProcessExecutor:
             return [p.step(msg) for p in self.parts]
         return list(self._pool.map(lambda p: p.step(msg), self.parts))
 
+    def call(self, name: str, *args) -> list:
+        """Call method ``name`` of every partition with ``args``; results in partition order."""
+        if self._pool is None:
+            return [getattr(p, name)(*args) for p in self.parts]
+        return list(self._pool.map(lambda p: getattr(p, name)(*args), self.parts))
+
     def stats(self) -> list[dict]:
-        return [p.stats() for p in self.parts]
+        return self.call("stats")
 
     def close(self):
         if self._pool is not None:

@@ -107,6 +107,25 @@ class _RowBank:
         return np.stack([self.rows[int(g)] for g in ids])
 
 
+@dataclass
+class CoordinatorState:
+    """What the coordinator owns between rounds, kept across :func:`solve` calls so that a solve
+    can continue where another stopped (MProtSVM epochs, resumed checkpoints): the coefficients
+    ``B`` (n x P), the X rows of every pattern that entered a batch, the round counter, history."""
+
+    B: np.ndarray
+    bank: _RowBank = field(default_factory=_RowBank)
+    rounds: int = 0
+    history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+
+    @classmethod
+    def fresh(cls, n: int, P: int) -> "CoordinatorState":
+        return cls(B=np.zeros((n, P)))
+
+    def support(self) -> np.ndarray:
+        return np.flatnonzero(np.any(self.B != 0.0, axis=1))
+
+
 def _merge(replies):
     """Concatenate the partitions' candidate lists and add up their aggregates."""
     cat = {k: [r[k] for r in replies] for k in replies[0] if k.startswith("cand_")}
@@ -132,7 +151,8 @@ def _progress(settings, n):
 
 
 def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: SolverSettings,
-          d: int, sparse: bool, x_dtype=np.float64, on_round=None) -> SolveResult:
+          d: int, sparse: bool, x_dtype=np.float64, on_round=None, state=None, first_msg=None,
+          stop=None) -> SolveResult:
     """Run rounds on ``executor`` (already started on the partitions) until convergence.
 
     Parameters
@@ -150,24 +170,32 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         Whether X rows arrive as CSR.
     on_round : callable, optional
         Called with ``(round, B)`` after each round's update (checkpoints).
+    state : CoordinatorState, optional
+        Continue from this state (its ``B`` must match the partitions' scores after
+        ``first_msg``); updated in place.  Default: a fresh state, ``B = 0``.
+    first_msg : dict, optional
+        Message sent to the partitions in the first round (e.g. an update that zeroes the
+        coefficients of re-assigned patterns); the caller keeps ``state.B`` consistent with it.
+    stop : callable, optional
+        ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False).
     """
     s = settings
     opt_code = pt.OPTIMIZERS[s.optimizer]
     P = len(pcls)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
     fp_eps = s.fp_eps if s.fp_eps is not None else s.tol / 2.0   # CS 2001 Fig. 4 passes eps / 2
-    B = np.zeros((n, P))
-    bank = _RowBank()
-    hist = {k: [] for k in HISTORY_KEYS}
+    if state is None:
+        state = CoordinatorState.fresh(n, P)
+    B, bank, hist = state.B, state.bank, state.history
     bar = _progress(s, n)
-    msg: dict = {}
+    msg: dict = dict(first_msg or {})
     t_start = time.perf_counter()
-    max_rounds = s.max_iter if s.max_iter > 0 else 10 ** 9
+    rounds = state.rounds
+    max_rounds = rounds + s.max_iter if s.max_iter > 0 else 10 ** 12
     converged = False
     just_unshrunk = False
     stalled = False
-    rounds = 0
-    n_sv = 0
+    n_sv = int(np.count_nonzero(np.any(B != 0.0, axis=1)))
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
     limits = threadpool_limits(1)
@@ -241,7 +269,12 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             rounds += 1
             if on_round is not None and batch_ids.shape[0]:
                 on_round(rounds, B)
+            state.rounds = rounds
             if converged:
+                break
+            if stop is not None and stop(row):
+                if msg.get("ids") is not None:
+                    executor.step(msg)        # apply the last batch so partitions match B
                 break
             if stalled:
                 warnings.warn(f"dmcsvm solver stopped: no batch pattern can be improved in floating "
@@ -260,6 +293,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         limits.restore_original_limits()
         if bar is not None:
             bar.close()
-    sv = np.flatnonzero(np.any(B != 0.0, axis=1))
+    state.rounds = rounds
+    sv = state.support()
     return SolveResult(support=sv, coef=B[sv], X_sv=bank.stack(sv, d, sparse, x_dtype),
                        history=hist, n_iter=rounds, converged=converged)
