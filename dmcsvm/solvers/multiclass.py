@@ -24,7 +24,7 @@ from .selection import THRESHOLDS, threshold_value
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
-                "t_round", "t_solve", "t_kernel", "t_update", "t_select")
+                "t_round", "t_solve", "t_kernel", "t_update", "t_select", "t_parts")
 
 
 @dataclass
@@ -258,7 +258,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                        batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
                        rows_computed=agg["rows_computed"], rows_cached=agg["rows_cached"],
                        t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],
-                       t_update=agg["t_update"], t_select=agg["t_select"])
+                       t_update=agg["t_update"], t_select=agg["t_select"],
+                       t_parts=agg["t_total"])
             for k in HISTORY_KEYS:
                 hist[k].append(row[k])
             if bar is not None:

@@ -1,9 +1,8 @@
-"""scikit-learn estimators of dmcsvm."""
+"""MulticlassSVC: the Crammer-Singer family (one prototype per class) as a scikit-learn estimator."""
 
 from __future__ import annotations
 
 import numbers
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,23 +11,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .engine.executor import InProcessExecutor
-from .engine.partition import PartitionSettings
-from .kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
-from .solvers import pattern as pt
-from .solvers.multiclass import SolverSettings, solve
+from ..engine.partition import PartitionSettings
+from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..solvers import pattern as pt
+from ..solvers.multiclass import SolverSettings, solve
+
+from ._engine import make_executor, n_threads as _n_threads, release_executor
 
 _PREDICT_CHUNK = 2048
-
-
-def _n_threads(n_jobs) -> int:
-    """sklearn/joblib convention, except that ``None`` means every core: training is the point."""
-    cpus = os.cpu_count() or 1
-    if n_jobs is None:
-        return cpus
-    if not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
-        raise ValueError(f"n_jobs must be a non-zero integer or None, got {n_jobs!r}")
-    return max(1, cpus + 1 + n_jobs) if n_jobs < 0 else int(n_jobs)
 
 
 class MulticlassSVC(ClassifierMixin, BaseEstimator):
@@ -179,17 +169,9 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
-        n_threads = _n_threads(self.n_jobs)
         m = classes.shape[0]
         pcls = np.arange(m, dtype=np.int64)
-        owned = []
-        if self.client is None:
-            executor = InProcessExecutor(n_threads, self.n_partitions)
-        else:
-            from .engine.dask_executor import DaskExecutor, resolve_client
-            client, owned = resolve_client(self.client, self.n_workers, self.threads_per_worker,
-                                           self.memory_limit)
-            executor = DaskExecutor(client, self.n_partitions)
+        executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, X.shape[0]))
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
@@ -203,10 +185,7 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
             res = solve(executor, X.shape[0], pcls, spec, settings, X.shape[1], sp.issparse(X),
                         X.dtype)
         finally:
-            executor.close()
-            if owned:
-                from .engine.dask_executor import release_client
-                release_client(owned)
+            release_executor(executor, owned)
         self.classes_ = classes
         self.support_ = res.support
         self.support_vectors_ = res.X_sv
