@@ -1,88 +1,488 @@
-"""Saving and loading trained models without pickle: arrays in ``.npz`` (allow_pickle=False) and
-the settings in JSON, so that opening an untrusted model file can never run code."""
+"""Saving and loading fitted estimators without pickle.
+
+A model file holds every fitted attribute of an estimator (the public names ending in ``_``:
+ndarrays, CSR matrices, scalars, dicts of arrays such as ``history_``, nested lists, fitted
+sub-estimators) and its ``get_params()``, in one of two containers:
+
+- ``*.npz`` (a single file): the arrays as ``a0, a1, ...`` (``allow_pickle=False``) and the JSON
+  metadata as the uint8 array ``meta``;
+- anything else (a directory, e.g. ``model.zarr``): a zarr group with the arrays ``a0, a1, ...``
+  and the JSON metadata in the group attribute ``dmcsvm_model``.
+
+The metadata is a JSON tree::
+
+    {"format": "dmcsvm-model", "format_version": 2, "dmcsvm_version": "...",
+     "model": {"__estimator__": "MulticlassSVC", "params": {...}, "attrs": {...}}}
+
+in which every array is a reference ``{"__array__": "a3", "dtype": "<f8", "shape": [...],
+"crc32": ...}``; the checksum catches a truncated or damaged file.  Loading builds the class
+from a registry of allowed estimator names (the estimators exported by
+:mod:`dmcsvm.estimators`; a name from the file is never imported), checks the parameters
+against its signature and sets the attributes, so a model file can never run code.  Files are
+written to a temporary name beside the target and renamed into place (atomic on one
+filesystem).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
+import re
+import shutil
 import tempfile
+import uuid
+import zipfile
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
 
+__all__ = ["MODEL_FORMAT", "MODEL_VERSION", "save_model", "load_model", "estimator_registry"]
+
 MODEL_FORMAT = "dmcsvm-model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2
+"""Version written; versions 1 (MulticlassSVC npz of dmcsvm 0.1) and 2 are read."""
+
+_ATTR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*_$")
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RUNTIME_PARAMS = ("client",)   # where training ran: kept only when it is plain JSON (None, str)
 
 
-def save_model(model, path: str) -> None:
-    """Write a fitted :class:`~dmcsvm.MulticlassSVC` to ``path`` (a single ``.npz`` file)."""
+# ------------------------------------------------------------------------------------ registry
+
+def estimator_registry() -> dict:
+    """The estimator classes a model file may name: ``{name: class}``.
+
+    Every scikit-learn estimator exported by :mod:`dmcsvm.estimators` (its ``__all__``), so an
+    estimator added there can be saved, loaded and trained from the command line at once.
+    """
+    from sklearn.base import BaseEstimator
+
+    from . import estimators
+    out = {}
+    for name in getattr(estimators, "__all__", ()):
+        cls = getattr(estimators, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseEstimator):
+            out[name] = cls
+    return out
+
+
+def _dataclass_registry() -> dict:
+    from .kernels import KernelSpec
+    return {"KernelSpec": KernelSpec}
+
+
+# ------------------------------------------------------------------------------------ encoding
+
+class _Encoder:
+    """Turns an estimator into a JSON tree plus a list of numeric arrays."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def array(self, a: np.ndarray, where: str) -> dict:
+        a = np.asarray(a)
+        if a.dtype.kind in "biufc":
+            a = np.ascontiguousarray(a)
+            key = f"a{len(self.arrays)}"
+            self.arrays[key] = a
+            return {"__array__": key, "dtype": a.dtype.str, "shape": list(a.shape),
+                    "crc32": zlib.crc32(a)}
+        if a.dtype.kind == "U":
+            return {"__strarray__": a.tolist(), "dtype": a.dtype.str, "shape": list(a.shape)}
+        if a.dtype.kind == "O":
+            items = a.ravel().tolist()
+            if all(isinstance(v, (str, bool, int, float)) or v is None for v in items):
+                return {"__objarray__": [self.value(v, where) for v in items],
+                        "shape": list(a.shape)}
+        raise ValueError(f"cannot save {where}: arrays of dtype {a.dtype} are not supported")
+
+    def value(self, v, where: str):
+        from sklearn.base import BaseEstimator
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else {"__float__": repr(v)}
+        if isinstance(v, np.generic):
+            if v.dtype.kind in "biufc":
+                item = v.item()
+                if isinstance(item, float) and not math.isfinite(item):
+                    item = {"__float__": repr(item)}
+                elif isinstance(item, complex):
+                    return {"__array0__": self.array(np.asarray(v), where)}
+                return {"__npscalar__": v.dtype.str, "value": item}
+            if v.dtype.kind == "U":
+                return str(v)
+            raise ValueError(f"cannot save {where}: scalar of dtype {v.dtype}")
+        if isinstance(v, np.ndarray):
+            return self.array(v, where)
+        if sp.issparse(v):
+            fmt = v.format if v.format in ("csr", "csc") else "csr"
+            m = v.asformat(fmt)
+            return {"__sparse__": fmt, "shape": list(m.shape),
+                    "data": self.array(m.data, where), "indices": self.array(m.indices, where),
+                    "indptr": self.array(m.indptr, where)}
+        if isinstance(v, BaseEstimator):
+            return self.estimator(v, where)
+        if isinstance(v, dict):
+            if all(isinstance(k, str) for k in v):
+                return {"__dict__": {k: self.value(x, f"{where}[{k!r}]") for k, x in v.items()}}
+            return {"__items__": [[self.value(k, where), self.value(x, f"{where}[{k!r}]")]
+                                  for k, x in v.items()]}
+        if isinstance(v, (list, tuple)):
+            items = [self.value(x, f"{where}[{i}]") for i, x in enumerate(v)]
+            return items if isinstance(v, list) else {"__tuple__": items}
+        if dataclasses.is_dataclass(v) and type(v).__name__ in _dataclass_registry() \
+                and _dataclass_registry()[type(v).__name__] is type(v):
+            fields = {f.name: self.value(getattr(v, f.name), where) for f in dataclasses.fields(v)}
+            return {"__dataclass__": type(v).__name__, "fields": fields}
+        raise ValueError(f"cannot save {where}: values of type {type(v).__name__} are not supported")
+
+    def estimator(self, est, where="model") -> dict:
+        name = type(est).__name__
+        reg = estimator_registry()
+        if reg.get(name) is not type(est):
+            raise ValueError(f"cannot save {where}: {name} is not a dmcsvm estimator "
+                             f"(known: {', '.join(sorted(reg))})")
+        params, dropped = {}, []
+        for k, v in est.get_params(deep=False).items():
+            if k in _RUNTIME_PARAMS and not (v is None or isinstance(v, str)):
+                dropped.append(k)          # a live Client: meaningless in another process
+                v = None
+            params[k] = self.value(v, f"{where}.{k}")
+        attrs = {k: self.value(v, f"{where}.{k}") for k, v in sorted(vars(est).items())
+                 if _ATTR_NAME.match(k)}
+        out = {"__estimator__": name, "params": params, "attrs": attrs}
+        if dropped:
+            out["dropped_params"] = dropped
+        return out
+
+
+class _Decoder:
+    """Rebuilds values from the JSON tree, reading arrays through ``get(key)``."""
+
+    def __init__(self, path, get):
+        self.path, self.get = path, get
+
+    def bad(self, msg):
+        return ValueError(f"{self.path} is not a valid dmcsvm model file: {msg}")
+
+    def array(self, ref) -> np.ndarray:
+        try:
+            key, dtype, shape, crc = ref["__array__"], ref["dtype"], ref["shape"], ref["crc32"]
+        except (KeyError, TypeError):
+            raise self.bad("an array reference is incomplete") from None
+        a = self.get(key)
+        if a is None:
+            raise self.bad(f"array {key!r} is missing (truncated file?)")
+        a = np.asarray(a)
+        if a.dtype.str != dtype or list(a.shape) != list(shape):
+            raise self.bad(f"array {key!r} has dtype {a.dtype.str} and shape {list(a.shape)}; "
+                           f"the metadata says {dtype} and {list(shape)} (truncated file?)")
+        a = np.ascontiguousarray(a)
+        if zlib.crc32(a) != crc:
+            raise self.bad(f"array {key!r} fails its checksum (truncated or damaged file)")
+        return a
+
+    def value(self, v):
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if not isinstance(v, dict) or len(v) == 0:
+            raise self.bad(f"unexpected value {v!r}")
+        if "__array__" in v:
+            return self.array(v)
+        if "__float__" in v:
+            return float(v["__float__"])
+        if "__npscalar__" in v:
+            inner = v["value"]
+            if isinstance(inner, dict):
+                inner = self.value(inner)
+            return np.dtype(v["__npscalar__"]).type(inner)
+        if "__array0__" in v:
+            return self.array(v["__array0__"])[()]
+        if "__strarray__" in v:
+            return np.array(v["__strarray__"], dtype=v["dtype"]).reshape(v["shape"])
+        if "__objarray__" in v:
+            items = [self.value(x) for x in v["__objarray__"]]
+            a = np.empty(len(items), dtype=object)
+            a[:] = items
+            return a.reshape(v["shape"])
+        if "__sparse__" in v:
+            cls = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}.get(v["__sparse__"])
+            if cls is None:
+                raise self.bad(f"unknown sparse format {v['__sparse__']!r}")
+            return cls((self.array(v["data"]), self.array(v["indices"]),
+                        self.array(v["indptr"])), shape=tuple(v["shape"]))
+        if "__dict__" in v:
+            return {k: self.value(x) for k, x in v["__dict__"].items()}
+        if "__items__" in v:
+            return {self._key(self.value(k)): self.value(x) for k, x in v["__items__"]}
+        if "__tuple__" in v:
+            return tuple(self.value(x) for x in v["__tuple__"])
+        if "__dataclass__" in v:
+            cls = _dataclass_registry().get(v["__dataclass__"])
+            if cls is None:
+                raise self.bad(f"unknown value type {v['__dataclass__']!r}")
+            return cls(**{k: self.value(x) for k, x in v["fields"].items()})
+        if "__estimator__" in v:
+            return self.estimator(v)
+        raise self.bad(f"unexpected value with keys {sorted(v)}")
+
+    @staticmethod
+    def _key(k):
+        return k.item() if isinstance(k, np.generic) else k
+
+    def estimator(self, node):
+        reg = estimator_registry()
+        name = node.get("__estimator__")
+        cls = reg.get(name) if isinstance(name, str) else None
+        if cls is None:
+            raise ValueError(f"{self.path}: unknown estimator {name!r} in the model file "
+                             f"(this dmcsvm knows {', '.join(sorted(reg))})")
+        params = node.get("params")
+        attrs = node.get("attrs")
+        if not isinstance(params, dict) or not isinstance(attrs, dict):
+            raise self.bad(f"the {name} entry lacks its params or attrs")
+        known = set(cls._get_param_names())
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"{self.path}: parameter(s) {', '.join(unknown)} unknown to {name} "
+                             f"(written by another dmcsvm version?)")
+        est = cls(**{k: self.value(x) for k, x in params.items()})
+        for k, x in attrs.items():
+            if not _ATTR_NAME.match(k):
+                raise self.bad(f"attribute name {k!r} is not a fitted attribute")
+            setattr(est, k, self.value(x))
+        return est
+
+
+# ------------------------------------------------------------------------------------ save
+
+def _is_npz(path: str) -> bool:
+    return str(path).endswith(".npz")
+
+
+def save_model(model, path) -> None:
+    """Write a fitted dmcsvm estimator to ``path`` atomically, without pickle.
+
+    Parameters
+    ----------
+    model : estimator
+        A fitted estimator of :mod:`dmcsvm.estimators` (any of them, including wrappers that
+        hold fitted sub-estimators).
+    path : str or os.PathLike
+        ``*.npz`` for a single file, anything else (e.g. ``model.zarr``) for a zarr group
+        directory.  An existing model at ``path`` is replaced; anything else there is refused.
+
+    Raises
+    ------
+    ValueError
+        When the model is not fitted, is not a registered dmcsvm estimator, holds a value that
+        cannot be stored without pickle, or ``path`` holds something other than a model.
+    """
     from sklearn.utils.validation import check_is_fitted
+
+    from . import __version__
     check_is_fitted(model)
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise ValueError(f"cannot write {path}: directory {parent} does not exist")
+    enc = _Encoder()
+    tree = enc.estimator(model)
     meta = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
-            "estimator": type(model).__name__, "params": _jsonable(model.get_params()),
-            "gamma_": float(model.gamma_), "n_features_in_": int(model.n_features_in_),
-            "n_iter_": int(model.n_iter_), "classes_kind": model.classes_.dtype.kind}
-    arrays = {"dual_coef": model.dual_coef_, "support": model.support_,
-              "classes": model.classes_.astype(str) if model.classes_.dtype.kind in "OUS"
-              else model.classes_}
-    SV = model.support_vectors_
-    if sp.issparse(SV):
-        SV = SV.tocsr()
-        arrays.update(sv_data=SV.data, sv_indices=SV.indices, sv_indptr=SV.indptr,
-                      sv_shape=np.asarray(SV.shape))
-    else:
-        arrays["sv"] = SV
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
-    os.close(fd)
+            "dmcsvm_version": __version__, "estimator": tree["__estimator__"], "model": tree}
+    text = json.dumps(meta, allow_nan=False)
+    if os.path.lexists(path):
+        _check_replaceable(path)
+    if _is_npz(path):
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, meta=np.frombuffer(text.encode(), dtype=np.uint8), **enc.arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return
+    import zarr
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
     try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
+        g = zarr.open_group(tmp, mode="w", zarr_format=3)
+        for key, a in enc.arrays.items():
+            arr = g.create_array(key, shape=a.shape, dtype=a.dtype,
+                                 chunks=tuple(max(1, s) for s in a.shape) if a.ndim else ())
+            if a.size:
+                arr[...] = a
+        g.attrs["dmcsvm_model"] = meta
+        _replace_dir(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def load_model(path: str):
-    """Read a model written by :func:`save_model`; refuses other files with a clear error."""
-    from .estimators import MulticlassSVC
+def _check_replaceable(path):
+    """Only a dmcsvm model may be overwritten."""
+    try:
+        meta, _, close = _read_meta(path)
+    except ValueError:
+        meta, close = None, None
+    if close is not None:
+        close()
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+        raise ValueError(f"refusing to overwrite {path}: it is not a dmcsvm model")
+
+
+def _replace_dir(tmp, path):
+    if os.path.lexists(path):
+        old = f"{path}.old-{uuid.uuid4().hex[:8]}"
+        if os.path.isdir(path):
+            os.rename(path, old)
+        else:
+            os.replace(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(old, path)
+            raise
+        if os.path.isdir(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)
+    else:
+        os.rename(tmp, path)
+
+
+# ------------------------------------------------------------------------------------ load
+
+def _read_meta(path):
+    """``(meta, get_array, close)`` of a model file; ValueError for anything else."""
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist")
+    if os.path.isdir(path):
+        import zarr
+        try:
+            g = zarr.open_group(path, mode="r")
+            meta = g.attrs.get("dmcsvm_model")
+        except Exception as e:
+            raise ValueError(f"{path} is not a dmcsvm model file: {e}") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{path} is not a dmcsvm model file (no dmcsvm_model metadata)")
+
+        def get(key):
+            try:
+                node = g[key]
+            except KeyError:
+                return None
+            try:
+                return node[...]
+            except Exception as e:
+                raise ValueError(f"{path}: cannot read array {key!r}: {e}") from None
+        return meta, get, lambda: None
     try:
         z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not a dmcsvm model file: {e}") from None
-    with z:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ValueError(f"{path} is not a dmcsvm model file (truncated or foreign: {e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not a dmcsvm model file (a plain .npy array)")
+    try:
         if "meta" not in z.files:
             raise ValueError(f"{path} is not a dmcsvm model file (no metadata)")
         meta = json.loads(bytes(z["meta"]).decode())
+    except ValueError:
+        z.close()
+        raise
+    except Exception as e:
+        z.close()
+        raise ValueError(f"{path} is not a dmcsvm model file (truncated or damaged: {e})") from None
+    if not isinstance(meta, dict):
+        z.close()
+        raise ValueError(f"{path} is not a dmcsvm model file (metadata is not a JSON object)")
+
+    def get(key):
+        if key not in z.files:
+            return None
+        try:
+            return z[key]
+        except Exception as e:
+            raise ValueError(f"{path}: array {key!r} cannot be read (truncated or damaged: "
+                             f"{e})") from None
+    return meta, get, z.close
+
+
+def load_model(path):
+    """Read a model written by :func:`save_model` (or dmcsvm 0.1's ``.npz``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``*.npz`` model file or a zarr model directory.
+
+    Returns
+    -------
+    estimator
+        The fitted estimator, ready to predict.
+
+    Raises
+    ------
+    ValueError
+        For a missing, foreign, truncated or damaged file, a format version newer than this
+        dmcsvm reads, an estimator name that is not in :func:`estimator_registry`, or
+        parameters unknown to that estimator; the message names the problem.
+    """
+    path = os.path.abspath(os.fspath(path))
+    meta, get, close = _read_meta(path)
+    try:
         if meta.get("format") != MODEL_FORMAT:
             raise ValueError(f"{path} is not a dmcsvm model file (format {meta.get('format')!r})")
-        if meta.get("format_version") != MODEL_VERSION:
-            raise ValueError(f"{path} has model format_version {meta.get('format_version')}; "
-                             f"this dmcsvm reads version {MODEL_VERSION}")
-        m = MulticlassSVC(**meta["params"])
-        if "sv" in z.files:
-            m.support_vectors_ = z["sv"]
-        else:
-            m.support_vectors_ = sp.csr_matrix((z["sv_data"], z["sv_indices"], z["sv_indptr"]),
-                                               shape=tuple(z["sv_shape"]))
-        m.dual_coef_ = z["dual_coef"]
-        m.support_ = z["support"]
-        m.classes_ = z["classes"]
+        version = meta.get("format_version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"{path} has an invalid model format_version {version!r}")
+        if version > MODEL_VERSION:
+            raise ValueError(f"{path} has model format_version {version}, written by a newer "
+                             f"dmcsvm; this dmcsvm reads versions 1 to {MODEL_VERSION}")
+        if version == 1:
+            return _load_v1(path, meta, get)
+        tree = meta.get("model")
+        if not isinstance(tree, dict):
+            raise ValueError(f"{path} is not a valid dmcsvm model file: no model entry")
+        return _Decoder(path, get).estimator(tree)
+    finally:
+        close()
+
+
+def _load_v1(path, meta, get):
+    """dmcsvm 0.1 model files: MulticlassSVC only, fixed array names."""
+    reg = estimator_registry()
+    name = meta.get("estimator")
+    if name != "MulticlassSVC" or name not in reg:
+        raise ValueError(f"{path}: unknown estimator {name!r} in the model file "
+                         f"(this dmcsvm knows {', '.join(sorted(reg))})")
+    m = reg[name](**meta["params"])
+
+    def need(key):
+        a = get(key)
+        if a is None:
+            raise ValueError(f"{path} is not a valid dmcsvm model file: array {key!r} is missing")
+        return a
+    if get("sv") is not None:
+        m.support_vectors_ = get("sv")
+    else:
+        m.support_vectors_ = sp.csr_matrix((need("sv_data"), need("sv_indices"),
+                                            need("sv_indptr")), shape=tuple(need("sv_shape")))
+    m.dual_coef_ = need("dual_coef")
+    m.support_ = need("support")
+    m.classes_ = need("classes")
     m.gamma_ = meta["gamma_"]
     m.n_features_in_ = meta["n_features_in_"]
     m.n_iter_ = meta["n_iter_"]
     return m
-
-
-def _jsonable(params: dict) -> dict:
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, (np.integer,)):
-            v = int(v)
-        elif isinstance(v, (np.floating,)):
-            v = float(v)
-        if v is None or isinstance(v, (bool, int, float, str)):
-            out[k] = v
-    return out
