@@ -11,10 +11,16 @@ partition carrying the batch update and one reply with its candidates and aggreg
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
+import numpy as np
 import scipy.sparse as sp
+from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds
 from .partition import Partition, PartitionSettings
+from .rows import DaskSource, StoreSource
 
 
 def _step_task(part: Partition, msg: dict) -> dict:
@@ -78,7 +84,9 @@ class DaskExecutor:
         self.mode = mode
         info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
             else client.scheduler_info()
+        self.worker_info = info["workers"]
         self.workers = sorted(info["workers"])
+        self.token = uuid.uuid4().hex[:8]
         if not self.workers:
             raise ValueError("the Dask cluster has no workers")
         threads = sum(w.get("nthreads", 1) for w in info["workers"].values())
@@ -87,38 +95,85 @@ class DaskExecutor:
         self.placement = []      # worker address of each partition
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
-        """Create one partition per row block on its worker; ``X`` is an in-memory array (rows are
-        scattered to the owning worker) or a :class:`~dmcsvm.engine.partition.StoreRows` source
-        (each worker reads its own rows from the zarr store)."""
+        """Create one partition per row block on its worker.
+
+        ``X`` is an in-memory array (each block is scattered to its worker), a
+        :class:`~dmcsvm.engine.rows.StoreSource` (each worker reads its own rows from the zarr
+        store, or streams them when its memory cannot hold them) or a
+        :class:`~dmcsvm.engine.rows.DaskSource` (the array is persisted in partition-sized
+        blocks and each partition is built on the worker that already holds its block).
+        """
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
         c = self.client
         if sp.issparse(X):
             X = X.tocsr()
-        for k, (lo, hi) in enumerate(bounds):
-            w = self.workers[k * len(self.workers) // len(bounds)]
-            rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
-            if not hasattr(rows, "load"):
-                rows = c.scatter(rows, workers=[w], direct=True)
-            args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings)
-            if self.mode == "actor":
-                fut = c.submit(partition_cls, *args, actor=True, workers=[w],
-                               allow_other_workers=False, key=f"dmcsvm-partition-{k}-{id(self)}")
+        placement = [self.workers[k * len(self.workers) // len(bounds)] for k in range(len(bounds))]
+        with c.as_current():
+            if isinstance(X, DaskSource):
+                blocks, placement = self._persist_blocks(X.array, bounds, placement)
             else:
-                fut = c.submit(partition_cls, *args, workers=[w], allow_other_workers=False,
-                               pure=False, key=f"dmcsvm-partition-{k}-{id(self)}")
-            self.parts.append(fut)
-            self.placement.append(w)
-        if self.mode == "actor":
-            with c.as_current():
+                blocks = [X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi] for lo, hi in bounds]
+            if isinstance(X, StoreSource):
+                blocks = self._stream_if_needed(blocks, placement, settings)
+            for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):
+                if not hasattr(rows, "load") and not isinstance(rows, Future):
+                    rows = c.scatter(rows, workers=[w], direct=True)
+                args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings)
+                key = f"dmcsvm-partition-{k}-{self.token}"
+                if self.mode == "actor":
+                    fut = c.submit(partition_cls, *args, actor=True, workers=[w],
+                                   allow_other_workers=False, key=key)
+                else:
+                    fut = c.submit(partition_cls, *args, workers=[w], allow_other_workers=False,
+                                   pure=False, key=key)
+                self.parts.append(fut)
+                self.placement.append(w)
+            if self.mode == "actor":
                 self.parts = [f.result() for f in self.parts]
-        else:
-            from distributed import wait
-            wait(self.parts)
-            bad = [f for f in self.parts if f.status != "finished"]
-            if bad:
-                bad[0].result()
+            else:
+                wait(self.parts)
+                bad = [f for f in self.parts if f.status != "finished"]
+                if bad:
+                    bad[0].result()
+        # the partitions hold their own copies now: the scattered / persisted blocks are released
+        # when ``blocks`` goes out of scope
         return self
+
+    def _persist_blocks(self, array, bounds, placement):
+        """Persist ``array`` rechunked to the partition bounds; return the block futures and, for
+        each, a worker that holds it."""
+        sizes = tuple(hi - lo for lo, hi in bounds)
+        arr = array.rechunk((sizes, (array.shape[1],)))
+        arr = arr.map_blocks(np.ascontiguousarray, dtype=arr.dtype,
+                             name=f"dmcsvm-train-rows-{self.token}")
+        arr = self.client.persist(arr)
+        futs = futures_of(arr)
+        wait(futs)
+        by_block = {f.key[1]: f for f in futs}
+        blocks = [by_block[k] for k in range(len(bounds))]
+        who = self.client.who_has(blocks)
+        owners = []
+        for f, w in zip(blocks, placement):
+            holders = sorted(who.get(f.key, ()))
+            owners.append(holders[0] if holders else w)
+        return blocks, owners
+
+    def _stream_if_needed(self, blocks, placement, settings):
+        """Mark store blocks ``stream`` when ``settings.x_in_memory`` says so, or ('auto') when a
+        worker's partitions would take more than a quarter of its memory limit."""
+        mode = settings.x_in_memory
+        limits = {w: info.get("memory_limit") or 0 for w, info in self.worker_info.items()}
+        per_worker = {w: placement.count(w) for w in set(placement)}
+        out = []
+        for rows, w in zip(blocks, placement):
+            if mode == "auto":
+                share = limits.get(w, 0) / max(per_worker[w], 1)
+                stream = bool(share) and rows.nbytes > 0.25 * share
+            else:
+                stream = not bool(mode)
+            out.append(replace(rows, stream=stream))
+        return out
 
     def step(self, msg: dict) -> list[dict]:
         # actor handles talk through the *current* client: make it ours, not whichever client the
@@ -152,7 +207,13 @@ class DaskExecutor:
         return self.call("stats")
 
     def close(self):
-        # dropping the references lets the scheduler release the actors / pinned state
+        """Let every partition release its files, then drop the references (the scheduler then
+        releases the actors / pinned state)."""
+        if self.parts:
+            try:
+                self.call("close")
+            except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
+                pass
         self.parts = []
 
 

@@ -7,12 +7,14 @@ the same message to every partition and returns their replies in partition order
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from .partition import Partition, PartitionSettings
+from .rows import StoreRows
 
 
 def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, int]]:
@@ -60,6 +62,8 @@ class InProcessExecutor:
             self._limits = threadpool_limits(1)   # restored by close()
         for k, (lo, hi) in enumerate(bounds):
             rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
+            if isinstance(rows, StoreRows) and settings.x_in_memory is False:
+                rows = replace(rows, stream=True)
             self.parts.append(partition_cls(k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings))
         return self
 
@@ -78,6 +82,8 @@ class InProcessExecutor:
         return self.call("stats")
 
     def close(self):
+        for p in self.parts:
+            p.close()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

@@ -18,6 +18,8 @@ import scipy.sparse as sp
 from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
 from ..solvers import pattern as pt
 from .cache import ColumnCache
+from .disk_cache import ZarrColumnCache
+from .rows import StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -34,43 +36,10 @@ class PartitionSettings:
     shrink_after: int = 3
     cache_bytes: int = 0
     kernel_dtype: str = "float64"
+    disk_cache_bytes: int = 0
+    cache_dir: str | None = None
+    x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
     extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StoreRows:
-    """Rows ``[lo, hi)`` of a zarr data store, read where the partition lives (on its worker)."""
-
-    url: str
-    lo: int
-    hi: int
-
-    def load(self):
-        from ..store import read_rows
-        return read_rows(self.url, self.lo, self.hi)
-
-
-@dataclass(frozen=True)
-class StoreSource:
-    """A zarr data store seen as a row source: ``shape`` and ``slice(lo, hi) -> StoreRows``."""
-
-    url: str
-    n_samples: int
-    n_features: int
-
-    @property
-    def shape(self):
-        return (self.n_samples, self.n_features)
-
-    def slice(self, lo, hi) -> StoreRows:
-        return StoreRows(self.url, lo, hi)
-
-
-def take_rows(X, rows):
-    """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix."""
-    if sp.issparse(X):
-        return X[rows]
-    return np.ascontiguousarray(X[rows])
 
 
 class Partition:
@@ -81,7 +50,9 @@ class Partition:
     part_id : int
     lo, hi : int
         Global row range owned by this partition.
-    X : ndarray or CSR matrix, shape (hi - lo, d)
+    X : ndarray, CSR matrix (shape (hi - lo, d)) or StoreRows
+        The rows, or where to read them: a :class:`StoreRows` is loaded on the partition's
+        worker, or re-read chunk by chunk every time when marked ``stream``.
     yp : ndarray of int, shape (hi - lo,)
         Assigned positive prototype of each row.
     cls : ndarray of int, shape (hi - lo,)
@@ -92,11 +63,9 @@ class Partition:
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
         self.part_id = int(part_id)
         self.lo, self.hi = int(lo), int(hi)
-        if hasattr(X, "load"):
-            X = X.load()
-        # an own, freshly allocated copy: the same memory alignment in-process and on a worker, so
-        # SIMD code paths (and the last bits of every result) do not depend on the executor
-        self.X = X.tocsr(copy=True) if sp.issparse(X) else np.array(X, order="C", copy=True)
+        self.data = make_rows(X)
+        # in memory: X is the partition's own copy; streaming: None, rows come from self.data
+        self.X = self.data.X if self.data.in_memory else None
         self.yp = np.ascontiguousarray(yp, dtype=np.int64)
         self.cls = np.ascontiguousarray(cls, dtype=np.int64)
         self.s = settings
@@ -104,50 +73,90 @@ class Partition:
         self.pcls = np.ascontiguousarray(settings.pcls, dtype=np.int64)
         n = self.hi - self.lo
         P = self.pcls.shape[0]
-        self.norms = row_norms_sq(self.X)
-        self.kdiag = kernel_diag(self.spec, self.X, self.norms)
+        self.norms = np.empty(n, dtype=np.float64)
+        self.kdiag = np.empty(n, dtype=np.float64)
+        for a, b, Xc in self.data.chunks():
+            self.norms[a:b] = row_norms_sq(Xc)
+            self.kdiag[a:b] = kernel_diag(self.spec, Xc, self.norms[a:b])
         self.B = np.zeros((n, P))
         self.F = np.zeros((n, P))
         self.active = np.arange(n, dtype=np.int64)
         self.calm = np.zeros(n, dtype=np.int64)   # consecutive rounds a row looked shrinkable
         self.cache = ColumnCache(settings.cache_bytes)
+        self.disk = ZarrColumnCache(n, settings.disk_cache_bytes, settings.cache_dir,
+                                    dtype=settings.kernel_dtype)
         self.kdtype = np.dtype(settings.kernel_dtype)
         self.rows_computed = 0
         self.rows_cached = 0
+        self.rows_disk = 0
         self._X_active = None     # X rows of the active set, rebuilt when the active set changes
+        # rows whose X the coordinator already holds (they were in a batch): candidates among them
+        # are reported without their X row, which keeps the per-round reply small
+        self.shipped = np.zeros(n, dtype=bool)
 
     # ---------------------------------------------------------------- kernel columns
     def _columns(self, ids, XB):
-        """``K(X_active, X_B)`` using cached columns where present; the misses are computed in one
-        block.  Built as ``K^T`` (one contiguous row per batch pattern) and returned transposed."""
+        """``K(X_active, X_B)``: columns from the memory LRU, then from the zarr tier on disk;
+        the misses are computed in one block (one streaming pass over X when the rows are not
+        in memory).  Built as ``K^T`` (one contiguous row per batch pattern), returned transposed."""
         na = self.active.shape[0]
         KT = np.empty((len(ids), na), dtype=self.kdtype)
         miss = []
+        n_disk = 0
         for j, g in enumerate(ids):
             col = self.cache.get(int(g))
+            if col is None and self.disk.capacity:
+                col = self.disk.get(int(g), self.active)
+                if col is not None:
+                    n_disk += 1
+                    if self.cache.budget:
+                        self.cache.put(int(g), col)
             if col is None:
                 miss.append(j)
             else:
                 KT[j] = col
         self.rows_cached += len(ids) - len(miss)
+        self.rows_disk += n_disk
         self.rows_computed += len(miss)
         if miss:
+            Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
+            if len(miss) == len(ids):
+                self._kernel_T(Xm, out=KT)
+            else:
+                KT[miss] = self._kernel_T(Xm)
+            for j in miss:
+                if self.cache.budget:
+                    self.cache.put(int(ids[j]), KT[j].copy())
+                if self.disk.capacity:
+                    self.disk.put(int(ids[j]), KT[j], self.active)
+        return KT.T
+
+    def _kernel_T(self, XB, out=None):
+        """``K(X_B, X_active)``: one block in memory, or chunk by chunk from the store."""
+        na = self.active.shape[0]
+        if out is None:
+            out = np.empty((XB.shape[0], na), dtype=self.kdtype)
+        if self.data.in_memory:
             if na == self.X.shape[0]:
                 Xa = self.X
             else:
                 if self._X_active is None:
                     self._X_active = take_rows(self.X, self.active)
                 Xa = self._X_active
-            if len(miss) == len(ids):
-                kernel_block(self.spec, XB, Xa, out=KT, norms_b=self.norms[self.active])
-            else:
-                Xm = take_rows(XB, np.asarray(miss))
-                KT[miss] = kernel_block(self.spec, Xm, Xa, norms_b=self.norms[self.active],
-                                        dtype=self.kdtype)
-            if self.cache.budget:
-                for j in miss:
-                    self.cache.put(int(ids[j]), KT[j].copy())
-        return KT.T
+            return kernel_block(self.spec, XB, Xa, out=out, norms_b=self.norms[self.active])
+        act = self.active
+        for a, b, Xc in self.data.chunks(self._active_chunks()):
+            pa, pb = np.searchsorted(act, [a, b])
+            sel = act[pa:pb]
+            Xa = Xc if pb - pa == b - a else take_rows(Xc, sel - a)
+            out[:, pa:pb] = kernel_block(self.spec, XB, Xa, norms_b=self.norms[sel],
+                                         dtype=self.kdtype)
+        return out
+
+    def _active_chunks(self):
+        """Indices of the store chunks that hold at least one active row."""
+        starts = np.array([a for a, _ in self.data.bounds])
+        return np.unique(np.searchsorted(starts, self.active, side="right") - 1)
 
     # ---------------------------------------------------------------- the round
     def step(self, msg: dict) -> dict:
@@ -171,6 +180,7 @@ class Partition:
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
+                self.shipped[ids[own] - self.lo] = True
             tk += t2 - t1
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
@@ -191,15 +201,20 @@ class Partition:
             mask[self.active] = False
             inactive = np.flatnonzero(mask)
             if len(sv["ids"]):
-                Xi = take_rows(self.X, inactive)
-                K = kernel_block(self.spec, Xi, sv["X"], norms_a=self.norms[inactive])
-                self.F[inactive] = K @ sv["B"]
+                for a, b, Xc in self.data.chunks():
+                    pa, pb = np.searchsorted(inactive, [a, b])
+                    if pb > pa:
+                        rows = inactive[pa:pb]
+                        K = kernel_block(self.spec, take_rows(Xc, rows - a), sv["X"],
+                                         norms_a=self.norms[rows])
+                        self.F[rows] = K @ sv["B"]
             else:
                 self.F[inactive] = 0.0
             self.active = np.arange(n, dtype=np.int64)
             self._X_active = None
             self.calm[:] = 0
             self.cache.clear()
+            self.disk.clear()
         return time.perf_counter() - t
 
     def _report(self, shrink_margin: float) -> dict:
@@ -217,13 +232,15 @@ class Partition:
             top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
             cand = cand[top]
         crow = rows[cand]
+        new = ~self.shipped[crow]
         reply = {
             "part": self.part_id,
             "cand_ids": (crow + self.lo).astype(np.int64),
             "cand_V": V[cand],
             "cand_psi": psi[cand],
             "cand_F": self.F[crow],
-            "cand_X": take_rows(self.X, crow),
+            "cand_X": self.data.take(crow[new]),
+            "cand_new": new,
             "cand_kdiag": self.kdiag[crow],
             "cand_yp": self.yp[crow],
             "cand_cls": self.cls[crow],
@@ -238,6 +255,7 @@ class Partition:
             "sum_xi": sxi,
             "rows_computed": self.rows_computed,
             "rows_cached": self.rows_cached,
+            "rows_disk": self.rows_disk,
         }
         if s.shrinking:
             keep = self.calm[rows] < s.shrink_after
@@ -250,6 +268,18 @@ class Partition:
 
     # ---------------------------------------------------------------- results
     def stats(self) -> dict:
-        return {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
-                "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
-                "rows_computed": self.rows_computed, "rows_cached": self.rows_cached}
+        out = {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
+               "in_memory": bool(self.data.in_memory),
+               "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
+               "rows_computed": self.rows_computed, "rows_cached": self.rows_cached,
+               "rows_disk": self.rows_disk,
+               "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
+               "x_chunks_read": int(getattr(self.data, "chunks_read", 0))}
+        out.update(self.disk.stats())
+        return out
+
+    def close(self) -> None:
+        """Release what the partition holds outside Python objects (the on-disk column cache,
+        the prefetch thread)."""
+        self.disk.close()
+        self.data.close()

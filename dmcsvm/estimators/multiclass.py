@@ -11,12 +11,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..checkpoint import CheckpointSession
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
 from ..solvers import pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
+from ..engine.executor import partition_bounds
 from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._inputs import chunked_decision, is_dask, is_store, score_block, training_data
 
 _PREDICT_CHUNK = 2048
 
@@ -75,6 +78,24 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         Size of the ``LocalCluster`` started for ``client='local'``.
     n_partitions : int, optional
         Row partitions (default: one per thread / worker thread).
+    checkpoint : str, optional
+        Directory for checkpoints of the solve (:mod:`dmcsvm.checkpoint`); None writes none.
+    checkpoint_every : int or str, default=10
+        Checkpoint every this many rounds, or every so many seconds given as ``'30s'``.
+    resume : bool, default=False
+        Continue from the newest checkpoint in ``checkpoint`` (when there is one).
+    data_in_memory : {'auto', True, False}, default='auto'
+        Whether partitions hold their rows of a zarr store in memory.  False re-reads them from
+        the store chunk by chunk every time (data larger than the workers' memory); 'auto'
+        streams when a worker's partitions would take over a quarter of its memory limit.
+    disk_cache_size : 'auto' or float, default='auto'
+        Budget (MB, shared by the partitions) of the on-disk zarr tier of the kernel-column
+        cache behind the in-memory LRU; used by partitions that stream their rows. 'auto' is
+        4096 MB unless ``data_in_memory=True``; 0 disables it.
+    cache_dir : str, optional
+        Directory for the on-disk column cache (a private temporary directory is made inside
+        and removed after training); default: the system temporary directory (on a Dask
+        worker, that machine's).
 
     Attributes
     ----------
@@ -89,6 +110,9 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         Support patterns per class.
     n_iter_ : int
         Rounds run.
+    engine_stats_ : list of dict
+        Per partition: rows, active rows, whether rows were held in memory, kernel columns
+        computed / served from memory / from the zarr tier, bytes of X re-read.
     history_ : dict of ndarray
         Per round: dual, primal, gap, max_V, max_psi, n_active, elapsed, kernel rows ...
     n_features_in_ : int
@@ -100,7 +124,9 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
                  optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
                  gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
                  verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None):
+                 threads_per_worker=None, memory_limit=None, n_partitions=None,
+                 checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
+                 disk_cache_size="auto", cache_dir=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -125,6 +151,12 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.resume = resume
+        self.data_in_memory = data_in_memory
+        self.disk_cache_size = disk_cache_size
+        self.cache_dir = cache_dir
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -143,6 +175,10 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ValueError(f"{name} must be an integer, got {v!r}")
+        if self.data_in_memory not in ("auto", True, False):
+            raise ValueError(f"data_in_memory must be 'auto', True or False, got "
+                             f"{self.data_in_memory!r}")
+        self._disk_cache_mb()
         return SolverSettings(C=float(self.C), optimizer=self.optimizer, selection=self.selection,
                               threshold=self.threshold, mu=float(self.mu), tol=float(self.tol),
                               gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
@@ -151,39 +187,68 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
                               cache_size=float(self.cache_size),
                               verbose=bool(self.verbose), **getattr(self, '_extra', {})).check()
 
+    def _disk_cache_mb(self) -> float:
+        """Disk budget (MB) of the zarr kernel-column cache; 'auto' turns it on (4096 MB) only
+        when the data come from a store and may be streamed."""
+        v = self.disk_cache_size
+        if isinstance(v, str) and v == "auto":
+            return 4096.0 if self.data_in_memory is not True else 0.0
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0:
+            raise ValueError(f"disk_cache_size must be 'auto' or a number of MB >= 0, got {v!r}")
+        return float(v)
+
+    def _kernel_spec(self) -> KernelSpec:
+        spec = getattr(self, "_spec", None)
+        return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
+
     def _check_X(self, X, reset):
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                           reset=reset)
         return X
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y):
-        """Train on ``X`` (n_samples, n_features; dense or sparse) and labels ``y``."""
+    def fit(self, X, y=None):
+        """Train on ``X`` and labels ``y``.
+
+        Parameters
+        ----------
+        X : ndarray, CSR matrix, dask array or str
+            Training rows (n_samples, n_features), or the path/URL of a dmcsvm zarr data store
+            (validated before any worker starts; its partitions are read by the workers).
+        y : array-like of shape (n_samples,), optional
+            Labels; must be None for a store (its ``y`` array is used).
+        """
         settings = self._settings()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        td = training_data(self, X, y)
+        y = td.labels
         check_classification_targets(y)
         classes, y_idx = np.unique(y, return_inverse=True)
         if classes.shape[0] < 2:
             raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
                              f"the data contains only one class: {classes[0]!r}")
-        self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
+        self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
         pcls = np.arange(m, dtype=np.int64)
+        disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)
-        n_parts = max(1, min(executor.n_partitions, X.shape[0]))
+        n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
             tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
             shrinking=settings.shrinking, shrink_after=settings.shrink_after,
             cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
-            kernel_dtype=str(X.dtype))
+            kernel_dtype=str(td.dtype), disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
+            cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
         y_idx = y_idx.astype(np.int64)
+        bounds = partition_bounds(td.n, n_parts, td.align)
         try:
-            executor.start(X, y_idx, y_idx, psettings)
-            res = solve(executor, X.shape[0], pcls, spec, settings, X.shape[1], sp.issparse(X),
-                        X.dtype)
+            executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds)
+            ck = CheckpointSession.for_estimator(self, td.source, y_idx, settings)
+            res = solve(executor, td.n, pcls, spec, ck.settings, td.d, td.sparse, td.dtype,
+                        **ck.solve_kwargs(td.n, m, td.sparse, td.dtype))
+            self.engine_stats_ = executor.stats()
         finally:
             release_executor(executor, owned)
         self.classes_ = classes
@@ -203,16 +268,14 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         out = np.zeros((n, self.dual_coef_.shape[1]))
         if self.support_vectors_.shape[0] == 0 or n == 0:
             return out
-        spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
-                                                          int(self.degree), float(self.coef0))
+        spec = self._kernel_spec().to_dict()
         SV = self.support_vectors_
         sv_norms = row_norms_sq(SV)
         chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
 
         def work(ab):
             a, b = ab
-            K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
-            out[a:b] = K @ self.dual_coef_
+            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, self.dual_coef_)
 
         threads = min(_n_threads(self.n_jobs), len(chunks))
         if threads > 1:
@@ -225,8 +288,16 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         return out
 
     def decision_function(self, X):
-        """Scores ``f_r(x)`` of every class (n_samples, n_classes); for two classes, ``f_1 - f_0``."""
+        """Scores ``f_r(x)`` of every class (n_samples, n_classes); for two classes, ``f_1 - f_0``.
+
+        ``X`` may be an array, a CSR matrix, a dask array (the result is then a lazy dask array,
+        one task per row block) or a zarr store path/URL (computed chunk-parallel, on the
+        estimator's cluster when ``client`` names one, else on local threads); neither of the
+        last two is ever gathered in one place.
+        """
         check_is_fitted(self)
+        if is_store(X) or is_dask(X):
+            return chunked_decision(self, X)
         X = self._check_X(X, reset=False)
         S = self._scores(X)
         if S.shape[1] == 2:
@@ -234,8 +305,30 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         return S
 
     def predict(self, X):
-        """Class of the largest score (CS 2001 Eq. 16)."""
+        """Class of the largest score (CS 2001 Eq. 16); a dask array for a dask-array input."""
         D = self.decision_function(X)
+        if is_dask(D):
+            classes = self.classes_
+            if D.ndim == 1:
+                return D.map_blocks(lambda d: classes[(d > 0).astype(int)], dtype=classes.dtype)
+            return D.map_blocks(lambda d: classes[np.argmax(d, axis=1)], drop_axis=1,
+                                dtype=classes.dtype)
         if D.ndim == 1:
             return self.classes_[(D > 0).astype(int)]
         return self.classes_[np.argmax(D, axis=1)]
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy; for a zarr store ``y`` may be omitted (the store's labels are used)."""
+        if is_store(X) and y is None:
+            from ..store import open_store, read_labels
+            info = open_store(X)
+            y = read_labels(info)
+            if info.classes is not None:
+                y = np.asarray(info.classes, dtype=object)[y]
+        if is_dask(y):
+            y = y.compute()
+        pred = self.predict(X)
+        if is_dask(pred):
+            pred = pred.compute()
+        from sklearn.metrics import accuracy_score
+        return accuracy_score(y, pred, sample_weight=sample_weight)

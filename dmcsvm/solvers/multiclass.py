@@ -24,7 +24,7 @@ from .selection import THRESHOLDS, threshold_value
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
-                "t_round", "t_solve", "t_kernel", "t_update", "t_select", "t_parts")
+                "rows_disk", "t_round", "t_solve", "t_kernel", "t_update", "t_select", "t_parts")
 
 
 @dataclass
@@ -99,6 +99,18 @@ class _RowBank:
             if g not in self.rows:
                 self.rows[g] = X[j:j + 1] if sp.issparse(X) else X[j].copy()
 
+    def batch(self, ids, xrow, Xnew, d, sparse, dtype):
+        """X rows of a batch in order: row ``xrow[j]`` of ``Xnew`` where ``xrow[j] >= 0``, else the
+        banked row of ``ids[j]``."""
+        if sparse:
+            return sp.vstack([Xnew[int(r)] if r >= 0 else self.rows[int(g)]
+                              for g, r in zip(ids, xrow)], format="csr") if len(ids) else \
+                sp.csr_matrix((0, d), dtype=dtype)
+        out = np.empty((len(ids), d), dtype=Xnew.dtype if Xnew.shape[0] else dtype)
+        for j, (g, r) in enumerate(zip(ids, xrow)):
+            out[j] = Xnew[r] if r >= 0 else self.rows[int(g)]
+        return out
+
     def stack(self, ids, d, sparse, dtype):
         if len(ids) == 0:
             return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
@@ -127,7 +139,9 @@ class CoordinatorState:
 
 
 def _merge(replies):
-    """Concatenate the partitions' candidate lists and add up their aggregates."""
+    """Concatenate the partitions' candidate lists and add up their aggregates.  ``cand_X`` holds
+    the X rows of the candidates marked ``cand_new`` only (the others are in the row bank);
+    ``cand_xrow`` maps every candidate to its row in ``cand_X`` (-1: take it from the bank)."""
     cat = {k: [r[k] for r in replies] for k in replies[0] if k.startswith("cand_")}
     out = {}
     for k, v in cat.items():
@@ -135,9 +149,15 @@ def _merge(replies):
             out[k] = sp.vstack(v).tocsr() if sp.issparse(v[0]) else np.concatenate(v)
         else:
             out[k] = np.concatenate(v)
+    new = out.get("cand_new")
+    if new is None:
+        new = np.ones(out["cand_ids"].shape[0], dtype=bool)
+    xrow = np.full(new.shape[0], -1, dtype=np.int64)
+    xrow[new] = np.arange(int(np.count_nonzero(new)))
+    out["cand_xrow"] = xrow
     for k in ("sum_V", "n_viol", "n_active", "n_rows", "sum_alpha", "sum_BF", "sum_xi",
-              "rows_computed", "rows_cached"):
-        out[k] = sum(r[k] for r in replies)
+              "rows_computed", "rows_cached", "rows_disk"):
+        out[k] = sum(r.get(k, 0) for r in replies)
     for k in ("max_V", "max_psi", "t_kernel", "t_update", "t_select", "t_total"):
         out[k] = max(r[k] for r in replies)
     return out
@@ -189,6 +209,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     B, bank, hist = state.B, state.bank, state.history
     bar = _progress(s, n)
     msg: dict = dict(first_msg or {})
+    if msg.get("ids") is not None and len(msg["ids"]):
+        bank.add(msg["ids"], msg["XB"])          # partitions now count these rows as shipped
     t_start = time.perf_counter()
     rounds = state.rounds
     max_rounds = rounds + s.max_iter if s.max_iter > 0 else 10 ** 12
@@ -230,7 +252,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     elig = order
                 pick = elig[: s.batch_size]
                 ids = agg["cand_ids"][pick]
-                XB = agg["cand_X"][pick]
+                XB = bank.batch(ids, agg["cand_xrow"][pick], agg["cand_X"], d, sparse, x_dtype)
                 Kbb = kernel_block(spec, XB, XB)
                 args = (B[ids], agg["cand_F"][pick], Kbb, agg["cand_yp"][pick],
                         agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick], float(s.C),
@@ -257,16 +279,18 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                        n_viol=agg["n_viol"], n_sv=n_sv,
                        batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
                        rows_computed=agg["rows_computed"], rows_cached=agg["rows_cached"],
-                       t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],
+                       rows_disk=agg["rows_disk"], t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],
                        t_update=agg["t_update"], t_select=agg["t_select"],
                        t_parts=agg["t_total"])
             for k in HISTORY_KEYS:
                 hist[k].append(row[k])
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(gap=f"{gap:.2e}", psi=f"{agg['max_psi']:.2e}",
-                                active=agg["n_active"], rows=agg["rows_computed"],
-                                cached=agg["rows_cached"])
+                post = dict(gap=f"{gap:.2e}", psi=f"{agg['max_psi']:.2e}", active=agg["n_active"],
+                            computed=agg["rows_computed"], cached=agg["rows_cached"])
+                if agg["rows_disk"]:
+                    post["from_disk"] = agg["rows_disk"]
+                bar.set_postfix(**post)
             rounds += 1
             if on_round is not None and batch_ids.shape[0]:
                 on_round(rounds, B)

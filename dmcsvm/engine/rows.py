@@ -1,0 +1,200 @@
+"""Where a partition's feature rows live: in memory, or re-read from the zarr store chunk by chunk.
+
+DESIGN §4: "workers that cannot hold their X chunks re-read them from the store".  A partition
+asks its rows for three things only — rows by index (candidates, shrunk rows), the rows in
+store-chunk order (a streaming pass that computes kernel blocks), and their count — so the
+same partition code runs whether the rows fit in the worker's memory or not.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def take_rows(X, rows):
+    """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix."""
+    if sp.issparse(X):
+        return X[rows]
+    return np.ascontiguousarray(X[rows])
+
+
+def stack_rows(blocks, d, sparse, dtype):
+    """Stack row blocks (dense arrays or CSR matrices) into one block of ``d`` columns."""
+    if not blocks:
+        return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
+    if sparse:
+        return sp.vstack(blocks, format="csr")
+    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+
+
+@dataclass(frozen=True)
+class StoreRows:
+    """Rows ``[lo, hi)`` of a zarr data store, read where the partition lives (on its worker).
+
+    ``stream=True`` asks the partition not to hold them but to re-read them from the store chunk
+    by chunk every time it needs them (the executor sets it when the worker's memory cannot hold
+    the partition); ``rows_per_chunk`` is the store's chunking, so reads never split a chunk.
+    """
+
+    url: str
+    lo: int
+    hi: int
+    rows_per_chunk: int = 0
+    stream: bool = False
+    nbytes: int = 0
+
+    def load(self):
+        from ..store import read_rows
+        return read_rows(self.url, self.lo, self.hi)
+
+
+@dataclass(frozen=True)
+class StoreSource:
+    """A zarr data store seen as a row source: ``shape`` and ``slice(lo, hi) -> StoreRows``."""
+
+    url: str
+    n_samples: int
+    n_features: int
+    rows_per_chunk: int = 0
+    row_bytes: float = 0.0
+
+    @property
+    def shape(self):
+        return (self.n_samples, self.n_features)
+
+    def slice(self, lo, hi) -> StoreRows:
+        return StoreRows(self.url, lo, hi, self.rows_per_chunk,
+                         nbytes=int((hi - lo) * self.row_bytes))
+
+
+@dataclass(frozen=True)
+class DaskRows:
+    """Rows ``[lo, hi)`` of a dask array, computed where the partition is built (in-process)."""
+
+    array: object
+
+    def load(self):
+        return np.asarray(self.array.compute(scheduler="threads"))
+
+
+@dataclass(frozen=True)
+class DaskSource:
+    """A 2-D dask array seen as a row source.  The in-process executor computes each partition's
+    slice; the Dask executor rechunks it to the partition bounds, persists it on the cluster and
+    builds each partition on the worker that holds its block (data locality, as xgboost's and
+    lightgbm's Dask modules place their partitions)."""
+
+    array: object
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+    def slice(self, lo, hi) -> DaskRows:
+        return DaskRows(self.array[lo:hi])
+
+
+class MemoryRows:
+    """The partition's rows held in memory, as a private, freshly allocated copy (the same memory
+    alignment in-process and on a worker, so SIMD paths — and the last bits of every result — do
+    not depend on the executor)."""
+
+    in_memory = True
+
+    def __init__(self, X):
+        if hasattr(X, "load"):
+            X = X.load()
+        self.X = X.tocsr(copy=True) if sp.issparse(X) else np.array(X, order="C", copy=True)
+        self.n, self.d = self.X.shape
+        self.sparse = sp.issparse(self.X)
+        self.dtype = self.X.dtype
+
+    def take(self, idx):
+        return take_rows(self.X, idx)
+
+    def chunks(self):
+        """``(a, b, rows a..b-1)`` blocks covering all rows, in order: here a single block."""
+        yield 0, self.n, self.X
+
+    def close(self):
+        pass
+
+
+class StreamingRows:
+    """Rows re-read from the store, one store chunk at a time, with the next chunk read in the
+    background while the current one is used (zarr decompression and file reads release the GIL).
+
+    Memory held: at most two store chunks (about 2 x 8 MiB with the default chunking).
+    """
+
+    in_memory = False
+
+    def __init__(self, src: StoreRows):
+        from ..store import open_store
+        self.src = src
+        info = open_store(src.url)
+        self.info = info
+        self.n = src.hi - src.lo
+        self.d = info.n_features
+        self.sparse = info.sparse
+        self.dtype = np.dtype(np.float32)
+        R = src.rows_per_chunk or info.rows_per_chunk
+        # local chunk edges on the store's global chunk grid
+        edges = [0] + [g - src.lo for g in range((src.lo // R + 1) * R, src.hi, R)] + [self.n]
+        self.bounds = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="dmcsvm-prefetch")
+        self.chunks_read = 0
+        self.bytes_read = 0
+
+    def _read(self, a, b):
+        from ..store import read_rows
+        X = read_rows(self.info, self.src.lo + a, self.src.lo + b)
+        self.chunks_read += 1
+        self.bytes_read += X.data.nbytes if self.sparse else X.nbytes
+        return X
+
+    def chunks(self, only=None):
+        """Yield ``(a, b, X[a:b])`` for every store chunk (or the chunk indices in ``only``), in
+        order, prefetching the next chunk."""
+        todo = list(range(len(self.bounds))) if only is None else list(only)
+        if not todo:
+            return
+        fut = self._pool.submit(self._read, *self.bounds[todo[0]])
+        for k, j in enumerate(todo):
+            X = fut.result()
+            if k + 1 < len(todo):
+                fut = self._pool.submit(self._read, *self.bounds[todo[k + 1]])
+            a, b = self.bounds[j]
+            yield a, b, X
+
+    def take(self, idx):
+        """Rows ``idx`` (sorted or not), reading only the chunks that hold them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.shape[0] == 0:
+            return stack_rows([], self.d, self.sparse, self.dtype)
+        order = np.argsort(idx, kind="stable")
+        sidx = idx[order]
+        starts = np.array([a for a, _ in self.bounds])
+        which = np.searchsorted(starts, sidx, side="right") - 1
+        blocks = []
+        for a, b, X in self.chunks(np.unique(which)):
+            sel = sidx[(sidx >= a) & (sidx < b)] - a
+            blocks.append(take_rows(X, sel))
+        out = stack_rows(blocks, self.d, self.sparse, self.dtype)
+        inv = np.empty_like(order)
+        inv[order] = np.arange(order.shape[0])
+        return take_rows(out, inv)
+
+    def close(self):
+        self._pool.shutdown(wait=True)
+
+
+def make_rows(X):
+    """:class:`StreamingRows` for a store source marked ``stream``, else :class:`MemoryRows`."""
+    if isinstance(X, StoreRows) and X.stream:
+        return StreamingRows(X)
+    return MemoryRows(X)

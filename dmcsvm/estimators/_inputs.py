@@ -1,0 +1,216 @@
+"""Input forms every estimator accepts: numpy, scipy.sparse, a dask array, or a zarr store path/URL.
+
+Training data becomes a *row source* for the executors (an in-memory array, a
+:class:`~dmcsvm.engine.rows.StoreSource` read by the workers themselves, or a
+:class:`~dmcsvm.engine.rows.DaskSource` persisted on the cluster), so a store or a dask array is
+never gathered on the coordinator.  Prediction of a store or a dask array runs chunk-parallel
+(one task per row chunk, each reading or receiving only its rows).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import validate_data
+
+from ..engine.rows import DaskSource, StoreSource
+from ..kernels import KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+
+
+def is_store(X) -> bool:
+    """A zarr store location: a path or URL string (or os.PathLike)."""
+    return isinstance(X, (str, os.PathLike))
+
+
+def is_dask(X) -> bool:
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return False
+    return isinstance(X, da.Array)
+
+
+@dataclass
+class TrainingData:
+    """Training input resolved for the executors.
+
+    ``source`` is what ``executor.start`` receives; ``labels`` the (small) label vector in
+    memory; ``align`` the row count partition edges should fall on (the store's chunking).
+    """
+
+    source: object
+    labels: np.ndarray
+    n: int
+    d: int
+    sparse: bool
+    dtype: np.dtype
+    align: int = 1
+    var: float | None = None         # X.var() over all entries, for gamma='scale'
+
+    def gamma(self, gamma) -> float:
+        """The kernel coefficient, resolved as scikit-learn's SVC does."""
+        if isinstance(self.source, np.ndarray) or sp.issparse(self.source):
+            return resolve_gamma(gamma, self.source)
+        if isinstance(gamma, str) and gamma == "scale":
+            return 1.0 / (self.d * self.var) if self.var and self.var > 0 else 1.0
+        return resolve_gamma(gamma, np.zeros((0, self.d)))
+
+
+def _store_var(info) -> float:
+    """Mean and variance of all entries of a store, streamed chunk by chunk (float64 sums)."""
+    from ..store import read_rows
+    s = s2 = 0.0
+    for lo, hi in info.chunk_bounds:
+        X = read_rows(info, lo, hi)
+        v = X.data if sp.issparse(X) else X
+        v = v.astype(np.float64, copy=False)
+        s += float(v.sum())
+        s2 += float(np.dot(v.ravel(), v.ravel()))
+    count = float(info.n_samples) * info.n_features
+    mean = s / count
+    return s2 / count - mean * mean
+
+
+def _check_no_y(y, name):
+    if y is not None:
+        raise ValueError(f"y must be None when X is a data store ({name!r}): the labels are read "
+                         f"from the store's 'y' array")
+
+
+def training_data(est, X, y) -> TrainingData:
+    """Validate ``(X, y)`` for ``est.fit`` and resolve them to a :class:`TrainingData`.
+
+    A store is validated by :func:`dmcsvm.store.open_store` before any worker starts (missing
+    arrays, wrong format version, mismatched lengths, chunking that splits rows).
+    """
+    if is_store(X):
+        from ..store import open_store, read_labels
+        _check_no_y(y, str(X))
+        info = open_store(X)
+        labels = read_labels(info)
+        if info.classes is not None:
+            labels = np.asarray(info.classes, dtype=object)[labels]
+        est.n_features_in_ = info.n_features
+        row_bytes = (8.0 * info.nnz / max(info.n_samples, 1) + 8.0) if info.sparse \
+            else 4.0 * info.n_features
+        src = StoreSource(info.url, info.n_samples, info.n_features, info.rows_per_chunk,
+                          row_bytes)
+        var = _store_var(info) if getattr(est, "gamma", None) == "scale" else None
+        return TrainingData(src, labels, info.n_samples, info.n_features, info.sparse,
+                            np.dtype(np.float32), info.rows_per_chunk, var)
+    if is_dask(X):
+        import dask.array as da
+        if X.ndim != 2:
+            raise ValueError(f"Expected a 2-dimensional dask array for X, got shape {X.shape}")
+        if y is None:
+            raise ValueError("y is required when X is a dask array")
+        if X.dtype.kind not in "fiub":
+            raise ValueError(f"X must hold numbers, got a dask array of dtype {X.dtype}")
+        labels = np.asarray(y.compute() if is_dask(y) else y)
+        if labels.ndim != 1:
+            raise ValueError(f"y must be 1-dimensional, got shape {labels.shape}")
+        if labels.shape[0] != X.shape[0]:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: "
+                             f"[{X.shape[0]}, {labels.shape[0]}]")
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X must have at least one sample and one feature, got shape {X.shape}")
+        dtype = np.dtype(np.float32) if X.dtype == np.float32 else np.dtype(np.float64)
+        X = X.astype(dtype)
+        finite, var = da.compute(da.isfinite(X).all(), X.var(dtype=np.float64))
+        if not bool(finite):
+            raise ValueError("Input X contains NaN or infinity.")
+        est.n_features_in_ = int(X.shape[1])
+        return TrainingData(DaskSource(X), labels, int(X.shape[0]), int(X.shape[1]), False,
+                            dtype, 1, float(var))
+    X, labels = validate_data(est, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+    return TrainingData(X, labels, X.shape[0], X.shape[1], sp.issparse(X), X.dtype)
+
+
+# ---------------------------------------------------------------------------------- prediction
+
+def score_block(X, spec: dict, SV, sv_norms, coef) -> np.ndarray:
+    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64)."""
+    if SV.shape[0] == 0 or X.shape[0] == 0:
+        return np.zeros((X.shape[0], coef.shape[1]))
+    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64)
+    return K @ coef
+
+
+def _decision_block(X, payload):
+    S = score_block(X, *payload)
+    return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
+
+
+def _store_block(url, lo, hi, payload):
+    from ..store import read_rows
+    return _decision_block(read_rows(url, lo, hi), payload)
+
+
+def _check_features(est, d):
+    if d != est.n_features_in_:
+        raise ValueError(f"X has {d} features, but {type(est).__name__} is expecting "
+                         f"{est.n_features_in_} features as input.")
+
+
+def predict_payload(est):
+    """What a prediction task needs of the model, as plain arrays (sent once per worker)."""
+    SV = est.support_vectors_
+    spec = est._kernel_spec().to_dict()
+    return (spec, SV, row_norms_sq(SV), est.dual_coef_)
+
+
+def chunked_decision(est, X):
+    """Decision values of a store (computed now, chunk-parallel; returns ndarray) or of a dask
+    array (returned lazily as a dask array with one task per row block).  Neither ever gathers
+    the test rows in one place."""
+    import dask
+    from dask import delayed
+    token = uuid.uuid4().hex[:8]
+    payload = delayed(predict_payload(est), pure=True, name=f"dmcsvm-model-{token}")
+    n_out = len(est.classes_)
+    if is_dask(X):
+        import dask.array as da
+        if X.ndim != 2:
+            raise ValueError(f"Expected a 2-dimensional dask array for X, got shape {X.shape}")
+        _check_features(est, X.shape[1])
+        X = X.rechunk({1: -1})
+        blocks = X.to_delayed().ravel()
+        parts = []
+        for i, (blk, rows) in enumerate(zip(blocks, X.chunks[0])):
+            t = delayed(_decision_block, pure=True)(blk, payload,
+                                                    dask_key_name=f"dmcsvm-predict-{token}-{i}")
+            shape = (rows,) if n_out == 2 else (rows, n_out)
+            parts.append(da.from_delayed(t, shape=shape, dtype=np.float64))
+        return da.concatenate(parts, axis=0) if parts else da.zeros((0, n_out))
+    from ..store import open_store
+    info = open_store(X)
+    _check_features(est, info.n_features)
+    tasks = [delayed(_store_block, pure=True)(info.url, lo, hi, payload,
+                                              dask_key_name=f"dmcsvm-predict-{token}-{i}")
+             for i, (lo, hi) in enumerate(info.chunk_bounds)]
+    scheduler, owned = _predict_scheduler(est)
+    try:
+        out = dask.compute(*tasks, scheduler=scheduler)
+    finally:
+        for obj in owned:
+            obj.close()
+    if not out:
+        return np.zeros((0,) if n_out == 2 else (0, n_out))
+    return np.concatenate(out, axis=0)
+
+
+def _predict_scheduler(est):
+    """The estimator's cluster when it names one (a Client or a scheduler address), else dask's
+    threaded scheduler on this machine."""
+    from distributed import Client
+    client = getattr(est, "client", None)
+    if isinstance(client, Client):
+        return client, []
+    if isinstance(client, str) and client != "local":
+        c = Client(client)
+        return c, [c]
+    return "threads", []

@@ -1,0 +1,189 @@
+"""Input forms of fit/predict (zarr store path, dask array) and the out-of-core partition:
+rows streamed from the store and kernel columns served by the on-disk zarr tier give the same
+model as rows held in memory; a broken store fails before any worker starts."""
+
+from __future__ import annotations
+
+import re
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, get_task_stream
+
+from dmcsvm import MulticlassSVC
+from dmcsvm.engine import dask_executor
+from dmcsvm.engine.disk_cache import ZarrColumnCache
+from dmcsvm.engine.rows import StoreRows, StreamingRows
+from dmcsvm.store import open_store, read_all, write_arrays
+
+PARAMS = dict(C=2.0, gamma=0.3, tol=1e-5, gap_tol=0.0, batch_size=16, n_partitions=3)
+
+
+def _data(seed=0, n=300, d=8, m=4):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=1.5, size=(m, d))
+    y = rng.integers(0, m, n)
+    X = (centers[y] + rng.normal(size=(n, d))).astype(np.float32)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    X, y = _data()
+    url = str(tmp_path_factory.mktemp("inputs") / "train.zarr")
+    write_arrays(url, X, y, rows_per_chunk=50)
+    return url
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as lc, Client(lc) as c:
+        yield c
+
+
+def _same_model(a, b, atol=0.0):
+    assert np.array_equal(a.support_, b.support_)
+    np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=atol)
+
+
+def test_store_path_trains_like_the_arrays(store):
+    X, y = read_all(store)
+    ref = MulticlassSVC(n_jobs=1, **PARAMS).fit(X, y)
+    est = MulticlassSVC(n_jobs=1, **PARAMS).fit(store)
+    assert est.n_features_in_ == 8 and est.converged_
+    # partition edges fall on the store's 50-row chunks, so the split differs from the arrays'
+    # (100/100/100 vs 100/100/100 here: the same) and the model is the same
+    _same_model(ref, est, atol=1e-9)
+    np.testing.assert_array_equal(est.predict(store), ref.predict(X))
+    assert est.score(store) == pytest.approx(ref.score(X, y))
+
+
+def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path):
+    mem = MulticlassSVC(n_jobs=1, data_in_memory=True, **PARAMS).fit(store)
+    # cache_size=0: no memory LRU, so every repeated column comes from the zarr tier on disk
+    stream = MulticlassSVC(n_jobs=1, data_in_memory=False, cache_size=0, disk_cache_size=8,
+                           cache_dir=str(tmp_path), **PARAMS).fit(store)
+    _same_model(mem, stream, atol=1e-6)
+    st = stream.engine_stats_
+    assert not any(p["in_memory"] for p in st) and all(p["in_memory"] for p in mem.engine_stats_)
+    assert sum(p["x_bytes_read"] for p in st) > 3 * 300 * 8 * 4       # X re-read several times
+    assert sum(p["disk_hits"] for p in st) > 0 and sum(p["rows_disk"] for p in st) > 0
+    assert stream.history_["rows_disk"][-1] == sum(p["rows_disk"] for p in st)
+    assert list(tmp_path.iterdir()) == []                             # the disk tier is removed
+
+
+def test_store_on_dask_equals_in_process(store, cluster):
+    ref = MulticlassSVC(n_jobs=2, data_in_memory=False, **PARAMS).fit(store)
+    est = MulticlassSVC(client=cluster, data_in_memory=False, **PARAMS).fit(store)
+    _same_model(ref, est, atol=1e-9)
+    assert not any(p["in_memory"] for p in est.engine_stats_)
+    np.testing.assert_array_equal(est.predict(store), ref.predict(store))
+
+
+def test_dask_array_fit_and_lazy_predict(cluster):
+    X, y = _data(1)
+    Xd = da.from_array(X, chunks=(70, 4))                      # chunks split features too
+    ref = MulticlassSVC(n_jobs=2, **PARAMS).fit(X, y)
+    est = MulticlassSVC(client=cluster, **PARAMS).fit(Xd, da.from_array(y, chunks=70))
+    _same_model(ref, est, atol=1e-9)
+    pred = est.predict(Xd)
+    assert isinstance(pred, da.Array)
+    keys = [str(k) for k in pred.__dask_graph__().keys()]
+    assert any("dmcsvm-predict" in k for k in keys)
+    np.testing.assert_array_equal(pred.compute(), ref.predict(X))
+    dec = est.decision_function(Xd)
+    # float32 kernels of 70-row blocks vs one 300-row block: equal to float32 precision
+    np.testing.assert_allclose(dec.compute(), ref.decision_function(X), rtol=0, atol=1e-5)
+    inproc = MulticlassSVC(n_jobs=2, **PARAMS).fit(Xd, y)
+    _same_model(ref, inproc, atol=1e-9)
+
+
+def test_store_predict_runs_on_the_estimators_cluster(store, cluster):
+    X, y = read_all(store)
+    est = MulticlassSVC(client=cluster, **PARAMS).fit(X, y)
+    with get_task_stream(cluster) as ts:
+        pred = est.predict(store)
+    np.testing.assert_array_equal(pred, MulticlassSVC(n_jobs=1, **PARAMS).fit(X, y).predict(X))
+    names = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
+    n_chunks = open_store(store).n_chunks
+    assert sum(str(k).startswith("dmcsvm-predict-") for k in names) == n_chunks
+
+
+def test_broken_store_fails_before_any_worker_starts(tmp_path, monkeypatch):
+    import zarr
+    url = str(tmp_path / "bad.zarr")
+    write_arrays(url, np.zeros((20, 3), np.float32), np.arange(20) % 2, rows_per_chunk=10)
+    g = zarr.open_group(url, mode="r+")
+    g.attrs["format_version"] = 9
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(dask_executor, "resolve_client", no_cluster)
+    with pytest.raises(ValueError, match=re.escape("has format_version 9; this dmcsvm reads version 1")):
+        MulticlassSVC(client="local").fit(url)
+    with pytest.raises(ValueError, match="is not a zarr store"):
+        MulticlassSVC(client="local").fit(str(tmp_path))
+
+
+def test_store_input_errors(store):
+    with pytest.raises(ValueError, match=re.escape(
+            f"y must be None when X is a data store ({store!r}): the labels are read from the "
+            f"store's 'y' array")):
+        MulticlassSVC().fit(store, np.zeros(300))
+    est = MulticlassSVC(n_jobs=1, **PARAMS).fit(*_data(2, n=60, d=5))
+    with pytest.raises(ValueError, match=re.escape(
+            "X has 8 features, but MulticlassSVC is expecting 5 features as input.")):
+        est.predict(store)
+    with pytest.raises(ValueError, match=re.escape(
+            "data_in_memory must be 'auto', True or False, got 'yes'")):
+        MulticlassSVC(data_in_memory="yes").fit(store)
+    with pytest.raises(ValueError, match=re.escape(
+            "disk_cache_size must be 'auto' or a number of MB >= 0, got -1")):
+        MulticlassSVC(disk_cache_size=-1).fit(store)
+
+
+def test_dask_input_errors():
+    X, y = _data(3, n=40)
+    Xn = X.copy()
+    Xn[5, 2] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN or infinity."):
+        MulticlassSVC().fit(da.from_array(Xn, chunks=10), y)
+    with pytest.raises(ValueError, match=re.escape(
+            "Found input variables with inconsistent numbers of samples: [40, 39]")):
+        MulticlassSVC().fit(da.from_array(X, chunks=10), y[:-1])
+    with pytest.raises(ValueError, match="y is required when X is a dask array"):
+        MulticlassSVC().fit(da.from_array(X, chunks=10))
+
+
+def test_streaming_rows_read_only_needed_chunks(store):
+    info = open_store(store)
+    rows = StreamingRows(StoreRows(info.url, 40, 260, info.rows_per_chunk, stream=True))
+    X, _ = read_all(store)
+    assert rows.bounds == [(0, 10), (10, 60), (60, 110), (110, 160), (160, 210), (210, 220)]
+    got = np.concatenate([b for _, _, b in rows.chunks()])
+    np.testing.assert_array_equal(got, X[40:260])
+    rows.chunks_read = 0
+    idx = np.array([150, 3, 151, 12])
+    np.testing.assert_array_equal(rows.take(idx), X[40 + idx])
+    assert rows.chunks_read == 3                                # chunks 0, 1 and 3 only
+    rows.close()
+
+
+def test_zarr_column_cache_lru_and_rows(tmp_path):
+    c = ZarrColumnCache(6, budget_bytes=2 * 6 * 8, directory=str(tmp_path), dtype=np.float64)
+    assert c.capacity == 2
+    c.put(1, np.arange(6.0))
+    c.put(2, np.array([1.0, 2.0]), rows=np.array([0, 5]))
+    np.testing.assert_array_equal(c.get(2), [1, 0, 0, 0, 0, 2])
+    np.testing.assert_array_equal(c.get(1, np.array([1, 4])), [1.0, 4.0])
+    c.put(3, np.ones(6))                                        # evicts 2, the least recent
+    assert 2 not in c and 1 in c and 3 in c
+    assert c.hits == 2 and c.writes == 3
+    c.clear()
+    assert c.get(1) is None
+    c.close()
+    assert list(tmp_path.iterdir()) == []
+    assert ZarrColumnCache(6, budget_bytes=10).capacity == 0
