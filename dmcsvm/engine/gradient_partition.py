@@ -1,0 +1,187 @@
+"""A row partition for the SMO duals with one equality constraint per group (DESIGN §2, §3).
+
+Same constructor as :class:`~dmcsvm.engine.partition.Partition`, so both executors build it
+(``executor.start(..., partition_cls=GradientPartition)``).  Instead of the Crammer-Singer scores it
+keeps, for its rows, ``tot = K (y o a)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j``, from
+which :func:`dmcsvm.solvers.scatter.scan` forms the gradient; it reports per group the best
+working-set candidates (the ``k`` largest ``-y g`` of ``I_up`` and the ``k`` smallest of ``I_low``,
+with gradient, sign, group and X row) and the per-group extremes that decide convergence.
+
+Kernel columns are cached **over all rows of the partition** and keyed by global pattern index, so
+that one cache serves every binary problem of one-vs-rest / one-vs-one (:meth:`reset` starts a new
+problem on a subset of rows and keeps the cache).
+
+Constructor arguments: ``yp`` = sign of each row (+1/-1; 0 = not in the problem), ``cls`` = group
+of each row, ``settings.C`` = box bound ``U``, ``settings.n_candidates`` = ``k``,
+``settings.extra`` = ``{"w_same", "w_diff", "p", "n_groups", "with_own"}``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..kernels import kernel_block
+from ..solvers import scatter as sc
+from ..solvers.binary_smo import rho_parts
+from .partition import Partition, take_rows
+
+
+class GradientPartition(Partition):
+    """Rows ``[lo, hi)`` of an SMO dual with per-group equality constraints (see module doc)."""
+
+    def __init__(self, part_id, lo, hi, X, yp, cls, settings):
+        super().__init__(part_id, lo, hi, X, np.zeros(hi - lo, dtype=np.int64), cls, settings)
+        ex = settings.extra
+        self.w_same = float(ex["w_same"])
+        self.w_diff = float(ex["w_diff"])
+        self.p = float(ex["p"])
+        self.n_groups = int(ex["n_groups"])
+        self.with_own = bool(ex["with_own"])
+        self.U = float(settings.C)
+        self.k = int(settings.n_candidates)
+        n = hi - lo
+        self.F = np.zeros((0, 0))       # not used: the scores are `tot` and `own`
+        self.B = np.zeros((0, 0))       # not used: the coefficients are `a`
+        self._set_problem(np.asarray(yp), self.cls)
+
+    # ---------------------------------------------------------------- problem state
+    def _set_problem(self, signs, grp):
+        n = self.hi - self.lo
+        self.y = np.ascontiguousarray(signs, dtype=np.float64)
+        self.grp = np.ascontiguousarray(grp, dtype=np.int64)
+        self.rows = np.flatnonzero(self.y != 0).astype(np.int64)
+        self.a = np.zeros(n)
+        self.tot = np.zeros(n)
+        self.own = np.zeros(n)
+        self.g = np.zeros(n)
+        self.vup = np.full(n, -np.inf)
+        self.vlow = np.full(n, np.inf)
+
+    def reset(self, signs, grp=None, U=None, extra=None):
+        """Start a new problem on the same rows (global arrays of length n: ``signs`` with 0 for
+        rows outside the problem, optional groups); the kernel-column cache is kept."""
+        sl = slice(self.lo, self.hi)
+        if extra:
+            self.w_same = float(extra.get("w_same", self.w_same))
+            self.w_diff = float(extra.get("w_diff", self.w_diff))
+            self.p = float(extra.get("p", self.p))
+            self.n_groups = int(extra.get("n_groups", self.n_groups))
+            self.with_own = bool(extra.get("with_own", self.with_own))
+        if U is not None:
+            self.U = float(U)
+        self._set_problem(np.asarray(signs)[sl], self.grp if grp is None else np.asarray(grp)[sl])
+        return True
+
+    # ---------------------------------------------------------------- kernel columns
+    def _full_columns(self, ids, XB):
+        """``K(X_part, X_B)`` over all rows of the partition (cached per global id), transposed:
+        row ``j`` is the column of batch pattern ``j``."""
+        n = self.hi - self.lo
+        KT = np.empty((len(ids), n), dtype=self.kdtype)
+        miss = []
+        for j, gid in enumerate(ids):
+            col = self.cache.get(int(gid))
+            if col is None:
+                miss.append(j)
+            else:
+                KT[j] = col
+        self.rows_cached += len(ids) - len(miss)
+        self.rows_computed += len(miss)
+        if miss:
+            if len(miss) == len(ids):
+                kernel_block(self.spec, XB, self.X, out=KT, norms_b=self.norms)
+            else:
+                Xm = take_rows(XB, np.asarray(miss))
+                KT[miss] = kernel_block(self.spec, Xm, self.X, norms_b=self.norms,
+                                        dtype=self.kdtype)
+            if self.cache.budget:
+                for j in miss:
+                    self.cache.put(int(ids[j]), KT[j].copy())
+        return KT
+
+    # ---------------------------------------------------------------- the round
+    def step(self, msg: dict) -> dict:
+        """Apply a batch (message keys ``ids, XB, da, a_new, yB, grpB``: ``a[ids] = a_new``, with
+        ``da`` the change) to ``tot``/``own`` and report candidates and aggregates."""
+        t0 = time.perf_counter()
+        tk = tu = 0.0
+        ids = msg.get("ids")
+        if ids is not None and len(ids):
+            t1 = time.perf_counter()
+            KT = self._full_columns(ids, msg["XB"])
+            t2 = time.perf_counter()
+            rows = self.rows
+            Kc = np.ascontiguousarray(KT[:, rows].T) if rows.shape[0] < KT.shape[1] \
+                else np.ascontiguousarray(KT.T)
+            dcoef = np.asarray(msg["yB"], dtype=np.float64) * np.asarray(msg["da"])
+            sc.apply_columns(Kc, rows, self.grp, np.asarray(msg["grpB"], dtype=np.int64), dcoef,
+                             self.tot, self.own, self.with_own)
+            mine = (ids >= self.lo) & (ids < self.hi)
+            if mine.any():
+                loc = ids[mine] - self.lo
+                self.a[loc] = np.asarray(msg["a_new"])[mine]
+            tk += t2 - t1
+            tu += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        reply = self._report()
+        reply["t_kernel"] = tk
+        reply["t_update"] = tu
+        reply["t_select"] = time.perf_counter() - t3
+        reply["t_total"] = time.perf_counter() - t0
+        return reply
+
+    def _report(self) -> dict:
+        G = self.n_groups
+        gmax = np.empty(G)
+        gmin = np.empty(G)
+        obj2 = sc.scan(self.rows, self.y, self.grp, self.a, self.tot, self.own, self.w_same, self.w_diff,
+                       self.p, self.U, G, self.g, self.vup, self.vlow, gmax, gmin)
+        up = _top_per_group(self.rows, self.grp, -self.vup, self.k)
+        low = _top_per_group(self.rows, self.grp, self.vlow, self.k)
+        cand = np.union1d(up, low)
+        return {
+            "part": self.part_id,
+            "cand_ids": (cand + self.lo).astype(np.int64),
+            "cand_g": self.g[cand],
+            "cand_vup": self.vup[cand],
+            "cand_vlow": self.vlow[cand],
+            "cand_grp": self.grp[cand],
+            "cand_y": self.y[cand],
+            "cand_X": take_rows(self.X, cand),
+            "gmax": gmax,
+            "gmin": gmin,
+            "obj2": obj2,
+            "rows_computed": self.rows_computed,
+            "rows_cached": self.rows_cached,
+        }
+
+    # ---------------------------------------------------------------- results
+    def summary(self) -> dict:
+        """End-of-solve quantities: LIBSVM's rho pieces (per group) and the per-class sums of
+        :func:`dmcsvm.solvers.scatter.class_sums` (test rules of mScatter)."""
+        G = self.n_groups
+        cs = np.zeros((G, 6))
+        sc.class_sums(self.rows, self.grp, self.a, self.g, self.tot, self.own, self.U, G, cs)
+        rho = np.empty(4)
+        rho_parts(self.a, self.y, self.g, self.U, self.rows, rho)
+        return {"class_sums": cs, "rho": rho, "g": self.g[self.rows], "ids": self.rows + self.lo}
+
+
+def _top_per_group(rows, grp, key, k):
+    """Local indices of the ``k`` rows with the smallest finite ``key`` in every group."""
+    if rows.shape[0] == 0:
+        return rows
+    kv = key[rows]
+    ok = np.isfinite(kv)
+    r = rows[ok]
+    if r.shape[0] == 0:
+        return r
+    kv = kv[ok]
+    gr = grp[r]
+    o = np.lexsort((r, kv, gr))          # by group, then key, ties by row (deterministic)
+    gs = gr[o]
+    start = np.searchsorted(gs, gs, side="left")
+    rank = np.arange(gs.shape[0]) - start
+    return r[o[rank < k]]

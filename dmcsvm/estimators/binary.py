@@ -1,0 +1,476 @@
+"""Binary C-SVM with bias by Platt's SMO (DESIGN §3) and one-vs-rest / one-vs-one on top of it.
+
+All three estimators run the SMO decomposition of :mod:`dmcsvm.solvers.decomposition` on
+:class:`~dmcsvm.engine.gradient_partition.GradientPartition` row partitions, in-process or on Dask.
+One-vs-rest and one-vs-one keep the partitions alive across their binary problems (each problem is a
+``reset`` of the partitions' signs and row subset), so one kernel-column cache keyed by global pattern
+index serves every binary problem.
+"""
+
+from __future__ import annotations
+
+import numbers
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..engine.gradient_partition import GradientPartition
+from ..engine.partition import PartitionSettings
+from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..solvers import scatter as sc
+from ..solvers.decomposition import DecompositionSettings, solve_decomposition
+from ._engine import make_executor, n_threads as _n_threads, release_executor
+
+_PREDICT_CHUNK = 2048
+
+
+# ------------------------------------------------------------------------------------------------
+# shared machinery (also used by ScatterSVC)
+# ------------------------------------------------------------------------------------------------
+
+class SMOEngine:
+    """Partitions of one training set, started once and reused by successive SMO solves.
+
+    Parameters
+    ----------
+    est : estimator
+        Supplies the executor switch (``client``, ``n_jobs``, ``n_partitions``, ...) and
+        ``cache_size`` (MB, shared by the partitions).
+    X : ndarray or CSR
+    signs, groups : ndarray (n,)
+        The first problem's signs (+1/-1, 0 = row not in the problem) and groups.
+    spec : KernelSpec
+    settings : DecompositionSettings
+    with_own : bool
+        Whether the dual couples rows of the same group differently (mScatter).
+    """
+
+    def __init__(self, est, X, signs, groups, spec, settings, with_own=False):
+        self.X = X
+        self.n = X.shape[0]
+        self.spec = spec
+        self.settings = settings
+        self.groups = np.ascontiguousarray(groups, dtype=np.int64)
+        self.executor, self._owned = make_executor(est)
+        self._fresh = True
+        try:
+            n_parts = max(1, min(self.executor.n_partitions, self.n))
+            ps = PartitionSettings(
+                kernel=spec.to_dict(), C=float(settings.U), selection=0, tol=float(settings.tol),
+                n_candidates=int(settings.per_group), pcls=np.zeros(1, dtype=np.int64),
+                shrinking=False, cache_bytes=int(float(est.cache_size) * 2 ** 20 / n_parts),
+                kernel_dtype=str(X.dtype), extra=settings.partition_extra(with_own))
+            self.executor.start(X, np.asarray(signs, dtype=np.int64), self.groups, ps,
+                                partition_cls=GradientPartition)
+        except BaseException:
+            self.close()
+            raise
+
+    def solve(self, signs, a0=None):
+        """Solve the problem with these signs (the first call uses the signs of the constructor)."""
+        signs = np.asarray(signs, dtype=np.int64)
+        if not self._fresh:
+            self.executor.call("reset", signs)
+        self._fresh = False
+        return solve_decomposition(self.executor, self.n, signs.astype(np.float64), self.groups,
+                                   self.spec, self.settings, X=self.X, a0=a0)
+
+    def stats(self):
+        return self.executor.stats()
+
+    def close(self):
+        release_executor(self.executor, self._owned)
+
+
+def check_real(est, names):
+    for name in names:
+        v = getattr(est, name)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+
+
+def check_int(est, names):
+    for name in names:
+        v = getattr(est, name)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {v!r}")
+
+
+def check_common(est):
+    """Validation shared by the SMO estimators (kernel, tol, cache_size, max_iter, batch_size,
+    selection); errors name the parameter and the bad value."""
+    check_real(est, ("tol", "cache_size", "coef0"))
+    check_int(est, ("max_iter", "batch_size", "degree"))
+    if est.kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {est.kernel!r}")
+    if est.tol <= 0:
+        raise ValueError(f"tol must be a positive number, got {est.tol!r}")
+    if est.cache_size < 0:
+        raise ValueError(f"cache_size must be a number of MB >= 0, got {est.cache_size!r}")
+    if est.max_iter < 1 and est.max_iter != -1:
+        raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got "
+                         f"{est.max_iter!r}")
+    if est.batch_size < 2:
+        raise ValueError(f"batch_size must be an integer >= 2, got {est.batch_size!r}")
+    if est.selection not in sc.SELECTIONS:
+        raise ValueError(f"selection must be one of {tuple(sc.SELECTIONS)}, got "
+                         f"{est.selection!r}")
+
+
+def kernel_of(est, X) -> KernelSpec:
+    est.gamma_ = resolve_gamma(est.gamma, X) if est.kernel != "linear" else 1.0
+    return KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
+
+
+def kernel_times(est, X, SV, coef) -> np.ndarray:
+    """``K(X, SV) @ coef`` in row chunks on ``n_jobs`` threads (``coef`` dense or sparse,
+    (n_SV, k)); returns a dense (n, k) array."""
+    n = X.shape[0]
+    k = coef.shape[1]
+    out = np.zeros((n, k))
+    if SV.shape[0] == 0 or n == 0:
+        return out
+    spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
+    sv_norms = row_norms_sq(SV)
+    chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
+
+    def work(ab):
+        a, b = ab
+        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
+        r = coef.T @ K.T if sp.issparse(coef) else K @ coef
+        out[a:b] = r.T if sp.issparse(coef) else r
+
+    threads = min(_n_threads(est.n_jobs), len(chunks))
+    if threads > 1:
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
+            list(pool.map(work, chunks))
+    else:
+        for ab in chunks:
+            work(ab)
+    return out
+
+
+def fit_inputs(est, X, y, min_classes=2):
+    """Validated ``X``, class labels and class index of every row."""
+    X, y = validate_data(est, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+    check_classification_targets(y)
+    classes, y_idx = np.unique(y, return_inverse=True)
+    if classes.shape[0] < min_classes:
+        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
+                         f"but the data contains only one class: {classes.tolist()[0]!r}")
+    return X, classes, y_idx.astype(np.int64)
+
+
+class _SMOParams(ClassifierMixin, BaseEstimator):
+    """Parameters shared by BinarySVC, OneVsRestSVC and OneVsOneSVC."""
+
+    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
+                 selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
+                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
+                 memory_limit=None, n_partitions=None):
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.tol = tol
+        self.selection = selection
+        self.cache_size = cache_size
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.verbose = verbose
+        self.n_jobs = n_jobs
+        self.client = client
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.memory_limit = memory_limit
+        self.n_partitions = n_partitions
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _decomposition_settings(self) -> DecompositionSettings:
+        check_common(self)
+        check_real(self, ("C",))
+        if self.C <= 0:
+            raise ValueError(f"C must be a positive finite number, got {self.C!r}")
+        return DecompositionSettings(U=float(self.C), w_same=1.0, w_diff=1.0, p=-1.0, n_groups=1,
+                                     tol=float(self.tol), selection=self.selection,
+                                     batch_size=int(self.batch_size),
+                                     per_group=int(self.batch_size) // 2,
+                                     max_iter=int(self.max_iter),
+                                     verbose=bool(self.verbose)).check()
+
+    def _fit_problems(self, X, problems):
+        """Solve the binary problems ``problems`` (list of sign vectors over all rows) on one set
+        of partitions.  Returns per problem ``(support, y*a of the support, intercept, result)``."""
+        s = self._decomposition_settings()
+        spec = kernel_of(self, X)
+        self._spec = spec
+        engine = SMOEngine(self, X, problems[0], np.zeros(X.shape[0], dtype=np.int64), spec, s)
+        out = []
+        try:
+            for signs in problems:
+                r = engine.solve(signs)
+                sv = np.flatnonzero(r.a > 0)
+                out.append((sv, np.asarray(signs, dtype=np.float64)[sv] * r.a[sv], -r.rho, r))
+            self.engine_stats_ = engine.stats()
+        finally:
+            engine.close()
+        return out
+
+    def _check_X(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                             reset=False)
+
+
+_PARAMS_DOC = """
+    Parameters
+    ----------
+    C : float, default=1.0
+        Upper bound of every dual variable (box ``[0, C]``); > 0.
+    kernel : {'rbf', 'poly', 'linear'}, default='rbf'
+    gamma : 'scale', 'auto' or float, default='scale'
+        Kernel coefficient, resolved like scikit-learn's SVC.
+    degree : int, default=3
+    coef0 : float, default=0.0
+    tol : float, default=1e-3
+        Stop when the maximal violation ``max_{I_up} -y g - min_{I_low} -y g`` is <= tol
+        (LIBSVM's ``eps``).
+    selection : {'wss2', 'mvp'}, default='wss2'
+        Pair selection inside a working set: LIBSVM's second-order rule (Fan, Chen, Lin 2005) or
+        the maximal violating pair.
+    cache_size : float, default=200
+        Kernel-column cache in MB (shared by the partitions, and by all binary problems of one
+        fit).
+    max_iter : int, default=-1
+        Maximum number of decomposition rounds per binary problem, -1 for no limit
+        (ConvergenceWarning when hit).
+    batch_size : int, default=128
+        Variables in each round's working set (the ``batch_size / 2`` top violators of each side);
+        the subproblem is solved exactly by SMO on ``K_BB``.  2 is plain SMO.
+    verbose : bool, default=False
+    n_jobs : int or None, default=None
+        Threads (and row partitions) of the in-process executor; None uses every core.
+    client : None, 'local', str or distributed.Client, default=None
+        None in-process; a ``distributed.Client`` or scheduler address; ``'local'`` starts a
+        ``LocalCluster``.
+    n_workers, threads_per_worker, memory_limit : optional
+        Size of the ``LocalCluster`` started for ``client='local'``.
+    n_partitions : int, optional
+        Row partitions (default: one per thread / worker thread).
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# BinarySVC
+# ------------------------------------------------------------------------------------------------
+
+class BinarySVC(_SMOParams):
+    """Binary C-SVM with bias trained by Platt's SMO (Platt 1998) with LIBSVM's working-set
+    selection, on row partitions in batched rounds.
+
+    Dual: ``min 1/2 a'Qa - sum a``, ``Q_ij = y_i y_j K_ij``, ``y'a = 0``, ``0 <= a <= C`` with
+    ``y = +1`` for ``classes_[1]``; decision ``f(x) = sum_i y_i a_i k(x_i, x) + b``.
+    """
+
+    __doc__ += _PARAMS_DOC + """
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    support_ : ndarray of shape (n_SV,)
+    support_vectors_ : ndarray or CSR of shape (n_SV, n_features)
+    dual_coef_ : ndarray of shape (1, n_SV)
+        ``y_i a_i`` of the support vectors (as scikit-learn's SVC).
+    intercept_ : ndarray of shape (1,)
+        ``b = -rho`` with LIBSVM's rule (mean of ``-y g`` over free support vectors).
+    platt_intercept_ : float
+        The bias after the last step by Platt's update rule (agrees with ``intercept_`` up to
+        ``tol`` at convergence).
+    n_support_ : ndarray of shape (2,)
+    n_iter_ : int
+    objective_ : float
+        Dual objective ``1/2 a'Qa - sum a`` at the solution.
+    history_ : dict of ndarray
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features; dense or CSR) and two-class labels ``y``."""
+        self._decomposition_settings()
+        X, classes, y_idx = fit_inputs(self, X, y)
+        if classes.shape[0] != 2:
+            raise ValueError(f"BinarySVC is a two-class classifier, but y has {classes.shape[0]} "
+                             f"classes; use OneVsRestSVC or OneVsOneSVC for more")
+        signs = np.where(y_idx == 1, 1, -1)
+        ((sv, coef, b, r),) = self._fit_problems(X, [signs])
+        self.classes_ = classes
+        self.support_ = sv
+        self.support_vectors_ = X[sv]
+        self.dual_coef_ = coef[None, :]
+        self.intercept_ = np.array([b])
+        self.platt_intercept_ = float(r.platt_b)
+        self.n_support_ = np.bincount(y_idx[sv], minlength=2).astype(np.int32)
+        self.n_iter_ = r.n_iter
+        self.converged_ = r.converged
+        self.objective_ = r.objective
+        self.history_ = r.history
+        return self
+
+    def decision_function(self, X):
+        """``f(x) = sum_i y_i a_i k(x_i, x) + b``; positive means ``classes_[1]``."""
+        X = self._check_X(X)
+        return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0] \
+            + self.intercept_[0]
+
+    def predict(self, X):
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+
+# ------------------------------------------------------------------------------------------------
+# one-vs-rest and one-vs-one
+# ------------------------------------------------------------------------------------------------
+
+class _Decomposed(_SMOParams):
+    """Several binary SMO problems sharing partitions and kernel cache."""
+
+    def _problems(self, y_idx, m):
+        raise NotImplementedError
+
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+        self._decomposition_settings()
+        X, classes, y_idx = fit_inputs(self, X, y)
+        m = classes.shape[0]
+        problems, pairs = self._problems(y_idx, m)
+        res = self._fit_problems(X, problems)
+        sv = np.unique(np.concatenate([r[0] for r in res])) if res else np.zeros(0, np.int64)
+        pos = np.full(X.shape[0], -1, dtype=np.int64)
+        pos[sv] = np.arange(sv.shape[0])
+        rows = np.concatenate([np.full(r[0].shape[0], k) for k, r in enumerate(res)])
+        cols = np.concatenate([pos[r[0]] for r in res])
+        vals = np.concatenate([r[1] for r in res])
+        self.classes_ = classes
+        self.pairs_ = pairs
+        self.support_ = sv
+        self.support_vectors_ = X[sv]
+        self.dual_coef_ = sp.csr_matrix((vals, (rows, cols)), shape=(len(res), sv.shape[0]))
+        self.intercept_ = np.array([r[2] for r in res])
+        self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
+        self.n_iter_ = np.array([r[3].n_iter for r in res])
+        self.converged_ = bool(all(r[3].converged for r in res))
+        return self
+
+    def _binary_decisions(self, X):
+        """Decision values of every binary problem, (n_samples, n_problems)."""
+        X = self._check_X(X)
+        return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr()) \
+            + self.intercept_[None, :]
+
+    def predict(self, X):
+        D = self.decision_function(X)
+        if D.ndim == 1:
+            return self.classes_[(D > 0).astype(int)]
+        return self.classes_[np.argmax(D, axis=1)]
+
+
+class OneVsRestSVC(_Decomposed):
+    """One-vs-rest multiclass SVM: one :class:`BinarySVC` problem per class (class ``c`` against
+    all others), solved in turn on the same partitions with one shared kernel cache; the class of
+    ``x`` is ``argmax_c f_c(x)``.  With two classes a single problem (``classes_[1]`` positive).
+    """
+
+    __doc__ += _PARAMS_DOC + """
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    pairs_ : ndarray of shape (n_problems, 2)
+        ``(positive class, -1)`` of every binary problem.
+    support_ : ndarray of shape (n_SV,)
+        Union of the support vectors of all problems.
+    support_vectors_ : ndarray or CSR of shape (n_SV, n_features)
+    dual_coef_ : scipy.sparse CSR of shape (n_problems, n_SV)
+        ``y_i a_i`` of every problem over the union of support vectors.
+    intercept_ : ndarray of shape (n_problems,)
+    n_support_ : ndarray of shape (n_classes,)
+    n_iter_ : ndarray of shape (n_problems,)
+    engine_stats_ : list of dict
+        Per partition: kernel columns computed and served from the shared cache.
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def _problems(self, y_idx, m):
+        if m == 2:
+            return [np.where(y_idx == 1, 1, -1)], np.array([[1, -1]])
+        return [np.where(y_idx == c, 1, -1) for c in range(m)], \
+            np.array([[c, -1] for c in range(m)])
+
+    def decision_function(self, X):
+        """``f_c(x)`` of every class (n_samples, n_classes); for two classes a vector (positive
+        means ``classes_[1]``)."""
+        D = self._binary_decisions(X)
+        return D[:, 0] if len(self.classes_) == 2 else D
+
+
+class OneVsOneSVC(_Decomposed):
+    """One-vs-one multiclass SVM: one :class:`BinarySVC` problem per pair of classes ``(i, j)``,
+    ``i < j`` (class ``i`` positive), on the rows of the two classes, solved in turn on the same
+    partitions with one shared kernel cache.  Prediction by votes, ties broken by the summed
+    confidences (as ``decision_function`` returns them).
+    """
+
+    __doc__ += _PARAMS_DOC + """
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    pairs_ : ndarray of shape (n_problems, 2)
+        ``(i, j)`` class indices of every problem (``i`` positive).
+    support_, support_vectors_, dual_coef_, intercept_, n_support_, n_iter_, engine_stats_,
+    gamma_, n_features_in_ :
+        As in :class:`OneVsRestSVC`.
+    """
+
+    def _problems(self, y_idx, m):
+        probs, pairs = [], []
+        for i in range(m):
+            for j in range(i + 1, m):
+                s = np.zeros(y_idx.shape[0], dtype=np.int64)
+                s[y_idx == i] = 1
+                s[y_idx == j] = -1
+                probs.append(s)
+                pairs.append((i, j))
+        return probs, np.array(pairs)
+
+    def decision_function(self, X):
+        """Votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3)
+        (n_samples, n_classes), so that ``argmax`` is the vote winner with ties broken by
+        confidence; for two classes the binary decision value (positive means ``classes_[1]``)."""
+        D = self._binary_decisions(X)
+        m = len(self.classes_)
+        if m == 2:
+            return -D[:, 0]            # problem (0, 1) has class 0 positive
+        n = D.shape[0]
+        votes = np.zeros((n, m))
+        conf = np.zeros((n, m))
+        for k, (i, j) in enumerate(self.pairs_):
+            d = D[:, k]
+            votes[:, i] += d > 0
+            votes[:, j] += d <= 0
+            conf[:, i] += d
+            conf[:, j] -= d
+        return votes + conf / (3.0 * (np.abs(conf) + 1.0))

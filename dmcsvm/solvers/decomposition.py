@@ -1,0 +1,278 @@
+"""Coordinator of the SMO decomposition for duals with per-group equality constraints (DESIGN §2-§4).
+
+The partitions (:class:`~dmcsvm.engine.gradient_partition.GradientPartition`) own ``tot``/``own``
+(hence the gradient) of their rows and report, per group, the ``k`` best candidates of ``I_up`` and of
+``I_low`` and the per-group extremes ``max_{I_up} -y g`` / ``min_{I_low} -y g``.  Each round the
+coordinator
+
+1. stops when every group's violation ``m(a) - M(a)`` (Fan, Chen, Lin 2005) is <= ``tol``;
+2. builds a batched working set: the groups in order of decreasing violation, each with its ``k``
+   top candidates of both sides, until ``batch_size`` variables;
+3. solves that subproblem exactly (to ``tol / 2``) by SMO on ``K_BB``
+   (:func:`dmcsvm.solvers.scatter.smo_subproblem`: WSS2 per group, the best group's pair each step,
+   Platt's analytic step) -- updates inside the batch touch only batch variables;
+4. sends ``(ids, X_B, new a_B, da_B)`` to every partition, which applies it with one pass over
+   ``K(X_part, X_B)``.
+
+The working set always contains the maximal violating pair, so every round decreases the objective
+(the decomposition converges, Lin 2001); batch size 2 is plain SMO with first-order selection of the
+pair and ``batch_size`` = n is one exact solve.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
+
+from ..kernels import KernelSpec, kernel_block
+from . import scatter as sc
+from .binary_smo import rho_from_parts
+
+HISTORY_KEYS = ("round", "objective", "violation", "batch", "steps", "elapsed",
+                "rows_computed", "rows_cached", "t_round", "t_solve", "t_parts")
+
+
+@dataclass
+class DecompositionSettings:
+    """One SMO-decomposition solve: the dual (``U``, ``w_same``, ``w_diff``, ``p``, groups) and the
+    solver options."""
+
+    U: float
+    w_same: float = 1.0
+    w_diff: float = 1.0
+    p: float = -1.0
+    n_groups: int = 1
+    tol: float = 1e-3
+    selection: str = "wss2"
+    batch_size: int = 256
+    per_group: int = 128
+    max_iter: int = -1
+    max_inner_steps: int = 10 ** 7
+    verbose: bool = False
+
+    def check(self) -> "DecompositionSettings":
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        if self.selection not in sc.SELECTIONS:
+            raise ValueError(f"selection must be one of {tuple(sc.SELECTIONS)}, got "
+                             f"{self.selection!r}")
+        if int(self.batch_size) != self.batch_size or self.batch_size < 2:
+            raise ValueError(f"batch_size must be an integer >= 2, got {self.batch_size!r}")
+        if int(self.max_iter) != self.max_iter or (self.max_iter < 1 and self.max_iter != -1):
+            raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got "
+                             f"{self.max_iter!r}")
+        self.per_group = int(max(1, min(self.per_group, self.batch_size // 2)))
+        return self
+
+    def partition_extra(self, with_own: bool) -> dict:
+        return {"w_same": float(self.w_same), "w_diff": float(self.w_diff), "p": float(self.p),
+                "n_groups": int(self.n_groups), "with_own": bool(with_own)}
+
+
+@dataclass
+class DecompositionResult:
+    """The solution ``a`` (n,), convergence facts, LIBSVM's ``rho`` (first group), Platt's bias,
+    the per-group sums of the partitions' :meth:`summary`, and the history."""
+
+    a: np.ndarray
+    objective: float
+    violation: float
+    n_iter: int
+    converged: bool
+    rho: float
+    platt_b: float
+    class_sums: np.ndarray
+    history: dict = field(default_factory=dict)
+
+
+def _merge(replies):
+    out = {}
+    for k in replies[0]:
+        if k.startswith("cand_"):
+            v = [r[k] for r in replies]
+            if k == "cand_X":
+                out[k] = sp.vstack(v).tocsr() if sp.issparse(v[0]) else np.concatenate(v)
+            else:
+                out[k] = np.concatenate(v)
+    out["gmax"] = np.max(np.stack([r["gmax"] for r in replies]), axis=0)
+    out["gmin"] = np.min(np.stack([r["gmin"] for r in replies]), axis=0)
+    out["obj2"] = float(sum(r["obj2"] for r in replies))
+    for k in ("rows_computed", "rows_cached"):
+        out[k] = sum(r[k] for r in replies)
+    out["t_total"] = max(r["t_total"] for r in replies)
+    return out
+
+
+def group_violations(gmax, gmin):
+    """Per-group ``max(0, gmax - gmin)`` (0 where a side is empty)."""
+    v = gmax - gmin
+    v[~np.isfinite(v)] = 0.0
+    return np.maximum(v, 0.0)
+
+
+def _rank_in_group(grp, key):
+    """Rank of every entry within its group when sorted by ``key`` ascending (ties by position)."""
+    o = np.lexsort((np.arange(grp.shape[0]), key, grp))
+    gs = grp[o]
+    start = np.searchsorted(gs, gs, side="left")
+    rank = np.empty(grp.shape[0], dtype=np.int64)
+    rank[o] = np.arange(gs.shape[0]) - start
+    return rank
+
+
+def select_batch(agg, viol, tol, batch_size, k):
+    """Indices into the merged candidate arrays forming the working set (see module doc)."""
+    grp = agg["cand_grp"]
+    vup, vlow = agg["cand_vup"], agg["cand_vlow"]
+    take = np.zeros(grp.shape[0], dtype=bool)
+    fin = np.isfinite(vup)
+    take[fin] |= _rank_in_group(grp[fin], -vup[fin]) < k
+    fin = np.isfinite(vlow)
+    take[fin] |= _rank_in_group(grp[fin], vlow[fin]) < k
+    take &= viol[grp] > tol
+    idx = np.flatnonzero(take)
+    if idx.shape[0] == 0:
+        return idx
+    # groups by decreasing violation (ties by group index), whole groups until batch_size
+    gorder = np.lexsort((np.arange(viol.shape[0]), -viol))
+    grank = np.empty(viol.shape[0], dtype=np.int64)
+    grank[gorder] = np.arange(viol.shape[0])
+    idx = idx[np.lexsort((agg["cand_ids"][idx], grank[grp[idx]]))]
+    if idx.shape[0] > batch_size:
+        last_grp = grp[idx[batch_size - 1]]
+        cut = batch_size
+        # do not split a group unless it is the first one
+        first_of_last = np.searchsorted(grank[grp[idx]], grank[last_grp], side="left")
+        if first_of_last > 0 and grp[idx[batch_size]] == last_grp:
+            cut = first_of_last
+        idx = idx[:cut]
+    return idx
+
+
+def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: KernelSpec,
+                        s: DecompositionSettings, X=None, a0=None) -> DecompositionResult:
+    """Run decomposition rounds on ``executor`` (already started with GradientPartitions on the
+    problem ``y``/``grp``) until every group's violation is <= ``s.tol``.
+
+    Parameters
+    ----------
+    executor : InProcessExecutor or DaskExecutor
+    n : int
+        Number of rows of the training set (rows with ``y = 0`` are outside the problem).
+    y : ndarray (n,)
+        Signs (+1/-1, 0 = not in the problem).
+    grp : ndarray (n,) int
+        Group (equality constraint) of each row.
+    spec : KernelSpec
+    s : DecompositionSettings
+    X : ndarray or CSR, optional
+        Training rows; needed only for a non-zero start ``a0`` (the first message carries them).
+    a0 : ndarray (n,), optional
+        Feasible start (default 0).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    grp = np.ascontiguousarray(grp, dtype=np.int64)
+    a = np.zeros(n)
+    msg: dict = {}
+    if a0 is not None and np.any(a0 != 0):
+        ids = np.flatnonzero(a0).astype(np.int64)
+        XB = X[ids]
+        a[ids] = a0[ids]
+        msg = {"ids": ids, "XB": XB, "da": a0[ids].astype(np.float64), "a_new": a[ids].copy(),
+               "yB": y[ids], "grpB": grp[ids]}
+    sel_code = sc.SELECTIONS[s.selection]
+    hist = {k: [] for k in HISTORY_KEYS}
+    rounds = 0
+    max_rounds = s.max_iter if s.max_iter > 0 else 10 ** 12
+    converged = False
+    platt_b = 0.0
+    t_start = time.perf_counter()
+    bar = None
+    if s.verbose:
+        from tqdm.auto import tqdm
+        bar = tqdm(desc="dmcsvm smo rounds", unit="round")
+    limits = threadpool_limits(1)    # coordinator BLAS on one thread: same bits on every executor
+    try:
+        while True:
+            t_round = time.perf_counter()
+            agg = _merge(executor.step(msg))
+            t0 = time.perf_counter()
+            viol_g = group_violations(agg["gmax"], agg["gmin"])
+            viol = float(viol_g.max()) if viol_g.shape[0] else 0.0
+            objective = 0.5 * agg["obj2"]
+            msg = {}
+            nb = steps = 0
+            stalled = False
+            if viol <= s.tol:
+                converged = True
+            elif rounds < max_rounds:
+                pick = select_batch(agg, viol_g, s.tol, s.batch_size, s.per_group)
+                ids = agg["cand_ids"][pick]
+                XB = agg["cand_X"][pick]
+                gB = np.ascontiguousarray(agg["cand_g"][pick])
+                yB = np.ascontiguousarray(agg["cand_y"][pick])
+                grpB = agg["cand_grp"][pick]
+                ug, gl = np.unique(grpB, return_inverse=True)
+                gl = np.ascontiguousarray(gl, dtype=np.int64)
+                Kbb = kernel_block(spec, XB, XB)
+                aB = a[ids].copy()
+                a_new = aB.copy()
+                steps, _, platt_b = sc.smo_subproblem(
+                    Kbb, yB, gl, a_new, gB, float(s.U), float(s.w_same), float(s.w_diff),
+                    int(ug.shape[0]), 0.5 * s.tol, sel_code, int(s.max_inner_steps), platt_b)
+                da = a_new - aB
+                moved = np.flatnonzero(da != 0.0)
+                nb = moved.shape[0]
+                if nb == 0:
+                    stalled = True
+                else:
+                    ids = ids[moved]
+                    a[ids] = a_new[moved]
+                    msg = {"ids": ids, "XB": XB[moved], "da": da[moved], "a_new": a_new[moved],
+                           "yB": yB[moved], "grpB": grpB[moved]}
+            t_end = time.perf_counter()
+            row = dict(round=rounds, objective=objective, violation=viol, batch=nb, steps=steps,
+                       elapsed=t_end - t_start, rows_computed=agg["rows_computed"],
+                       rows_cached=agg["rows_cached"], t_round=t_end - t_round, t_solve=t_end - t0,
+                       t_parts=agg["t_total"])
+            for k in HISTORY_KEYS:
+                hist[k].append(row[k])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(viol=f"{viol:.2e}", obj=f"{objective:.6g}", batch=nb)
+            if converged:
+                break
+            if stalled:
+                warnings.warn(f"dmcsvm SMO stopped: no working-set variable can move in floating "
+                              f"point although the violation {viol:.3g} > tol={s.tol}; the "
+                              f"solution is optimal to machine precision", ConvergenceWarning,
+                              stacklevel=3)
+                break
+            rounds += 1
+            if rounds >= max_rounds:
+                agg = _merge(executor.step(msg))      # apply the last batch
+                viol = float(group_violations(agg["gmax"], agg["gmin"]).max())
+                objective = 0.5 * agg["obj2"]
+                if viol <= s.tol:
+                    converged = True
+                else:
+                    warnings.warn(f"dmcsvm SMO stopped at max_iter={s.max_iter} rounds before "
+                                  f"reaching tol={s.tol} (violation {viol:.3g})",
+                                  ConvergenceWarning, stacklevel=3)
+                break
+    finally:
+        limits.restore_original_limits()
+        if bar is not None:
+            bar.close()
+    summ = executor.call("summary")
+    cs = np.sum([r["class_sums"] for r in summ], axis=0)
+    rho = rho_from_parts([r["rho"] for r in summ])
+    return DecompositionResult(a=a, objective=objective, violation=viol, n_iter=rounds,
+                               converged=converged, rho=rho, platt_b=platt_b, class_sums=cs,
+                               history={k: np.asarray(v) for k, v in hist.items()})
