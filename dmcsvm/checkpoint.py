@@ -1,0 +1,471 @@
+"""Checkpoints of a running solve, and resuming from them (DESIGN §4, "state that must survive").
+
+What survives is what the coordinator owns: the coefficients ``B`` (sparse in rows: the ids of
+the support patterns and their rows), the X rows of those patterns, the assignment of patterns to
+prototypes, the round counter, the history, the RNG state and the settings.  Every partition's
+scores are rebuilt from them on resume, ``F_part = K(X_part, X_SV) @ B_SV``, by sending the
+support patterns as the first message of the resumed solve.
+
+Layout: the checkpoint directory holds complete zarr groups ``ckpt-<round>.zarr`` and a file
+``LATEST`` naming the newest.  A group is written under a temporary name and renamed into place,
+then ``LATEST`` is replaced (``os.replace``) and older groups are removed, so a process killed at
+any moment leaves the previous checkpoint intact.  Each group::
+
+    attrs  {"format": "dmcsvm-checkpoint", "format_version": 1, "rounds": r, "n": n, "P": P,
+            "n_features": d, "sparse": bool, "settings": {...}, "rng": {...} or null,
+            "history_keys": [...], "extra": {...}}
+    ids (n_SV,) int64; B (n_SV, P) float64; X (n_SV, d) or X_data/X_indices/X_indptr (CSR);
+    assign (n,) int64 (optional); history/<key> (rounds,) float64
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
+           "load_checkpoint", "resume_state", "parse_every", "CheckpointSession"]
+
+CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
+CHECKPOINT_VERSION = 1
+_GROUP = re.compile(r"^ckpt-(\d+)\.zarr$")
+
+# estimator parameters that do not change the solution: a run may resume with other values
+RUNTIME_PARAMS = frozenset({"verbose", "n_jobs", "client", "n_workers", "threads_per_worker",
+                            "memory_limit", "n_partitions", "cache_size", "checkpoint",
+                            "checkpoint_every", "resume", "max_iter"})
+
+
+def parse_every(every):
+    """``(rounds, seconds)`` from ``checkpoint_every``: an int of rounds or a string ``"30s"``.
+
+    Raises
+    ------
+    ValueError
+        For anything else (the message names the value).
+    """
+    if isinstance(every, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*s\s*", every)
+        if m and float(m.group(1)) > 0:
+            return None, float(m.group(1))
+    elif not isinstance(every, bool) and isinstance(every, (int, np.integer)) and every >= 1:
+        return int(every), None
+    raise ValueError(f"checkpoint_every must be a number of rounds >= 1 or seconds like '30s', "
+                     f"got {every!r}")
+
+
+def _jsonable(v):
+    """Settings values as plain JSON (numbers, strings, bools, None; others by repr)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if np.isfinite(v) else repr(v)
+    return repr(v)
+
+
+def _rng_state(rng):
+    if rng is None:
+        return None
+    if isinstance(rng, np.random.Generator):
+        return {"kind": "Generator", "state": rng.bit_generator.state}
+    if isinstance(rng, np.random.RandomState):
+        name, keys, pos, has_gauss, cached = rng.get_state()
+        return {"kind": "RandomState", "state": [name, keys.tolist(), int(pos), int(has_gauss),
+                                                 float(cached)]}
+    raise ValueError(f"cannot checkpoint a random state of type {type(rng).__name__}")
+
+
+def restore_rng(rng, saved):
+    """Set ``rng`` (Generator or RandomState) to a state saved in a checkpoint."""
+    if saved is None:
+        return rng
+    if saved["kind"] == "Generator":
+        rng.bit_generator.state = saved["state"]
+    else:
+        name, keys, pos, has_gauss, cached = saved["state"]
+        rng.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    return rng
+
+
+# ---------------------------------------------------------------------------------- writing
+
+class Checkpointer:
+    """Writes checkpoints of a solve every ``every_rounds`` rounds and/or ``every_seconds``.
+
+    Its ``__call__(rounds, state)`` fits :func:`dmcsvm.solvers.multiclass.solve`'s
+    ``on_round(rounds, B)`` hook: pass the :class:`CoordinatorState` itself, or bind one first
+    with :meth:`bind` (then the ``B`` that ``solve`` passes is ignored in favour of the state).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        Where the checkpoint groups go (created when missing).
+    every_rounds : int, optional
+        Write when this many rounds passed since the last checkpoint.
+    every_seconds : float, optional
+        Write when this much time passed since the last checkpoint.
+    settings : dict, optional
+        Settings recorded with every checkpoint (compared on resume).
+    keep : int, default=1
+        Complete checkpoints kept (the newest).
+    """
+
+    def __init__(self, directory, every_rounds=None, every_seconds=None, settings=None, keep=1):
+        if every_rounds is None and every_seconds is None:
+            raise ValueError("Checkpointer needs every_rounds or every_seconds")
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.every_rounds = every_rounds
+        self.every_seconds = every_seconds
+        self.settings = {k: _jsonable(v) for k, v in (settings or {}).items()}
+        self.keep = max(1, int(keep))
+        self.state = None
+        self.assign = None
+        self.rng = None
+        self.extra = {}
+        self.n_features = None
+        self.sparse = False
+        self.x_dtype = np.float64
+        self._last_rounds = None
+        self._last_time = time.monotonic()
+        self.n_written = 0
+
+    def bind(self, state, *, n_features, sparse, x_dtype=np.float64, assign=None, rng=None,
+             extra=None, start_rounds=None):
+        """Attach the coordinator state (and optionally the assignment and RNG) to checkpoint."""
+        self.state = state
+        self.n_features, self.sparse, self.x_dtype = int(n_features), bool(sparse), x_dtype
+        self.assign, self.rng, self.extra = assign, rng, dict(extra or {})
+        self._last_rounds = state.rounds if start_rounds is None else start_rounds
+        self._last_time = time.monotonic()
+        return self
+
+    def __call__(self, rounds, state=None):
+        st = state if hasattr(state, "bank") else self.state
+        if st is None:
+            raise ValueError("Checkpointer has no CoordinatorState: call bind() or pass the state")
+        last = self._last_rounds if self._last_rounds is not None else 0
+        due = (self.every_rounds is not None and rounds - last >= self.every_rounds) or \
+              (self.every_seconds is not None
+               and time.monotonic() - self._last_time >= self.every_seconds)
+        if due:
+            self.write(rounds, st)
+
+    def write(self, rounds, state):
+        """Write one checkpoint of ``state`` after ``rounds`` rounds, atomically."""
+        import zarr
+        os.makedirs(self.directory, exist_ok=True)
+        B = state.B
+        ids = np.flatnonzero(np.any(B != 0.0, axis=1)).astype(np.int64)
+        Xsv = state.bank.stack(ids, self.n_features, self.sparse, self.x_dtype)
+        name = f"ckpt-{int(rounds):09d}.zarr"
+        final = os.path.join(self.directory, name)
+        tmp = tempfile.mkdtemp(dir=self.directory, prefix=f".{name}.tmp-")
+        try:
+            g = zarr.open_group(tmp, mode="w", zarr_format=3)
+            _put(g, "ids", ids)
+            _put(g, "B", np.ascontiguousarray(B[ids], dtype=np.float64))
+            if self.sparse:
+                Xc = sp.csr_matrix(Xsv)
+                _put(g, "X_data", Xc.data)
+                _put(g, "X_indices", Xc.indices.astype(np.int64))
+                _put(g, "X_indptr", Xc.indptr.astype(np.int64))
+            else:
+                _put(g, "X", np.ascontiguousarray(Xsv))
+            if self.assign is not None:
+                _put(g, "assign", np.asarray(self.assign, dtype=np.int64))
+            hist = state.history
+            keys = list(hist)
+            for k in keys:
+                _put(g, f"history/{k}", np.asarray(hist[k], dtype=np.float64))
+            g.attrs.update({
+                "format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION,
+                "rounds": int(rounds), "n": int(B.shape[0]), "P": int(B.shape[1]),
+                "n_features": self.n_features, "sparse": self.sparse,
+                "x_dtype": np.dtype(self.x_dtype).str, "settings": self.settings,
+                "rng": _rng_state(self.rng), "history_keys": keys,
+                "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
+                "written_at": time.time()})
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _write_text_atomic(os.path.join(self.directory, "LATEST"), name + "\n")
+        self._prune(name)
+        self._last_rounds = int(rounds)
+        self._last_time = time.monotonic()
+        self.n_written += 1
+        return final
+
+    def _prune(self, newest):
+        groups = sorted(f for f in os.listdir(self.directory) if _GROUP.match(f))
+        older = [g for g in groups if g != newest]
+        for g in older[: max(0, len(groups) - self.keep)]:
+            shutil.rmtree(os.path.join(self.directory, g), ignore_errors=True)
+
+
+def _put(g, name, a):
+    a = np.ascontiguousarray(a)
+    arr = g.create_array(name, shape=a.shape, dtype=a.dtype,
+                         chunks=tuple(max(1, s) for s in a.shape))
+    if a.size:
+        arr[...] = a
+
+
+def _write_text_atomic(path, text):
+    d = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".LATEST.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------- reading
+
+@dataclass
+class Checkpoint:
+    """A validated checkpoint (see :func:`load_checkpoint`)."""
+
+    path: str
+    rounds: int
+    n: int
+    P: int
+    n_features: int
+    sparse: bool
+    ids: np.ndarray
+    B: np.ndarray
+    X: object
+    history: dict
+    settings: dict
+    rng: dict | None = None
+    assign: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _latest_group(directory):
+    latest = os.path.join(directory, "LATEST")
+    if os.path.isfile(latest):
+        with open(latest) as fh:
+            name = fh.read().strip()
+        if _GROUP.match(name) and os.path.isdir(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    groups = sorted(f for f in os.listdir(directory) if _GROUP.match(f))
+    if groups:     # LATEST lost or stale: the newest complete group (complete ones are renamed in)
+        return os.path.join(directory, groups[-1])
+    return None
+
+
+def has_checkpoint(directory) -> bool:
+    """Whether ``directory`` holds at least one complete checkpoint."""
+    directory = os.fspath(directory)
+    return os.path.isdir(directory) and _latest_group(directory) is not None
+
+
+def load_checkpoint(directory) -> Checkpoint:
+    """Read and validate the newest checkpoint in ``directory``.
+
+    Raises
+    ------
+    ValueError
+        When the directory holds no checkpoint, a foreign group, a newer format version, or
+        arrays whose shapes disagree with the attributes.
+    """
+    import zarr
+    directory = os.path.abspath(os.fspath(directory))
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory}: no checkpoint (the directory does not exist)")
+    path = _latest_group(directory)
+    if path is None:
+        raise ValueError(f"{directory}: no checkpoint in this directory")
+    try:
+        g = zarr.open_group(path, mode="r")
+        a = dict(g.attrs)
+    except Exception as e:
+        raise ValueError(f"{path} is not a dmcsvm checkpoint: {e}") from None
+    if a.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a dmcsvm checkpoint (format {a.get('format')!r})")
+    v = a.get("format_version")
+    if v != CHECKPOINT_VERSION:
+        raise ValueError(f"{path} has checkpoint format_version {v!r}; this dmcsvm reads "
+                         f"version {CHECKPOINT_VERSION}")
+
+    def arr(name):
+        try:
+            return np.asarray(g[name][...])
+        except KeyError:
+            raise ValueError(f"{path} is missing array {name!r}") from None
+
+    try:
+        n, P, d, sparse = int(a["n"]), int(a["P"]), int(a["n_features"]), bool(a["sparse"])
+        rounds = int(a["rounds"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path} is missing its n/P/n_features/sparse/rounds attributes") from None
+    ids = arr("ids")
+    B = arr("B")
+    k = ids.shape[0]
+    if B.shape != (k, P):
+        raise ValueError(f"{path}: B has shape {B.shape}, expected ({k}, {P})")
+    if k and (ids.min() < 0 or ids.max() >= n or np.any(np.diff(ids) <= 0)):
+        raise ValueError(f"{path}: support ids are not increasing ids in [0, {n})")
+    if sparse:
+        X = sp.csr_matrix((arr("X_data"), arr("X_indices"), arr("X_indptr")), shape=(k, d))
+    else:
+        X = arr("X")
+        if X.shape != (k, d):
+            raise ValueError(f"{path}: X has shape {X.shape}, expected ({k}, {d})")
+    history = {key: arr(f"history/{key}").tolist() for key in a.get("history_keys", [])}
+    assign = arr("assign") if "assign" in g else None
+    if assign is not None and assign.shape != (n,):
+        raise ValueError(f"{path}: assign has shape {assign.shape}, expected ({n},)")
+    return Checkpoint(path=path, rounds=rounds, n=n, P=P, n_features=d, sparse=sparse, ids=ids,
+                      B=B, X=X, history=history, settings=dict(a.get("settings") or {}),
+                      rng=a.get("rng"), assign=assign, extra=dict(a.get("extra") or {}))
+
+
+def resume_state(ck: Checkpoint, X=None):
+    """The :class:`CoordinatorState` and first message that continue the checkpointed solve.
+
+    The first message sends every support pattern with its full coefficient row, so freshly
+    started partitions (``F = 0``, ``B = 0``) rebuild ``F_part = K(X_part, X_SV) @ B_SV`` and
+    their copy of ``B``.  When the training data ``X`` is given, the checkpoint's support rows
+    are checked against it (a resume on other data fails).
+    """
+    from .solvers.multiclass import CoordinatorState
+    if X is not None and not (isinstance(X, np.ndarray) or sp.issparse(X)):
+        # a store or dask row source: check the shape only, the support rows come from the file
+        if tuple(X.shape) != (ck.n, ck.n_features):
+            raise ValueError(f"{ck.path}: the checkpoint is of data of shape "
+                             f"({ck.n}, {ck.n_features}); the training data has shape "
+                             f"{tuple(X.shape)}")
+        X = None
+    if X is not None:
+        if X.shape != (ck.n, ck.n_features):
+            raise ValueError(f"{ck.path}: the checkpoint is of data of shape "
+                             f"({ck.n}, {ck.n_features}); the training data has shape {X.shape}")
+        if len(ck.ids):
+            mine = X[ck.ids]
+            a = mine.toarray() if sp.issparse(mine) else np.asarray(mine)
+            b = ck.X.toarray() if sp.issparse(ck.X) else np.asarray(ck.X)
+            if not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
+                raise ValueError(f"{ck.path}: the checkpoint's support patterns differ from "
+                                 "those rows of the training data (other data?)")
+    B = np.zeros((ck.n, ck.P))
+    B[ck.ids] = ck.B
+    state = CoordinatorState(B=B, rounds=ck.rounds)
+    n_hist = len(next(iter(ck.history.values()), []))
+    for k in state.history:                     # keys a newer solver records: NaN for old rounds
+        state.history[k] = list(ck.history.get(k, [float("nan")] * n_hist))
+    Xsv = ck.X
+    if X is not None and len(ck.ids):
+        Xsv = X[ck.ids]           # the training data's own dtype and layout
+    state.bank.add(ck.ids, Xsv)
+    first_msg = {"ids": ck.ids, "XB": Xsv, "dB": ck.B.copy()} if len(ck.ids) else None
+    return state, first_msg
+
+
+# ---------------------------------------------------------------------------------- estimators
+
+class CheckpointSession:
+    """What an estimator's ``fit`` needs for ``checkpoint`` / ``checkpoint_every`` / ``resume``.
+
+    ``CheckpointSession.for_estimator(est, X, y_idx, settings)`` reads those parameters; when
+    ``checkpoint`` is None it does nothing (``settings`` unchanged, no extra solve arguments).
+    Otherwise :meth:`solve_kwargs` gives ``on_round`` (a bound :class:`Checkpointer`) and, when
+    resuming from an existing checkpoint, ``state`` and ``first_msg``; :attr:`settings` then has
+    ``max_iter`` reduced by the rounds already run, so a resumed run stops where an
+    uninterrupted one would.
+    """
+
+    def __init__(self, settings, checkpointer=None, state=None, first_msg=None):
+        self.settings = settings
+        self.checkpointer = checkpointer
+        self.state = state
+        self.first_msg = first_msg
+
+    @classmethod
+    def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None):
+        directory = getattr(est, "checkpoint", None)
+        resume = getattr(est, "resume", False)
+        if resume not in (True, False):
+            raise ValueError(f"resume must be True or False, got {resume!r}")
+        if directory is None:
+            if resume:
+                raise ValueError("resume=True needs checkpoint (the checkpoint directory)")
+            return cls(settings)
+        if not isinstance(directory, (str, os.PathLike)):
+            raise ValueError(f"checkpoint must be a directory path or None, got {directory!r}")
+        rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
+        params = {k: v for k, v in est.get_params(deep=False).items() if k not in RUNTIME_PARAMS}
+        params["estimator"] = type(est).__name__
+        params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
+        params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
+        ckpt = Checkpointer(directory, rounds, seconds, settings=params)
+        state, first_msg = None, None
+        if resume and has_checkpoint(directory):
+            ck = load_checkpoint(directory)
+            diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
+                          if ck.settings.get(k) != ckpt.settings.get(k))
+            if diff:
+                shown = ", ".join(f"{k}={ck.settings.get(k)!r} (now {ckpt.settings.get(k)!r})"
+                                  for k in diff)
+                raise ValueError(f"{ck.path} was written with other settings or data: {shown}")
+            state, first_msg = resume_state(ck, X)
+            if rng is not None:
+                restore_rng(rng, ck.rng)
+            if assign is not None and ck.assign is not None:
+                assign[:] = ck.assign
+            if settings.max_iter > 0:
+                left = settings.max_iter - ck.rounds
+                if left < 1:
+                    warnings.warn(f"{ck.path}: the checkpoint is already at max_iter="
+                                  f"{settings.max_iter}; running one more round", stacklevel=3)
+                settings = _replace(settings, max_iter=max(1, left))
+        elif resume:
+            warnings.warn(f"no checkpoint in {directory}: starting from scratch", stacklevel=3)
+        sess = cls(settings, ckpt, state, first_msg)
+        sess._X = X
+        sess._assign, sess._rng = assign, rng
+        return sess
+
+    def solve_kwargs(self, n, P, sparse, x_dtype):
+        """Keyword arguments for :func:`solve`: ``on_round`` and, when resuming, the state."""
+        if self.checkpointer is None:
+            return {}
+        from .solvers.multiclass import CoordinatorState
+        if self.state is None:
+            self.state = CoordinatorState.fresh(n, P)
+        self.checkpointer.bind(self.state, n_features=self._X.shape[1], sparse=sparse,
+                               x_dtype=x_dtype, assign=self._assign, rng=self._rng)
+        kw = {"on_round": self.checkpointer, "state": self.state}
+        if self.first_msg is not None:
+            kw["first_msg"] = self.first_msg
+        return kw
+
+
+def _crc(a):
+    import zlib
+    return zlib.crc32(np.ascontiguousarray(a))
+
+
+def _replace(settings, **kw):
+    import dataclasses
+    return dataclasses.replace(settings, **kw)
