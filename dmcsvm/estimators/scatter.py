@@ -1,0 +1,225 @@
+"""ScatterSVC: the mScatter-SVM of Jenssen et al. (2009) as a scikit-learn estimator (DESIGN §2)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..solvers import scatter as sc
+from ..solvers.decomposition import DecompositionSettings
+from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
+
+
+class ScatterSVC(ClassifierMixin, BaseEstimator):
+    """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
+    training pattern, trained by SMO over pairs of the same class.
+
+    Dual (Eq. 6 of the paper, DESIGN §2)::
+
+        min_a 1/2 a' Q a,   Q_ij = K_ij (m [c_i = c_j] - 1) / m,
+        sum_{i in class c} a_i = 1  for every class,   0 <= a_i <= mu
+
+    i.e. the between-class scatter ``1/2 sum_c ||m_c - mbar||^2`` of the weighted class means
+    ``m_c = sum_{i in c} a_i phi(x_i)`` around their mean ``mbar``.  With two classes it is the dual
+    of the mu-SVM of the paper's Eq. 1 (objective halved).
+
+    Parameters
+    ----------
+    mu : float, default=1.0
+        Upper bound of every ``a_i``; must satisfy ``1 / N_min <= mu <= 1`` (``N_min``: size of
+        the smallest class), the only range in which the constraints are feasible.  Small ``mu``
+        spreads each class mean over many points (soft margin); ``mu = 1`` is the hard-margin
+        (convex-hull) case and the only value valid for every data set.  The paper's
+        ``nu`` relates as ``mu = m / (nu N)`` (its §4).
+    kernel : {'rbf', 'poly', 'linear'}, default='rbf'
+    gamma : 'scale', 'auto' or float, default='scale'
+    degree : int, default=3
+    coef0 : float, default=0.0
+    test_rule : {1, 2}, default=1
+        Prediction rule of the paper's §3: 1 = ``argmax_c m_c' phi(x) / ||m_c||`` (angular);
+        2 = ``argmax_c [(m_c - mbar)' phi(x) - (m_c - mbar)' m_c^msv] / ||m_c - mbar||`` with
+        ``m_c^msv`` the weighted mean of the margin support vectors (``0 < a_i < mu``) of class
+        ``c`` (of all its support vectors when it has none).
+    tol : float, default=1e-3
+        Stop when in every class ``max_{a_t < mu} -g_t - min_{a_t > 0} -g_t <= tol``.
+    selection : {'wss2', 'mvp'}, default='wss2'
+        Pair selection inside a working set: LIBSVM's second-order rule run per class, the pair
+        of the class with the largest decrease taken each step; or the maximal violating pair.
+    cache_size : float, default=200
+        Kernel-column cache in MB (shared by the partitions).
+    max_iter : int, default=-1
+        Maximum number of decomposition rounds, -1 for no limit (ConvergenceWarning when hit).
+    batch_size : int, default=1000
+        Variables in each round's working set: the classes in order of decreasing violation, each
+        with its ``class_batch`` top violators of both sides.  The subproblem is solved exactly by
+        SMO on ``K_BB``.
+    class_batch : int, default=8
+        Candidates per class and side in a working set.
+    verbose : bool, default=False
+    n_jobs : int or None, default=None
+        Threads (and row partitions) of the in-process executor; None uses every core.
+    client : None, 'local', str or distributed.Client, default=None
+        None in-process; a ``distributed.Client`` or scheduler address; ``'local'`` starts a
+        ``LocalCluster``.
+    n_workers, threads_per_worker, memory_limit : optional
+        Size of the ``LocalCluster`` started for ``client='local'``.
+    n_partitions : int, optional
+        Row partitions (default: one per thread / worker thread).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    support_ : ndarray of shape (n_SV,)
+        Rows with ``a_i > 0``.
+    support_vectors_ : ndarray or CSR of shape (n_SV, n_features)
+    dual_coef_ : ndarray of shape (n_SV,)
+        ``a_i`` of the support vectors.
+    sv_class_ : ndarray of shape (n_SV,)
+        Class index of every support vector.
+    class_norms_ : ndarray of shape (n_classes,)
+        ``||m_c||``.
+    centered_norms_ : ndarray of shape (n_classes,)
+        ``||m_c - mbar||``.
+    msv_offsets_ : ndarray of shape (n_classes,)
+        ``(m_c - mbar)' m_c^msv`` (test rule 2).
+    n_support_ : ndarray of shape (n_classes,)
+    objective_ : float
+        ``1/2 a'Qa`` at the solution.
+    n_iter_ : int
+    converged_ : bool
+    history_ : dict of ndarray
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def __init__(self, mu=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
+                 tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
+                 class_batch=8, verbose=False, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, n_partitions=None):
+        self.mu = mu
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.test_rule = test_rule
+        self.tol = tol
+        self.selection = selection
+        self.cache_size = cache_size
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.class_batch = class_batch
+        self.verbose = verbose
+        self.n_jobs = n_jobs
+        self.client = client
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.memory_limit = memory_limit
+        self.n_partitions = n_partitions
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self):
+        check_common(self)
+        check_int(self, ("class_batch",))
+        if self.class_batch < 1:
+            raise ValueError(f"class_batch must be an integer >= 1, got {self.class_batch!r}")
+        if isinstance(self.test_rule, bool) or self.test_rule not in (1, 2):
+            raise ValueError(f"test_rule must be 1 or 2, got {self.test_rule!r}")
+        mu = self.mu
+        if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not np.isfinite(mu):
+            raise ValueError(f"mu must be a finite number, got {mu!r}")
+
+    def _check_mu(self, counts):
+        n_min = int(counts.min())
+        lo = 1.0 / n_min
+        if not (lo * (1.0 - 1e-12) <= self.mu <= 1.0):
+            raise ValueError(f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
+                             f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
+                             f"{self.mu!r}")
+        return float(max(self.mu, lo))
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+        self._check_params()
+        X, classes, y_idx = fit_inputs(self, X, y)
+        m = classes.shape[0]
+        counts = np.bincount(y_idx, minlength=m)
+        mu = self._check_mu(counts)
+        s = DecompositionSettings(U=mu, w_same=(m - 1) / m, w_diff=-1.0 / m, p=0.0, n_groups=m,
+                                  tol=float(self.tol), selection=self.selection,
+                                  batch_size=int(self.batch_size),
+                                  per_group=int(self.class_batch), max_iter=int(self.max_iter),
+                                  verbose=bool(self.verbose)).check()
+        spec = kernel_of(self, X)
+        signs = np.ones(X.shape[0], dtype=np.int64)
+        a0 = sc.feasible_start(y_idx, m, mu)
+        engine = SMOEngine(self, X, signs, y_idx, spec, s, with_own=True)
+        try:
+            r = engine.solve(signs, a0=a0)
+            self.engine_stats_ = engine.stats()
+        finally:
+            engine.close()
+        cs = r.class_sums
+        sv = np.flatnonzero(r.a > 0)
+        self.classes_ = classes
+        self.support_ = sv
+        self.support_vectors_ = X[sv]
+        self.dual_coef_ = r.a[sv]
+        self.sv_class_ = y_idx[sv]
+        self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
+        # ||m_c||^2 = sum_{i in c} a_i own_i ;  m_c' mbar = (1/m) sum_{i in c} a_i tot_i
+        mm = cs[:, 0]
+        mc_mbar = cs[:, 1] / m
+        mbar2 = cs[:, 1].sum() / m ** 2
+        self.class_norms_ = np.sqrt(np.maximum(mm, 0.0))
+        self.centered_norms_ = np.sqrt(np.maximum(mm - 2.0 * mc_mbar + mbar2, 0.0))
+        # (m_c - mbar)' m_c^msv = sum_msv a_i g_i / sum_msv a_i, since g_i = (m_c - mbar)' phi(x_i)
+        has_msv = cs[:, 3] > 0
+        self.msv_offsets_ = np.where(has_msv, cs[:, 2] / np.where(has_msv, cs[:, 3], 1.0),
+                                     cs[:, 4] / np.maximum(cs[:, 5], 1e-300))
+        self.objective_ = r.objective
+        self.n_iter_ = r.n_iter
+        self.converged_ = r.converged
+        self.history_ = r.history
+        self.mu_ = mu
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def class_scores(self, X):
+        """``m_c' phi(x)`` for every class, (n_samples, n_classes)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                          reset=False)
+        m = self.classes_.shape[0]
+        A = sp.csr_matrix((self.dual_coef_, (np.arange(self.dual_coef_.shape[0]), self.sv_class_)),
+                          shape=(self.dual_coef_.shape[0], m))
+        return kernel_times(self, X, self.support_vectors_, A)
+
+    def decision_function(self, X):
+        """Scores of the chosen test rule (n_samples, n_classes); for two classes the difference
+        class 1 minus class 0 (positive means ``classes_[1]``)."""
+        S = self.class_scores(X)
+        tiny = 1e-300
+        if self.test_rule == 1:
+            D = S / np.maximum(self.class_norms_, tiny)
+        else:
+            D = (S - S.mean(axis=1, keepdims=True) - self.msv_offsets_) \
+                / np.maximum(self.centered_norms_, tiny)
+        if D.shape[1] == 2:
+            return D[:, 1] - D[:, 0]
+        return D
+
+    def predict(self, X):
+        D = self.decision_function(X)
+        if D.ndim == 1:
+            return self.classes_[(D > 0).astype(int)]
+        return self.classes_[np.argmax(D, axis=1)]

@@ -1,0 +1,275 @@
+"""mScatter-SVM (Jenssen et al. 2009; DESIGN §2): SMO kernels against NumPy references, the
+estimator against the exact QP optimum, the two-class case against the mu-SVM of the paper's Eq. 1,
+the test rules, bad input, and the Dask executor against the in-process one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dmcsvm.estimators.scatter import ScatterSVC
+from dmcsvm.kernels import KernelSpec, kernel_reference
+from dmcsvm.solvers import scatter as sc
+
+
+def _blobs(seed=0, n=60, m=4, d=2, scale=1.5):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=scale, size=(m, d))
+    y = np.concatenate([np.arange(m), np.arange(m), rng.integers(0, m, n - 2 * m)])
+    X = centers[y] + rng.normal(size=(n, d))
+    return X, y
+
+
+def _Q(K, y, m):
+    return K * ((m * (y[:, None] == y[None, :]) - 1.0) / m)
+
+
+def psd_factor(K):
+    w, V = np.linalg.eigh(0.5 * (K + K.T))
+    w = np.clip(w, 0.0, None)
+    keep = w > w.max() * 1e-14
+    return V[:, keep] * np.sqrt(w[keep])
+
+
+def clarabel_solve(problem):
+    import cvxpy as cp
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
+                  max_iter=500)
+    assert problem.status == "optimal", problem.status
+    return problem.value
+
+
+def scatter_qp(K, y, m, mu):
+    """Exact optimum of ``min 1/2 sum_c ||m_c - mbar||^2`` s.t. class sums 1, ``0 <= a <= mu``
+    (the between-class scatter form of Eq. 6, written with a factor ``L`` of ``K``)."""
+    import cvxpy as cp
+    n = len(y)
+    L = psd_factor(K)
+    a = cp.Variable(n)
+    Y = np.eye(m)[y]                                    # n x m one-hot
+    M = L.T @ cp.multiply(Y, a[:, None] @ np.ones((1, m)))   # columns m_c (features x m)
+    mbar = M @ np.full((m, 1), 1.0 / m)
+    obj = 0.5 * cp.sum_squares(M - mbar @ np.ones((1, m)))
+    val = clarabel_solve(cp.Problem(cp.Minimize(obj), [a >= 0, a <= mu, Y.T @ a == 1]))
+    return val, a.value
+
+
+def _alpha(clf, n):
+    a = np.zeros(n)
+    a[clf.support_] = clf.dual_coef_
+    return a
+
+
+# ------------------------------------------------------------------------------------------------
+# numba kernels vs NumPy references
+# ------------------------------------------------------------------------------------------------
+
+def _select_reference(K, y, grp, a, g, U, w, G, second_order):
+    best, pair, viol = np.inf, (-1, -1), 0.0
+    for c in range(G):
+        idx = np.flatnonzero(grp == c)
+        up = [t for t in idx if (y[t] > 0 and a[t] < U) or (y[t] < 0 and a[t] > 0)]
+        low = [t for t in idx if (y[t] < 0 and a[t] < U) or (y[t] > 0 and a[t] > 0)]
+        if not up or not low:
+            continue
+        i = up[int(np.argmax([-y[t] * g[t] for t in up]))]
+        gmax = -y[i] * g[i]
+        viol = max(viol, gmax - min(-y[t] * g[t] for t in low))
+        for t in low:
+            b = gmax + y[t] * g[t]
+            if b <= 0:
+                continue
+            quad = max(w * (K[i, i] + K[t, t] - 2 * K[i, t]), 1e-12)
+            obj = -b * b / quad if second_order else -b
+            if obj < best:
+                best, pair = obj, (i, t)
+    return pair, viol
+
+
+@pytest.mark.parametrize("selection", ["wss2", "mvp"])
+def test_select_pair_matches_reference(selection):
+    rng = np.random.default_rng(1)
+    code = sc.SELECTIONS[selection]
+    for _ in range(100):
+        nb, G, U = 12, 3, 0.6
+        X = rng.normal(size=(nb, 2))
+        K = kernel_reference(KernelSpec("rbf", 0.7), X, X)
+        y = rng.choice([-1.0, 1.0], nb)
+        grp = rng.integers(0, G, nb).astype(np.int64)
+        a = rng.choice([0.0, U, 0.3], nb)
+        g = rng.normal(size=nb)
+        gmax, imax, gmin = np.empty(G), np.empty(G, np.int64), np.empty(G)
+        i, j, viol = sc.select_pair(K, y, grp, a, g, U, 0.75, G, code, gmax, imax, gmin)
+        (ri, rj), rviol = _select_reference(K, y, grp, a, g, U, 0.75, G, code == sc.SEL_WSS2)
+        assert (i, j) == (ri, rj)
+        assert viol == pytest.approx(rviol, abs=1e-14)
+
+
+def test_scan_and_apply_columns_match_numpy():
+    rng = np.random.default_rng(2)
+    n, m, U = 40, 3, 0.5
+    X = rng.normal(size=(n, 2))
+    y = rng.integers(0, m, n).astype(np.int64)
+    K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
+    a = rng.uniform(0, U, n) * (rng.random(n) > 0.4)
+    tot = np.zeros(n)
+    own = np.zeros(n)
+    rows = np.arange(n, dtype=np.int64)
+    B = np.flatnonzero(a)
+    sc.apply_columns(np.ascontiguousarray(K[:, B]), rows, y, y[B], a[B], tot, own, True)
+    np.testing.assert_allclose(tot, K @ a, atol=1e-12)
+    np.testing.assert_allclose(own, [K[i, y == y[i]] @ a[y == y[i]] for i in range(n)], atol=1e-12)
+    g, vup, vlow = np.empty(n), np.empty(n), np.empty(n)
+    gmax, gmin = np.empty(m), np.empty(m)
+    ones = np.ones(n)
+    obj2 = sc.scan(rows, ones, y, a, tot, own, (m - 1) / m, -1 / m, 0.0, U, m, g, vup, vlow,
+                   gmax, gmin)
+    Q = _Q(K, y, m)
+    np.testing.assert_allclose(g, Q @ a, atol=1e-12)
+    assert obj2 == pytest.approx(a @ Q @ a, abs=1e-12)
+    for c in range(m):
+        up = (y == c) & (a < U)
+        low = (y == c) & (a > 0)
+        assert gmax[c] == pytest.approx((-g[up]).max())
+        assert gmin[c] == pytest.approx((-g[low]).min())
+
+
+@pytest.mark.parametrize("mu", [1.0, 0.3, 0.25, 0.1])
+def test_feasible_start_is_sparse_and_feasible(mu):
+    y = np.array([0] * 10 + [1] * 4 + [2] * 7, dtype=np.int64)
+    y = np.random.default_rng(3).permutation(y)
+    if mu * 4 < 1:
+        mu = 0.25
+    a = sc.feasible_start(y, 3, mu)
+    assert np.all(a >= 0) and np.all(a <= mu)
+    np.testing.assert_allclose(np.bincount(y, weights=a), 1.0, atol=1e-12)
+    assert np.count_nonzero(a) <= 3 * int(np.ceil(1 / mu - 1e-9))
+    # the first points of every class, in row order
+    for c in range(3):
+        nz = np.flatnonzero((y == c) & (a > 0))
+        assert np.array_equal(nz, np.flatnonzero(y == c)[:nz.shape[0]])
+
+
+# ------------------------------------------------------------------------------------------------
+# the estimator vs the exact QP
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel,params,mu,batch,cb,selection", [
+    ("rbf", {"gamma": 0.5}, 1.0, 1000, 8, "wss2"),
+    ("rbf", {"gamma": 0.5}, 0.3, 4, 1, "wss2"),
+    ("rbf", {"gamma": 2.0}, 0.2, 16, 2, "mvp"),
+    ("linear", {}, 0.5, 8, 2, "wss2"),
+    ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0}, 0.25, 1000, 3, "wss2"),
+])
+def test_scatter_reaches_qp_optimum(kernel, params, mu, batch, cb, selection):
+    X, y = _blobs(4)
+    m = 4
+    clf = ScatterSVC(mu=mu, kernel=kernel, tol=1e-10, batch_size=batch, class_batch=cb,
+                     selection=selection, n_jobs=2, **params).fit(X, y)
+    spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
+    K = kernel_reference(spec, X, X)
+    val, _ = scatter_qp(K, y, m, mu)
+    a = _alpha(clf, len(y))
+    assert np.all(a >= 0) and np.all(a <= mu)
+    np.testing.assert_allclose(np.bincount(y, weights=a), 1.0, atol=1e-12)
+    ours = 0.5 * a @ _Q(K, y, m) @ a
+    assert ours == pytest.approx(val, rel=1e-6)
+    assert clf.objective_ == pytest.approx(ours, rel=1e-9)
+    assert clf.converged_
+
+
+def test_smallest_valid_mu_is_the_uniform_solution():
+    # mu = 1/N_c for every class: the only feasible point is a_i = 1/N_c
+    X, y = _blobs(5, n=24, m=3)
+    y = np.repeat(np.arange(3), 8)
+    clf = ScatterSVC(mu=1 / 8, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(_alpha(clf, 24), 1 / 8, atol=1e-12)
+
+
+def test_two_class_scatter_is_the_mu_svm_of_eq1():
+    """Eq. 1 primal ``min 1/2 ||w||^2 - 2 rho + mu sum xi, y_i (w'x_i + b) >= rho - xi_i``
+    solved directly in feature space (``phi = rows of a factor of K``); its dual is Eq. 6 with
+    ``m = 2`` and twice the objective, and ``w = m_1 - m_2``."""
+    import cvxpy as cp
+    X, y = _blobs(6, n=40, m=2, scale=1.0)
+    mu = 0.2
+    clf = ScatterSVC(mu=mu, gamma=0.7, tol=1e-11).fit(X, y)
+    K = kernel_reference(KernelSpec("rbf", 0.7), X, X)
+    Phi = psd_factor(K)
+    s = np.where(y == 0, 1.0, -1.0)                   # class 0 = omega_1
+    w, b, rho, xi = cp.Variable(Phi.shape[1]), cp.Variable(), cp.Variable(), cp.Variable(len(y))
+    primal = clarabel_solve(cp.Problem(
+        cp.Minimize(0.5 * cp.sum_squares(w) - 2 * rho + mu * cp.sum(xi)),
+        [cp.multiply(s, Phi @ w + b) >= rho - xi, xi >= 0]))
+    a = _alpha(clf, len(y))
+    w_ours = Phi.T @ (s * a)                            # m_1 - m_2
+    # strong duality: primal = -1/2 ||w||^2 = -2 * (mScatter objective)
+    assert primal == pytest.approx(-2.0 * clf.objective_, rel=1e-6)
+    np.testing.assert_allclose(w_ours, w.value, atol=1e-5)
+    # test rule 2 with two classes is the mu-SVM's sign(w'x + b) (Eq. 3) with the paper's
+    # b = -1/2 (m_1 - m_2)'(m_1^msv + m_2^msv)
+    clf.set_params(test_rule=2)
+    f = -clf.decision_function(X)                       # positive = class 0 = omega_1
+    Fw = Phi @ w_ours
+    msv = (a > 1e-12) & (a < mu - 1e-12)
+    m1 = Phi.T @ np.where((y == 0) & msv, a, 0) / a[(y == 0) & msv].sum()
+    m2 = Phi.T @ np.where((y == 1) & msv, a, 0) / a[(y == 1) & msv].sum()
+    b_paper = -0.5 * w_ours @ (m1 + m2)
+    np.testing.assert_array_equal(np.sign(f), np.sign(Fw + b_paper))
+    # and the paper's b is the primal optimum's b
+    assert b_paper == pytest.approx(b.value, abs=1e-5)
+
+
+def test_test_rules_follow_their_formulas():
+    X, y = _blobs(7, n=45, m=3)
+    clf = ScatterSVC(mu=0.3, gamma=0.5, tol=1e-10).fit(X, y)
+    K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
+    Phi = psd_factor(K)
+    a = _alpha(clf, len(y))
+    M = np.stack([Phi.T @ np.where(y == c, a, 0) for c in range(3)], axis=1)    # m_c columns
+    mbar = M.mean(axis=1)
+    Xt = np.random.default_rng(8).normal(scale=2, size=(30, 2))
+    Kt = kernel_reference(KernelSpec("rbf", 0.5), Xt, X)
+    St = np.stack([Kt @ np.where(y == c, a, 0) for c in range(3)], axis=1)      # m_c' phi(x)
+    rule1 = St / np.linalg.norm(M, axis=0)
+    np.testing.assert_allclose(clf.decision_function(Xt), rule1, atol=1e-9)
+    msv = (a > 0) & (a < 0.3)
+    off = np.array([(M[:, c] - mbar) @ (Phi.T @ np.where((y == c) & msv, a, 0))
+                    / a[(y == c) & msv].sum() for c in range(3)])
+    rule2 = (St - St.mean(axis=1, keepdims=True) - off) / np.linalg.norm(M - mbar[:, None], axis=0)
+    clf.set_params(test_rule=2)
+    np.testing.assert_allclose(clf.decision_function(Xt), rule2, atol=1e-8)
+    np.testing.assert_array_equal(clf.predict(Xt), np.argmax(rule2, axis=1))
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("params,msg", [
+    ({"mu": 0.1}, "mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: N_min = 5 "
+                  "samples) that is 0.2 <= mu <= 1, got 0.1"),
+    ({"mu": 1.5}, "mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: N_min = 5 "
+                  "samples) that is 0.2 <= mu <= 1, got 1.5"),
+    ({"mu": "half"}, "mu must be a finite number, got 'half'"),
+    ({"test_rule": 3}, "test_rule must be 1 or 2, got 3"),
+    ({"test_rule": True}, "test_rule must be 1 or 2, got True"),
+    ({"class_batch": 0}, "class_batch must be an integer >= 1, got 0"),
+    ({"batch_size": 1}, "batch_size must be an integer >= 2, got 1"),
+    ({"tol": 0.0}, "tol must be a positive number, got 0.0"),
+    ({"selection": "wss3"}, "selection must be one of ('mvp', 'wss2'), got 'wss3'"),
+    ({"kernel": "cosine"}, "kernel must be one of ('linear', 'poly', 'rbf'), got 'cosine'"),
+])
+def test_bad_parameters(params, msg):
+    X = np.random.default_rng(0).normal(size=(17, 2))
+    y = np.array([0] * 5 + [1] * 6 + [2] * 6)
+    with pytest.raises(ValueError) as e:
+        ScatterSVC(**params).fit(X, y)
+    assert str(e.value) == msg
+
+
+def test_one_class_is_rejected():
+    with pytest.raises(ValueError) as e:
+        ScatterSVC().fit(np.zeros((5, 2)), ["a"] * 5)
+    assert str(e.value) == ("ScatterSVC needs samples of at least 2 classes in the data, but the "
+                            "data contains only one class: 'a'")
