@@ -431,7 +431,7 @@ def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
 
 
 def from_npy(X_path, y_path, path, rows_per_chunk=None, overwrite=False,
-             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES):
+             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None):
     """Convert a pair of ``.npy`` files (features, labels) to a store, memory-mapped.
 
     Parameters
@@ -444,6 +444,8 @@ def from_npy(X_path, y_path, path, rows_per_chunk=None, overwrite=False,
         Target store directory.
     rows_per_chunk, overwrite, buffer_rows, buffer_bytes
         As for :func:`write_arrays`.
+    progress : callable, optional
+        ``progress(done, total)`` with the rows written so far.
 
     Returns
     -------
@@ -489,6 +491,8 @@ def from_npy(X_path, y_path, path, rows_per_chunk=None, overwrite=False,
             if bad is not None:
                 raise ValueError(f"{X_path} contains NaN or infinity at row {lo + bad}")
             builder.append(block, _encode_label_array(plan, y[lo:hi]))
+            if progress is not None:
+                progress(hi, n)
         return builder.commit()
 
 
@@ -567,22 +571,60 @@ def _check_source(src):
     return src
 
 
-def _open_binary(src):
-    """Open a file for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.xz`` files."""
+class _Meter:
+    """Reports bytes read from a source file to ``progress(done, total)`` (both passes)."""
+
+    def __init__(self, progress, total):
+        self.progress, self.total, self.done = progress, int(total), 0
+
+    def add(self, k):
+        self.done += k
+        self.progress(min(self.done, self.total), self.total)
+
+    def finish(self):
+        self.progress(self.total, self.total)
+
+
+class _Tracked(io.RawIOBase):
+    """A raw file that counts the bytes read from disk into a :class:`_Meter`."""
+
+    def __init__(self, f, meter):
+        self.f, self.meter = f, meter
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        k = self.f.readinto(b)
+        if k:
+            self.meter.add(k)
+        return k
+
+    def close(self):
+        self.f.close()
+        super().close()
+
+
+def _open_binary(src, meter=None):
+    """Open a file for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.xz`` files; with a
+    ``meter``, the (compressed) bytes read from disk are counted into it."""
+    raw = None
+    if meter is not None:
+        raw = io.BufferedReader(_Tracked(open(src, "rb", buffering=0), meter))
     if src.endswith(".gz"):
-        return gzip.open(src, "rb")
+        return gzip.GzipFile(fileobj=raw, mode="rb") if raw else gzip.open(src, "rb")
     if src.endswith(".bz2"):
-        return bz2.open(src, "rb")
+        return bz2.BZ2File(raw, "rb") if raw else bz2.open(src, "rb")
     if src.endswith(".xz"):
-        return lzma.open(src, "rb")
-    return open(src, "rb")
+        return lzma.LZMAFile(raw, "rb") if raw else lzma.open(src, "rb")
+    return raw if raw else open(src, "rb")
 
 
-def _line_buffers(src, buffer_rows, buffer_bytes):
+def _line_buffers(src, buffer_rows, buffer_bytes, meter=None):
     """Yield ``(lines, first_line_number)`` buffers of raw byte lines from a text file."""
     if int(buffer_rows) < 1:
         raise ValueError(f"buffer_rows must be at least 1, got {buffer_rows}")
-    with _open_binary(src) as f:
+    with _open_binary(src, meter) as f:
         lines, size, first = [], 0, 1
         for line in f:
             lines.append(line)
@@ -754,10 +796,10 @@ class _NonFinite(Exception):
         self.row, self.line = row, line
 
 
-def _svmlight_blocks(src, buffer_rows, buffer_bytes):
+def _svmlight_blocks(src, buffer_rows, buffer_bytes, meter=None):
     """Yield ``(row0, block)`` parsed buffers of an svmlight file; NaN/inf raise ValueError."""
     row0 = 0
-    for lines, first in _line_buffers(src, buffer_rows, buffer_bytes):
+    for lines, first in _line_buffers(src, buffer_rows, buffer_bytes, meter):
         try:
             blk = _parse_svmlight(src, lines, first)
         except _NonFinite as exc:
@@ -771,7 +813,8 @@ def _svmlight_blocks(src, buffer_rows, buffer_bytes):
 
 def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
                   rows_per_chunk=None, overwrite=False,
-                  buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES):
+                  buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES,
+                  progress=None):
     """Convert a LIBSVM/svmlight text file to a store, streaming it in two passes.
 
     Lines are ``label [qid:q] index:value ...`` with optional ``# comments``; blank lines are
@@ -800,6 +843,8 @@ def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
     buffer_rows, buffer_bytes : int
         Lines (at most) and bytes (about) of text parsed at a time; also bounds the dense
         rows built at a time.
+    progress : callable, optional
+        ``progress(done, total)`` with the bytes of the file read so far over both passes.
 
     Returns
     -------
@@ -820,10 +865,11 @@ def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
         zero_based = bool(zero_based)
 
     # pass 1: rows, entries, index range, labels; every line validated
+    meter = _Meter(progress, 2 * os.path.getsize(src)) if progress is not None else None
     n = nnz = 0
     min_index, max_index, max_line = None, -1, None
     scan = _LabelScan()
-    for _, blk in _svmlight_blocks(src, buffer_rows, buffer_bytes):
+    for _, blk in _svmlight_blocks(src, buffer_rows, buffer_bytes, meter):
         n += len(blk.labels)
         nnz += len(blk.index)
         scan.add_numbers(blk.labels)
@@ -861,7 +907,7 @@ def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
     dense_rows = _block_rows(d, buffer_rows, buffer_bytes)
     with _StoreBuilder(target, overwrite) as builder:
         builder.create(n, d, bool(sparse), rows_per_chunk, plan, nnz=nnz)
-        for _, blk in _svmlight_blocks(src, buffer_rows, buffer_bytes):
+        for _, blk in _svmlight_blocks(src, buffer_rows, buffer_bytes, meter):
             index = (blk.index - offset).astype(np.int32)
             m = len(blk.labels)
             y = plan.encode_numbers(blk.labels)
@@ -876,7 +922,10 @@ def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
                 rows = np.repeat(np.arange(b - a), np.diff(blk.indptr[a : b + 1]))
                 dense[rows, index[s:e]] = blk.values[s:e]
                 builder.append(dense, y[a:b])
-        return builder.commit()
+        info = builder.commit()
+    if meter is not None:
+        meter.finish()
+    return info
 
 
 def _find_svmlight_index(src, value, buffer_rows, buffer_bytes):
@@ -888,12 +937,12 @@ def _find_svmlight_index(src, value, buffer_rows, buffer_bytes):
     return 0
 
 
-def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes):
+def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=None):
     """Yield ``(rows, line_numbers)`` buffers of non-empty CSV records from a text file."""
     if int(buffer_rows) < 1:
         raise ValueError(f"buffer_rows must be at least 1, got {buffer_rows}")
     skip = int(skip_header)
-    raw = _open_binary(src)
+    raw = _open_binary(src, meter)
     with io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         rows, lines, size = [], [], 0
@@ -927,7 +976,7 @@ def _normalize_column(j, ncols, what, src):
 
 def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_columns=(),
              rows_per_chunk=None, overwrite=False,
-             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES):
+             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None):
     """Convert a delimited text file (numeric features, one label column) to a dense store.
 
     Parameters
@@ -947,7 +996,7 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
         Skip the first record (True) or this many records.
     drop_columns : sequence of int
         Columns that are neither features nor the label (ids, dates...).
-    rows_per_chunk, overwrite, buffer_rows, buffer_bytes
+    rows_per_chunk, overwrite, buffer_rows, buffer_bytes, progress
         As for :func:`from_svmlight`.
 
     Returns
@@ -968,7 +1017,8 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
     n, ncols = 0, None
     scan = _LabelScan()
     nonfinite_label = None
-    for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes):
+    meter = _Meter(progress, 2 * os.path.getsize(src)) if progress is not None else None
+    for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter):
         if ncols is None:
             ncols = len(rows[0])
             label_col = _normalize_column(label_column, ncols, "label_column", src)
@@ -1005,7 +1055,8 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
     with _StoreBuilder(target, overwrite) as builder:
         builder.create(n, d, False, rows_per_chunk, plan)
         row0 = 0
-        for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes):
+        for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes,
+                                        meter):
             for row, ln in zip(rows, lines):
                 if len(row) != ncols:
                     raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
@@ -1022,7 +1073,10 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
             y = plan.encode_strings(np.char.strip(table[:, label_col]))
             builder.append(X, y)
             row0 += len(rows)
-        return builder.commit()
+        info = builder.commit()
+    if meter is not None:
+        meter.finish()
+    return info
 
 
 def _locate_csv_error(src, rows, lines, feature_cols):
