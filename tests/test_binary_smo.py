@@ -285,8 +285,9 @@ def test_binary_rejects_three_classes_and_one_class():
     X, y = _multi(n=30, m=3)
     with pytest.raises(ValueError) as e:
         BinarySVC().fit(X, y)
-    assert str(e.value) == ("BinarySVC is a two-class classifier, but y has 3 classes; use "
-                            "OneVsRestSVC or OneVsOneSVC for more")
+    assert str(e.value) == ("Only binary classification is supported. The type of the target is "
+                            "multiclass (3 classes); use OneVsRestSVC or OneVsOneSVC for more "
+                            "than two classes")
     for Est in (BinarySVC, OneVsRestSVC, OneVsOneSVC):
         with pytest.raises(ValueError) as e:
             Est().fit(X, np.full(30, 7))

@@ -251,7 +251,7 @@ def test_test_rules_follow_their_formulas():
                   "samples) that is 0.2 <= mu <= 1, got 0.1"),
     ({"mu": 1.5}, "mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: N_min = 5 "
                   "samples) that is 0.2 <= mu <= 1, got 1.5"),
-    ({"mu": "half"}, "mu must be a finite number, got 'half'"),
+    ({"mu": "half"}, "mu must be 'auto' or a finite number, got 'half'"),
     ({"test_rule": 3}, "test_rule must be 1 or 2, got 3"),
     ({"test_rule": True}, "test_rule must be 1 or 2, got True"),
     ({"class_batch": 0}, "class_batch must be an integer >= 1, got 0"),

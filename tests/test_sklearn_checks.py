@@ -12,7 +12,7 @@ run for minutes.  The check only needs two identical fits, which a bounded run s
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dmcsvm import MulticlassSVC
+from dmcsvm import BinarySVC, MulticlassSVC, OneVsOneSVC, OneVsRestSVC, ScatterSVC
 
 ESTIMATORS = [
     MulticlassSVC(),
@@ -22,6 +22,12 @@ ESTIMATORS = [
                   batch_size=16, n_jobs=1, max_iter=2000),
     MulticlassSVC(kernel="poly", degree=3, coef0=1.0, optimizer="opt_kkt", selection="bmg",
                   threshold="exp", batch_size=8, n_jobs=2, max_iter=1000),
+    ScatterSVC(),
+    ScatterSVC(test_rule=2, selection="mvp", batch_size=8, class_batch=2, n_jobs=2),
+    BinarySVC(),
+    BinarySVC(kernel="linear", batch_size=2, n_jobs=2, max_iter=2000),
+    OneVsRestSVC(n_jobs=2),
+    OneVsOneSVC(kernel="poly", degree=2, coef0=1.0, batch_size=4, n_jobs=1, max_iter=2000),
 ]
 
 

@@ -314,8 +314,9 @@ class BinarySVC(_SMOParams):
         self._decomposition_settings()
         X, classes, y_idx = fit_inputs(self, X, y)
         if classes.shape[0] != 2:
-            raise ValueError(f"BinarySVC is a two-class classifier, but y has {classes.shape[0]} "
-                             f"classes; use OneVsRestSVC or OneVsOneSVC for more")
+            raise ValueError(f"Only binary classification is supported. The type of the target "
+                             f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
+                             f"OneVsOneSVC for more than two classes")
         signs = np.where(y_idx == 1, 1, -1)
         ((sv, coef, b, r),) = self._fit_problems(X, [signs])
         self.classes_ = classes
@@ -338,7 +339,8 @@ class BinarySVC(_SMOParams):
             + self.intercept_[0]
 
     def predict(self, X):
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        D = self.decision_function(X)
+        return self.classes_[(D > 0).astype(int)]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -29,12 +29,13 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    mu : float, default=1.0
+    mu : float or 'auto', default='auto'
         Upper bound of every ``a_i``; must satisfy ``1 / N_min <= mu <= 1`` (``N_min``: size of
         the smallest class), the only range in which the constraints are feasible.  Small ``mu``
         spreads each class mean over many points (soft margin); ``mu = 1`` is the hard-margin
-        (convex-hull) case and the only value valid for every data set.  The paper's
-        ``nu`` relates as ``mu = m / (nu N)`` (its §4).
+        (convex-hull) case.  The nu of the paper's §4 relates as ``mu = m / (nu N)``; ``'auto'``
+        is ``nu = 0.5`` (scikit-learn's NuSVC default), i.e. ``mu = 2 m / N`` clipped into the
+        valid range.
     kernel : {'rbf', 'poly', 'linear'}, default='rbf'
     gamma : 'scale', 'auto' or float, default='scale'
     degree : int, default=3
@@ -87,6 +88,8 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
     msv_offsets_ : ndarray of shape (n_classes,)
         ``(m_c - mbar)' m_c^msv`` (test rule 2).
     n_support_ : ndarray of shape (n_classes,)
+    mu_ : float
+        The box bound used (``mu`` resolved).
     objective_ : float
         ``1/2 a'Qa`` at the solution.
     n_iter_ : int
@@ -96,7 +99,7 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, mu=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
+    def __init__(self, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
                  tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
                  class_batch=8, verbose=False, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None):
@@ -134,12 +137,16 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
         if isinstance(self.test_rule, bool) or self.test_rule not in (1, 2):
             raise ValueError(f"test_rule must be 1 or 2, got {self.test_rule!r}")
         mu = self.mu
+        if isinstance(mu, str) and mu == "auto":
+            return
         if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not np.isfinite(mu):
-            raise ValueError(f"mu must be a finite number, got {mu!r}")
+            raise ValueError(f"mu must be 'auto' or a finite number, got {mu!r}")
 
     def _check_mu(self, counts):
         n_min = int(counts.min())
         lo = 1.0 / n_min
+        if isinstance(self.mu, str):          # 'auto': nu = 0.5
+            return float(min(1.0, max(lo, 2.0 * counts.shape[0] / counts.sum())))
         if not (lo * (1.0 - 1e-12) <= self.mu <= 1.0):
             raise ValueError(f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
                              f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
