@@ -1,33 +1,15 @@
-"""The ``dmcsvm`` command: ``demo`` (train and evaluate on a bundled dataset), ``train``, ``predict``."""
+"""``dmcsvm demo``: train and evaluate on scikit-learn's bundled digits (works anywhere, no download)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 
 import numpy as np
 
 
-def _load_xy(path: str, fmt: str):
-    """Features and labels from a LIBSVM/svmlight file, a CSV (label first) or a dmcsvm zarr store."""
-    if fmt == "auto":
-        fmt = "zarr" if path.rstrip("/").endswith(".zarr") else \
-            "csv" if path.endswith(".csv") else "svmlight"
-    if fmt == "zarr":
-        from .store import read_all
-        return read_all(path)
-    if fmt == "csv":
-        raw = np.genfromtxt(path, delimiter=",", dtype=str)
-        return raw[:, 1:].astype(np.float64), raw[:, 0]
-    from sklearn.datasets import load_svmlight_file
-    X, y = load_svmlight_file(path)
-    return X.tocsr(), y
-
-
 def _model_from_args(a):
-    from .estimators import MulticlassSVC
+    from ..estimators import MulticlassSVC
     gamma = a.gamma if a.gamma in ("scale", "auto") else float(a.gamma)
     return MulticlassSVC(C=a.C, kernel=a.kernel, gamma=gamma, degree=a.degree, coef0=a.coef0,
                          optimizer=a.optimizer, selection=a.selection, threshold=a.threshold,
@@ -112,38 +94,7 @@ def cmd_demo(a) -> int:
     return 0
 
 
-def cmd_train(a) -> int:
-    from .model_io import save_model
-    X, y = _load_xy(a.data, a.format)
-    model = _model_from_args(a)
-    t = time.perf_counter()
-    model.fit(X, y)
-    fit_s = time.perf_counter() - t
-    save_model(model, a.model)
-    print(f"trained on {X.shape[0]} patterns in {fit_s:.2f} s: {len(model.support_)} support "
-          f"vectors, {model.n_iter_} rounds; model written to {a.model}")
-    if a.test:
-        Xt, yt = _load_xy(a.test, a.format)
-        t = time.perf_counter()
-        acc = float(np.mean(model.predict(Xt) == yt))
-        print(f"test accuracy {acc:.4f} ({time.perf_counter() - t:.2f} s to predict {len(yt)})")
-    return 0
-
-
-def cmd_predict(a) -> int:
-    from .model_io import load_model
-    model = load_model(a.model)
-    X, y = _load_xy(a.data, a.format)
-    pred = model.predict(X)
-    if a.output:
-        np.savetxt(a.output, pred, fmt="%s")
-    print(f"accuracy {np.mean(pred == y.astype(pred.dtype)):.4f} on {len(y)} patterns")
-    return 0
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="dmcsvm", description=__doc__)
-    sub = p.add_subparsers(dest="cmd")
+def add_parser(sub):
     d = sub.add_parser("demo", help="train and evaluate on scikit-learn's bundled digits")
     _add_model_args(d)
     d.add_argument("--json", action="store_true", help="also print the results as JSON")
@@ -152,28 +103,4 @@ def main(argv=None) -> int:
     d.add_argument("--local-workers", dest="local_workers", type=int, default=None,
                    help="worker processes of the LocalCluster (default: cores, at most 4)")
     d.set_defaults(func=cmd_demo)
-    t = sub.add_parser("train", help="train on a svmlight/CSV file or zarr store, save the model")
-    t.add_argument("data")
-    t.add_argument("--model", required=True, help="output model file (.npz, no pickle)")
-    t.add_argument("--test", help="evaluate on this file after training")
-    t.add_argument("--format", default="auto", choices=["auto", "svmlight", "csv", "zarr"])
-    _add_model_args(t)
-    t.set_defaults(func=cmd_train)
-    r = sub.add_parser("predict", help="predict with a saved model")
-    r.add_argument("model")
-    r.add_argument("data")
-    r.add_argument("--format", default="auto", choices=["auto", "svmlight", "csv", "zarr"])
-    r.add_argument("--output")
-    r.set_defaults(func=cmd_predict)
-    a = p.parse_args(argv)
-    if a.cmd is None:
-        a = p.parse_args(["demo"] + (argv or []))
-    try:
-        return a.func(a)
-    except ValueError as e:
-        print(f"dmcsvm: error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return d

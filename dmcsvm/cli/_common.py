@@ -1,0 +1,249 @@
+"""What the commands share: input resolution (a store, or a file converted on the fly), atomic
+output files, progress bars, clusters and the usage error that maps to exit status 2."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+FORMATS = ("auto", "zarr", "svmlight", "csv", "npy")
+
+
+class UsageError(Exception):
+    """Bad usage or input: reported as one line, exit status 2."""
+
+
+def stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress_bar(enabled, **kw):
+    """A tqdm bar on stderr, or None when progress is off."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(file=sys.stderr, leave=False, **kw)
+
+
+# ---------------------------------------------------------------------------------- inputs
+
+def is_store(path) -> bool:
+    """A directory holding a zarr group (``zarr.json``) is read as a data store."""
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, "zarr.json"))
+
+
+def detect_format(path: str, fmt: str = "auto") -> str:
+    """The input format of ``path``: a store directory, ``.npy``, ``.csv`` (``.csv.gz``...) or
+    LIBSVM/svmlight text (everything else)."""
+    if fmt != "auto":
+        return fmt
+    if os.path.isdir(path):
+        return "zarr"
+    base = path
+    for ext in (".gz", ".bz2", ".xz"):
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+    if base.endswith(".npy"):
+        return "npy"
+    if base.endswith(".csv"):
+        return "csv"
+    if base.endswith(".zarr"):
+        return "zarr"
+    return "svmlight"
+
+
+def add_input_options(p, labels=True):
+    """Options that say how to read a data file that is not a store."""
+    g = p.add_argument_group("input files that are not stores (converted on the fly)")
+    g.add_argument("--format", default="auto", choices=FORMATS,
+                   help="input format (default: by extension; directories are stores, .csv CSV, "
+                        ".npy NumPy, anything else LIBSVM/svmlight)")
+    g.add_argument("--label-column", type=int, default=0,
+                   help="CSV: column of the label (negative counts from the end; default 0)")
+    g.add_argument("--delimiter", default=",", help="CSV: field separator (default ',')")
+    g.add_argument("--skip-header", type=int, default=0, help="CSV: records to skip at the top")
+    g.add_argument("--drop-columns", default="",
+                   help="CSV: comma-separated columns that are neither features nor the label")
+    if labels:
+        g.add_argument("--labels", help=".npy input: the .npy file of the labels")
+    g.add_argument("--zero-based", default="auto", choices=["auto", "true", "false"],
+                   help="LIBSVM: whether feature indices start at 0 (default: auto)")
+    return g
+
+
+def _int_list(text, what):
+    if not text:
+        return ()
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def convert_file(src, dst, a, n_features=None, sparse=None, rows_per_chunk=None,
+                 overwrite=False, progress=None):
+    """Convert ``src`` (format from ``a.format`` / its extension) to the store ``dst``."""
+    from ..store import from_csv, from_npy, from_svmlight
+    fmt = detect_format(src, a.format)
+    if not os.path.exists(src):
+        raise UsageError(f"{src} does not exist")
+    if fmt == "zarr":
+        raise UsageError(f"{src} is already a store (a directory); nothing to convert")
+    if fmt == "svmlight":
+        zb = {"auto": "auto", "true": True, "false": False}[a.zero_based]
+        return from_svmlight(src, dst, n_features=n_features, sparse=sparse, zero_based=zb,
+                             rows_per_chunk=rows_per_chunk, overwrite=overwrite,
+                             progress=progress)
+    if fmt == "csv":
+        if sparse:
+            raise UsageError("CSV input is stored dense; --sparse applies to LIBSVM input")
+        return from_csv(src, dst, label_column=a.label_column, delimiter=a.delimiter,
+                        skip_header=a.skip_header,
+                        drop_columns=_int_list(a.drop_columns, "--drop-columns"),
+                        rows_per_chunk=rows_per_chunk, overwrite=overwrite, progress=progress)
+    labels = getattr(a, "labels", None)
+    if not labels:
+        raise UsageError(f"{src}: .npy input needs --labels Y.npy (the labels)")
+    return from_npy(src, labels, dst, rows_per_chunk=rows_per_chunk, overwrite=overwrite,
+                    progress=progress)
+
+
+@contextlib.contextmanager
+def as_store(path, a, n_features=None, progress=False):
+    """Yield the :class:`StoreInfo` of ``path``: the store itself, or a temporary store converted
+    from a LIBSVM/CSV/.npy file (removed afterwards)."""
+    from ..store import open_store
+    if not os.path.exists(path) and "://" not in path:
+        raise UsageError(f"{path} does not exist")
+    if detect_format(path, a.format) == "zarr":
+        info = open_store(path)
+        if n_features is not None and info.n_features != n_features:
+            raise UsageError(f"{path} has {info.n_features} features; the model expects "
+                             f"{n_features}")
+        yield info
+        return
+    with tempfile.TemporaryDirectory(prefix="dmcsvm-") as tmp:
+        bar = progress_bar(progress, desc=f"reading {os.path.basename(path)}", unit="B",
+                           unit_scale=True)
+        cb = None
+        if bar is not None:
+            def cb(done, total):
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+        try:
+            info = convert_file(path, os.path.join(tmp, "data.zarr"), a, n_features=n_features,
+                                progress=cb)
+        finally:
+            if bar is not None:
+                bar.close()
+        yield info
+
+
+def labels_of(info) -> np.ndarray:
+    """The labels of a store as the user wrote them (string classes decoded)."""
+    from ..store import read_labels
+    y = read_labels(info)
+    if info.classes is not None:
+        return np.asarray(info.classes, dtype=object)[y]
+    return y
+
+
+def fits_stores(est) -> bool:
+    """Whether the estimator's ``fit``/``predict`` take a store path (the shared out-of-core
+    input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory."""
+    mod = sys.modules.get(type(est).__module__)
+    return mod is not None and getattr(mod, "training_data", None) is not None
+
+
+def read_arrays(info):
+    from ..store import read_all
+    X, _ = read_all(info)
+    return X, labels_of(info)
+
+
+# ---------------------------------------------------------------------------------- outputs
+
+def check_output(path, what="output"):
+    """Fail early (before any work) when an output cannot be written."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write {what} {path}: directory {parent} does not exist")
+
+
+@contextlib.contextmanager
+def atomic_file(path, mode="w"):
+    """Write to a temporary file beside ``path`` and rename it into place on success."""
+    path = os.path.abspath(path)
+    check_output(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
+                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------- clusters
+
+def add_cluster_options(p):
+    g = p.add_argument_group("where it runs (default: threads in this process)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on the Dask cluster of this scheduler (e.g. tcp://10.0.0.1:8786)")
+    g.add_argument("--local-workers", type=int, metavar="N",
+                   help="start a LocalCluster of N worker processes for this run")
+    g.add_argument("--threads-per-worker", type=int, metavar="T",
+                   help="threads of each LocalCluster worker (with --local-workers)")
+    g.add_argument("--memory-limit", metavar="LIMIT",
+                   help="memory limit of each LocalCluster worker, e.g. 4GB (with --local-workers)")
+    return g
+
+
+def check_cluster_options(a):
+    if a.scheduler and a.local_workers:
+        raise UsageError("give either --scheduler or --local-workers, not both")
+    if a.local_workers is not None and a.local_workers < 1:
+        raise UsageError(f"--local-workers must be >= 1, got {a.local_workers}")
+    if (a.threads_per_worker or a.memory_limit) and not a.local_workers:
+        raise UsageError("--threads-per-worker and --memory-limit size a LocalCluster: "
+                         "they need --local-workers")
+    if a.threads_per_worker is not None and a.threads_per_worker < 1:
+        raise UsageError(f"--threads-per-worker must be >= 1, got {a.threads_per_worker}")
+
+
+@contextlib.contextmanager
+def cluster_client(a):
+    """A distributed Client for ``--scheduler`` / ``--local-workers`` (closed afterwards), or
+    None when the command runs in this process."""
+    check_cluster_options(a)
+    if not a.scheduler and not a.local_workers:
+        yield None
+        return
+    from distributed import Client, LocalCluster
+    if a.scheduler:
+        try:
+            client = Client(a.scheduler, timeout="20s")
+        except OSError as e:
+            raise UsageError(f"cannot reach the Dask scheduler at {a.scheduler}: {e}") from None
+        with client:
+            yield client
+        return
+    kw = {"n_workers": a.local_workers, "processes": True, "dashboard_address": None,
+          "threads_per_worker": a.threads_per_worker or 1}
+    if a.memory_limit:
+        kw["memory_limit"] = a.memory_limit
+    with LocalCluster(**kw) as cluster, Client(cluster) as client:
+        yield client

@@ -1,0 +1,137 @@
+"""``dmcsvm predict MODEL DATA -o OUT`` and ``dmcsvm evaluate MODEL DATA``.
+
+Prediction goes through the estimator's own ``predict``/``decision_function``: given a store it
+runs chunk-parallel (on the cluster of ``--scheduler`` / ``--local-workers``, else on local
+threads) and never gathers the data in one place.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ._common import (add_cluster_options, add_input_options, as_store, atomic_file,
+                      check_cluster_options, check_output, cluster_client, fits_stores,
+                      labels_of, read_arrays, stderr_is_tty)
+
+
+def predictions(model, info, with_labels=False, decision=False, client=None):
+    """``(labels, decision values or None, true labels or None)`` of a store."""
+    params = model.get_params(deep=False)
+    if client is not None and "client" in params:
+        model.set_params(client=client)
+    try:
+        if fits_stores(model):
+            X = info.url
+        else:
+            X, _ = read_arrays(info)
+        pred = np.asarray(model.predict(X))
+        D = np.asarray(model.decision_function(X)) if decision else None
+    finally:
+        if client is not None and "client" in params:
+            model.set_params(client=params["client"])
+    y = labels_of(info) if with_labels else None
+    return pred, D, y
+
+
+def _fmt(v):
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)
+
+
+def add_parsers(sub):
+    p = sub.add_parser("predict", help="predict labels (and decision values) with a saved model",
+                       description=__doc__)
+    p.add_argument("model", help="model file written by dmcsvm train")
+    p.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file")
+    p.add_argument("-o", "--output", required=True,
+                   help="labels, one per line (with --decision-values: label then the values)")
+    p.add_argument("--decision-values", action="store_true",
+                   help="also write the decision values; the first line names the columns")
+    p.add_argument("--progress", action="store_true", default=None,
+                   help="show a progress bar while converting a file")
+    add_cluster_options(p)
+    add_input_options(p)
+    p.set_defaults(func=run_predict)
+    e = sub.add_parser("evaluate", help="accuracy, confusion matrix and per-class report of a "
+                                        "model on labelled data")
+    e.add_argument("model", help="model file written by dmcsvm train")
+    e.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file, with labels")
+    e.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    add_cluster_options(e)
+    add_input_options(e)
+    e.set_defaults(func=run_evaluate)
+
+
+def _load(a):
+    from ..model_io import load_model
+    check_cluster_options(a)
+    return load_model(a.model)
+
+
+def run_predict(a) -> int:
+    check_output(a.output)
+    model = _load(a)
+    progress = stderr_is_tty() if a.progress is None else a.progress
+    with as_store(a.data, a, n_features=model.n_features_in_, progress=progress) as info, \
+            cluster_client(a) as client:
+        pred, D, _ = predictions(model, info, decision=a.decision_values, client=client)
+    with atomic_file(a.output) as fh:
+        if a.decision_values:
+            cols = ["f"] if D.ndim == 1 else [str(c) for c in model.classes_]
+            fh.write("label " + " ".join(cols) + "\n")
+            D2 = D.reshape(len(pred), -1)
+            for lab, row in zip(pred, D2):
+                fh.write(_fmt(lab) + " " + " ".join(repr(float(v)) for v in row) + "\n")
+        else:
+            for lab in pred:
+                fh.write(_fmt(lab) + "\n")
+    print(f"predicted {len(pred)} patterns; written to {a.output}")
+    return 0
+
+
+def evaluation(y, pred, classes) -> dict:
+    """Accuracy, confusion matrix (rows: true class, columns: predicted) and per-class
+    precision / recall / F1 / support."""
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+    labels = list(classes)
+    extra = [c for c in np.unique(np.asarray(y, dtype=object).astype(str))
+             if c not in {str(v) for v in labels}]
+    if extra:
+        from ._common import UsageError
+        raise UsageError(f"the data has labels the model never saw: {', '.join(extra[:5])}")
+    cm = confusion_matrix(y, pred, labels=labels)
+    p, r, f, s = precision_recall_fscore_support(y, pred, labels=labels, zero_division=0)
+    return {"n": int(len(y)), "accuracy": float(np.mean(np.asarray(pred) == np.asarray(y))),
+            "classes": [_fmt(c) for c in labels], "confusion_matrix": cm.tolist(),
+            "per_class": [{"class": _fmt(c), "precision": float(p[i]), "recall": float(r[i]),
+                           "f1": float(f[i]), "support": int(s[i])}
+                          for i, c in enumerate(labels)]}
+
+
+def run_evaluate(a) -> int:
+    if a.json:
+        check_output(a.json)
+    model = _load(a)
+    with as_store(a.data, a, n_features=model.n_features_in_) as info, \
+            cluster_client(a) as client:
+        pred, _, y = predictions(model, info, with_labels=True, client=client)
+    res = evaluation(y, pred, model.classes_)
+    names = res["classes"]
+    w = max(6, max(len(c) for c in names) + 1)
+    print(f"accuracy {res['accuracy']:.4f} ({int(round(res['accuracy'] * res['n']))} of "
+          f"{res['n']})")
+    print("confusion matrix (rows: true class, columns: predicted)")
+    print(" " * w + "".join(f"{c:>{w}}" for c in names))
+    for c, row in zip(names, res["confusion_matrix"]):
+        print(f"{c:>{w}}" + "".join(f"{v:>{w}d}" for v in row))
+    print(f"{'class':>{w}} precision    recall        f1   support")
+    for r in res["per_class"]:
+        print(f"{r['class']:>{w}} {r['precision']:9.4f} {r['recall']:9.4f} {r['f1']:9.4f} "
+              f"{r['support']:9d}")
+    if a.json:
+        with atomic_file(a.json) as fh:
+            json.dump(res, fh, indent=1)
+    return 0
