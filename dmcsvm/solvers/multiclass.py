@@ -172,7 +172,7 @@ def _progress(settings, n):
 
 def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: SolverSettings,
           d: int, sparse: bool, x_dtype=np.float64, on_round=None, state=None, first_msg=None,
-          stop=None) -> SolveResult:
+          stop=None, batch_solver=None) -> SolveResult:
     """Run rounds on ``executor`` (already started on the partitions) until convergence.
 
     Parameters
@@ -198,6 +198,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         coefficients of re-assigned patterns); the caller keeps ``state.B`` consistent with it.
     stop : callable, optional
         ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False).
+    batch_solver : callable, optional
+        Replaces :func:`~dmcsvm.solvers.pattern.solve_batch` and is called with the same
+        arguments except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
+        solve of linear kernels, :class:`~dmcsvm.solvers.linear_prototypes.LinearBatchSolver`).
     """
     s = settings
     opt_code = pt.OPTIMIZERS[s.optimizer]
@@ -253,15 +257,16 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 pick = elig[: s.batch_size]
                 ids = agg["cand_ids"][pick]
                 XB = bank.batch(ids, agg["cand_xrow"][pick], agg["cand_X"], d, sparse, x_dtype)
-                Kbb = kernel_block(spec, XB, XB)
+                Kbb = kernel_block(spec, XB, XB) if batch_solver is None else XB
+                batch = pt.solve_batch if batch_solver is None else batch_solver
                 args = (B[ids], agg["cand_F"][pick], Kbb, agg["cand_yp"][pick],
                         agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick], float(s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
-                dB, gains = pt.solve_batch(opt_code, *args)
+                dB, gains = batch(opt_code, *args)
                 moved = np.any(dB != 0.0, axis=1)
                 if not moved.any() and opt_code != pt.OPT_EXACT:
                     # the chosen optimizer stalled below its own tolerance: finish exactly
-                    dB, gains = pt.solve_batch(pt.OPT_EXACT, *args)
+                    dB, gains = batch(pt.OPT_EXACT, *args)
                     moved = np.any(dB != 0.0, axis=1)
                 if not moved.any():
                     stalled = True
