@@ -101,13 +101,7 @@ class _Encoder:
 
     def value(self, v, where: str):
         from sklearn.base import BaseEstimator
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
-            return v
-        if isinstance(v, float):
-            return v if math.isfinite(v) else {"__float__": repr(v)}
-        if isinstance(v, np.generic):
+        if isinstance(v, np.generic):      # before float: np.float64 is a float subclass
             if v.dtype.kind in "biufc":
                 item = v.item()
                 if isinstance(item, float) and not math.isfinite(item):
@@ -118,6 +112,10 @@ class _Encoder:
             if v.dtype.kind == "U":
                 return str(v)
             raise ValueError(f"cannot save {where}: scalar of dtype {v.dtype}")
+        if v is None or isinstance(v, (bool, str, int)):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else {"__float__": repr(v)}
         if isinstance(v, np.ndarray):
             return self.array(v, where)
         if sp.issparse(v):
