@@ -83,6 +83,9 @@ LABELS = {"inprocess": "in-process (2 threads)", "actor": "LocalCluster, actors"
 SHORT = {"inprocess": "in-process", "actor": "actors", "future": "pinned\nfutures",
          "actor_notrim": "actors,\nno malloc trim"}
 C, GAMMA, N_JOBS, N_WORKERS = 10.0, 1.0, 2, 2
+#: estimator parameters beyond the defaults (set in main: the on-disk column tier is switched off
+#: for in-memory data unless --disk-cache-default, see the module docstring)
+EXTRA_PARAMS: dict = {}
 SPLIT_KEYS = ("t_round", "t_solve", "t_parts", "t_kernel", "t_update", "t_select")
 
 
@@ -168,7 +171,7 @@ def _fit(mode, client, X, y, batch_size, max_iter=-1):
     """One ``MulticlassSVC.fit``; returns (estimator, fit seconds, recorder, warnings)."""
     recs = []
     est = MulticlassSVC(C=C, gamma=GAMMA, batch_size=batch_size, n_jobs=N_JOBS, max_iter=max_iter,
-                        client=None if mode == "inprocess" else client)
+                        client=None if mode == "inprocess" else client, **EXTRA_PARAMS)
     with _executor_mode(mode, recs), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         t = time.perf_counter()
@@ -210,6 +213,24 @@ def _record(est, t_fit, rec, warn, Xte, yte):
         "warnings": warn,
         "_pred": pred, "_coef": est.dual_coef_, "_support": est.support_,
     }
+
+
+def _disk_default_fit(Xtr, ytr, Xte, yte, max_iter):
+    """One in-process fit at the default batch size with the estimator's *default*
+    ``disk_cache_size`` (the on-disk column tier), next to the memory-only runs."""
+    saved = dict(EXTRA_PARAMS)
+    EXTRA_PARAMS.clear()
+    try:
+        est, t_fit, rec, warn = _fit("inprocess", None, Xtr, ytr, 1000, max_iter)
+    finally:
+        EXTRA_PARAMS.update(saved)
+    r = _record(est, t_fit, rec, warn, Xte, yte)
+    stats = getattr(est, "engine_stats_", None)
+    out = {k: v for k, v in r.items() if not k.startswith("_")}
+    out["disk_cache_size"] = est.get_params().get("disk_cache_size")
+    out["engine_stats"] = stats
+    print(f"in-process with the default disk_cache_size: fit {t_fit:.2f} s", flush=True)
+    return out
 
 
 def _summary(recs):
@@ -412,7 +433,9 @@ def markdown(out) -> str:
          + ("  **Measured while other agents shared the 2 cores: re-run in a quiet window.**"
             if out["loadavg_at_start"][0] > 0.7 else ""), "",
          f"Data: {out['data']}.  Model: `MulticlassSVC(C={C:g}, gamma={GAMMA:g}, "
-         f"batch_size=b, n_jobs={N_JOBS})`, defaults otherwise.  Cluster: LocalCluster("
+         f"batch_size=b, n_jobs={N_JOBS}"
+         + "".join(f", {k}={v!r}" for k, v in out["model"]["extra_params"].items())
+         + ")`, defaults otherwise.  Cluster: LocalCluster("
          f"n_workers={N_WORKERS}, threads_per_worker=1, processes=True), started once in "
          f"{out['cluster_startup_s']:.2f} s (not in any fit time).  {out['repeat']} timed fits "
          f"per cell (modes interleaved) after untimed warm-up fits in every mode.", "",
@@ -474,6 +497,20 @@ def markdown(out) -> str:
                      f" | {_fmt_b(sz['message']['bytes'])} | {_fmt_b(sz['reply']['bytes'])} | "
                      f"{ser:.3f} |")
         L.append("")
+    dd = out.get("inprocess_with_default_disk_cache")
+    if dd:
+        mem = res.get("1000", {}).get("inprocess")
+        L += ["## The default on-disk column tier", "",
+              f"The runs above pass `disk_cache_size=0` (kernel columns in the memory LRU only). "
+              f"With the estimator's default (`disk_cache_size={dd['disk_cache_size']!r}`) one "
+              f"in-process fit at batch 1000 took {dd['fit_s']:.2f} s "
+              + (f"(memory only: {mem['fit_s_min']:.2f} s) " if mem else "")
+              + f"with t_kernel {dd['sum_s']['t_kernel']:.2f} s summed over "
+              f"{dd['rounds']} rounds; partition stats: "
+              + "; ".join(f"part {s_['part']}: in_memory={s_.get('in_memory')}, disk writes "
+                          f"{s_.get('disk_writes')}, disk bytes written "
+                          f"{_fmt_b(s_.get('disk_bytes_written') or 0)}"
+                          for s_ in (dd.get("engine_stats") or [])) + ".", ""]
     L += ["## Goals", ""]
     for k, g in out["goals"].items():
         L.append(f"- {k}: {g['value']:.3f} (target {g['target']}) -> "
@@ -549,7 +586,12 @@ def main(argv=None):
     p.add_argument("--batch-sizes", default=None, help="comma separated (default 1000,100,3000)")
     p.add_argument("--repeat", type=int, default=None, help="timed fits per cell (default 2)")
     p.add_argument("--no-probe", action="store_true")
+    p.add_argument("--disk-cache-default", action="store_true",
+                   help="keep the estimator's default disk_cache_size (default: 0 = memory LRU only)")
     a = p.parse_args(argv)
+    has_disk = "disk_cache_size" in MulticlassSVC().get_params()
+    if has_disk and not a.disk_cache_default:
+        EXTRA_PARAMS["disk_cache_size"] = 0
     if a.quick:
         n_train, batch_sizes, repeat, probe_sizes, iters, max_iter = \
             1000, [1000, 200], 1, [0, 1000], 5, 40
@@ -609,6 +651,7 @@ def main(argv=None):
             agreement[str(b)] = {mode: _agreement(recs["inprocess"][0], recs[mode][0])
                                  for mode in MODES[1:]}
         pr = None if a.no_probe else probe(client, Xtr, ytr, probe_sizes, iters)
+        disk_default = _disk_default_fit(Xtr, ytr, Xte, yte, max_iter) if EXTRA_PARAMS else None
     finally:
         for obj in (client2, cluster2, client, cluster):
             obj.close()
@@ -622,7 +665,9 @@ def main(argv=None):
         "load_at_start": load0,
         "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
                 f"with the training min/max of the first 15000 rows, float32",
-        "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults"},
+        "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults",
+                  "extra_params": dict(EXTRA_PARAMS)},
+        "inprocess_with_default_disk_cache": disk_default,
         "cluster": {"n_workers": N_WORKERS, "threads_per_worker": 1, "processes": True,
                     "worker_environ_default": dask.config.get(
                         "distributed.nanny.pre-spawn-environ"),
