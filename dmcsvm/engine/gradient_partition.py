@@ -96,7 +96,9 @@ class GradientPartition(Partition):
                 Xm = take_rows(XB, np.asarray(miss))
                 KT[miss] = kernel_block(self.spec, Xm, self.X, norms_b=self.norms,
                                         dtype=self.kdtype)
-            if self.cache.budget:
+            # a batch larger than the whole cache (the dense start of a small mu) would only
+            # evict itself: cache nothing then
+            if self.cache.budget and len(miss) * KT.shape[1] * KT.itemsize <= self.cache.budget:
                 for j in miss:
                     self.cache.put(int(ids[j]), KT[j].copy())
         return KT

@@ -58,7 +58,7 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
         Variables in each round's working set: the classes in order of decreasing violation, each
         with its ``class_batch`` top violators of both sides.  The subproblem is solved exactly by
         SMO on ``K_BB``.
-    class_batch : int, default=8
+    class_batch : int, default=4
         Candidates per class and side in a working set.
     verbose : bool, default=False
     n_jobs : int or None, default=None
@@ -101,7 +101,7 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
 
     def __init__(self, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
                  tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
-                 class_batch=8, verbose=False, n_jobs=None, client=None, n_workers=None,
+                 class_batch=4, verbose=False, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None):
         self.mu = mu
         self.kernel = kernel
