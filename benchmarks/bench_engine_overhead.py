@@ -443,6 +443,8 @@ def markdown(out) -> str:
          f"n_workers={N_WORKERS}, threads_per_worker=1, processes=True), started once in "
          f"{out['cluster_startup_s']:.2f} s (not in any fit time).  {out['repeat']} timed fits "
          f"per cell (modes interleaved) after untimed warm-up fits in every mode.", "",
+         *([f"**Partial results**: the run was cut short after batch sizes {bs}.", ""]
+           if not out.get("complete", True) else []),
          *(["**Quick smoke run** (`--quick`: few rows, rounds capped at "
             f"max_iter={out['max_iter']}): checks the script, not a measurement.", ""]
            if out["quick"] else []),
@@ -640,6 +642,26 @@ def main(argv=None):
     client2.wait_for_workers(N_WORKERS)
     clients = {"inprocess": None, "actor": client, "future": client, "actor_notrim": client2}
     results, agreement = {}, {}
+    pr = disk_default = None
+    meta = {
+        "_t0": t0,
+        "machine": _data.machine_info(),
+        "library": library_source(),
+        "distributed": distributed.__version__,
+        "loadavg_at_start": [round(x, 2) for x in load_start],
+        "load_at_start": load0,
+        "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
+                f"with the training min/max of the first 15000 rows, float32",
+        "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults",
+                  "extra_params": dict(EXTRA_PARAMS)},
+        "cluster": {"n_workers": N_WORKERS, "threads_per_worker": 1, "processes": True,
+                    "worker_environ_default": dask.config.get(
+                        "distributed.nanny.pre-spawn-environ"),
+                    "worker_environ_notrim": environ},
+        "cluster_startup_s": startup,
+        "quick": bool(a.quick), "max_iter": max_iter, "repeat": repeat,
+        "batch_sizes": batch_sizes, "default_batch": 1000,
+    }
     try:
         for mode in MODES[1:]:                          # numba warm-up on the workers
             _fit(mode, clients[mode], Xw, yw, 100)
@@ -656,6 +678,7 @@ def main(argv=None):
             results[str(b)] = {mode: _summary(recs[mode]) for mode in MODES}
             agreement[str(b)] = {mode: _agreement(recs["inprocess"][0], recs[mode][0])
                                  for mode in MODES[1:]}
+            _output(a, meta, results, agreement, pr, disk_default, final=False)
         pr = None if a.no_probe else probe(client, Xtr, ytr, probe_sizes, iters)
         disk_default = _disk_default_fit(Xtr, ytr, Xte, yte, DISK_ROUNDS) \
             if EXTRA_PARAMS and "1000" in results else None
@@ -663,40 +686,36 @@ def main(argv=None):
         for obj in (client2, cluster2, client, cluster):
             obj.close()
 
+    out = _output(a, meta, results, agreement, pr, disk_default, final=True)
+    print(markdown(out))
+    outp = Path(a.out)
+    print(f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "
+          f"({out['script_runtime_s']:.1f} s)")
+    return out
+
+
+def _output(a, meta, results, agreement, pr, disk_default, final):
+    """Assemble and write the JSON / markdown / PNG (also after every batch size, so that a run
+    cut short leaves what it measured; ``complete`` says whether every batch size ran)."""
     out = {
         "benchmark": "engine overhead: in-process vs LocalCluster actors vs pinned futures",
-        "machine": _data.machine_info(),
-        "library": library_source(),
-        "distributed": distributed.__version__,
-        "loadavg_at_start": [round(x, 2) for x in load_start],
-        "load_at_start": load0,
-        "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
-                f"with the training min/max of the first 15000 rows, float32",
-        "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults",
-                  "extra_params": dict(EXTRA_PARAMS)},
-        "inprocess_with_default_disk_cache": disk_default,
-        "cluster": {"n_workers": N_WORKERS, "threads_per_worker": 1, "processes": True,
-                    "worker_environ_default": dask.config.get(
-                        "distributed.nanny.pre-spawn-environ"),
-                    "worker_environ_notrim": environ},
-        "cluster_startup_s": startup,
-        "quick": bool(a.quick), "max_iter": max_iter, "repeat": repeat, "batch_sizes": batch_sizes,
-        "default_batch": 1000,
+        **meta,
+        "complete": final,
+        "batch_sizes": [b for b in meta["batch_sizes"] if str(b) in results],
         "results": results, "agreement": agreement, "probe": pr,
+        "inprocess_with_default_disk_cache": disk_default,
     }
     out["goals"] = goals(out)
     out["verdict"] = verdict(out)
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out["load_at_end"] = _data.other_load()
-    out["script_runtime_s"] = time.perf_counter() - t0
+    out["script_runtime_s"] = time.perf_counter() - meta["_t0"]
     outp = Path(a.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(out, indent=1) + "\n")
+    outp.write_text(json.dumps({k: v for k, v in out.items() if not k.startswith("_")}, indent=1)
+                    + "\n")
     outp.with_suffix(".md").write_text(markdown(out))
-    plot(results, batch_sizes, outp.with_suffix(".png"))
-    print(markdown(out))
-    print(f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "
-          f"({out['script_runtime_s']:.1f} s)")
+    plot(results, out["batch_sizes"], outp.with_suffix(".png"))
     return out
 
 
