@@ -18,7 +18,8 @@ The yardstick is the GEMM's ``2 b n d`` flops: GFLOP/s = 2 b n d / time, and
 ``ratio = gemm time / kernel_block time`` (goal >= 0.7).  Shapes: partition rows ``n`` in
 {10000, 50000} x batch ``b`` in {100, 1000} x ``d`` in {16, 64, 256, 784, 1024}, float32 and float64,
 under 1 and 2 BLAS threads (threadpoolctl; the numba pass and ``np.exp`` are single-threaded
-either way).  Each timing is the minimum of 2-40 calls (as many as fit in ~0.25 s) after one warm-up call.
+either way).  Each timing is the minimum of 2-40 calls (as many as fit in ~0.25 s; one call when a call
+takes over a second) after one warm-up call.
 
 It also times ``Partition._columns`` on a realistic partition (``n`` rows, float32, rbf, batch of
 1000 patterns): with no cache (every column computed by ``kernel_block`` into the ``K^T`` block),
@@ -63,10 +64,13 @@ GOAL = 0.7
 
 
 def _time(fn, budget=0.25, lo=2, hi=40):
-    """Minimum wall time of ``fn()`` over 2-40 calls (enough to fill ~``budget`` s) after a warm-up."""
+    """Minimum wall time of ``fn()`` over 2-40 calls (enough to fill ~``budget`` s; one for calls
+    over a second) after a warm-up call."""
     t = time.perf_counter()
     fn()
     first = time.perf_counter() - t
+    if first > 1.0:                 # long calls (the big shapes): warm-up + one timed call
+        lo = 1
     reps = int(min(hi, max(lo, math.ceil(budget / max(first, 1e-9)))))
     best = np.inf
     for _ in range(reps):
