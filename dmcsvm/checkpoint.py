@@ -15,7 +15,7 @@ any moment leaves the previous checkpoint intact.  Each group::
             "n_features": d, "sparse": bool, "settings": {...}, "rng": {...} or null,
             "history_keys": [...], "extra": {...}}
     ids (n_SV,) int64; B (n_SV, P) float64; X (n_SV, d) or X_data/X_indices/X_indptr (CSR);
-    assign (n,) int64 (optional); history/<key> (rounds,) float64
+    assign (n,) int64 (optional); history (rounds, len(history_keys)) float64
 """
 
 from __future__ import annotations
@@ -186,8 +186,9 @@ class Checkpointer:
                 _put(g, "assign", np.asarray(self.assign, dtype=np.int64))
             hist = state.history
             keys = list(hist)
-            for k in keys:
-                _put(g, f"history/{k}", np.asarray(hist[k], dtype=np.float64))
+            if keys:                       # one (rounds x keys) array: one write, not one a key
+                _put(g, "history", np.column_stack([np.asarray(hist[k], dtype=np.float64)
+                                                    for k in keys]))
             g.attrs.update({
                 "format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION,
                 "rounds": int(rounds), "n": int(B.shape[0]), "P": int(B.shape[1]),
@@ -332,7 +333,13 @@ def load_checkpoint(directory) -> Checkpoint:
         X = arr("X")
         if X.shape != (k, d):
             raise ValueError(f"{path}: X has shape {X.shape}, expected ({k}, {d})")
-    history = {key: arr(f"history/{key}").tolist() for key in a.get("history_keys", [])}
+    keys = list(a.get("history_keys", []))
+    history = {}
+    if keys:
+        H = arr("history")
+        if H.ndim != 2 or H.shape[1] != len(keys):
+            raise ValueError(f"{path}: history has shape {H.shape} for {len(keys)} keys")
+        history = {k: H[:, j].tolist() for j, k in enumerate(keys)}
     assign = arr("assign") if "assign" in g else None
     if assign is not None and assign.shape != (n,):
         raise ValueError(f"{path}: assign has shape {assign.shape}, expected ({n},)")
@@ -362,7 +369,7 @@ def resume_state(ck: Checkpoint, X=None):
             raise ValueError(f"{ck.path}: the checkpoint is of data of shape "
                              f"({ck.n}, {ck.n_features}); the training data has shape {X.shape}")
         if len(ck.ids):
-            mine = X[ck.ids]
+            mine = _take_rows(X, ck.ids)
             a = mine.toarray() if sp.issparse(mine) else np.asarray(mine)
             b = ck.X.toarray() if sp.issparse(ck.X) else np.asarray(ck.X)
             if not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
@@ -376,10 +383,31 @@ def resume_state(ck: Checkpoint, X=None):
         state.history[k] = list(ck.history.get(k, [float("nan")] * n_hist))
     Xsv = ck.X
     if X is not None and len(ck.ids):
-        Xsv = X[ck.ids]           # the training data's own dtype and layout
+        Xsv = mine                # the training data's own dtype and layout
     state.bank.add(ck.ids, Xsv)
     first_msg = {"ids": ck.ids, "XB": Xsv, "dB": ck.B.copy()} if len(ck.ids) else None
     return state, first_msg
+
+
+def _take_rows(X, ids):
+    """Rows ``ids`` (increasing) of the training data: an array / CSR matrix, a store row source
+    (``.url``; read chunk by chunk) or a dask row source (``.array``)."""
+    if isinstance(X, np.ndarray) or sp.issparse(X):
+        return X[ids]
+    if hasattr(X, "url"):
+        from .store import open_store, read_rows
+        info = open_store(X.url)
+        blocks = []
+        for lo, hi in info.chunk_bounds:
+            sel = ids[(ids >= lo) & (ids < hi)]
+            if len(sel):
+                blocks.append(read_rows(info, lo, hi)[sel - lo])
+        return sp.vstack(blocks).tocsr() if info.sparse else np.concatenate(blocks)
+    if hasattr(X, "array"):
+        import dask
+        out = dask.compute(X.array[ids])[0]
+        return out if sp.issparse(out) else np.asarray(out)
+    return X[ids]
 
 
 # ---------------------------------------------------------------------------------- estimators
