@@ -1,0 +1,163 @@
+"""Every script in examples/ runs as is (with small settings), and the existing-scheduler example
+starts nothing when given an address (checked against a real `dask scheduler` + `dask worker`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+DATA = Path(os.environ.get("DMCSVM_DATA", ROOT.parent / "shared" / "data"))
+
+
+def run_example(name, *args, timeout=600):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    r = subprocess.run([sys.executable, str(EXAMPLES / name), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def accuracy(out):
+    m = re.search(r"test accuracy: ([0-9.]+)", out)
+    assert m, out
+    return float(m.group(1))
+
+
+def test_every_example_is_run_by_some_test():
+    scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    untested = [s for s in scripts if s not in tests]
+    assert scripts and not untested, f"examples no test runs: {untested}"
+
+
+def test_quickstart_digits():
+    out = run_example("quickstart_digits.py", "--n-jobs", 1)
+    assert accuracy(out) > 0.97          # scikit-learn's SVC reaches ~0.99 on this split
+    assert "reloaded model predicts the same labels: True" in out
+
+
+def test_out_of_core_store():
+    out = run_example("out_of_core_store.py", "--data-dir", DATA, "--max-rows", 400,
+                      "--chunk-rows", 128)
+    assert "train: 400 rows in 4 chunks" in out
+    assert accuracy(out) > 0.8
+
+
+def test_letter_localcluster():
+    out = run_example("letter_localcluster.py", "--data-dir", DATA, "--n-train", 800,
+                      "--n-test", 300, "--workers", 2)
+    assert "LocalCluster: 2 workers" in out
+    assert "800 train, 300 test rows" in out
+    assert accuracy(out) > 0.5           # 26 classes from 800 rows
+
+
+def test_existing_scheduler_without_address_starts_a_stand_in():
+    out = run_example("existing_scheduler.py")
+    assert "no address given: started a LocalCluster" in out
+    assert accuracy(out) > 0.97
+
+
+# ------------------------------------------------------------------ a real cluster
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """`dask scheduler` and one `dask worker` process on 127.0.0.1, shut down after."""
+    from distributed import Client
+    dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if dask_cli is None:
+        pytest.fail("the `dask` command line (distributed) is not installed")
+    port = _free_port()
+    addr = f"tcp://127.0.0.1:{port}"
+    logdir = tmp_path_factory.mktemp("cluster")
+    procs = []
+
+    def spawn(args, name):
+        log = open(logdir / f"{name}.log", "w")
+        procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=str(logdir)))
+
+    spawn(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+          "scheduler")
+    try:
+        spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+               "--host", "127.0.0.1", "--memory-limit", "2GiB"], "worker")
+        deadline = time.time() + 60
+        ok = False
+        while time.time() < deadline and not ok:
+            try:
+                with Client(addr, timeout=5) as c:
+                    c.wait_for_workers(1, timeout=30)
+                    ok = True
+            except Exception:  # noqa: BLE001 - the scheduler may not be listening yet
+                time.sleep(0.5)
+        if not ok:
+            pytest.fail("could not connect to the dask scheduler started on " + addr)
+        yield addr
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _worker_names(addr):
+    from distributed import Client
+    with Client(addr, timeout=10) as c:
+        return sorted(c.scheduler_info()["workers"])
+
+
+def test_existing_scheduler_with_address_starts_nothing(scheduler):
+    before = _worker_names(scheduler)
+    out = run_example("existing_scheduler.py", scheduler)
+    assert f"connected to {scheduler}: 1 workers" in out
+    assert "LocalCluster" not in out
+    assert accuracy(out) > 0.97
+    # the cluster is untouched: the same single worker, still serving
+    assert _worker_names(scheduler) == before
+
+
+def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
+    """`dmcsvm train/predict --scheduler ADDRESS` use that cluster and equal the in-process run."""
+    import numpy as np
+    from sklearn.datasets import load_iris
+
+    from dmcsvm.model_io import load_model
+    from dmcsvm.store import write_arrays
+    X, y = load_iris(return_X_y=True)
+    write_arrays(tmp_path / "iris.zarr", X, y)
+    cli = [sys.executable, "-m", "dmcsvm.cli"]
+    for name, extra in (("local", []), ("cluster", ["--scheduler", scheduler])):
+        r = subprocess.run(cli + ["train", str(tmp_path / "iris.zarr"), "-o",
+                                  str(tmp_path / f"{name}.npz"), "--C", "3", "--n-partitions",
+                                  "2", "--no-progress"] + extra,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run(cli + ["predict", str(tmp_path / f"{name}.npz"),
+                                  str(tmp_path / "iris.zarr"), "-o",
+                                  str(tmp_path / f"{name}.txt")] + extra,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    a, b = load_model(tmp_path / "local.npz"), load_model(tmp_path / "cluster.npz")
+    assert b.client is None                       # where it trained is not part of the model
+    assert np.array_equal(a.support_, b.support_)
+    np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
+    assert (tmp_path / "local.txt").read_text() == (tmp_path / "cluster.txt").read_text()
