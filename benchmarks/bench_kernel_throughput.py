@@ -313,6 +313,10 @@ def main(argv=None):
     p.add_argument("--out", default=str(_data.RESULTS_DIR / "kernel_throughput.json"))
     p.add_argument("--quick", action="store_true", help="smoke run: n=5000, b=100, d 16/256")
     p.add_argument("--no-columns", action="store_true", help="skip the Partition._columns timing")
+    p.add_argument("--rows", help="partition rows n, comma separated (default 10000,50000)")
+    p.add_argument("--batches", help="batch sizes b, comma separated (default 100,1000)")
+    p.add_argument("--dims", help="features d, comma separated (default 16,64,256,784,1024)")
+    p.add_argument("--threads", default="1,2", help="BLAS thread counts (default 1,2)")
     p.add_argument("--columns-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.quick:
@@ -320,11 +324,14 @@ def main(argv=None):
     else:
         ns, bs, ds = [10000, 50000], [100, 1000], [16, 64, 256, 784, 1024]
         cols = [(7500, 16, 1000), (25000, 16, 1000), (25000, 784, 1000)]
+    ints = lambda v: [int(x) for x in v.split(",")]  # noqa: E731
+    ns, bs, ds = (ints(a.rows) if a.rows else ns), (ints(a.batches) if a.batches else bs), \
+        (ints(a.dims) if a.dims else ds)
     if a.columns_only:               # child process with a Dask worker's environment
         rng = np.random.default_rng(1)
         print(json.dumps([bench_columns(n, d, b, rng) for n, d, b in cols]))
         return None
-    threads = [1, 2]
+    threads = ints(a.threads)
     t0 = time.perf_counter()
     load_start = [round(x, 2) for x in os.getloadavg()]
     load0 = _data.other_load()
@@ -357,6 +364,7 @@ def main(argv=None):
         "library": library_source(),
         "loadavg_at_start": load_start, "load_at_start": load0,
         "quick": bool(a.quick), "threads": threads,
+        "grid": {"rows": ns, "batches": bs, "dims": ds},
         "kernels": {k: v.to_dict() for k, v in KERNELS.items()},
         "goal_ratio": GOAL,
         "results": rows,
