@@ -224,6 +224,8 @@ def markdown(out) -> str:
             if out["loadavg_at_start"][0] > 0.7 else ""), "",
          *(["**Quick smoke run** (`--quick`): checks the script, not a measurement.", ""]
            if out["quick"] else []),
+         f"Grid: partition rows n in {out['grid']['rows']}, batch b in {out['grid']['batches']}, "
+         f"d in {out['grid']['dims']}, BLAS threads {out['threads']}.", "",
          "GFLOP/s counted as the GEMM's 2 b n d; ratio = gemm time / kernel_block time (goal >= "
          f"{GOAL}); pass % = share of kernel_block spent in the element-wise pass (measured alone "
          "on a precomputed Gram block).  gemm_out: GEMM into a preallocated output.  *ratio*: "
