@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -180,3 +181,27 @@ def test_estimator_with_scheduler_address(real_cluster):
     b = MulticlassSVC(C=2.0, n_partitions=2, client=real_cluster).fit(X, y)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
+    """An actor call to a worker that died never returns; the executor notices the worker left
+    the cluster and raises a clear error within a few polling periods."""
+    from dmcsvm.engine import dask_executor
+    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    X, y = _problem()
+    spec = KernelSpec("rbf", 0.2)
+    ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,
+                           n_candidates=8, pcls=np.arange(4))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        ex = DaskExecutor(client, n_partitions=2).start(X, y, y, ps)
+        assert len(ex.step({})) == 2
+        victim = ex.placement[1]
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        t = time.perf_counter()
+        with pytest.raises(RuntimeError, match=f"the Dask worker {victim} holding partition 1 "
+                                               f"has left the cluster"):
+            ex.step({})
+        assert time.perf_counter() - t < 60
+        ex.parts = []

@@ -11,6 +11,7 @@ partition carrying the batch update and one reply with its candidates and aggreg
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import replace
 
@@ -21,6 +22,9 @@ from distributed import Future, futures_of, wait
 from .executor import partition_bounds
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreSource
+
+
+ACTOR_POLL_S = 5.0    # how often a waiting round checks that the partitions' workers are alive
 
 
 def _step_task(part: Partition, msg: dict) -> dict:
@@ -82,8 +86,8 @@ class DaskExecutor:
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         self.client = client
         self.mode = mode
-        info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) \
-            else client.scheduler_info()
+        self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
+        info = client.scheduler_info(**self._info_kw)
         self.worker_info = info["workers"]
         self.workers = sorted(info["workers"])
         self.token = uuid.uuid4().hex[:8]
@@ -181,10 +185,30 @@ class DaskExecutor:
         with self.client.as_current():
             return self._step(msg)
 
+    def _wait_actors(self, futs) -> list:
+        """Results of actor calls; a partition whose worker has left the cluster raises instead
+        of waiting forever (an actor call to a dead worker never returns)."""
+        out = []
+        for k, f in enumerate(futs):
+            while True:
+                try:
+                    out.append(f.result(timeout=ACTOR_POLL_S))
+                    break
+                except (TimeoutError, asyncio.TimeoutError):
+                    alive = self.client.scheduler_info(**self._info_kw)["workers"]
+                    if self.placement[k] not in alive:
+                        raise self._lost(k) from None
+                except OSError as e:           # the worker's connection broke (CommClosedError)
+                    raise self._lost(k) from e
+        return out
+
+    def _lost(self, k) -> RuntimeError:
+        return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
+                            f"the cluster; its state is lost (start the fit again)")
+
     def _step(self, msg: dict) -> list[dict]:
         if self.mode == "actor":
-            futs = [a.step(msg) for a in self.parts]
-            return [f.result() for f in futs]
+            return self._wait_actors([a.step(msg) for a in self.parts])
         c = self.client
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
                          key=f"dmcsvm-round-p{k}-{_next()}")
@@ -196,8 +220,7 @@ class DaskExecutor:
         partition order."""
         with self.client.as_current():
             if self.mode == "actor":
-                futs = [getattr(a, name)(*args) for a in self.parts]
-                return [f.result() for f in futs]
+                return self._wait_actors([getattr(a, name)(*args) for a in self.parts])
             c = self.client
             return c.gather([c.submit(_call_task, p, name, args, workers=[w], pure=False,
                                       key=f"dmcsvm-{name}-p{k}-{_next()}")

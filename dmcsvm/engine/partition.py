@@ -39,6 +39,7 @@ class PartitionSettings:
     disk_cache_bytes: int = 0
     cache_dir: str | None = None
     x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
+    kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
     extra: dict = field(default_factory=dict)
 
 
@@ -167,21 +168,29 @@ class Partition:
             tk += self._unshrink(msg["unshrink"])
         ids = msg.get("ids")
         if ids is not None and len(ids):
-            t1 = time.perf_counter()
-            K = self._columns(ids, msg["XB"])
-            t2 = time.perf_counter()
             dB = msg["dB"]
-            # the GEMM runs in the kernel's precision (sgemm for float32 data); F accumulates in float64
-            dK = K @ dB.astype(K.dtype, copy=False)
-            if self.active.shape[0] == self.F.shape[0]:
-                self.F += dK
-            else:
-                self.F[self.active] += dK
+            XB = msg["XB"]
+            # the batch's kernel block K(X_active, X_B) is built in column groups of bounded size
+            # (a few MB per group; a 1000-pattern batch over a million rows would need GBs)
+            g = self._group_size(len(ids))
+            for a in range(0, len(ids), g):
+                b = min(a + g, len(ids))
+                t1 = time.perf_counter()
+                K = self._columns(ids[a:b], XB[a:b])
+                t2 = time.perf_counter()
+                # the GEMM runs in the kernel's precision (sgemm for float32 data); F stays float64
+                dK = K @ dB[a:b].astype(K.dtype, copy=False)
+                if self.active.shape[0] == self.F.shape[0]:
+                    self.F += dK
+                else:
+                    self.F[self.active] += dK
+                tk += t2 - t1
+                tu += time.perf_counter() - t2
+            t2 = time.perf_counter()
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
                 self.shipped[ids[own] - self.lo] = True
-            tk += t2 - t1
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
         reply = self._report(float(msg.get("shrink_margin", np.inf)))
@@ -190,6 +199,11 @@ class Partition:
         reply["t_select"] = time.perf_counter() - t3
         reply["t_total"] = time.perf_counter() - t0
         return reply
+
+    def _group_size(self, n_cols: int) -> int:
+        """Batch columns per kernel block so that one block stays within ``kernel_block_bytes``."""
+        per_col = max(1, self.active.shape[0]) * self.kdtype.itemsize
+        return int(min(n_cols, max(1, self.s.kernel_block_bytes // per_col)))
 
     def _unshrink(self, sv: dict) -> float:
         """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
@@ -201,12 +215,15 @@ class Partition:
             mask[self.active] = False
             inactive = np.flatnonzero(mask)
             if len(sv["ids"]):
+                # K(X_inactive, X_SV) in row blocks of bounded size (n_SV can be large)
+                step = max(1, self.s.kernel_block_bytes // (8 * len(sv["ids"])))
+                sv_norms = row_norms_sq(sv["X"])
                 for a, b, Xc in self.data.chunks():
                     pa, pb = np.searchsorted(inactive, [a, b])
-                    if pb > pa:
-                        rows = inactive[pa:pb]
+                    for q in range(pa, pb, step):
+                        rows = inactive[q:min(q + step, pb)]
                         K = kernel_block(self.spec, take_rows(Xc, rows - a), sv["X"],
-                                         norms_a=self.norms[rows])
+                                         norms_a=self.norms[rows], norms_b=sv_norms)
                         self.F[rows] = K @ sv["B"]
             else:
                 self.F[inactive] = 0.0

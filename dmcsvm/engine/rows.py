@@ -107,8 +107,11 @@ class MemoryRows:
 
     def __init__(self, X):
         if hasattr(X, "load"):
+            # freshly read rows are already a private, freshly allocated array: no second copy
             X = X.load()
-        self.X = X.tocsr(copy=True) if sp.issparse(X) else np.array(X, order="C", copy=True)
+            self.X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X)
+        else:
+            self.X = X.tocsr(copy=True) if sp.issparse(X) else np.array(X, order="C", copy=True)
         self.n, self.d = self.X.shape
         self.sparse = sp.issparse(self.X)
         self.dtype = self.X.dtype
