@@ -169,6 +169,10 @@ def test_streaming_rows_read_only_needed_chunks(store):
     idx = np.array([150, 3, 151, 12])
     np.testing.assert_array_equal(rows.take(idx), X[40 + idx])
     assert rows.chunks_read == 3                                # chunks 0, 1 and 3 only
+    np.testing.assert_array_equal(rows.take(idx[[2, 0]]), X[40 + idx[[2, 0]]])
+    assert rows.chunks_read == 3                                # served by the row LRU
+    np.testing.assert_array_equal(rows.take(np.array([3, 200])), X[40 + np.array([3, 200])])
+    assert rows.chunks_read == 4                                # only the missing row's chunk
     rows.close()
 
 

@@ -136,9 +136,15 @@ class StreamingRows:
 
     in_memory = False
 
+    #: rows kept from :meth:`take` (candidates tend to be asked for again in the next rounds)
+    ROW_CACHE_BYTES = 32 * 2 ** 20
+
     def __init__(self, src: StoreRows):
+        from collections import OrderedDict
         from ..store import open_store
         self.src = src
+        self._row_cache: OrderedDict = OrderedDict()
+        self._row_cache_bytes = 0
         info = open_store(src.url)
         self.info = info
         self.n = src.hi - src.lo
@@ -175,10 +181,44 @@ class StreamingRows:
             yield a, b, X
 
     def take(self, idx):
-        """Rows ``idx`` (sorted or not), reading only the chunks that hold them."""
+        """Rows ``idx`` (sorted or not): from the small row LRU, else reading only the chunks
+        that hold them."""
         idx = np.asarray(idx, dtype=np.int64)
         if idx.shape[0] == 0:
             return stack_rows([], self.d, self.sparse, self.dtype)
+        cache = self._row_cache
+        hit = np.array([int(i) in cache for i in idx], dtype=bool)
+        if hit.all():
+            rows = [cache[int(i)] for i in idx]
+            for i in idx:
+                cache.move_to_end(int(i))
+            return stack_rows(rows, self.d, self.sparse, self.dtype)
+        fresh = self._take_from_store(idx[~hit])
+        for j, i in enumerate(idx[~hit]):
+            self._remember(int(i), fresh[j:j + 1] if self.sparse else fresh[j:j + 1].copy())
+        if not hit.any():
+            return fresh
+        rows = []
+        k = 0
+        for i, h in zip(idx, hit):
+            if h:
+                rows.append(cache[int(i)])
+            else:
+                rows.append(fresh[k:k + 1])
+                k += 1
+        return stack_rows(rows, self.d, self.sparse, self.dtype)
+
+    def _remember(self, i, row):
+        nbytes = row.data.nbytes if self.sparse else row.nbytes
+        if nbytes > self.ROW_CACHE_BYTES:
+            return
+        while self._row_cache and self._row_cache_bytes + nbytes > self.ROW_CACHE_BYTES:
+            _, old = self._row_cache.popitem(last=False)
+            self._row_cache_bytes -= old.data.nbytes if self.sparse else old.nbytes
+        self._row_cache[i] = row
+        self._row_cache_bytes += nbytes
+
+    def _take_from_store(self, idx):
         order = np.argsort(idx, kind="stable")
         sidx = idx[order]
         starts = np.array([a for a, _ in self.bounds])
