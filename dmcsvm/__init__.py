@@ -3,7 +3,7 @@ trained in-process or on a Dask cluster, with data and kernel-row blocks in zarr
 
 __version__ = "0.1.0"
 
-from .estimators import (BinarySVC, MulticlassSVC, OneVsOneSVC, OneVsRestSVC,  # noqa: E402
-                         ScatterSVC)
+from .estimators import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC,  # noqa: E402
+                         OneVsRestSVC, ScatterSVC)
 
-__all__ = ["MulticlassSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC", "__version__"]
+__all__ = ["MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC", "__version__"]

@@ -2,6 +2,7 @@
 
 from .binary import BinarySVC, OneVsOneSVC, OneVsRestSVC
 from .multiclass import MulticlassSVC
+from .multiprototype import MultiPrototypeSVC
 from .scatter import ScatterSVC
 
-__all__ = ["MulticlassSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC"]
+__all__ = ["MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC"]

@@ -1,0 +1,213 @@
+"""Partitions of the multi-prototype SVM (Aiolli & Sperduti 2005): the core :class:`Partition`
+plus what the annealed epochs need, and the explicit-prototype partition of the linear fast path.
+
+* :class:`PrototypePartition` (any kernel) adds to every message an optional ``"assign"`` entry
+  ``{"ids": global ids, "yp": their new positive prototype}`` (applied with the message's update,
+  before the reply, so the reply already sees the new assignment) and a method :meth:`slacks` that
+  returns, for every row, the slacks ``xi_i^s`` over its positive prototypes (the input of the
+  re-assignment, Eq. 17) and its share of ``||M||^2``.
+* :class:`LinearPrototypePartition` (kernel ``a <x, z> + c0``) keeps the prototypes ``W`` (P x d)
+  and the coefficient sums ``s`` explicitly and scores its rows by ``F = a X W^T + c0 s`` (DESIGN
+  §1 fast path): a batch message carries ``dW = dB^T X_B`` and ``ds`` instead of the batch's X
+  rows, and no kernel row is ever computed.  :class:`LinearMessages` wraps an executor so that the
+  coordinator's batch messages are encoded that way before they are sent.
+
+Both run unchanged on the in-process and the Dask executors (``partition_cls=``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..solvers import linear_prototypes as lp
+from .partition import Partition, PartitionSettings
+
+
+def prototype_groups(pcls) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, count)`` of prototypes grouped by class: class ``c`` owns prototypes
+    ``first[c] .. first[c] + count[c] - 1``.  ``pcls`` must be sorted (grouped by class)."""
+    pcls = np.asarray(pcls, dtype=np.int64)
+    if pcls.shape[0] and np.any(np.diff(pcls) < 0):
+        raise ValueError("prototypes must be grouped by class (pcls sorted)")
+    m = int(pcls.max()) + 1 if pcls.shape[0] else 0
+    count = np.bincount(pcls, minlength=m).astype(np.int64)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    return first, count
+
+
+class PrototypePartition(Partition):
+    """A :class:`Partition` whose rows can be re-assigned to other positive prototypes.
+
+    Same constructor as :class:`Partition`; ``settings.pcls`` lists the class of every prototype,
+    grouped by class.
+    """
+
+    def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
+        super().__init__(part_id, lo, hi, X, yp, cls, settings)
+        self.first, self.count = prototype_groups(self.pcls)
+
+    def _assign(self, assign) -> None:
+        """Install new positive prototypes ``assign["yp"]`` for the global ids ``assign["ids"]``
+        that fall in this partition.  The caller has zeroed the coefficients of every such row
+        that had any (AS 2005 §6.1: KKT restored), so ``B`` stays feasible."""
+        ids = np.asarray(assign["ids"], dtype=np.int64)
+        own = (ids >= self.lo) & (ids < self.hi)
+        if own.any():
+            self.yp[ids[own] - self.lo] = np.asarray(assign["yp"], dtype=np.int64)[own]
+
+    def step(self, msg: dict) -> dict:
+        """One round (see :meth:`Partition.step`) with an optional ``"assign"`` entry.  The
+        assignment does not enter the score update ``F += K dB``, so installing it first is the
+        same as installing it after the update; the reply sees the new assignment."""
+        if msg.get("assign") is not None:
+            self._assign(msg["assign"])
+        return super().step(msg)
+
+    def _refresh_all(self, sv) -> None:
+        """Make every row's score current (scores of shrunk rows are stale) via the core's
+        unshrink from the support patterns ``sv = {"ids", "X", "B"}``."""
+        if self.active.shape[0] < self.F.shape[0]:
+            self._unshrink(sv)
+
+    def slacks(self, sv=None) -> dict:
+        """Per-row slacks over the positive prototypes and this partition's ``||M||^2`` share.
+
+        Parameters
+        ----------
+        sv : dict or None
+            Support patterns ``{"ids", "X", "B"}`` to rebuild the scores of shrunk rows from
+            (needed only when some rows are shrunk).
+
+        Returns
+        -------
+        dict
+            ``xi`` (rows x max q, ``+inf`` in unused slots; :func:`positive_slacks`), ``sum_BF``
+            (``sum B * F`` over the rows) and ``sum_alpha`` (``sum_i alpha_i^{y_i}``).
+        """
+        self._refresh_all(sv)
+        qmax = int(self.count.max())
+        xi = np.empty((self.F.shape[0], qmax))
+        lp.positive_slacks(self.F, self.cls, self.pcls, self.first, self.count, xi)
+        n = self.F.shape[0]
+        return {"xi": xi, "sum_BF": float(np.sum(self.B * self.F)),
+                "sum_alpha": float(self.B[np.arange(n), self.yp].sum())}
+
+
+class LinearPrototypePartition(PrototypePartition):
+    """Multi-prototype partition for a linear kernel ``a <x, z> + c0``: explicit prototypes.
+
+    Keeps ``W = B^T X`` (P x d, every pattern's contribution, the same on every partition) and
+    ``sB = B^T 1``; a batch message ``{"ids", "dB", "dW", "ds"}`` (see :func:`encode_linear`)
+    updates them and the scores of the active rows are recomputed as ``a X W^T + c0 sB``.
+    """
+
+    def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
+        super().__init__(part_id, lo, hi, X, yp, cls, settings)
+        ac = lp.linear_coefficients(self.spec)
+        if ac is None:
+            raise ValueError(f"LinearPrototypePartition needs a linear kernel ('linear' or 'poly' "
+                             f"of degree 1), got {self.spec}")
+        self.a, self.c0 = ac
+        Xl = getattr(self, "X", None)
+        if Xl is None:     # rows streamed from a store: the W path keeps them in memory
+            Xl = sp.vstack([c for _, _, c in self.data.chunks()], format="csr") \
+                if self.data.sparse else np.concatenate([c for _, _, c in self.data.chunks()])
+        # float64 rows (the GEMM then runs in double without a per-round conversion)
+        self.XL = Xl.astype(np.float64) if Xl.dtype != np.float64 else Xl
+        P = self.pcls.shape[0]
+        self.W = np.zeros((P, Xl.shape[1]))
+        self.sB = np.zeros(P)
+        self._XA = None           # X rows of the active set, rebuilt when the active set changes
+        self._XA_of = None
+
+    def _active_rows(self):
+        """X rows of the active set (the partition's own rows when nothing is shrunk)."""
+        if self.active.shape[0] == self.F.shape[0]:
+            return self.XL
+        if self._XA_of is not self.active:
+            self._XA = self.XL[self.active] if sp.issparse(self.XL) \
+                else np.ascontiguousarray(self.XL[self.active])
+            self._XA_of = self.active
+        return self._XA
+
+    def _score_rows(self, rows) -> None:
+        """``F[rows] = a X[rows] W^T + c0 sB`` (the active rows when ``rows`` is None)."""
+        if rows is None:
+            if self.active.shape[0] == self.F.shape[0]:
+                lp.linear_scores(self.XL, self.W, self.sB, self.a, self.c0, out=self.F)
+            else:
+                self.F[self.active] = lp.linear_scores(self._active_rows(), self.W, self.sB,
+                                                       self.a, self.c0)
+        else:
+            Xr = self.XL[rows] if sp.issparse(self.XL) else np.ascontiguousarray(self.XL[rows])
+            self.F[rows] = lp.linear_scores(Xr, self.W, self.sB, self.a, self.c0)
+
+    def step(self, msg: dict) -> dict:
+        """One round: apply ``dW``/``ds`` (and the partition's own ``dB`` rows), rescore the active
+        rows, then the core's reply (selection, aggregates, shrinking)."""
+        t0 = time.perf_counter()
+        if msg.get("dW") is not None:
+            ids, dB = msg["ids"], msg["dB"]
+            self.W += msg["dW"]
+            self.sB += msg["ds"]
+            own = (ids >= self.lo) & (ids < self.hi)
+            if own.any():
+                self.B[ids[own] - self.lo] += dB[own]
+                shipped = getattr(self, "shipped", None)
+                if shipped is not None:       # the coordinator now holds these rows' X
+                    shipped[ids[own] - self.lo] = True
+            self._score_rows(None)
+            msg = {k: v for k, v in msg.items() if k not in ("ids", "dB", "dW", "ds", "XB")}
+        t_update = time.perf_counter() - t0
+        reply = super().step(msg)
+        reply["t_update"] += t_update
+        reply["t_total"] += t_update
+        return reply
+
+    def _unshrink(self, sv) -> float:
+        """Scores of the shrunk rows from ``W`` (no support patterns needed), all rows active."""
+        t = time.perf_counter()
+        n = self.F.shape[0]
+        if self.active.shape[0] < n:
+            mask = np.ones(n, dtype=bool)
+            mask[self.active] = False
+            self._score_rows(np.flatnonzero(mask))
+            self.active = np.arange(n, dtype=np.int64)
+            self._X_active = None
+            self.calm[:] = 0
+        return time.perf_counter() - t
+
+    def prototypes(self) -> tuple[np.ndarray, np.ndarray]:
+        """This partition's ``(W, sB)`` (identical on every partition)."""
+        return self.W.copy(), self.sB.copy()
+
+
+def encode_linear(msg: dict) -> dict:
+    """Turn a coordinator message ``{"ids", "XB", "dB", ...}`` into the linear partitions' form
+    ``{"ids", "dB", "dW", "ds", ...}`` (``dW = dB^T X_B``, ``ds = dB^T 1``; no X rows are sent);
+    an ``"unshrink"`` entry loses its support-pattern payload (the partitions rebuild from W)."""
+    out = dict(msg)
+    XB = out.pop("XB", None)
+    ids = out.get("ids")
+    if ids is not None and len(ids):
+        out["dW"], out["ds"] = lp.prototype_step(np.asarray(out["dB"], dtype=np.float64), XB)
+    if out.get("unshrink") is not None:
+        out["unshrink"] = {}
+    return out
+
+
+class LinearMessages:
+    """An executor seen through :func:`encode_linear`: ``step`` encodes the message, everything
+    else is the wrapped executor's."""
+
+    def __init__(self, executor):
+        self.executor = executor
+
+    def step(self, msg: dict) -> list[dict]:
+        return self.executor.step(encode_linear(msg))
+
+    def __getattr__(self, name):
+        return getattr(self.executor, name)

@@ -1,0 +1,320 @@
+"""MultiPrototypeSVC: the multi-prototype SVM of Aiolli & Sperduti (2005) as a scikit-learn estimator."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..engine.partition import PartitionSettings
+from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
+from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..solvers import pattern as pt
+from ..solvers.linear_prototypes import linear_coefficients
+from ..solvers.multiclass import SolverSettings
+from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment,
+                                      prototype_classes)
+
+from ._engine import make_executor, release_executor
+
+_PREDICT_CHUNK = 2048
+
+
+class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
+    """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
+
+    Every class ``c`` has ``q_c`` prototypes; a pattern is classified by the class of the prototype
+    of largest score (winner-take-all, Eq. 2).  Training minimizes the primal of Eq. 8 over the
+    prototypes and the assignment of each training pattern to one prototype of its class: with
+    the assignment fixed the problem is the convex Crammer-Singer-type dual of Eq. 11 (solved by the
+    same engine as :class:`~dmcsvm.MulticlassSVC`); the assignments are searched by the annealed
+    iterated local search of Fig. 11.  Each epoch optimizes the dual until the primal drops below
+    the last energy, re-draws every assignment by Eq. 17 at temperature ``T0 (1 - tau)^t`` and
+    zeroes the coefficients of the patterns whose prototype changed.  After ``max_epochs`` epochs
+    (or earlier, at a stationary point) the convex problem of the final assignment is solved to
+    ``tol`` / ``gap_tol``.
+
+    The default kernel is the paper's linear kernel ``<x, z> + 1`` (``kernel='poly', degree=1,
+    gamma=1, coef0=1``: a linear model with a bias).  Linear kernels (``'linear'`` or ``'poly'`` of
+    degree 1) run on the explicit-prototype fast path: the prototypes ``W`` (P x d) are kept
+    explicitly and scores are ``W x``, no kernel row is computed.
+
+    Parameters
+    ----------
+    n_prototypes : int or list of int, default=3
+        Prototypes per class ``q`` (>= 1), or one count per class (in the order of ``classes_``).
+        Every class needs at least as many training patterns as prototypes.  ``q = 1`` for every
+        class is the single-prototype model of :class:`~dmcsvm.MulticlassSVC`.
+    C : float, default=1.0
+        Upper bound on each pattern's dual weight ``alpha_i^{y_i}``; > 0.
+    kernel : {'poly', 'linear', 'rbf'}, default='poly'
+        With the defaults ``degree=1, gamma=1, coef0=1``: ``<x, z> + 1`` (AS 2005 §8).
+    gamma : 'scale', 'auto' or float, default=1.0
+        Kernel coefficient (``'poly'``: ``(gamma <x, z> + coef0)^degree``; ``'rbf'``:
+        ``exp(-gamma |x - z|^2)``); ignored by ``'linear'``.
+    degree : int, default=1
+    coef0 : float, default=1.0
+    T0 : float, default=10.0
+        Initial temperature of the annealing (>= 0; 0 is the greedy search of §6.1).
+    tau : float, default=0.05
+        Cooling rate, ``T(t) = T0 (1 - tau)^t``, in (0, 1).
+    max_epochs : int, default=200
+        Epochs of the search (re-assignments); 0 solves the convex problem of the initial random
+        assignment only.
+    fast_linear : bool, default=True
+        Use the explicit-prototype path for linear kernels (False: the kernel path, as for any
+        other kernel; the same model up to rounding).
+    optimizer, selection, threshold, mu, tol, gap_tol, cache_size, max_iter, batch_size, \
+batch_sweeps, shrinking :
+        Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
+        are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
+        the primal beats the last energy), ``max_iter`` bounds the rounds of every solve.
+    verbose : bool, default=False
+        Print one line per epoch (energy, temperature, re-assignments).
+    random_state : int, RandomState or None, default=None
+        Seeds the initial assignment and the draws of Eq. 17 (done by the coordinator, so the
+        in-process and Dask executors give the same model for the same seed).
+    n_jobs, client, n_workers, threads_per_worker, memory_limit, n_partitions :
+        Where training runs, as in :class:`~dmcsvm.MulticlassSVC`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    n_prototypes_ : ndarray of shape (n_classes,)
+        Prototypes per class.
+    prototype_class_ : ndarray of shape (n_prototypes_total,)
+        Class label of every prototype (prototypes are grouped by class).
+    assignment_ : ndarray of shape (n_samples,)
+        Prototype each training pattern is assigned to at the end.
+    prototypes_ : ndarray of shape (n_prototypes_total, n_features) or None
+        Explicit prototypes for linear kernels: ``f_r(x) = prototypes_[r] . x + intercept_[r]``;
+        None for other kernels.
+    intercept_ : ndarray of shape (n_prototypes_total,) or None
+        The ``coef0`` part of the linear scores (``coef0 * sum_i B[i, r]``).
+    support_ : ndarray of shape (n_SV,)
+    support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
+    dual_coef_ : ndarray of shape (n_SV, n_prototypes_total)
+        Signed coefficients ``B`` of the support patterns; ``f_r(x) = sum_i B[i, r] k(x_i, x)``.
+    energy_ : float
+        Primal value (Eq. 8) of the final model and assignment.
+    history_ : dict of ndarray
+        Per epoch: ``epoch``, ``energy`` (the primal ``E(t+1)`` after the epoch's re-assignment),
+        ``primal`` and ``dual`` (before it), ``temperature``, ``n_changed`` (re-assigned
+        patterns), ``n_zeroed`` (of which had coefficients), ``rounds``, ``inner_converged``,
+        ``elapsed``.
+    round_history_ : dict of ndarray
+        Per solver round (all epochs and the final solve), as ``MulticlassSVC.history_``.
+    n_epochs_ : int
+    n_iter_ : int
+        Solver rounds in total.
+    converged_ : bool
+        Whether the final convex solve reached its tolerances.
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def __init__(self, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
+                 T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, optimizer="exact",
+                 selection="bmg", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
+                 cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
+                 verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, n_partitions=None):
+        self.n_prototypes = n_prototypes
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.T0 = T0
+        self.tau = tau
+        self.max_epochs = max_epochs
+        self.fast_linear = fast_linear
+        self.optimizer = optimizer
+        self.selection = selection
+        self.threshold = threshold
+        self.mu = mu
+        self.tol = tol
+        self.gap_tol = gap_tol
+        self.cache_size = cache_size
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.batch_sweeps = batch_sweeps
+        self.shrinking = shrinking
+        self.verbose = verbose
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.client = client
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.memory_limit = memory_limit
+        self.n_partitions = n_partitions
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ------------------------------------------------------------------ validation
+    def _settings(self) -> tuple[SolverSettings, AnnealSettings]:
+        for name in ("C", "tol", "gap_tol", "cache_size", "mu"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise ValueError(f"{name} must be a number, got {v!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        for name in ("max_iter", "batch_size", "batch_sweeps", "degree"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+        solver = SolverSettings(C=float(self.C), optimizer=self.optimizer,
+                                selection=self.selection, threshold=self.threshold,
+                                mu=float(self.mu), tol=float(self.tol),
+                                gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
+                                batch_size=int(self.batch_size),
+                                batch_sweeps=int(self.batch_sweeps),
+                                shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
+                                verbose=False).check()
+        schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
+        return solver, schedule
+
+    def _prototype_counts(self, classes, counts) -> np.ndarray:
+        """``q_c`` of every class from ``n_prototypes``, checked against the class sizes."""
+        m = classes.shape[0]
+        v = self.n_prototypes
+        msg = (f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
+               f"class), got {v!r}")
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            q = np.full(m, int(v), dtype=np.int64)
+        elif isinstance(v, (list, tuple, np.ndarray)):
+            if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v):
+                raise ValueError(msg)
+            if len(v) != m:
+                raise ValueError(f"n_prototypes has {len(v)} entries but the data has {m} classes")
+            q = np.asarray(v, dtype=np.int64)
+        else:
+            raise ValueError(msg)
+        if np.any(q < 1):
+            raise ValueError(msg)
+        for c in range(m):
+            if counts[c] < q[c]:
+                raise ValueError(f"class {classes[c].tolist()!r} has {counts[c]} training patterns, "
+                                 f"fewer than its {q[c]} prototypes (n_prototypes)")
+        return q
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y):
+        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+        settings, schedule = self._settings()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        classes, y_idx = np.unique(y, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValueError(f"MultiPrototypeSVC needs samples of at least 2 classes in the data, "
+                             f"but the data contains only one class: {classes[0]!r}")
+        y_idx = y_idx.astype(np.int64)
+        m = classes.shape[0]
+        q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))
+        self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
+        spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
+        linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
+        pcls = prototype_classes(q)
+        rng = check_random_state(self.random_state)
+        yp0 = initial_assignment(y_idx, pcls, rng)
+        executor, owned = make_executor(self)
+        n_parts = max(1, min(executor.n_partitions, X.shape[0]))
+        psettings = PartitionSettings(
+            kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
+            tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
+            shrinking=settings.shrinking, shrink_after=settings.shrink_after,
+            cache_bytes=0 if linear else int(settings.cache_size * 2 ** 20 / n_parts),
+            kernel_dtype=str(X.dtype))
+        progress = self._print_epoch if self.verbose else None
+        try:
+            executor.start(X, yp0, y_idx, psettings,
+                           partition_cls=LinearPrototypePartition if linear else PrototypePartition)
+            res = anneal(executor, X.shape[0], y_idx, pcls, yp0, spec, settings, schedule,
+                         X.shape[1], sp.issparse(X), rng, x_dtype=X.dtype, linear=linear,
+                         progress=progress)
+        finally:
+            release_executor(executor, owned)
+        state = res.state
+        sv = state.support()
+        self.classes_ = classes
+        self.n_prototypes_ = q
+        self.prototype_class_ = classes[pcls]
+        self.assignment_ = res.yp
+        self.support_ = sv
+        self.support_vectors_ = state.bank.stack(sv, X.shape[1], sp.issparse(X), X.dtype)
+        self.dual_coef_ = state.B[sv].copy()
+        self.prototypes_, self.intercept_ = self._explicit(spec)
+        self.energy_ = float(res.energy)
+        self.history_ = res.epochs
+        self.round_history_ = {k: np.asarray(v) for k, v in state.history.items()}
+        self.n_epochs_ = int(res.n_epochs)
+        self.n_iter_ = int(state.rounds)
+        self.converged_ = bool(res.final.converged)
+        self._spec = spec
+        return self
+
+    def _explicit(self, spec):
+        """``(W, b)`` with ``f_r(x) = W_r . x + b_r`` for linear kernels (``a <x, z> + c0``:
+        ``W = a B^T X``, ``b = c0 B^T 1``); ``(None, None)`` otherwise."""
+        ac = linear_coefficients(spec)
+        if ac is None:
+            return None, None
+        a, c0 = ac
+        SV, Bs = self.support_vectors_, self.dual_coef_
+        W = np.asarray(SV.T @ Bs).T if sp.issparse(SV) else Bs.T @ np.asarray(SV, np.float64)
+        return np.ascontiguousarray(a * W), c0 * Bs.sum(axis=0)
+
+    def _print_epoch(self, row):
+        print(f"epoch {row['epoch']:4d}  T={row['temperature']:.4g}  energy={row['energy']:.6g}  "
+              f"primal={row['primal']:.6g}  dual={row['dual']:.6g}  changed={row['n_changed']}  "
+              f"rounds={row['rounds']}", flush=True)
+
+    # ------------------------------------------------------------------ predict
+    def _check_X(self, X):
+        return validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                             reset=False)
+
+    def prototype_scores(self, X):
+        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total)."""
+        check_is_fitted(self)
+        X = self._check_X(X)
+        if self.prototypes_ is not None:
+            S = X @ self.prototypes_.T
+            return np.asarray(S, dtype=np.float64) + self.intercept_
+        n = X.shape[0]
+        out = np.zeros((n, self.dual_coef_.shape[1]))
+        if self.support_vectors_.shape[0] == 0 or n == 0:
+            return out
+        spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
+                                                          int(self.degree), float(self.coef0))
+        sv_norms = row_norms_sq(self.support_vectors_)
+        for a in range(0, n, _PREDICT_CHUNK):
+            b = min(a + _PREDICT_CHUNK, n)
+            K = kernel_block(spec, X[a:b], self.support_vectors_, norms_b=sv_norms,
+                             dtype=np.float64)
+            out[a:b] = K @ self.dual_coef_
+        return out
+
+    def decision_function(self, X):
+        """Score of every class: the largest score of its prototypes, (n_samples, n_classes);
+        for two classes, ``score_1 - score_0``."""
+        S = self.prototype_scores(X)
+        m = self.classes_.shape[0]
+        bounds = np.concatenate([[0], np.cumsum(self.n_prototypes_)])
+        D = np.column_stack([S[:, bounds[c]:bounds[c + 1]].max(axis=1) for c in range(m)])
+        if m == 2:
+            return D[:, 1] - D[:, 0]
+        return D
+
+    def predict(self, X):
+        """Class of the prototype of largest score (winner-take-all, AS 2005 Eq. 2)."""
+        S = self.prototype_scores(X)
+        return self.prototype_class_[np.argmax(S, axis=1)]

@@ -1,0 +1,251 @@
+"""Array kernels of the multi-prototype SVM (Aiolli & Sperduti 2005, §4-6): per-row slacks over the
+positive prototypes, the annealed assignment draw of Eq. 17, and the explicit-prototype (``W``)
+arithmetic of the linear fast path.
+
+Prototype layout (DESIGN §1): the ``P = sum_c q_c`` prototypes are grouped by class, class ``c``
+owning the prototypes ``first[c] .. first[c] + count[c] - 1``.  A pattern's assignment is stored
+both as its prototype index ``yp`` and as its *slot* ``yp - first[c]`` inside its class.
+
+Linear kernels ``k(x, z) = a <x, z> + c0`` (``'linear'``: ``a = 1, c0 = 0``; ``'poly'`` of degree 1:
+``a = gamma, c0 = coef0``, the paper's ``<x, z> + 1`` is ``a = c0 = 1``) give explicit prototypes:
+``f_r(x) = sum_i B[i, r] k(x_i, x) = a <W_r, x> + c0 s_r`` with ``W = B^T X`` (P x d) and
+``s = B^T 1``.  A batch step ``dB`` (rows ``X_B``) changes them by ``dW = dB^T X_B``, ``ds = dB^T 1``:
+the partitions score their rows with one ``X W^T`` GEMM and never compute a kernel row.
+
+Every function is a plain function on arrays, tested alone against a NumPy reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from . import pattern as pt
+
+
+@numba.njit(cache=True, nogil=True)
+def positive_slacks(F, cls, pcls, first, count, out):
+    """Slack of every row w.r.t. each of its positive prototypes (AS 2005 §4):
+    ``out[i, s] = max(0, theta_i + 1 - F[i, first[c_i] + s])`` with
+    ``theta_i = max_{r in N_i} F[i, r]``, for ``s < count[c_i]``; ``+inf`` in the unused slots
+    (classes with fewer prototypes than ``out.shape[1]``)."""
+    n, P = F.shape
+    qmax = out.shape[1]
+    for i in range(n):
+        c = cls[i]
+        th = -np.inf
+        for r in range(P):
+            if pcls[r] != c and F[i, r] > th:
+                th = F[i, r]
+        f0 = first[c]
+        for s in range(qmax):
+            if s < count[c]:
+                xi = th + 1.0 - F[i, f0 + s]
+                out[i, s] = xi if xi > 0.0 else 0.0
+            else:
+                out[i, s] = np.inf
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def draw_assignment(xi, cur, u, T, C, out):
+    """New slot of every row by the annealed rule of AS 2005 Eq. 17:
+    ``p_i(s) = exp(-C (xi_i^s - xi_i^0) / T) / Z_i`` with ``xi_i^0 = min_s xi_i^s``, sampled by
+    inverting the cumulative distribution at ``u[i]`` (uniform in [0, 1), drawn by the caller).
+
+    ``T = 0`` is the greedy step of §6.1: a slot of minimal slack, the current slot ``cur[i]`` when
+    it is one of them (no needless re-assignment).  Unused slots hold ``+inf`` (probability 0).
+    Returns ``out`` (the new slots)."""
+    n, qmax = xi.shape
+    for i in range(n):
+        x0 = np.inf
+        arg = 0
+        for s in range(qmax):
+            if xi[i, s] < x0:
+                x0 = xi[i, s]
+                arg = s
+        if T <= 0.0:
+            out[i] = cur[i] if xi[i, cur[i]] <= x0 else arg
+            continue
+        Z = 0.0
+        for s in range(qmax):
+            if xi[i, s] < np.inf:
+                Z += math.exp(-C * (xi[i, s] - x0) / T)
+        target = u[i] * Z
+        acc = 0.0
+        pick = arg
+        for s in range(qmax):
+            if xi[i, s] < np.inf:
+                acc += math.exp(-C * (xi[i, s] - x0) / T)
+                pick = s
+                if acc > target:
+                    break
+        out[i] = pick
+    return out
+
+
+def linear_coefficients(spec) -> tuple[float, float]:
+    """``(a, c0)`` of a linear kernel ``a <x, z> + c0`` (``'linear'`` or ``'poly'`` of degree 1);
+    ``None`` for any other kernel."""
+    if spec.name == "linear":
+        return 1.0, 0.0
+    if spec.name == "poly" and int(spec.degree) == 1:
+        return float(spec.gamma), float(spec.coef0)
+    return None
+
+
+def prototype_step(dB, XB):
+    """``(dW, ds) = (dB^T X_B, dB^T 1)``: the change of the explicit prototypes (P x d) and of their
+    coefficient sums caused by the batch change ``dB`` (len(ids) x P) of rows ``X_B`` (dense/CSR)."""
+    if sp.issparse(XB):
+        dW = np.asarray((XB.T @ dB).T, dtype=np.float64)
+    else:
+        dW = dB.T @ np.asarray(XB, dtype=np.float64)
+    return np.ascontiguousarray(dW), dB.sum(axis=0)
+
+
+def linear_scores(X, W, s, a, c0, out=None):
+    """Prototype scores ``a X W^T + c0 s`` of the rows of ``X`` (dense or CSR), float64."""
+    G = X @ W.T
+    G = np.asarray(G.toarray() if sp.issparse(G) else G, dtype=np.float64)
+    if out is None:
+        out = np.empty((X.shape[0], W.shape[0]))
+    np.multiply(G, a, out=out)
+    out += c0 * s
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the coordinator's batch solve with explicit prototypes
+# --------------------------------------------------------------------------------------------
+
+@numba.njit(cache=True, nogil=True)
+def _dense_row_dot(dW, X, j, r):
+    acc = 0.0
+    for k in range(X.shape[1]):
+        acc += dW[r, k] * X[j, k]
+    return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_row_axpy(dW, X, j, r, v):
+    for k in range(X.shape[1]):
+        dW[r, k] += v * X[j, k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _csr_row_dot(dW, indptr, indices, data, j, r):
+    acc = 0.0
+    for t in range(indptr[j], indptr[j + 1]):
+        acc += dW[r, indices[t]] * data[t]
+    return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _csr_row_axpy(dW, indptr, indices, data, j, r, v):
+    for t in range(indptr[j], indptr[j + 1]):
+        dW[r, indices[t]] += v * data[t]
+
+
+@numba.njit(cache=True, nogil=True)
+def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdiag, C, tol,
+                  fp_eps, sweeps, a, c0):
+    """Shared body of :func:`solve_batch_linear_dense` / ``_csr`` (``Xd`` empty for CSR)."""
+    nb, P = Bb.shape
+    dense = Xd.shape[0] > 0
+    dB = np.zeros((nb, P))
+    gains = np.zeros(nb)
+    dW = np.zeros((P, d))       # change of the prototypes by the batch so far: sum_k dB[k] x_k
+    ds = np.zeros(P)
+    touched = np.zeros(P, dtype=np.bool_)
+    f = np.empty(P)
+    for sweep in range(sweeps):
+        for j in range(nb):
+            b = Bb[j] + dB[j]
+            # current scores of row j: reported scores plus the batch's change, a dW x_j + c0 ds
+            for r in range(P):
+                fr = Fb[j, r]
+                if touched[r]:
+                    if dense:
+                        fr += a * _dense_row_dot(dW, Xd, j, r) + c0 * ds[r]
+                    else:
+                        fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
+                f[r] = fr
+            if sweep > 0:
+                p = pt.psi_value(b, f, yb[j], cb[j], pcls, C)
+                if p <= tol:
+                    continue
+            kpp = kdiag[j]
+            phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
+            b0 = b.copy()
+            g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+            gains[j] += g
+            for r in range(P):
+                v = b[r] - b0[r]
+                if v != 0.0:
+                    dB[j, r] += v
+                    touched[r] = True
+                    ds[r] += v
+                    if dense:
+                        _dense_row_axpy(dW, Xd, j, r, v)
+                    else:
+                        _csr_row_axpy(dW, indptr, indices, data, j, r, v)
+        if sweeps > 1:
+            worst = 0.0
+            for j in range(nb):
+                b = Bb[j] + dB[j]
+                for r in range(P):
+                    fr = Fb[j, r]
+                    if touched[r]:
+                        if dense:
+                            fr += a * _dense_row_dot(dW, Xd, j, r) + c0 * ds[r]
+                        else:
+                            fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
+                    f[r] = fr
+                p = pt.psi_value(b, f, yb[j], cb[j], pcls, C)
+                if p > worst:
+                    worst = p
+            if worst <= tol:
+                break
+    return dB, gains
+
+
+def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0):
+    """The coordinator's batch solve (as :func:`dmcsvm.solvers.pattern.solve_batch`) for a linear
+    kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
+    optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
+    x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per
+    pattern instead of O(batch size), so a batch may hold every violator (LIBLINEAR-style passes).
+    ``XB`` is dense or CSR.  Returns ``(dB, gains)``."""
+    Bb = np.ascontiguousarray(Bb, dtype=np.float64)
+    Fb = np.ascontiguousarray(Fb, dtype=np.float64)
+    yb = np.ascontiguousarray(yb, dtype=np.int64)
+    cb = np.ascontiguousarray(cb, dtype=np.int64)
+    pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+    kdiag = np.ascontiguousarray(kdiag, dtype=np.float64)
+    d = XB.shape[1]
+    if sp.issparse(XB):
+        Xc = XB.tocsr()
+        return _batch_linear(code, Bb, Fb, np.zeros((0, d)), Xc.indptr.astype(np.int64),
+                             Xc.indices.astype(np.int64), Xc.data.astype(np.float64), d, yb, cb,
+                             pcls, kdiag, float(C), float(tol), float(fp_eps), int(sweeps),
+                             float(a), float(c0))
+    Xd = np.ascontiguousarray(XB, dtype=np.float64)
+    empty_i = np.zeros(1, dtype=np.int64)
+    return _batch_linear(code, Bb, Fb, Xd, empty_i, empty_i, np.zeros(1), d, yb, cb, pcls, kdiag,
+                         float(C), float(tol), float(fp_eps), int(sweeps), float(a), float(c0))
+
+
+class LinearBatchSolver:
+    """``solve(..., batch_solver=LinearBatchSolver(a, c0))``: the coordinator's batch solve with
+    explicit prototypes (called with the batch's X rows where the kernel solve takes ``K_BB``)."""
+
+    def __init__(self, a: float, c0: float):
+        self.a, self.c0 = float(a), float(c0)
+
+    def __call__(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
+        return solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps,
+                                  self.a, self.c0)

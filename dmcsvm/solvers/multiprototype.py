@@ -1,0 +1,230 @@
+"""Multi-prototype SVM (Aiolli & Sperduti 2005, §4-6): the annealed search over assignments.
+
+With the assignment ``pi`` fixed the problem is the convex dual of Eq. 11 (DESIGN §1), solved by the
+core coordinator (:func:`dmcsvm.solvers.multiclass.solve`) on ``P = sum_c q_c`` prototypes; the
+non-convex problem of Eq. 8 is then searched as in Fig. 11:
+
+    T := T0;  random pi(1);  E(1) := P_pi(1)(alpha = 0) = C n
+    for t = 1 .. t_max:
+        optimize the dual of pi(t) until the primal P_pi(t)(alpha) < E(t)      (§6.1)
+        draw pi(t+1) per pattern by Eq. 17 at temperature T(t) = T0 (1 - tau)^t
+        E(t+1) := P_pi(t+1)(alpha)
+        restore KKT: zero alpha_i of every pattern whose prototype changed      (§6.1)
+
+One executor serves the whole search: every epoch is one ``solve(..., state=st, first_msg=...,
+stop=...)`` on the same partitions, the :class:`CoordinatorState` keeping ``B`` across epochs.
+The zeroing of re-assigned patterns is an ordinary batch update (``dB = -B[ids]``) sent as the next
+epoch's first message together with the new assignment (``"assign"``, applied by
+:class:`~dmcsvm.engine.prototype_partition.PrototypePartition`).  The draws of Eq. 17 use the
+coordinator's random generator only, on slacks gathered from the partitions in partition order, so
+both executors see the same draws.  After the last epoch the convex problem of the final
+assignment is solved to the solver's tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.prototype_partition import LinearMessages, prototype_groups
+from ..kernels import KernelSpec
+from . import linear_prototypes as lp
+from .multiclass import CoordinatorState, SolveResult, SolverSettings, solve
+
+EPOCH_KEYS = ("epoch", "energy", "primal", "dual", "temperature", "n_changed", "n_zeroed",
+              "rounds", "inner_converged", "elapsed")
+
+
+@dataclass
+class AnnealSettings:
+    """Annealing schedule of AS 2005 §6.2 / §8: ``T(t) = T0 (1 - tau)^t`` for ``t_max`` epochs."""
+
+    T0: float = 10.0
+    tau: float = 0.05
+    max_epochs: int = 200
+
+    def check(self) -> "AnnealSettings":
+        if isinstance(self.T0, bool) or not isinstance(self.T0, numbers.Real) \
+                or not np.isfinite(self.T0) or self.T0 < 0:
+            raise ValueError(f"T0 must be a number >= 0, got {self.T0!r}")
+        if isinstance(self.tau, bool) or not isinstance(self.tau, numbers.Real) \
+                or not (0.0 < self.tau < 1.0):
+            raise ValueError(f"tau must be in (0, 1), got {self.tau!r}")
+        if isinstance(self.max_epochs, bool) or not isinstance(self.max_epochs, numbers.Integral) \
+                or self.max_epochs < 0:
+            raise ValueError(f"max_epochs must be an integer >= 0, got {self.max_epochs!r}")
+        return self
+
+    def temperature(self, t: int) -> float:
+        """``T(t) = T0 (1 - tau)^t`` (AS 2005 §8)."""
+        return float(self.T0) * (1.0 - float(self.tau)) ** t
+
+
+@dataclass
+class AnnealResult:
+    """The state the search leaves: coefficients, assignment, the final convex solve, history."""
+
+    state: CoordinatorState
+    yp: np.ndarray
+    final: SolveResult
+    epochs: dict
+    energy: float
+    dual: float
+    n_epochs: int
+
+
+def prototype_classes(q_per_class) -> np.ndarray:
+    """Class of every prototype, grouped by class: ``q_c`` copies of ``c`` for each class."""
+    q = np.asarray(q_per_class, dtype=np.int64)
+    return np.repeat(np.arange(q.shape[0], dtype=np.int64), q)
+
+
+def initial_assignment(cls, pcls, rng) -> np.ndarray:
+    """Random initial assignment ``pi(1)`` (Fig. 11): the patterns of each class, in random order,
+    dealt in turn to the class's prototypes, so each prototype starts with ``n_c / q_c`` patterns
+    (at least one).  ``rng`` is a ``numpy.random.RandomState``."""
+    first, count = prototype_groups(pcls)
+    cls = np.asarray(cls, dtype=np.int64)
+    yp = np.empty(cls.shape[0], dtype=np.int64)
+    for c in range(count.shape[0]):
+        idx = np.flatnonzero(cls == c)
+        perm = rng.permutation(idx.shape[0])
+        yp[idx[perm]] = first[c] + np.arange(idx.shape[0]) % count[c]
+    return yp
+
+
+def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
+    """Gather ``xi`` (n x max q) and ``||M||^2``, ``sum alpha_y`` from the partitions (scores of
+    shrunk rows rebuilt first; the kernel path needs the support patterns for that)."""
+    sv = None
+    if shrinking and not linear:
+        ids = state.support()
+        sv = {"ids": ids, "X": state.bank.stack(ids, d, sparse, x_dtype), "B": state.B[ids]}
+    parts = executor.call("slacks", sv)
+    xi = np.concatenate([p["xi"] for p in parts])
+    return xi, sum(p["sum_BF"] for p in parts), sum(p["sum_alpha"] for p in parts)
+
+
+def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
+           settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
+           x_dtype=np.float64, linear: bool = False, progress=None) -> AnnealResult:
+    """Run the annealed MProtSVM search (AS 2005 Fig. 11) on ``executor``.
+
+    Parameters
+    ----------
+    executor : InProcessExecutor or DaskExecutor
+        Started on :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` (any kernel) or,
+        with ``linear=True``, :class:`~dmcsvm.engine.prototype_partition.LinearPrototypePartition`
+        partitions whose ``yp`` is ``yp0``.
+    n : int
+        Number of training patterns.
+    cls : ndarray of int, shape (n,)
+        Class index of every pattern.
+    pcls : ndarray of int, shape (P,)
+        Class of every prototype, grouped by class (:func:`prototype_classes`).
+    yp0 : ndarray of int, shape (n,)
+        Initial assignment (prototype index of every pattern, of its own class).
+    spec : KernelSpec
+    settings : SolverSettings
+        Inner solver options (``C``, optimizer, selection, tolerances of the final solve ...).
+    schedule : AnnealSettings
+        ``T0``, ``tau``, ``max_epochs``.  ``max_epochs = 0`` (or one prototype per class) solves
+        the convex problem of ``yp0`` only.
+    d, sparse, x_dtype
+        Feature count, whether X rows are CSR, their dtype.
+    rng : numpy.random.RandomState
+        The coordinator's generator: one uniform number per pattern per epoch for Eq. 17.
+    linear : bool
+        Partitions are linear (explicit ``W``): batch messages are sent as ``dW``.
+    progress : callable, optional
+        ``progress(row)`` after every epoch with that epoch's history row.
+
+    Returns
+    -------
+    AnnealResult
+    """
+    C = float(settings.C)
+    pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+    cls = np.ascontiguousarray(cls, dtype=np.int64)
+    first, count = prototype_groups(pcls)
+    P = pcls.shape[0]
+    ex = LinearMessages(executor) if linear else executor
+    kw = {}
+    if linear:      # explicit prototypes on the coordinator too: no K_BB (DESIGN §1 fast path)
+        kw["batch_solver"] = lp.LinearBatchSolver(*lp.linear_coefficients(spec))
+    state = CoordinatorState.fresh(n, P)
+    B = state.B
+    yp = np.array(yp0, dtype=np.int64, copy=True)
+    rows = np.arange(n)
+    hist = {k: [] for k in EPOCH_KEYS}
+    args = (n, pcls, spec, settings, d, sparse, x_dtype)
+    t_start = time.perf_counter()
+    E = C * n            # E(1) = P_pi(1)(alpha = 0): M = 0, so every slack is 1
+    msg = None
+    t = 0
+    search = schedule.max_epochs > 0 and int(count.max()) > 1
+    while search and t < schedule.max_epochs:
+        t += 1
+        r0 = state.rounds
+        stop = (lambda row, E=E: row["primal"] < E)       # §6.1: stop once the primal beats E(t)
+        res = solve(ex, *args, state=state, first_msg=msg, stop=stop, **kw)
+        msg = None
+        xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+        slot = yp - first[cls]
+        primal = 0.5 * mM + C * float(xi[rows, slot].sum())
+        # the round's primal is read before its batch is applied and, with shrinking, on stale
+        # scores of shrunk rows: go on until the exact primal beats E(t) or the problem is solved
+        while primal >= E and not res.converged:
+            prev_dual = sa - 0.5 * mM
+            res = solve(ex, *args, state=state, stop=stop, **kw)
+            xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+            primal = 0.5 * mM + C * float(xi[rows, slot].sum())
+            if sa - 0.5 * mM <= prev_dual:
+                break        # no progress left (stalled in floating point, or max_iter rounds)
+        T = schedule.temperature(t)
+        u = rng.random_sample(n)
+        new_slot = lp.draw_assignment(xi, slot, u, T, C, np.empty(n, dtype=np.int64))
+        new_yp = first[cls] + new_slot
+        E_new = 0.5 * mM + C * float(xi[rows, new_slot].sum())      # E(t+1) = P_pi(t+1)(alpha)
+        if T == 0.0 and E_new >= E:
+            break            # greedy search at a stationary point: no epoch can lower the energy
+        changed = np.flatnonzero(new_yp != yp)
+        zero = changed[np.any(B[changed] != 0.0, axis=1)] if changed.size else changed
+        row = dict(epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM, temperature=T,
+                   n_changed=int(changed.size), n_zeroed=int(zero.size),
+                   rounds=state.rounds - r0, inner_converged=bool(res.converged),
+                   elapsed=time.perf_counter() - t_start)
+        for k in EPOCH_KEYS:
+            hist[k].append(row[k])
+        if progress is not None:
+            progress(row)
+        E = E_new
+        if changed.size == 0:
+            if res.converged:
+                break        # stationary: the assignment is stable and its problem solved
+            continue
+        # restore KKT (§6.1): alpha_i = 0 for re-assigned patterns, a batch update like any other
+        msg = {"assign": {"ids": changed, "yp": new_yp[changed]}}
+        if zero.size:
+            XB = state.bank.stack(zero, d, sparse, x_dtype)
+            msg.update(ids=zero, XB=XB, dB=-B[zero])
+            B[zero] = 0.0
+        yp = new_yp
+    # the convex problem of the final assignment, to the solver's tolerances
+    res = solve(ex, *args, state=state, first_msg=msg, **kw)
+    xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+    energy = 0.5 * mM + C * float(xi[rows, yp - first[cls]].sum())
+    epochs = {k: np.asarray(v) for k, v in hist.items()}
+    return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
+                        dual=sa - 0.5 * mM, n_epochs=t)
+
+
+def epoch_count_estimate(schedule: AnnealSettings, T_end: float = 1e-3) -> int:
+    """Epochs until ``T(t) <= T_end`` (for choosing ``max_epochs``)."""
+    if schedule.T0 <= T_end:
+        return 0
+    return int(math.ceil(math.log(T_end / schedule.T0) / math.log(1.0 - schedule.tau)))

@@ -1,0 +1,470 @@
+"""Multi-prototype SVM (Aiolli & Sperduti 2005): array kernels against NumPy references, the convex
+problem of a fixed assignment against an exact QP solver, the greedy search's monotone energy,
+q = 1 against MulticlassSVC, the linear fast path against the kernel path, the in-process executor
+against a Dask LocalCluster, and bad input."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dmcsvm import MulticlassSVC, MultiPrototypeSVC
+from dmcsvm.engine.prototype_partition import encode_linear, prototype_groups
+from dmcsvm.kernels import KernelSpec, kernel_reference
+from dmcsvm.solvers import linear_prototypes as lp
+from dmcsvm.solvers import pattern as pt
+from dmcsvm.solvers.multiprototype import initial_assignment, prototype_classes
+
+PAPER_KERNEL = KernelSpec("poly", gamma=1.0, degree=1, coef0=1.0)     # <x, z> + 1
+
+
+# ------------------------------------------------------------------------------------------------
+# data and independent NumPy formulas
+# ------------------------------------------------------------------------------------------------
+
+def multimodal(seed, n_per_mode=12, m=3, modes=2, d=2, spread=0.35, circle=True):
+    """``m * modes`` blobs, blob ``k`` of class ``k mod m``.  ``circle``: the blobs lie on a circle
+    (first two coordinates), so every class is a union of ``modes`` far-apart blobs that one
+    linear prototype per class cannot separate and ``modes`` prototypes per class can (one wedge
+    per blob); every class has the same mean.  Otherwise the centers are uniform in [-4, 4]^d."""
+    rng = np.random.default_rng(seed)
+    X, y = [], []
+    for k in range(m * modes):
+        center = np.zeros(d)
+        ang = 2 * np.pi * k / (m * modes)
+        if circle:
+            center[:2] = 4.0 * np.cos(ang), 4.0 * np.sin(ang)
+        else:
+            center = rng.uniform(-4, 4, size=d)
+        X.append(center + spread * rng.normal(size=(n_per_mode, d)))
+        y.append(np.full(n_per_mode, k % m))
+    X, y = np.vstack(X), np.concatenate(y)
+    perm = rng.permutation(y.shape[0])
+    return X[perm], y[perm].astype(np.int64)
+
+
+def full_coef(model, n):
+    """``B`` (n x P) of a fitted model."""
+    B = np.zeros((n, model.dual_coef_.shape[1]))
+    B[model.support_] = model.dual_coef_
+    return B
+
+
+def slacks_reference(F, cls, pcls):
+    """``xi[i, s]`` over the positive prototypes of row i (``+inf`` past its class's count)."""
+    first, count = prototype_groups(pcls)
+    xi = np.full((F.shape[0], count.max()), np.inf)
+    for i in range(F.shape[0]):
+        theta = F[i, pcls != cls[i]].max()
+        for s in range(count[cls[i]]):
+            xi[i, s] = max(0.0, theta + 1.0 - F[i, first[cls[i]] + s])
+    return xi
+
+
+def primal_reference(B, K, yp, cls, pcls, C):
+    """Eq. 8 with the assignment ``yp``: ``1/2 sum(B * K B) + C sum_i xi_i^{yp_i}``."""
+    F = K @ B
+    first, _ = prototype_groups(pcls)
+    xi = slacks_reference(F, cls, pcls)
+    return 0.5 * np.sum(B * F) + C * xi[np.arange(len(yp)), yp - first[cls]].sum()
+
+
+def dual_reference(B, K, yp):
+    """``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` (DESIGN §1)."""
+    return B[np.arange(len(yp)), yp].sum() - 0.5 * np.sum(B * (K @ B))
+
+
+def mprot_dual_qp(K, yp, cls, pcls, C):
+    """Exact optimum of the dual with the assignment fixed (AS 2005 Eq. 11, DESIGN §1 units):
+    ``max sum_i B[i, y_i] - 1/2 ||L^T B||^2`` s.t. rows sum to 0, ``0 <= B[i, y_i] <= C``,
+    ``B[i, r] <= 0`` on negative prototypes and ``B[i, r] = 0`` on the other positive ones."""
+    import cvxpy as cp
+    n, P = len(yp), len(pcls)
+    w, V = np.linalg.eigh(0.5 * (K + K.T))
+    keep = w > w.max() * 1e-14
+    L = V[:, keep] * np.sqrt(w[keep])
+    Y = np.zeros((n, P))
+    Y[np.arange(n), yp] = 1.0
+    NEG = (pcls[None, :] != cls[:, None]).astype(float)
+    OTHER = 1.0 - Y - NEG                     # positive prototypes not assigned to the row
+    Bv = cp.Variable((n, P))
+    cons = [cp.sum(Bv, axis=1) == 0, cp.multiply(NEG, Bv) <= 0, cp.multiply(OTHER, Bv) == 0,
+            cp.sum(cp.multiply(Y, Bv), axis=1) >= 0, cp.sum(cp.multiply(Y, Bv), axis=1) <= C]
+    obj = cp.Maximize(cp.sum(cp.multiply(Y, Bv)) - 0.5 * cp.sum_squares(L.T @ Bv))
+    prob = cp.Problem(obj, cons)
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
+               max_iter=500)
+    assert prob.status == "optimal", prob.status
+    return prob.value, Bv.value
+
+
+# ------------------------------------------------------------------------------------------------
+# array kernels
+# ------------------------------------------------------------------------------------------------
+
+def test_positive_slacks_matches_reference():
+    rng = np.random.default_rng(0)
+    pcls = prototype_classes([2, 3, 1])
+    first, count = prototype_groups(pcls)
+    n = 40
+    F = rng.normal(scale=1.5, size=(n, pcls.shape[0]))
+    cls = rng.integers(0, 3, n).astype(np.int64)
+    out = np.empty((n, 3))
+    lp.positive_slacks(F, cls, pcls, first, count, out)
+    np.testing.assert_allclose(out, slacks_reference(F, cls, pcls), rtol=0, atol=1e-15)
+    assert np.isinf(out[cls == 2, 1:]).all() and np.isinf(out[cls == 0, 2]).all()
+
+
+def draw_reference(xi, cur, u, T, C):
+    """Eq. 17 by inverse CDF in NumPy; greedy (keep the current slot on ties) at T = 0."""
+    out = np.empty(len(cur), dtype=np.int64)
+    for i in range(len(cur)):
+        x = xi[i]
+        if T == 0:
+            out[i] = cur[i] if x[cur[i]] <= x.min() else int(np.argmin(x))
+            continue
+        p = np.where(np.isfinite(x), np.exp(-C * (x - x.min()) / T), 0.0)
+        cdf = np.cumsum(p)
+        out[i] = min(int(np.searchsorted(cdf, u[i] * cdf[-1], side="right")),
+                     int(np.flatnonzero(np.isfinite(x))[-1]))
+    return out
+
+
+@pytest.mark.parametrize("T", [0.0, 0.05, 1.0, 50.0])
+def test_draw_assignment_matches_reference(T):
+    rng = np.random.default_rng(1)
+    n, q = 300, 4
+    xi = np.maximum(rng.normal(0.5, 1.0, size=(n, q)), 0.0)
+    xi[::7, 3] = np.inf                      # a class with 3 prototypes only
+    xi[::5, 1] = xi[::5, 0]                  # ties
+    cur = rng.integers(0, 3, n).astype(np.int64)
+    u = rng.random(n)
+    got = lp.draw_assignment(xi, cur, u, T, 2.0, np.empty(n, dtype=np.int64))
+    np.testing.assert_array_equal(got, draw_reference(xi, cur, u, T, 2.0))
+    assert np.all(np.isfinite(xi[np.arange(n), got]))
+
+
+def test_draw_assignment_frequencies_follow_eq17():
+    """Empirical frequencies of one row's draws are the Boltzmann probabilities of Eq. 17."""
+    rng = np.random.default_rng(2)
+    xi_row = np.array([0.0, 0.3, 1.0, np.inf])
+    n = 200000
+    xi = np.tile(xi_row, (n, 1))
+    got = lp.draw_assignment(xi, np.zeros(n, dtype=np.int64), rng.random(n), 0.5, 1.5,
+                             np.empty(n, dtype=np.int64))
+    p = np.exp(-1.5 * xi_row[:3] / 0.5)
+    p /= p.sum()
+    freq = np.bincount(got, minlength=4) / n
+    np.testing.assert_allclose(freq[:3], p, atol=4e-3)
+    assert freq[3] == 0
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("optimizer", ["exact", "opt_kkt", "all_pairs", "fixed_point", "basic"])
+@pytest.mark.parametrize("sweeps", [1, 3])
+def test_linear_batch_solve_matches_kernel_batch_solve(sparse, optimizer, sweeps):
+    """Explicit prototypes (``F + a dW x + c0 ds``) and ``K_BB`` give the same batch solution."""
+    rng = np.random.default_rng(3)
+    nb, d = 25, 6
+    pcls = prototype_classes([2, 2, 3])
+    P = pcls.shape[0]
+    XB = rng.normal(size=(nb, d))
+    XB[XB < -0.5] = 0.0
+    cb = rng.integers(0, 3, nb).astype(np.int64)
+    first, count = prototype_groups(pcls)
+    yb = (first[cb] + rng.integers(0, 2, nb)).astype(np.int64)
+    a, c0, C = 0.7, 1.3, 1.5
+    # a feasible starting point and its scores as the partitions would report them
+    Bb = np.zeros((nb, P))
+    for j in range(nb):
+        neg = np.flatnonzero(pcls != cb[j])
+        w = rng.dirichlet(np.ones(neg.shape[0])) * rng.uniform(0, C)
+        Bb[j, neg] = -w
+        Bb[j, yb[j]] = w.sum()
+    Fb = rng.normal(size=(nb, P))
+    K = a * XB @ XB.T + c0
+    kdiag = np.diag(K).copy()
+    code = pt.OPTIMIZERS[optimizer]
+    dB_k, g_k = pt.solve_batch(code, Bb, Fb, K, yb, cb, pcls, kdiag, C, 1e-6, 1e-8, sweeps)
+    XBs = sp.csr_matrix(XB) if sparse else XB
+    dB_l, g_l = lp.solve_batch_linear(code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, 1e-6, 1e-8,
+                                      sweeps, a, c0)
+    assert np.abs(dB_k).max() > 0.1
+    # OptKKT iterates until a step gains <= phi ~ 1e-14: whether its last tiny step (~1e-8) is
+    # taken can flip with the last bits of the scores; the other optimizers agree to rounding
+    atol = 1e-6 if optimizer == "opt_kkt" else 1e-10
+    np.testing.assert_allclose(dB_l, dB_k, rtol=0, atol=atol)
+    np.testing.assert_allclose(g_l, g_k, rtol=atol, atol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_prototype_step_scores_and_encoding(sparse):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(30, 5))
+    X[X < 0] = 0.0
+    Xs = sp.csr_matrix(X) if sparse else X
+    dB = rng.normal(size=(30, 7))
+    dW, ds = lp.prototype_step(dB, Xs)
+    np.testing.assert_allclose(dW, dB.T @ X, atol=1e-13)
+    np.testing.assert_allclose(ds, dB.sum(0), atol=1e-13)
+    W, s = rng.normal(size=(7, 5)), rng.normal(size=7)
+    np.testing.assert_allclose(lp.linear_scores(Xs, W, s, 0.5, 2.0), 0.5 * X @ W.T + 2.0 * s,
+                               atol=1e-13)
+    ids = np.arange(30)
+    msg = encode_linear({"ids": ids, "XB": Xs, "dB": dB, "unshrink": {"ids": ids, "X": Xs},
+                         "assign": {"ids": ids[:2], "yp": ids[:2]}})
+    assert "XB" not in msg and msg["unshrink"] == {} and msg["assign"]["ids"].shape == (2,)
+    np.testing.assert_allclose(msg["dW"], dB.T @ X, atol=1e-13)
+    assert lp.linear_coefficients(KernelSpec("linear")) == (1.0, 0.0)
+    assert lp.linear_coefficients(PAPER_KERNEL) == (1.0, 1.0)
+    assert lp.linear_coefficients(KernelSpec("poly", degree=2)) is None
+    assert lp.linear_coefficients(KernelSpec("rbf")) is None
+
+
+def test_initial_assignment_is_balanced_and_random():
+    pcls = prototype_classes([3, 2])
+    cls = np.array([0] * 10 + [1] * 5, dtype=np.int64)
+    yp = initial_assignment(cls, pcls, np.random.RandomState(0))
+    assert np.all(pcls[yp] == cls)
+    assert sorted(np.bincount(yp[cls == 0]).tolist()) == [3, 3, 4]
+    assert sorted(np.bincount(yp[cls == 1] - 3).tolist()) == [2, 3]
+    yp2 = initial_assignment(cls, pcls, np.random.RandomState(1))
+    assert not np.array_equal(yp, yp2)
+
+
+# ------------------------------------------------------------------------------------------------
+# the convex problem of a fixed assignment reaches the exact QP optimum
+# ------------------------------------------------------------------------------------------------
+
+FIXED_CASES = {
+    "linear-fast": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True),
+    "linear-kernel": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=False),
+    "rbf": dict(kernel="rbf", gamma=0.4),
+}
+
+
+@pytest.mark.parametrize("case", list(FIXED_CASES))
+def test_fixed_assignment_reaches_exact_qp_optimum(case):
+    X, y = multimodal(5, n_per_mode=10)
+    C = 0.8
+    model = MultiPrototypeSVC(n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, gap_tol=0.0,
+                              batch_size=7, random_state=0, n_jobs=2, **FIXED_CASES[case])
+    model.fit(X, y)
+    pcls = np.searchsorted(model.classes_, model.prototype_class_)
+    cls = np.searchsorted(model.classes_, y)
+    yp = model.assignment_
+    assert np.array_equal(yp, initial_assignment(cls, pcls, np.random.RandomState(0)))
+    assert model.converged_ and model.n_epochs_ == 0
+    spec = model._spec
+    K = kernel_reference(spec, X, X)
+    D_star, _ = mprot_dual_qp(K, yp, cls, pcls, C)
+    B = full_coef(model, len(y))
+    # feasibility of Eq. 11
+    n = len(y)
+    assert np.abs(B.sum(1)).max() <= 1e-10
+    own = B[np.arange(n), yp]
+    assert own.min() >= -1e-12 and own.max() <= C * (1 + 1e-12)
+    other = B.copy()
+    other[np.arange(n), yp] = 0.0
+    assert np.all(other[pcls[None, :] != cls[:, None]] <= 1e-12)
+    assert np.all(other[pcls[None, :] == cls[:, None]] == 0.0)
+    # the optimum
+    D = dual_reference(B, K, yp)
+    assert abs(D - D_star) <= 1e-6 * abs(D_star), (D, D_star)
+    P_model = primal_reference(B, K, yp, cls, pcls, C)
+    assert (P_model - D) <= 1e-6 * abs(P_model)
+    assert model.energy_ == pytest.approx(P_model, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+# the search
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fast_linear", [True, False])
+def test_greedy_energy_never_increases(fast_linear):
+    """T0 = 0 is the greedy search of §6.1: every epoch lowers the energy E(t)."""
+    # random blob centers: the class means differ, so the random initial assignment is not the
+    # degenerate M = 0 optimum that equal class means give
+    X, y = multimodal(6, n_per_mode=15, modes=3, circle=False)
+    model = MultiPrototypeSVC(n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
+                              random_state=1, n_jobs=2, fast_linear=fast_linear).fit(X, y)
+    h = model.history_
+    E = np.concatenate([[2.0 * len(y)], h["energy"]])       # E(1) = C n
+    assert len(h["energy"]) >= 3
+    assert np.all(np.diff(E) <= 0.0), np.diff(E)
+    assert np.all(h["temperature"] == 0.0)
+    # within an epoch: E(t+1) <= P_pi(t)(alpha) < E(t)
+    assert np.all(h["energy"] <= h["primal"])
+    assert np.all(h["primal"] < E[:-1])
+    # the search stopped at a stationary point, well before max_epochs
+    assert model.n_epochs_ < 40
+    assert h["n_changed"][0] > 0
+    # the final model's energy, recomputed from its coefficients
+    cls = np.searchsorted(model.classes_, y)
+    pcls = np.searchsorted(model.classes_, model.prototype_class_)
+    K = kernel_reference(model._spec, X, X)
+    B = full_coef(model, len(y))
+    assert model.energy_ == pytest.approx(primal_reference(B, K, model.assignment_, cls, pcls,
+                                                           2.0), rel=1e-9)
+    assert model.energy_ <= E[-1] * (1 + 1e-2)
+
+
+def test_annealed_history_and_multimodal_fit():
+    """Annealing cools as T0 (1 - tau)^t, re-assigns fewer patterns as it cools, and several
+    linear prototypes per class fit classes made of far-apart blobs that one prototype cannot."""
+    X, y = multimodal(7, n_per_mode=20, modes=2)
+    one = MultiPrototypeSVC(n_prototypes=1, C=1.0, n_jobs=2, random_state=0).fit(X, y)
+    model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=60,
+                              random_state=0, n_jobs=2, batch_size=50).fit(X, y)
+    h = model.history_
+    t = h["epoch"]
+    np.testing.assert_allclose(h["temperature"], 2.0 * 0.9 ** t, rtol=1e-12)
+    assert h["n_changed"][:5].mean() > h["n_changed"][-5:].mean()
+    assert model.score(X, y) >= 0.97 > one.score(X, y) + 0.1
+    assert model.energy_ < one.energy_
+    # winner-take-all over prototypes
+    S = model.prototype_scores(X)
+    np.testing.assert_array_equal(model.predict(X), model.prototype_class_[S.argmax(1)])
+    D = model.decision_function(X)
+    np.testing.assert_array_equal(model.classes_[D.argmax(1)], model.predict(X))
+    # explicit prototypes reproduce the kernel scores
+    K = kernel_reference(model._spec, X, model.support_vectors_)
+    np.testing.assert_allclose(S, K @ model.dual_coef_, atol=1e-9)
+    assert model.prototypes_.shape == (6, 2) and model.intercept_.shape == (6,)
+
+
+def test_single_prototype_equals_multiclass_svc():
+    """q = 1 is the Crammer-Singer model: the same coefficients as MulticlassSVC (kernel path:
+    the same rounds; fast path: the same optimum)."""
+    X, y = multimodal(8, n_per_mode=12, circle=False)
+    kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
+              batch_size=9, n_jobs=2)
+    ref = MulticlassSVC(**kw).fit(X, y)
+    kern = MultiPrototypeSVC(n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
+    np.testing.assert_array_equal(kern.support_, ref.support_)
+    np.testing.assert_array_equal(kern.dual_coef_, ref.dual_coef_)
+    assert kern.n_iter_ == ref.n_iter_ and kern.n_epochs_ == 0
+    fast = MultiPrototypeSVC(n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
+    # the primal solution (prototypes) is unique: compare it and the scores
+    W_ref = ref.dual_coef_.T @ ref.support_vectors_
+    np.testing.assert_allclose(fast.prototypes_, W_ref, atol=1e-6)
+    np.testing.assert_allclose(fast.intercept_, ref.dual_coef_.sum(0), atol=1e-6)
+    np.testing.assert_allclose(fast.decision_function(X), ref.decision_function(X), atol=1e-6)
+    np.testing.assert_array_equal(fast.predict(X), ref.predict(X))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_fast_linear_path_equals_kernel_path(sparse):
+    """Explicit prototypes and kernel rows give the same search (same draws, re-assignments,
+    stops) and the same model."""
+    X, y = multimodal(9, n_per_mode=15, modes=2, d=3, circle=False)
+    X[np.abs(X) < 0.5] = 0.0
+    Xi = sp.csr_matrix(X) if sparse else X
+    # default tolerances: the search and the final solve stay clear of the floating-point end
+    # game (selection values ~1e-13) where the last bits of the scores decide the next batch
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=12, batch_size=15,
+              random_state=3, n_jobs=2)
+    fast = MultiPrototypeSVC(fast_linear=True, **kw).fit(Xi, y)
+    kern = MultiPrototypeSVC(fast_linear=False, **kw).fit(Xi, y)
+    assert fast.n_epochs_ == kern.n_epochs_ == 12
+    np.testing.assert_array_equal(fast.history_["n_changed"], kern.history_["n_changed"])
+    np.testing.assert_array_equal(fast.history_["rounds"], kern.history_["rounds"])
+    np.testing.assert_allclose(fast.history_["energy"], kern.history_["energy"], rtol=1e-9)
+    np.testing.assert_array_equal(fast.assignment_, kern.assignment_)
+    assert fast.n_iter_ == kern.n_iter_
+    np.testing.assert_allclose(full_coef(fast, len(y)), full_coef(kern, len(y)), atol=1e-10)
+    np.testing.assert_allclose(fast.prototypes_, kern.prototypes_, atol=1e-10)
+    assert fast.energy_ == pytest.approx(kern.energy_, rel=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dask
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_client():
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
+def test_dask_localcluster_equals_inprocess(local_client, kernel):
+    X, y = multimodal(10, n_per_mode=15, modes=2, circle=False)
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=8, batch_size=12,
+              random_state=4, n_partitions=2)
+    kw.update(FIXED_CASES[kernel])
+    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
+    dsk = MultiPrototypeSVC(client=local_client, **kw).fit(X, y)
+    assert ref.n_epochs_ == dsk.n_epochs_ == 8
+    np.testing.assert_array_equal(dsk.assignment_, ref.assignment_)
+    np.testing.assert_array_equal(dsk.history_["n_changed"], ref.history_["n_changed"])
+    assert dsk.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(full_coef(dsk, len(y)), full_coef(ref, len(y)), rtol=0,
+                               atol=1e-9)
+    np.testing.assert_array_equal(dsk.predict(X), ref.predict(X))
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 3))
+    y = np.array(["a"] * 8 + ["b"] * 9 + ["c"] * 3)
+    return X, y
+
+
+@pytest.mark.parametrize("q", [0, -2, [2, 0, 1], 1.5, "3", True])
+def test_bad_prototype_count(small, q):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(
+            f"n_prototypes must be an integer >= 1 or a list of such integers (one per class), "
+            f"got {q!r}")):
+        MultiPrototypeSVC(n_prototypes=q).fit(X, y)
+
+
+def test_prototype_list_length(small):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(
+            "n_prototypes has 2 entries but the data has 3 classes")):
+        MultiPrototypeSVC(n_prototypes=[1, 2]).fit(X, y)
+
+
+def test_class_smaller_than_its_prototypes(small):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(
+            "class 'c' has 3 training patterns, fewer than its 4 prototypes (n_prototypes)")):
+        MultiPrototypeSVC(n_prototypes=4).fit(X, y)
+    with pytest.raises(ValueError, match=re.escape(
+            "class 'a' has 8 training patterns, fewer than its 9 prototypes (n_prototypes)")):
+        MultiPrototypeSVC(n_prototypes=[9, 1, 1]).fit(X, y)
+    MultiPrototypeSVC(n_prototypes=[8, 2, 3], max_epochs=2, n_jobs=1).fit(X, y)
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.0, -0.1, 1.5, "0.1"])
+def test_tau_outside_unit_interval(small, tau):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(f"tau must be in (0, 1), got {tau!r}")):
+        MultiPrototypeSVC(tau=tau).fit(X, y)
+
+
+@pytest.mark.parametrize("T0", [-1.0, -1e-9, float("nan"), None])
+def test_negative_T0(small, T0):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(f"T0 must be a number >= 0, got {T0!r}")):
+        MultiPrototypeSVC(T0=T0).fit(X, y)
+
+
+@pytest.mark.parametrize("epochs", [-1, 2.5])
+def test_bad_max_epochs(small, epochs):
+    X, y = small
+    with pytest.raises(ValueError, match=re.escape(
+            f"max_epochs must be an integer >= 0, got {epochs!r}")):
+        MultiPrototypeSVC(max_epochs=epochs).fit(X, y)
