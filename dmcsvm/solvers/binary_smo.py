@@ -18,6 +18,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+# Note: numba's on-disk cache (cache=True) of the functions in solvers/scatter.py that call these
+# does not notice edits made here; after changing this file remove
+# dmcsvm/solvers/__pycache__/scatter.*.nb[ic] (or touch scatter.py) so that they are recompiled.
+
 #: LIBSVM's TAU: the curvature used when ``K_ii + K_jj - 2 K_ij <= 0`` (non-PSD or duplicate points)
 TAU = 1e-12
 
