@@ -15,7 +15,7 @@
 #   --memory-limit M   per worker process (DMCSVM_MEMORY_LIMIT; default: RAM / N); the nanny
 #                      kills a worker above 95% of it (cluster/dask-config.yaml)
 #   --host H           address the workers listen on and advertise (DMCSVM_WORKER_HOST;
-#                      default 127.0.0.1; give this host's address for a multi-host cluster)
+#                      default auto: the address through which this host reaches the scheduler)
 #   --tls-dir DIR      connect with DIR/ca.pem, DIR/worker.pem, DIR/worker-key.pem (DMCSVM_TLS_DIR)
 #   --name PREFIX      worker names PREFIX-0 .. PREFIX-(N-1) (default: the host name)
 #   --local-directory  scratch space of the workers (default: Dask's, under the temp dir)
@@ -33,7 +33,7 @@ scheduler_file=""
 nworkers="${DMCSVM_NWORKERS:-1}"
 nthreads="${DMCSVM_NTHREADS:-1}"
 memory_limit="${DMCSVM_MEMORY_LIMIT:-auto}"
-host="${DMCSVM_WORKER_HOST:-127.0.0.1}"
+host="${DMCSVM_WORKER_HOST:-auto}"
 prefix="$HOSTNAME_"
 local_dir=""
 wait_s=60
@@ -80,7 +80,8 @@ worker_args() {  # worker_args NAME
   args=(worker)
   if [ -n "$scheduler" ]; then args+=("$scheduler"); else args+=(--scheduler-file "$scheduler_file"); fi
   args+=(--name "$1" --nworkers 1 --nthreads "$nthreads" --memory-limit "$memory_limit"
-         --host "$host" --no-dashboard "${TLS_ARGS[@]}")
+         --no-dashboard "${TLS_ARGS[@]}")
+  [ "$host" = auto ] || args+=(--host "$host")
   [ -z "$local_dir" ] || args+=(--local-directory "$local_dir")
 }
 
