@@ -476,3 +476,28 @@ def test_jobqueue_job_script_carries_the_memory_settings(name, tmp_path):
         assert "#SBATCH --mem=30G" in out and "#SBATCH --cpus-per-task=8" in out, out
     else:
         assert "#PBS -l select=1:ncpus=8:mem=32GB" in out, out
+
+
+@pytest.mark.parametrize("name", ["scheduler.yaml", "workers.yaml", "workers-tls.yaml"])
+def test_dask_spec_files_name_real_classes_and_options(name):
+    """`dask spec` builds cls(*args, **opts): every class imports and takes every option."""
+    import inspect
+
+    from dask.utils import parse_bytes
+    from distributed import Worker
+    from distributed.utils import import_term
+    spec = _yaml(CLUSTER / "spec" / name)
+    if "cls" in spec:                          # one process, as `dask spec` reads it
+        spec = {0: spec}
+    for entry in spec.values():
+        cls = import_term(entry["cls"])
+        params = dict(inspect.signature(cls.__init__).parameters)
+        if entry["cls"] == "distributed.Nanny":    # passes the rest on to its Worker
+            params.update(inspect.signature(Worker.__init__).parameters)
+        for opt in entry["opts"]:
+            assert opt in params, (name, entry["cls"], opt)
+        if "memory_limit" in entry["opts"]:
+            assert parse_bytes(entry["opts"]["memory_limit"]) >= 2 ** 30
+    if name.startswith("workers"):
+        names = [e["opts"]["name"] for e in spec.values()]
+        assert len(set(names)) == len(names) == 2
