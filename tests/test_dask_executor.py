@@ -194,7 +194,7 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
                            n_candidates=8, pcls=np.arange(4))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        ex = DaskExecutor(client, n_partitions=2).start(X, y, y, ps)
+        ex = DaskExecutor(client, n_partitions=2, recover=False).start(X, y, y, ps)
         assert len(ex.step({})) == 2
         victim = ex.placement[1]
         pid = client.run(os.getpid, workers=[victim])[victim]

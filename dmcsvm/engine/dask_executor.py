@@ -21,10 +21,12 @@ from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds
 from .partition import Partition, PartitionSettings
-from .rows import DaskSource, StoreSource
+from .rows import DaskSource, StoreRows, StoreSource
 
 
 ACTOR_POLL_S = 5.0    # how often a waiting round checks that the partitions' workers are alive
+REPLAY_CHUNK = 32     # logged operations sent per call when a lost partition is rebuilt
+READ_ONLY_CALLS = frozenset({"stats", "close"})
 
 
 def _step_task(part: Partition, msg: dict) -> dict:
@@ -81,11 +83,20 @@ class DaskExecutor:
 
     name = "dask"
 
-    def __init__(self, client, n_partitions: int | None = None, mode: str = "actor"):
+    def __init__(self, client, n_partitions: int | None = None, mode: str = "actor",
+                 recover: bool = True, recover_timeout: float = 60.0):
         if mode not in ("actor", "future"):
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         self.client = client
         self.mode = mode
+        # fault tolerance (actor mode): every message is logged so that a partition lost with its
+        # worker is rebuilt on a live worker by replaying the same messages in the same order,
+        # which reproduces its state bit for bit (the partition code is deterministic)
+        self.recover = bool(recover) and mode == "actor"
+        self.recover_timeout = float(recover_timeout)
+        self.log: list = []          # ("step", msg) / ("call", name, args), in order
+        self.recoveries: list = []   # (partition, dead worker, new worker, seconds)
+        self._build: list = []       # per partition: (lo, hi, rows source, yp, cls)
         self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
         info = client.scheduler_info(**self._info_kw)
         self.worker_info = info["workers"]
@@ -120,9 +131,14 @@ class DaskExecutor:
                 blocks = [X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi] for lo, hi in bounds]
             if isinstance(X, StoreSource):
                 blocks = self._stream_if_needed(blocks, placement, settings)
+            self._settings, self._partition_cls = settings, partition_cls
             for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):
+                source = rows
+                if isinstance(X, DaskSource):
+                    source = X.array[lo:hi]                # recomputed if its worker is lost
                 if not hasattr(rows, "load") and not isinstance(rows, Future):
                     rows = c.scatter(rows, workers=[w], direct=True)
+                self._build.append((lo, hi, source, yp[lo:hi], cls[lo:hi]))
                 args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings)
                 key = f"dmcsvm-partition-{k}-{self.token}"
                 if self.mode == "actor":
@@ -186,8 +202,12 @@ class DaskExecutor:
             return self._step(msg)
 
     def _wait_actors(self, futs) -> list:
-        """Results of actor calls; a partition whose worker has left the cluster raises instead
-        of waiting forever (an actor call to a dead worker never returns)."""
+        """Results of the actor calls of the current operation (the last entry of the log).
+
+        A partition whose worker has left the cluster is rebuilt on a live worker and the log is
+        replayed to it (``recover=True``); otherwise the call raises a clear error.  Either way an
+        actor call to a dead worker, which never returns by itself, is not waited on forever.
+        """
         out = []
         for k, f in enumerate(futs):
             while True:
@@ -196,11 +216,85 @@ class DaskExecutor:
                     break
                 except (TimeoutError, asyncio.TimeoutError):
                     alive = self.client.scheduler_info(**self._info_kw)["workers"]
-                    if self.placement[k] not in alive:
+                    if self.placement[k] in alive:
+                        continue
+                    if not self.recover:
                         raise self._lost(k) from None
+                    out.append(self._recover(k))
+                    break
                 except OSError as e:           # the worker's connection broke (CommClosedError)
+                    if not self.recover:
+                        raise self._lost(k) from e
+                    out.append(self._recover(k))
+                    break
+        return out
+
+    def _recover(self, k):
+        """Rebuild partition ``k`` on a live worker and replay the message log to it; returns its
+        answer to the last logged operation (the one that found the worker gone)."""
+        import time
+        t0 = time.monotonic()
+        dead = self.placement[k]
+        c = self.client
+        failure = None
+        while True:
+            alive = sorted(w for w in c.scheduler_info(**self._info_kw)["workers"] if w != dead)
+            if alive:
+                try:
+                    return self._rebuild(k, dead, alive, t0)
+                except Exception as e:  # noqa: BLE001 - the chosen worker may be dying too
+                    failure = e
+            if time.monotonic() - t0 > self.recover_timeout:
+                raise RuntimeError(
+                    f"no Dask worker is left to take over partition {k} (its worker {dead} "
+                    f"died); waited {self.recover_timeout:.0f} s for one to join") from failure
+            time.sleep(0.5)
+
+    def _rebuild(self, k, dead, alive, t0):
+        """Create partition ``k`` on the least loaded live worker and replay the log to it."""
+        import time
+        c = self.client
+        counts = {w: sum(p == w for i, p in enumerate(self.placement) if i != k) for w in alive}
+        w = min(alive, key=lambda a: (counts[a], a))
+        lo, hi, source, yp, cls = self._build[k]
+        if isinstance(source, StoreRows):
+            rows = source
+        elif hasattr(source, "dask"):                     # a dask array slice: recompute it
+            rows = c.compute(source.map_blocks(np.ascontiguousarray, dtype=source.dtype),
+                             workers=[w])
+        else:
+            rows = c.scatter(source, workers=[w], direct=True, timeout=10)
+        key = f"dmcsvm-partition-{k}-{self.token}-r{len(self.recoveries) + 1}"
+        actor = c.submit(self._partition_cls, k, lo, hi, rows, yp, cls, self._settings,
+                         actor=True, workers=[w], allow_other_workers=False,
+                         key=key).result(timeout=max(self.recover_timeout, 10))
+        reply = None
+        for i in range(0, len(self.log), REPLAY_CHUNK):
+            reply = actor.replay(self.log[i:i + REPLAY_CHUNK]).result()
+        self.parts[k] = actor
+        self.placement[k] = w
+        self.recoveries.append((k, dead, w, time.monotonic() - t0))
+        return reply
+
+    def _wait_actors_plain(self, futs) -> list:
+        out = []
+        for k, f in enumerate(futs):
+            while True:
+                try:
+                    out.append(f.result(timeout=ACTOR_POLL_S))
+                    break
+                except (TimeoutError, asyncio.TimeoutError):
+                    if self.placement[k] not in self.client.scheduler_info(**self._info_kw)["workers"]:
+                        raise self._lost(k) from None
+                except OSError as e:
                     raise self._lost(k) from e
         return out
+
+    def _recover_lost(self) -> None:
+        alive = self.client.scheduler_info(**self._info_kw)["workers"]
+        for k, w in enumerate(list(self.placement)):
+            if w not in alive:
+                self._recover(k)
 
     def _lost(self, k) -> RuntimeError:
         return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
@@ -208,6 +302,8 @@ class DaskExecutor:
 
     def _step(self, msg: dict) -> list[dict]:
         if self.mode == "actor":
+            if self.recover:
+                self.log.append(("step", msg))
             return self._wait_actors([a.step(msg) for a in self.parts])
         c = self.client
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
@@ -220,6 +316,19 @@ class DaskExecutor:
         partition order."""
         with self.client.as_current():
             if self.mode == "actor":
+                if self.recover and name not in READ_ONLY_CALLS:
+                    self.log.append(("call", name, args))
+                    return self._wait_actors([getattr(a, name)(*args) for a in self.parts])
+                if name in READ_ONLY_CALLS:
+                    # not logged: a replay would end on another operation; recover, then ask again
+                    try:
+                        return self._wait_actors_plain([getattr(a, name)(*args) for a in self.parts])
+                    except RuntimeError:
+                        if not self.recover:
+                            raise
+                        self._recover_lost()
+                        return self._wait_actors_plain([getattr(a, name)(*args)
+                                                        for a in self.parts])
                 return self._wait_actors([getattr(a, name)(*args) for a in self.parts])
             c = self.client
             return c.gather([c.submit(_call_task, p, name, args, workers=[w], pure=False,
@@ -231,13 +340,16 @@ class DaskExecutor:
 
     def close(self):
         """Let every partition release its files, then drop the references (the scheduler then
-        releases the actors / pinned state)."""
+        releases the actors / pinned state) and the message log."""
         if self.parts:
             try:
+                self.recover = False
                 self.call("close")
             except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
                 pass
         self.parts = []
+        self.log = []
+        self._build = []
 
 
 _counter = [0]

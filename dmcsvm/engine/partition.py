@@ -295,6 +295,18 @@ class Partition:
         out.update(self.disk.stats())
         return out
 
+    def replay(self, ops: list):
+        """Apply logged operations in order (``("step", msg)`` or ``("call", name, args)``) and
+        return the result of the last one: how a partition rebuilt after its worker died catches
+        up, bit for bit, with the state it had (DESIGN §4: a lost worker costs a rebuild)."""
+        out = None
+        for op in ops:
+            if op[0] == "step":
+                out = self.step(op[1])
+            else:
+                out = getattr(self, op[1])(*op[2])
+        return out
+
     def close(self) -> None:
         """Release what the partition holds outside Python objects (the on-disk column cache,
         the prefetch thread)."""
