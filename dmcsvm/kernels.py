@@ -152,7 +152,14 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         out = np.empty((na_rows, nb_rows), dtype=dtype)
     if na_rows == 0 or nb_rows == 0:
         return out
-    G = _gram(XA, XB)
+    if (out is not None and not sp.issparse(XA) and not sp.issparse(XB)
+            and out.flags.c_contiguous and out.dtype == np.result_type(XA.dtype, XB.dtype)):
+        # the GEMM writes straight into ``out`` and the element-wise pass runs in place: no
+        # second block is allocated (fresh blocks are page-faulted in again on every call in
+        # Dask workers, whose nanny makes malloc return freed memory to the OS at once)
+        G = np.matmul(np.asarray(XA), np.asarray(XB).T, out=out)
+    else:
+        G = _gram(XA, XB)
     if spec.name == "rbf":
         if norms_a is None:
             norms_a = row_norms_sq(XA)
@@ -161,7 +168,7 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         rbf_from_gram(G, norms_a, norms_b, float(spec.gamma), out)
     elif spec.name == "poly":
         poly_from_gram(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
-    else:
+    elif G is not out:
         copy_gram(G, out)
     return out
 

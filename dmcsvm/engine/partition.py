@@ -37,6 +37,7 @@ class PartitionSettings:
     cache_bytes: int = 0
     kernel_dtype: str = "float64"
     disk_cache_bytes: int = 0
+    disk_cache_stream_only: bool = True
     cache_dir: str | None = None
     x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
     kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
@@ -84,8 +85,12 @@ class Partition:
         self.active = np.arange(n, dtype=np.int64)
         self.calm = np.zeros(n, dtype=np.int64)   # consecutive rounds a row looked shrinkable
         self.cache = ColumnCache(settings.cache_bytes)
-        self.disk = ZarrColumnCache(n, settings.disk_cache_bytes, settings.cache_dir,
-                                    dtype=settings.kernel_dtype)
+        # the zarr tier pays where recomputing a column means re-reading X from the store; for
+        # rows in memory it is used only when asked for explicitly (disk_cache_stream_only=False)
+        disk_bytes = settings.disk_cache_bytes
+        if settings.disk_cache_stream_only and self.data.in_memory:
+            disk_bytes = 0
+        self.disk = ZarrColumnCache(n, disk_bytes, settings.cache_dir, dtype=settings.kernel_dtype)
         self.kdtype = np.dtype(settings.kernel_dtype)
         self.rows_computed = 0
         self.rows_cached = 0
@@ -94,6 +99,7 @@ class Partition:
         # rows whose X the coordinator already holds (they were in a batch): candidates among them
         # are reported without their X row, which keeps the per-round reply small
         self.shipped = np.zeros(n, dtype=bool)
+        self._kt_buf = None
 
     # ---------------------------------------------------------------- kernel columns
     def _columns(self, ids, XB):
@@ -101,7 +107,11 @@ class Partition:
         the misses are computed in one block (one streaming pass over X when the rows are not
         in memory).  Built as ``K^T`` (one contiguous row per batch pattern), returned transposed."""
         na = self.active.shape[0]
-        KT = np.empty((len(ids), na), dtype=self.kdtype)
+        # one buffer reused round after round (see kernel_block: no fresh block per round)
+        size = len(ids) * na
+        if self._kt_buf is None or self._kt_buf.shape[0] < size:
+            self._kt_buf = np.empty(size, dtype=self.kdtype)
+        KT = self._kt_buf[:size].reshape(len(ids), na)
         miss = []
         n_disk = 0
         for j, g in enumerate(ids):

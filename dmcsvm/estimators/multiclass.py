@@ -90,8 +90,9 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
         streams when a worker's partitions would take over a quarter of its memory limit.
     disk_cache_size : 'auto' or float, default='auto'
         Budget (MB, shared by the partitions) of the on-disk zarr tier of the kernel-column
-        cache behind the in-memory LRU; used by partitions that stream their rows. 'auto' is
-        4096 MB unless ``data_in_memory=True``; 0 disables it.
+        cache behind the in-memory LRU.  'auto': 4096 MB, used only by partitions that stream
+        their rows from a store (there a cached column saves a pass over X); a number: used by
+        every partition; 0 disables it.
     cache_dir : str, optional
         Directory for the on-disk column cache (a private temporary directory is made inside
         and removed after training); default: the system temporary directory (on a Dask
@@ -188,11 +189,11 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
                               verbose=bool(self.verbose), **getattr(self, '_extra', {})).check()
 
     def _disk_cache_mb(self) -> float:
-        """Disk budget (MB) of the zarr kernel-column cache; 'auto' turns it on (4096 MB) only
-        when the data come from a store and may be streamed."""
+        """Disk budget (MB) of the zarr kernel-column cache; 'auto' is 4096 MB for the partitions
+        that stream their rows from a store and nothing for partitions holding them."""
         v = self.disk_cache_size
         if isinstance(v, str) and v == "auto":
-            return 4096.0 if self.data_in_memory is not True else 0.0
+            return 4096.0
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0:
             raise ValueError(f"disk_cache_size must be 'auto' or a number of MB >= 0, got {v!r}")
         return float(v)
@@ -240,6 +241,7 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
             shrinking=settings.shrinking, shrink_after=settings.shrink_after,
             cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
             kernel_dtype=str(td.dtype), disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
+            disk_cache_stream_only=isinstance(self.disk_cache_size, str),
             cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
         y_idx = y_idx.astype(np.int64)
         bounds = partition_bounds(td.n, n_parts, td.align)
