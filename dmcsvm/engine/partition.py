@@ -112,23 +112,9 @@ class Partition:
         if self._kt_buf is None or self._kt_buf.shape[0] < size:
             self._kt_buf = np.empty(size, dtype=self.kdtype)
         KT = self._kt_buf[:size].reshape(len(ids), na)
-        miss = []
-        n_disk = 0
-        for j, g in enumerate(ids):
-            col = self.cache.get(int(g))
-            if col is None and self.disk.capacity:
-                col = self.disk.get(int(g), self.active)
-                if col is not None:
-                    n_disk += 1
-                    if self.cache.budget:
-                        self.cache.put(int(g), col)
-            if col is None:
-                miss.append(j)
-            else:
-                KT[j] = col
-        self.rows_cached += len(ids) - len(miss)
-        self.rows_disk += n_disk
-        self.rows_computed += len(miss)
+        hits, miss = self._lookup(ids)
+        for j, col in hits.items():
+            KT[j] = col
         if miss:
             Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
             if len(miss) == len(ids):
@@ -183,7 +169,11 @@ class Partition:
             # the batch's kernel block K(X_active, X_B) is built in column groups of bounded size
             # (a few MB per group; a 1000-pattern batch over a million rows would need GBs)
             g = self._group_size(len(ids))
-            for a in range(0, len(ids), g):
+            if not self.data.in_memory:
+                # streamed rows: cached columns first, then one pass over X for all the misses
+                tk2, tu2 = self._apply_streamed(ids, XB, dB)
+                tk, tu, g = tk + tk2, tu + tu2, len(ids)
+            for a in range(0, len(ids) if self.data.in_memory else 0, g):
                 b = min(a + g, len(ids))
                 t1 = time.perf_counter()
                 K = self._columns(ids[a:b], XB[a:b])
@@ -209,6 +199,84 @@ class Partition:
         reply["t_select"] = time.perf_counter() - t3
         reply["t_total"] = time.perf_counter() - t0
         return reply
+
+    def _lookup(self, ids):
+        """Cached columns of ``ids`` (memory LRU, then the zarr tier): ``{j: column}`` and the
+        positions ``j`` of the misses."""
+        hits, miss = {}, []
+        n_disk = 0
+        for j, g in enumerate(ids):
+            col = self.cache.get(int(g))
+            if col is None and self.disk.capacity:
+                col = self.disk.get(int(g), self.active)
+                if col is not None:
+                    n_disk += 1
+                    if self.cache.budget:
+                        self.cache.put(int(g), col)
+            if col is None:
+                miss.append(j)
+            else:
+                hits[j] = col
+        self.rows_cached += len(hits)
+        self.rows_disk += n_disk
+        self.rows_computed += len(miss)
+        return hits, miss
+
+    def _apply_streamed(self, ids, XB, dB):
+        """``F += K(X_active, X_B) @ dB`` when the rows are re-read from the store: the cached
+        columns are applied in bounded groups, and all missing columns are computed in ONE pass
+        over the store's chunks (chunk-major: each chunk's block K(X_c, X_miss) updates its rows
+        of F at once).  The first columns that fit the block budget are kept whole and cached;
+        a pass over X costs ``4 n d`` bytes, so it must not be repeated per column group."""
+        tk = tu = 0.0
+        t0 = time.perf_counter()
+        hits, miss = self._lookup(ids)
+        na = self.active.shape[0]
+        full = na == self.F.shape[0]
+        tk += time.perf_counter() - t0
+        if hits:
+            hj = np.fromiter(hits, dtype=np.int64)
+            g = self._group_size(len(hj))
+            for a in range(0, len(hj), g):
+                t1 = time.perf_counter()
+                sel = hj[a:a + g]
+                KT = np.stack([hits[int(j)] for j in sel]).astype(self.kdtype, copy=False)
+                dK = KT.T @ dB[sel].astype(self.kdtype, copy=False)
+                if full:
+                    self.F += dK
+                else:
+                    self.F[self.active] += dK
+                tu += time.perf_counter() - t1
+        if miss:
+            mj = np.asarray(miss, dtype=np.int64)
+            keep = min(len(mj), self._group_size(len(mj)))
+            size = keep * na
+            if self._kt_buf is None or self._kt_buf.shape[0] < size:
+                self._kt_buf = np.empty(size, dtype=self.kdtype)
+            KT = self._kt_buf[:size].reshape(keep, na)
+            Xm = XB if len(mj) == len(ids) else take_rows(XB, mj)
+            dBm = dB[mj].astype(self.kdtype, copy=False)
+            act = self.active
+            for a, b, Xc in self.data.chunks(self._active_chunks()):
+                t1 = time.perf_counter()
+                pa, pb = np.searchsorted(act, [a, b])
+                rows = act[pa:pb]
+                Xa = Xc if pb - pa == b - a else take_rows(Xc, rows - a)
+                Kc = kernel_block(self.spec, Xm, Xa, norms_b=self.norms[rows], dtype=self.kdtype)
+                t2 = time.perf_counter()
+                if keep:
+                    KT[:, pa:pb] = Kc[:keep]
+                self.F[rows] += Kc.T @ dBm
+                t3 = time.perf_counter()
+                tk += t2 - t1
+                tu += t3 - t2
+            for j in range(keep):
+                g = int(ids[mj[j]])
+                if self.cache.budget:
+                    self.cache.put(g, KT[j].copy())
+                if self.disk.capacity:
+                    self.disk.put(g, KT[j], self.active)
+        return tk, tu
 
     def _group_size(self, n_cols: int) -> int:
         """Batch columns per kernel block so that one block stays within ``kernel_block_bytes``."""
