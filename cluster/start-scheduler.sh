@@ -16,6 +16,7 @@
 #   --run-dir DIR   pid, log and scheduler files (DMCSVM_RUN_DIR; default ./dask-run)
 #   --config FILE   Dask config (DMCSVM_DASK_CONFIG; default cluster/dask-config.yaml)
 #   --wait S        wait up to S seconds for the scheduler to listen (default 30)
+#   --idle-timeout T  exit after T (e.g. 1h) without work or clients (default: never)
 #   --foreground    replace this shell by the scheduler (containers, batch jobs): no pid file
 #
 # Prints the scheduler address on success; writes RUN_DIR/scheduler.{pid,log,json}.
@@ -28,6 +29,7 @@ host="${DMCSVM_HOST:-127.0.0.1}"
 port="${DMCSVM_PORT:-8786}"
 dashboard="${DMCSVM_DASHBOARD:-127.0.0.1:8787}"
 wait_s=30
+idle_timeout=""
 foreground=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,8 +41,9 @@ while [ $# -gt 0 ]; do
     --run-dir) need_value "$@"; RUN_DIR="$2"; shift 2 ;;
     --config) need_value "$@"; DASK_CONFIG_FILE="$2"; shift 2 ;;
     --wait) need_value "$@"; wait_s="$2"; shift 2 ;;
+    --idle-timeout) need_value "$@"; idle_timeout="$2"; shift 2 ;;
     --foreground) foreground=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -54,6 +57,7 @@ RUN_DIR="$(cd "$RUN_DIR" && pwd)"
 args=(scheduler --host "$host" --port "$port" "${TLS_ARGS[@]}"
       --scheduler-file "$RUN_DIR/scheduler.json")
 if [ -n "$dashboard" ]; then args+=(--dashboard --dashboard-address "$dashboard"); else args+=(--no-dashboard); fi
+[ -z "$idle_timeout" ] || args+=(--idle-timeout "$idle_timeout")
 
 if [ "$foreground" = 1 ]; then
   exec "$DASK" "${args[@]}"

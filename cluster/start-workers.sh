@@ -22,6 +22,8 @@
 #   --run-dir DIR      pid and log files (DMCSVM_RUN_DIR; default ./dask-run)
 #   --config FILE      Dask config (DMCSVM_DASK_CONFIG; default cluster/dask-config.yaml)
 #   --wait S           wait up to S seconds for every worker to register (default 60; 0 = no)
+#   --death-timeout T  exit when the scheduler has been unreachable for T seconds (default:
+#                      keep trying to reconnect forever)
 #   --foreground       replace this shell by one worker (containers, batch jobs; needs -n 1)
 #
 # Writes RUN_DIR/worker-PREFIX-k.{pid,log}. Stop with cluster/stop.sh --run-dir DIR.
@@ -37,6 +39,7 @@ host="${DMCSVM_WORKER_HOST:-auto}"
 prefix="$HOSTNAME_"
 local_dir=""
 wait_s=60
+death_timeout=""
 foreground=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,8 +54,9 @@ while [ $# -gt 0 ]; do
     --run-dir) need_value "$@"; RUN_DIR="$2"; shift 2 ;;
     --config) need_value "$@"; DASK_CONFIG_FILE="$2"; shift 2 ;;
     --wait) need_value "$@"; wait_s="$2"; shift 2 ;;
+    --death-timeout) need_value "$@"; death_timeout="$2"; shift 2 ;;
     --foreground) foreground=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) [ -z "$scheduler" ] || die "one scheduler address only (got '$scheduler' and '$1')"
        scheduler="$1"; shift ;;
@@ -83,6 +87,7 @@ worker_args() {  # worker_args NAME
          --no-dashboard "${TLS_ARGS[@]}")
   [ "$host" = auto ] || args+=(--host "$host")
   [ -z "$local_dir" ] || args+=(--local-directory "$local_dir")
+  [ -z "$death_timeout" ] || args+=(--death-timeout "$death_timeout")
 }
 
 if [ "$foreground" = 1 ]; then
