@@ -79,6 +79,9 @@ needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cluster/tls/make-certs.sh needs it to make the "
+                    "CA and certificates")
     out = tmp_path_factory.mktemp("certs")
     r = _run([CLUSTER / "tls" / "make-certs.sh", out, "--hosts", "node1.example.org,10.1.2.3"])
     assert r.returncode == 0, r.stderr
@@ -121,8 +124,6 @@ def test_make_certs_refuses_bad_arguments(tmp_path):
 @pytest.fixture(scope="module")
 def tls_cluster(certs, tmp_path_factory):
     """Scheduler + 2 workers through the cluster/ scripts; everything killed at the end."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: no certificates for the TLS cluster")
     if DASK_CLI is None:
         pytest.fail("the `dask` command line (distributed) is not installed")
     run_dir = tmp_path_factory.mktemp("dask-run")
