@@ -2,7 +2,7 @@
 
 A synthetic 10-class RBF problem with wide rows (default 1,000,000 x 2048 float32 = 8.2 GB) is
 written to a temporary zarr store (streamed, one chunk at a time), then trained by
-``MulticlassSVC(client=<LocalCluster 2 workers x 1 thread, memory_limit 1 GiB each>)`` directly
+``MulticlassSVC(client=<LocalCluster 2 workers x 1 thread, memory_limit 900 MiB each>)`` directly
 from the store path.  The partitions find that their rows cannot fit (``data_in_memory='auto'``),
 re-read them from the store chunk by chunk every round, and keep kernel columns in the on-disk
 zarr tier behind a small in-memory LRU.
@@ -147,10 +147,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=1_050_000)
     p.add_argument("--d", type=int, default=2048)
-    p.add_argument("--memory-limit", default="1GiB", help="per worker")
+    p.add_argument("--memory-limit", default="900MiB", help="per worker")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--subset", type=int, default=50_000, help="rows of the in-memory comparison run")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--cache-size", type=float, default=64.0, help="memory LRU, MB (all partitions)")
     p.add_argument("--disk-cache-size", type=float, default=8192.0, help="zarr tier, MB")
     p.add_argument("--C", type=float, default=1.0)
@@ -158,6 +158,7 @@ def main(argv=None):
     p.add_argument("--tmp", default=None, help="directory for the temporary store")
     p.add_argument("--data-in-memory", default="auto", choices=["auto", "false"],
                    help="'false' forces streaming (the quick run's data would fit)")
+    p.add_argument("--verbose", action="store_true", help="progress bar of the out-of-core fit")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=str(_data.RESULTS_DIR / "out_of_core.json"))
     a = p.parse_args(argv)
@@ -207,7 +208,7 @@ def main(argv=None):
                           memory_limit=limit, dashboard_address=None) as lc, Client(lc) as client:
             pids0 = client.run(_start_rss_sampler)
             t = time.perf_counter()
-            est = MulticlassSVC(client=client,
+            est = MulticlassSVC(client=client, verbose=a.verbose,
                                 data_in_memory=False if a.data_in_memory == "false" else "auto",
                                 disk_cache_size=a.disk_cache_size, **params).fit(url)
             t_fit = time.perf_counter() - t
