@@ -149,3 +149,28 @@ def test_no_worker_left_fails_within_the_timeout(tmp_path, monkeypatch):
             assert time.perf_counter() - t["killed"] < 5 + 30
     finally:
         c.close()
+
+
+def test_memory_plan_fits_partitions_to_the_worker_limit():
+    from dmcsvm.engine.memory import (PLAN_FRACTION, WORKER_BASELINE_BYTES, PartitionPlan,
+                                      plan_partition)
+    MiB = 2 ** 20
+    # 1 GiB worker, 2 partitions of 500k rows x 10 prototypes, 4 GB of rows each: stream, and the
+    # column cache gets what the state and one kernel block leave
+    p = plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2 ** 30, True, 100 * MiB, 64 * MiB)
+    budget = (PLAN_FRACTION * 1024 * MiB - WORKER_BASELINE_BYTES) / 2
+    assert p.stream and p.budget_bytes == int(budget)
+    assert p.state_bytes == 500_000 * (49 + 160)
+    assert p.cache_bytes == int(max(0, min(100 * MiB, budget - p.state_bytes - 64 * MiB
+                                            - 16 * MiB)))
+    # rows that fit stay in memory; no limit keeps the requested cache
+    q = plan_partition(8 * 2 ** 30, 1, 10_000, 10, 10 * MiB, True, 100 * MiB, 64 * MiB)
+    assert not q.stream and q.cache_bytes == 100 * MiB
+    assert plan_partition(0, 1, 10, 2, 10, True, 5, 1) == PartitionPlan(False, 5, 0, 10 * (49 + 32))
+    # in-memory arrays cannot stream: the cache shrinks to fit instead (here to nothing)
+    r = plan_partition(512 * MiB, 1, 1_000_000, 26, 400 * MiB, False, 200 * MiB, 64 * MiB)
+    assert not r.stream and r.cache_bytes == 0
+    # data_in_memory=True (stream=False) never streams, False always does
+    assert not plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2 ** 30, True, 0, 0,
+                              stream=False).stream
+    assert plan_partition(8 * 2 ** 30, 1, 10, 2, 10, True, 0, 0, stream=True).stream

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds
+from .memory import plan_partition
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows, StoreSource
 
@@ -97,6 +98,7 @@ class DaskExecutor:
         self.log: list = []          # ("step", msg) / ("call", name, args), in order
         self.recoveries: list = []   # (partition, dead worker, new worker, seconds)
         self._build: list = []       # per partition: (lo, hi, rows source, yp, cls)
+        self.plans: list = []        # per partition: its PartitionPlan (memory budget)
         self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
         info = client.scheduler_info(**self._info_kw)
         self.worker_info = info["workers"]
@@ -129,17 +131,17 @@ class DaskExecutor:
                 blocks, placement = self._persist_blocks(X.array, bounds, placement)
             else:
                 blocks = [X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi] for lo, hi in bounds]
-            if isinstance(X, StoreSource):
-                blocks = self._stream_if_needed(blocks, placement, settings)
-            self._settings, self._partition_cls = settings, partition_cls
+            blocks, part_settings = self._plan_memory(blocks, bounds, placement, settings, X)
+            self._settings, self._partition_cls = part_settings, partition_cls
             for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):
+                settings_k = part_settings[k]
                 source = rows
                 if isinstance(X, DaskSource):
                     source = X.array[lo:hi]                # recomputed if its worker is lost
                 if not hasattr(rows, "load") and not isinstance(rows, Future):
                     rows = c.scatter(rows, workers=[w], direct=True)
                 self._build.append((lo, hi, source, yp[lo:hi], cls[lo:hi]))
-                args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings)
+                args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings_k)
                 key = f"dmcsvm-partition-{k}-{self.token}"
                 if self.mode == "actor":
                     fut = c.submit(partition_cls, *args, actor=True, workers=[w],
@@ -179,21 +181,32 @@ class DaskExecutor:
             owners.append(holders[0] if holders else w)
         return blocks, owners
 
-    def _stream_if_needed(self, blocks, placement, settings):
-        """Mark store blocks ``stream`` when ``settings.x_in_memory`` says so, or ('auto') when a
-        worker's partitions would take more than a quarter of its memory limit."""
-        mode = settings.x_in_memory
+    def _plan_memory(self, blocks, bounds, placement, settings, X):
+        """Fit every partition to its worker's memory limit (:mod:`dmcsvm.engine.memory`): store
+        rows that do not fit are streamed, and the in-memory column cache gets what is left.
+        Returns the (possibly re-marked) blocks and each partition's settings."""
         limits = {w: info.get("memory_limit") or 0 for w, info in self.worker_info.items()}
         per_worker = {w: placement.count(w) for w in set(placement)}
-        out = []
-        for rows, w in zip(blocks, placement):
-            if mode == "auto":
-                share = limits.get(w, 0) / max(per_worker[w], 1)
-                stream = bool(share) and rows.nbytes > 0.25 * share
-            else:
-                stream = not bool(mode)
-            out.append(replace(rows, stream=stream))
-        return out
+        P = len(settings.pcls)
+        mode = settings.x_in_memory
+        force = "auto" if mode == "auto" else (not bool(mode))
+        out_blocks, out_settings = [], []
+        self.plans = []
+        for (lo, hi), rows, w in zip(bounds, blocks, placement):
+            store = isinstance(rows, StoreRows)
+            x_bytes = rows.nbytes if store else int(getattr(rows, "nbytes", 0) or 0)
+            if sp.issparse(rows):
+                x_bytes = rows.data.nbytes + rows.indices.nbytes + rows.indptr.nbytes
+            plan = plan_partition(limits.get(w, 0), per_worker[w], hi - lo, P, x_bytes, store,
+                                  settings.cache_bytes, settings.kernel_block_bytes,
+                                  stream=force)
+            self.plans.append(plan)
+            if store:
+                rows = replace(rows, stream=plan.stream)
+            out_blocks.append(rows)
+            out_settings.append(replace(settings, cache_bytes=plan.cache_bytes)
+                                if plan.cache_bytes != settings.cache_bytes else settings)
+        return out_blocks, out_settings
 
     def step(self, msg: dict) -> list[dict]:
         # actor handles talk through the *current* client: make it ours, not whichever client the
@@ -265,7 +278,7 @@ class DaskExecutor:
         else:
             rows = c.scatter(source, workers=[w], direct=True, timeout=10)
         key = f"dmcsvm-partition-{k}-{self.token}-r{len(self.recoveries) + 1}"
-        actor = c.submit(self._partition_cls, k, lo, hi, rows, yp, cls, self._settings,
+        actor = c.submit(self._partition_cls, k, lo, hi, rows, yp, cls, self._settings[k],
                          actor=True, workers=[w], allow_other_workers=False,
                          key=key).result(timeout=max(self.recover_timeout, 10))
         reply = None
