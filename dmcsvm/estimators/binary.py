@@ -9,7 +9,6 @@ index serves every binary problem.
 
 from __future__ import annotations
 
-import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,6 +23,7 @@ from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norm
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings, solve_decomposition
 from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._validation import check_int, check_real
 
 _PREDICT_CHUNK = 2048
 
@@ -84,20 +84,6 @@ class SMOEngine:
 
     def close(self):
         release_executor(self.executor, self._owned)
-
-
-def check_real(est, names):
-    for name in names:
-        v = getattr(est, name)
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
-            raise ValueError(f"{name} must be a finite number, got {v!r}")
-
-
-def check_int(est, names):
-    for name in names:
-        v = getattr(est, name)
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
 
 
 def check_common(est):

@@ -19,6 +19,7 @@ from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
 from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._validation import check_int, check_real
 from ._inputs import chunked_decision, is_dask, is_store, score_block, training_data
 
 _PREDICT_CHUNK = 2048
@@ -166,16 +167,10 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def _settings(self) -> SolverSettings:
-        for name in ("C", "tol", "gap_tol", "cache_size", "mu"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise ValueError(f"{name} must be a number, got {v!r}")
+        check_real(self, ("C", "tol", "gap_tol", "cache_size", "mu"), finite=False)
         if self.kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        for name in ("max_iter", "batch_size", "batch_sweeps", "degree"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ValueError(f"{name} must be an integer, got {v!r}")
+        check_int(self, ("max_iter", "batch_size", "batch_sweeps", "degree"))
         if self.data_in_memory not in ("auto", True, False):
             raise ValueError(f"data_in_memory must be 'auto', True or False, got "
                              f"{self.data_in_memory!r}")
