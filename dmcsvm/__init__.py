@@ -6,4 +6,6 @@ __version__ = "0.1.0"
 from .estimators import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC,  # noqa: E402
                          OneVsRestSVC, ScatterSVC)
 
-__all__ = ["MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC", "__version__"]
+from .model_io import load_model as load, save_model as save  # noqa: E402
+
+__all__ = ["save", "load", "MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC", "__version__"]
