@@ -173,6 +173,13 @@ def test_streaming_rows_read_only_needed_chunks(store):
     assert rows.chunks_read == 3                                # served by the row LRU
     np.testing.assert_array_equal(rows.take(np.array([3, 200])), X[40 + np.array([3, 200])])
     assert rows.chunks_read == 4                                # only the missing row's chunk
+    # an LRU holding two rows: the fresh rows of a call evict the hits of the same call
+    rows.ROW_CACHE_BYTES = 2 * 8 * 4
+    rows._row_cache.clear()
+    rows._row_cache_bytes = 0
+    rows.take(np.array([1, 2]))
+    want = np.array([1, 2, 100, 101])
+    np.testing.assert_array_equal(rows.take(want), X[40 + want])
     rows.close()
 
 

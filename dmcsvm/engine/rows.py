@@ -193,6 +193,8 @@ class StreamingRows:
             for i in idx:
                 cache.move_to_end(int(i))
             return stack_rows(rows, self.d, self.sparse, self.dtype)
+        # the hits are taken before the fresh rows enter the LRU (which may evict them)
+        cached = {int(i): cache[int(i)] for i in idx[hit]}
         fresh = self._take_from_store(idx[~hit])
         for j, i in enumerate(idx[~hit]):
             self._remember(int(i), fresh[j:j + 1] if self.sparse else fresh[j:j + 1].copy())
@@ -202,7 +204,7 @@ class StreamingRows:
         k = 0
         for i, h in zip(idx, hit):
             if h:
-                rows.append(cache[int(i)])
+                rows.append(cached[int(i)])
             else:
                 rows.append(fresh[k:k + 1])
                 k += 1
