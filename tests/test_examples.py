@@ -61,6 +61,22 @@ def test_letter_localcluster():
     assert accuracy(out) > 0.5           # 26 classes from 800 rows
 
 
+def test_scatter_checkerboard():
+    out = run_example("scatter_checkerboard.py")
+    m = re.search(r"ScatterSVC \(mScatter\)\s+100 classes: error\s+([0-9.]+)%", out)
+    lib = re.search(r"LIBSVM one-vs-rest\s+100 classes: error\s+([0-9.]+)%", out)
+    assert m and lib, out
+    assert float(m.group(1)) <= float(lib.group(1)) + 2.0      # the bar vs one-vs-rest
+
+
+def test_one_vs_rest():
+    out = run_example("one_vs_rest.py")
+    for name in ("OneVsRestSVC", "OneVsOneSVC"):
+        m = re.search(name + r"\s+accuracy\s+([0-9.]+)%", out)
+        assert m and float(m.group(1)) > 97.0, out
+    assert "served by the shared cache" in out
+
+
 def test_existing_scheduler_without_address_starts_a_stand_in():
     out = run_example("existing_scheduler.py")
     assert "no address given: started a LocalCluster" in out
