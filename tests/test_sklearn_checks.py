@@ -12,7 +12,8 @@ run for minutes.  The check only needs two identical fits, which a bounded run s
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dmcsvm import BinarySVC, MulticlassSVC, OneVsOneSVC, OneVsRestSVC, ScatterSVC
+from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC,
+                    ScatterSVC)
 
 ESTIMATORS = [
     MulticlassSVC(),
@@ -22,6 +23,8 @@ ESTIMATORS = [
                   batch_size=16, n_jobs=1, max_iter=2000),
     MulticlassSVC(kernel="poly", degree=3, coef0=1.0, optimizer="opt_kkt", selection="bmg",
                   threshold="exp", batch_size=8, n_jobs=2, max_iter=1000),
+    MultiPrototypeSVC(n_prototypes=2, max_epochs=20, n_jobs=2, max_iter=300),
+    MultiPrototypeSVC(n_prototypes=1, kernel="rbf", gamma="scale", n_jobs=1),
     ScatterSVC(),
     ScatterSVC(test_rule=2, selection="mvp", batch_size=8, class_batch=2, n_jobs=2),
     BinarySVC(),

@@ -197,7 +197,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         Message sent to the partitions in the first round (e.g. an update that zeroes the
         coefficients of re-assigned patterns); the caller keeps ``state.B`` consistent with it.
     stop : callable, optional
-        ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False).
+        ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False)
+        in the state that row describes (the batch chosen in that round is dropped).
     batch_solver : callable, optional
         Replaces :func:`~dmcsvm.solvers.pattern.solve_batch` and is called with the same
         arguments except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
@@ -272,6 +273,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     stalled = True
                 if moved.any():
                     ids, XB, dB = ids[moved], XB[np.flatnonzero(moved)], dB[moved]
+                    B_prev = B[ids].copy()
                     B[ids] += dB
                     bank.add(ids, XB)
                     msg = {"ids": ids, "XB": XB, "dB": dB, "shrink_margin": min(agg["max_psi"], s.shrink_cap)}
@@ -304,7 +306,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 break
             if stop is not None and stop(row):
                 if msg.get("ids") is not None:
-                    executor.step(msg)        # apply the last batch so partitions match B
+                    # end in the state this row describes: the batch chosen in it is not applied
+                    B[msg["ids"]] = B_prev
                 break
             if stalled:
                 warnings.warn(f"dmcsvm solver stopped: no batch pattern can be improved in floating "

@@ -170,21 +170,30 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     while search and t < schedule.max_epochs:
         t += 1
         r0 = state.rounds
-        stop = (lambda row, E=E: row["primal"] < E)       # §6.1: stop once the primal beats E(t)
+        fired = []
+
+        def stop(row, E=E):               # §6.1: stop as soon as the primal beats E(t)
+            if row["primal"] < E:
+                fired.append(True)
+                return True
+            return False
+
         res = solve(ex, *args, state=state, first_msg=msg, stop=stop, **kw)
         msg = None
         xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
         slot = yp - first[cls]
         primal = 0.5 * mM + C * float(xi[rows, slot].sum())
         # the round's primal is read before its batch is applied and, with shrinking, on stale
-        # scores of shrunk rows: go on until the exact primal beats E(t) or the problem is solved
-        while primal >= E and not res.converged:
+        # scores of shrunk rows: go on until the exact primal beats E(t), unless the solve ended
+        # for another reason (solved, max_iter rounds, stalled in floating point)
+        while primal >= E and fired and not res.converged:
+            fired.clear()
             prev_dual = sa - 0.5 * mM
             res = solve(ex, *args, state=state, stop=stop, **kw)
             xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
             primal = 0.5 * mM + C * float(xi[rows, slot].sum())
             if sa - 0.5 * mM <= prev_dual:
-                break        # no progress left (stalled in floating point, or max_iter rounds)
+                break        # no progress left
         T = schedule.temperature(t)
         u = rng.random_sample(n)
         new_slot = lp.draw_assignment(xi, slot, u, T, C, np.empty(n, dtype=np.int64))
