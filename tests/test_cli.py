@@ -179,11 +179,15 @@ def test_every_registered_estimator_trains_from_the_command_line(name, tmp_path)
         y = (y > 0).astype(int)
     write_arrays(tmp_path / "d.zarr", X, y)
     cls = estimator_registry()[name]
-    extra = ["--n-jobs", 1] if "n_jobs" in cls._get_param_names() else []
+    params = {"n_jobs": 1} if "n_jobs" in cls._get_param_names() else {}
+    if name == "MultiPrototypeSVC":
+        params.update(max_epochs=5, random_state=0)   # few epochs; the same random start
+    extra = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
     ok("train", tmp_path / "d.zarr", "--estimator", name, "-o", tmp_path / "m.npz", *extra)
     m = load_model(tmp_path / "m.npz")
     assert type(m) is cls
-    api = cls(**({"n_jobs": 1} if extra else {})).fit(*read_all(tmp_path / "d.zarr"))
+    assert all(m.get_params()[k] == v for k, v in params.items())
+    api = cls(**params).fit(*read_all(tmp_path / "d.zarr"))
     assert np.array_equal(m.predict(X.astype(np.float32)), api.predict(X.astype(np.float32)))
 
 
