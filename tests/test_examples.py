@@ -177,3 +177,12 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     assert np.array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     assert (tmp_path / "local.txt").read_text() == (tmp_path / "cluster.txt").read_text()
+
+
+def test_multiprototype_letter():
+    if not (EXAMPLES / "multiprototype_letter.py").exists():
+        pytest.skip("examples/multiprototype_letter.py is not in this checkout")
+    out = run_example("multiprototype_letter.py", "--data-dir", DATA)
+    errors = [float(e) for e in re.findall(r"q=\d+: test error ([0-9.]+) %", out)]
+    assert errors and all(0.0 <= e < 60.0 for e in errors), out
+    assert "prototypes_ (" in out
