@@ -341,7 +341,7 @@ def test_single_prototype_equals_multiclass_svc():
     the same rounds; fast path: the same optimum)."""
     X, y = multimodal(8, n_per_mode=12, circle=False)
     kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
-              batch_size=9, n_jobs=2)
+              selection="bmg", batch_size=9, n_jobs=2)
     ref = MulticlassSVC(**kw).fit(X, y)
     kern = MultiPrototypeSVC(n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
     np.testing.assert_array_equal(kern.support_, ref.support_)
@@ -366,7 +366,7 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     # default tolerances: the search and the final solve stay clear of the floating-point end
     # game (selection values ~1e-13) where the last bits of the scores decide the next batch
     kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=12, batch_size=15,
-              random_state=3, n_jobs=2)
+              batch_sweeps=1, random_state=3, n_jobs=2)
     fast = MultiPrototypeSVC(fast_linear=True, **kw).fit(Xi, y)
     kern = MultiPrototypeSVC(fast_linear=False, **kw).fit(Xi, y)
     assert fast.n_epochs_ == kern.n_epochs_ == 12

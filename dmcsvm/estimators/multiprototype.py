@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -69,11 +70,22 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
     fast_linear : bool, default=True
         Use the explicit-prototype path for linear kernels (False: the kernel path, as for any
         other kernel; the same model up to rounding).
-    optimizer, selection, threshold, mu, tol, gap_tol, cache_size, max_iter, batch_size, \
-batch_sweeps, shrinking :
+    optimizer, threshold, mu, tol, gap_tol, cache_size, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
         are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
         the primal beats the last energy), ``max_iter`` bounds the rounds of every solve.
+    selection : {'kkt', 'amg', 'bmg'}, default='kkt'
+        Pattern selection value.  KKT by default: its per-round scan is O(P) per pattern, while
+        BMG solves every violator's reduced problem (O(P log P)), which dominates the round with
+        hundreds of prototypes (q = 5 on letter: 80 % of the time).
+    batch_size : int or None, default=None
+        Patterns optimized per round.  None: 1000 on the kernel path; on the linear fast path
+        every selected violator (the coordinator scores a pattern with ``W x`` in O(P d), so a
+        batch costs no kernel block and one round is a pass over the violators).
+    batch_sweeps : int or None, default=None
+        Sweeps over a batch per round.  None: 1, except 20 for the final convex solve on the linear
+        fast path (there a round's messages cost more than sweeping the batch again; the epochs
+        keep 1 sweep because they stop at the first round whose primal beats the last energy).
     verbose : bool, default=False
         Print one line per epoch (energy, temperature, re-assignments).
     random_state : int, RandomState or None, default=None
@@ -120,8 +132,8 @@ batch_sweeps, shrinking :
 
     def __init__(self, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, optimizer="exact",
-                 selection="bmg", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
-                 cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
+                 selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
+                 cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None):
         self.n_prototypes = n_prototypes
@@ -169,14 +181,16 @@ batch_sweeps, shrinking :
             raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
         for name in ("max_iter", "batch_size", "batch_sweeps", "degree"):
             v = getattr(self, name)
+            if v is None and name in ("batch_size", "batch_sweeps"):
+                continue
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ValueError(f"{name} must be an integer, got {v!r}")
         solver = SolverSettings(C=float(self.C), optimizer=self.optimizer,
                                 selection=self.selection, threshold=self.threshold,
                                 mu=float(self.mu), tol=float(self.tol),
                                 gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
-                                batch_size=int(self.batch_size),
-                                batch_sweeps=int(self.batch_sweeps),
+                                batch_size=int(self.batch_size or 1000),
+                                batch_sweeps=int(self.batch_sweeps or 1),
                                 shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
                                 verbose=False).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
@@ -222,6 +236,11 @@ batch_sweeps, shrinking :
         self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
+        final = settings
+        if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
+            if self.batch_size is None:
+                settings = replace(settings, batch_size=int(X.shape[0]))
+            final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
         yp0 = initial_assignment(y_idx, pcls, rng)
@@ -239,7 +258,7 @@ batch_sweeps, shrinking :
                            partition_cls=LinearPrototypePartition if linear else PrototypePartition)
             res = anneal(executor, X.shape[0], y_idx, pcls, yp0, spec, settings, schedule,
                          X.shape[1], sp.issparse(X), rng, x_dtype=X.dtype, linear=linear,
-                         progress=progress)
+                         progress=progress, final_settings=final)
         finally:
             release_executor(executor, owned)
         state = res.state

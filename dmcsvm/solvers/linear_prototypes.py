@@ -122,7 +122,11 @@ def linear_scores(X, W, s, a, c0, out=None):
 # the coordinator's batch solve with explicit prototypes
 # --------------------------------------------------------------------------------------------
 
-@numba.njit(cache=True, nogil=True)
+# reassociation lets LLVM vectorize the short dot / axpy loops (no NaN/inf assumptions made)
+_FAST = {"reassoc", "contract"}
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
 def _dense_row_dot(dW, X, j, r):
     acc = 0.0
     for k in range(X.shape[1]):
@@ -130,7 +134,7 @@ def _dense_row_dot(dW, X, j, r):
     return acc
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
 def _dense_row_axpy(dW, X, j, r, v):
     for k in range(X.shape[1]):
         dW[r, k] += v * X[j, k]

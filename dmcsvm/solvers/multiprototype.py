@@ -111,7 +111,8 @@ def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
 
 def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
            settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
-           x_dtype=np.float64, linear: bool = False, progress=None) -> AnnealResult:
+           x_dtype=np.float64, linear: bool = False, progress=None,
+           final_settings: SolverSettings | None = None) -> AnnealResult:
     """Run the annealed MProtSVM search (AS 2005 Fig. 11) on ``executor``.
 
     Parameters
@@ -142,6 +143,9 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         Partitions are linear (explicit ``W``): batch messages are sent as ``dW``.
     progress : callable, optional
         ``progress(row)`` after every epoch with that epoch's history row.
+    final_settings : SolverSettings, optional
+        Options of the final convex solve (default: ``settings``), e.g. more batch sweeps: the
+        epochs check the primal after every round, the final solve only needs to converge.
 
     Returns
     -------
@@ -224,8 +228,9 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             B[zero] = 0.0
         yp = new_yp
     # the convex problem of the final assignment, to the solver's tolerances
-    res = solve(ex, *args, state=state, first_msg=msg, **kw)
-    xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+    fs = final_settings or settings
+    res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
+    xi, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
     energy = 0.5 * mM + C * float(xi[rows, yp - first[cls]].sum())
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
