@@ -12,7 +12,8 @@ Linear kernels ``k(x, z) = a <x, z> + c0`` (``'linear'``: ``a = 1, c0 = 0``; ``'
 ``s = B^T 1``.  A batch step ``dB`` (rows ``X_B``) changes them by ``dW = dB^T X_B``, ``ds = dB^T 1``:
 the partitions score their rows with one ``X W^T`` GEMM and never compute a kernel row.
 
-Every function is a plain function on arrays, tested alone against a NumPy reference.
+Every kernel is a plain function on arrays, tested alone against a NumPy reference (the batch solve
+against the ``K_BB`` solve of :mod:`dmcsvm.solvers.pattern`).
 """
 
 from __future__ import annotations

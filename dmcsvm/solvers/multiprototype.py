@@ -23,7 +23,6 @@ assignment is solved to the solver's tolerances.
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from dataclasses import dataclass
@@ -74,7 +73,7 @@ class AnnealResult:
     epochs: dict
     energy: float
     dual: float
-    n_epochs: int
+    n_epochs: int          # epochs that ended with a re-assignment (rows of ``epochs``)
 
 
 def prototype_classes(q_per_class) -> np.ndarray:
@@ -187,9 +186,9 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
         slot = yp - first[cls]
         primal = 0.5 * mM + C * float(xi[rows, slot].sum())
-        # the round's primal is read before its batch is applied and, with shrinking, on stale
-        # scores of shrunk rows: go on until the exact primal beats E(t), unless the solve ended
-        # for another reason (solved, max_iter rounds, stalled in floating point)
+        # with shrinking the rounds read the primal on stale scores of shrunk rows: go on until
+        # the exact primal beats E(t), unless the solve ended for another reason (solved,
+        # max_iter rounds, stalled in floating point)
         while primal >= E and fired and not res.converged:
             fired.clear()
             prev_dual = sa - 0.5 * mM
@@ -234,11 +233,5 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     energy = 0.5 * mM + C * float(xi[rows, yp - first[cls]].sum())
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
-                        dual=sa - 0.5 * mM, n_epochs=t)
+                        dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))
 
-
-def epoch_count_estimate(schedule: AnnealSettings, T_end: float = 1e-3) -> int:
-    """Epochs until ``T(t) <= T_end`` (for choosing ``max_epochs``)."""
-    if schedule.T0 <= T_end:
-        return 0
-    return int(math.ceil(math.log(T_end / schedule.T0) / math.log(1.0 - schedule.tau)))
