@@ -122,6 +122,7 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
     round_history_ : dict of ndarray
         Per solver round (all epochs and the final solve), as ``MulticlassSVC.history_``.
     n_epochs_ : int
+        Epochs that ended with a re-assignment (rows of ``history_``).
     n_iter_ : int
         Solver rounds in total.
     converged_ : bool
