@@ -12,6 +12,7 @@ partition carrying the batch update and one reply with its candidates and aggreg
 from __future__ import annotations
 
 import asyncio
+import pickle
 import uuid
 from dataclasses import replace
 
@@ -317,7 +318,11 @@ class DaskExecutor:
         if self.mode == "actor":
             if self.recover:
                 self.log.append(("step", msg))
-            return self._wait_actors([a.step(msg) for a in self.parts])
+            # one packed frame each way (Partition.step_packed); a partition rebuilt by _recover
+            # answers with its replayed reply, already a dict
+            blob = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            return [pickle.loads(r) if isinstance(r, bytes) else r
+                    for r in self._wait_actors([a.step_packed(blob) for a in self.parts])]
         c = self.client
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
                          key=f"dmcsvm-round-p{k}-{_next()}")
