@@ -20,7 +20,13 @@ from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
 from ..solvers import pattern as pt
 from .cache import ColumnCache
 from .disk_cache import ZarrColumnCache
-from .rows import StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401 (re-exported)
+from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  # noqa: F401
+                   take_rows)
+
+
+#: a streamed partition copies its active rows into a compact copy once they are at most this
+#: fraction of the rows its kernel passes read (see Partition._refresh_compact)
+COMPACT_FRACTION = 0.5
 
 
 @dataclass
@@ -96,7 +102,11 @@ class Partition:
         self.rows_computed = 0
         self.rows_cached = 0
         self.rows_disk = 0
+        self.compact_writes = 0
+        self.compact_bytes_read = 0
         self._X_active = None     # X rows of the active set, rebuilt when the active set changes
+        # streamed rows: a compact copy of the active rows once shrinking has left few of them
+        self._compact: CompactRows | None = None
         # rows whose X the coordinator already holds (they were in a batch): candidates among them
         # are reported without their X row, which keeps the per-round reply small
         self.shipped = np.zeros(n, dtype=bool)
@@ -142,14 +152,54 @@ class Partition:
                     self._X_active = take_rows(self.X, self.active)
                 Xa = self._X_active
             return kernel_block(self.spec, XB, Xa, out=out, norms_b=self.norms[self.active])
-        act = self.active
-        for a, b, Xc in self.data.chunks(self._active_chunks()):
-            pa, pb = np.searchsorted(act, [a, b])
-            sel = act[pa:pb]
-            Xa = Xc if pb - pa == b - a else take_rows(Xc, sel - a)
-            out[:, pa:pb] = kernel_block(self.spec, XB, Xa, norms_b=self.norms[sel],
+        for pa, pb, rows, Xa in self._active_blocks():
+            out[:, pa:pb] = kernel_block(self.spec, XB, Xa, norms_b=self.norms[rows],
                                          dtype=self.kdtype)
         return out
+
+    def _active_blocks(self):
+        """Streamed rows: ``(pa, pb, rows, X[rows])`` covering the active set in order (``rows``
+        = ``active[pa:pb]``), from the compact copy of the active rows when there is one, else
+        from the store chunks that hold active rows."""
+        act = self.active
+        if self._compact is not None:
+            yield from self._compact.blocks(act)
+            return
+        for a, b, Xc in self.data.chunks(self._active_chunks()):
+            pa, pb = np.searchsorted(act, [a, b])
+            rows = act[pa:pb]
+            yield pa, pb, rows, (Xc if pb - pa == b - a else take_rows(Xc, rows - a))
+
+    def _refresh_compact(self):
+        """Streamed dense rows: once the active set is at most ``COMPACT_FRACTION`` of the rows
+        the passes read (all rows, or the current compact copy), copy the active rows into a new
+        compact copy, so every later pass reads only them (one extra pass per halving)."""
+        if self.data.in_memory or self.data.sparse:
+            return
+        held = self.F.shape[0] if self._compact is None else self._compact.ids.shape[0]
+        if self.active.shape[0] > COMPACT_FRACTION * held:
+            return
+        old = self._compact
+        blocks = ((rows, Xa) for _, _, rows, Xa in self._active_blocks())
+        self._compact = CompactRows(self.active.copy(), blocks, self.data.d, self.data.dtype,
+                                    self.s.cache_dir)
+        self.compact_writes += 1
+        if old is not None:
+            self.compact_bytes_read += old.bytes_read
+            old.close()
+
+    def _drop_compact(self):
+        if self._compact is not None:
+            self.compact_bytes_read += self._compact.bytes_read
+            self._compact.close()
+            self._compact = None
+
+    def _take(self, rows):
+        """X rows by partition-local index (candidates): from the compact copy when it holds
+        them, else from the rows' own storage."""
+        if self._compact is not None and rows.shape[0] and self._compact.holds(rows):
+            return self._compact.take(rows)
+        return self.data.take(rows)
 
     def _active_chunks(self):
         """Indices of the store chunks that hold at least one active row."""
@@ -257,12 +307,8 @@ class Partition:
             KT = self._kt_buf[:size].reshape(keep, na)
             Xm = XB if len(mj) == len(ids) else take_rows(XB, mj)
             dBm = dB[mj].astype(self.kdtype, copy=False)
-            act = self.active
-            for a, b, Xc in self.data.chunks(self._active_chunks()):
+            for pa, pb, rows, Xa in self._active_blocks():
                 t1 = time.perf_counter()
-                pa, pb = np.searchsorted(act, [a, b])
-                rows = act[pa:pb]
-                Xa = Xc if pb - pa == b - a else take_rows(Xc, rows - a)
                 Kc = kernel_block(self.spec, Xm, Xa, norms_b=self.norms[rows], dtype=self.kdtype)
                 t2 = time.perf_counter()
                 if keep:
@@ -308,6 +354,7 @@ class Partition:
                 self.F[inactive] = 0.0
             self.active = np.arange(n, dtype=np.int64)
             self._X_active = None
+            self._drop_compact()
             self.calm[:] = 0
             self.cache.clear()
             self.disk.clear()
@@ -335,7 +382,7 @@ class Partition:
             "cand_V": V[cand],
             "cand_psi": psi[cand],
             "cand_F": self.F[crow],
-            "cand_X": self.data.take(crow[new]),
+            "cand_X": self._take(crow[new]),
             "cand_new": new,
             "cand_kdiag": self.kdiag[crow],
             "cand_yp": self.yp[crow],
@@ -360,6 +407,7 @@ class Partition:
                 self.active = rows[keep]
                 self._X_active = None
                 self.cache.compact(keep)
+                self._refresh_compact()
         return reply
 
     # ---------------------------------------------------------------- results
@@ -370,7 +418,11 @@ class Partition:
                "rows_computed": self.rows_computed, "rows_cached": self.rows_cached,
                "rows_disk": self.rows_disk,
                "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
-               "x_chunks_read": int(getattr(self.data, "chunks_read", 0))}
+               "x_chunks_read": int(getattr(self.data, "chunks_read", 0)),
+               "compact_writes": self.compact_writes,
+               "compact_rows": 0 if self._compact is None else int(self._compact.ids.shape[0]),
+               "compact_bytes_read": self.compact_bytes_read + (
+                   0 if self._compact is None else self._compact.bytes_read)}
         out.update(self.disk.stats())
         return out
 
@@ -399,4 +451,5 @@ class Partition:
         """Release what the partition holds outside Python objects (the on-disk column cache,
         the prefetch thread)."""
         self.disk.close()
+        self._drop_compact()
         self.data.close()

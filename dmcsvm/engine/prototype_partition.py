@@ -177,6 +177,7 @@ class LinearPrototypePartition(PrototypePartition):
             self._score_rows(np.flatnonzero(mask))
             self.active = np.arange(n, dtype=np.int64)
             self._X_active = None
+            self._drop_compact()
             self.calm[:] = 0
         return time.perf_counter() - t
 
