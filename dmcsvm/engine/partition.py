@@ -103,6 +103,9 @@ class Partition:
         self.rows_cached = 0
         self.rows_disk = 0
         self.compact_writes = 0
+        self.kernel_elements = 0      # kernel entries computed (columns x active rows)
+        self.kernel_s = 0.0           # seconds in kernel blocks (I/O waits excluded)
+        self.step_s = 0.0             # seconds in step() (everything, I/O included)
         self.compact_bytes_read = 0
         self._X_active = None     # X rows of the active set, rebuilt when the active set changes
         # streamed rows: a compact copy of the active rows once shrinking has left few of them
@@ -249,6 +252,8 @@ class Partition:
         reply["t_update"] = tu
         reply["t_select"] = time.perf_counter() - t3
         reply["t_total"] = time.perf_counter() - t0
+        self.kernel_s += tk
+        self.step_s += reply["t_total"]
         return reply
 
     def _lookup(self, ids):
@@ -271,6 +276,7 @@ class Partition:
         self.rows_cached += len(hits)
         self.rows_disk += n_disk
         self.rows_computed += len(miss)
+        self.kernel_elements += len(miss) * int(self.active.shape[0])
         return hits, miss
 
     def _apply_streamed(self, ids, XB, dB):
@@ -347,6 +353,7 @@ class Partition:
                     pa, pb = np.searchsorted(inactive, [a, b])
                     for q in range(pa, pb, step):
                         rows = inactive[q:min(q + step, pb)]
+                        self.kernel_elements += rows.shape[0] * len(sv["ids"])
                         K = kernel_block(self.spec, take_rows(Xc, rows - a), sv["X"],
                                          norms_a=self.norms[rows], norms_b=sv_norms)
                         self.F[rows] = K @ sv["B"]
@@ -419,6 +426,8 @@ class Partition:
                "rows_disk": self.rows_disk,
                "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
                "x_chunks_read": int(getattr(self.data, "chunks_read", 0)),
+               "kernel_elements": self.kernel_elements, "kernel_s": self.kernel_s,
+               "step_s": self.step_s,
                "compact_writes": self.compact_writes,
                "compact_rows": 0 if self._compact is None else int(self._compact.ids.shape[0]),
                "compact_bytes_read": self.compact_bytes_read + (
