@@ -119,6 +119,21 @@ def test_scan_and_apply_columns_match_numpy():
     sc.apply_columns(np.ascontiguousarray(K[:, B]), rows, y, y[B], a[B], tot, own, True)
     np.testing.assert_allclose(tot, K @ a, atol=1e-12)
     np.testing.assert_allclose(own, [K[i, y == y[i]] @ a[y == y[i]] for i in range(n)], atol=1e-12)
+    # the partitions' grouped form from K(X_B, X) (no transposed copy), on a subset of rows:
+    # bit for bit the same sums
+    sub = rows[::3]
+    tot_s, own_s = np.zeros(n), np.zeros(n)
+    sc.apply_columns(np.ascontiguousarray(K[np.ix_(sub, B)]), sub, y, y[B], a[B], tot_s, own_s,
+                     True)
+    tot_g, own_g = np.zeros(n), np.zeros(n)
+    s_acc, so_acc = np.zeros(sub.shape[0]), np.zeros(sub.shape[0])
+    KT = np.ascontiguousarray(K[:, B].T)
+    for lo in range(0, B.shape[0], 7):
+        hi = min(lo + 7, B.shape[0])
+        sc.accumulate_columns_T(KT[lo:hi], sub, y, y[B][lo:hi], a[B][lo:hi], s_acc, so_acc, True)
+    sc.finish_columns(sub, s_acc, so_acc, tot_g, own_g, True)
+    assert np.array_equal(tot_g, tot_s) and np.array_equal(own_g, own_s)
+    assert np.count_nonzero(tot_g) == sub.shape[0]
     g, vup, vlow = np.empty(n), np.empty(n), np.empty(n)
     gmax, gmin = np.empty(m), np.empty(m)
     ones = np.ones(n)

@@ -28,6 +28,10 @@ from ..solvers.binary_smo import rho_parts
 from .partition import Partition, take_rows
 
 
+#: largest block of kernel columns a round materializes at once
+GROUP_BYTES = 16 * 2 ** 20
+
+
 class GradientPartition(Partition):
     """Rows ``[lo, hi)`` of an SMO dual with per-group equality constraints (see module doc)."""
 
@@ -75,11 +79,15 @@ class GradientPartition(Partition):
         return True
 
     # ---------------------------------------------------------------- kernel columns
-    def _full_columns(self, ids, XB):
+    def _full_columns(self, ids, XB, cache_ok=True):
         """``K(X_part, X_B)`` over all rows of the partition (cached per global id), transposed:
         row ``j`` is the column of batch pattern ``j``."""
         n = self.hi - self.lo
-        KT = np.empty((len(ids), n), dtype=self.kdtype)
+        # one buffer reused group after group and round after round
+        size = len(ids) * n
+        if self._kt_buf is None or self._kt_buf.shape[0] < size:
+            self._kt_buf = np.empty(size, dtype=self.kdtype)
+        KT = self._kt_buf[:size].reshape(len(ids), n)
         miss = []
         for j, gid in enumerate(ids):
             col = self.cache.get(int(gid))
@@ -96,9 +104,7 @@ class GradientPartition(Partition):
                 Xm = take_rows(XB, np.asarray(miss))
                 KT[miss] = kernel_block(self.spec, Xm, self.X, norms_b=self.norms,
                                         dtype=self.kdtype)
-            # a batch larger than the whole cache (the dense start of a small mu) would only
-            # evict itself: cache nothing then
-            if self.cache.budget and len(miss) * KT.shape[1] * KT.itemsize <= self.cache.budget:
+            if cache_ok and self.cache.budget:
                 for j in miss:
                     self.cache.put(int(ids[j]), KT[j].copy())
         return KT
@@ -111,20 +117,35 @@ class GradientPartition(Partition):
         tk = tu = 0.0
         ids = msg.get("ids")
         if ids is not None and len(ids):
-            t1 = time.perf_counter()
-            KT = self._full_columns(ids, msg["XB"])
-            t2 = time.perf_counter()
-            rows = self.rows
-            Kc = np.ascontiguousarray(KT[:, rows].T) if rows.shape[0] < KT.shape[1] \
-                else np.ascontiguousarray(KT.T)
+            XB = msg["XB"]
             dcoef = np.asarray(msg["yB"], dtype=np.float64) * np.asarray(msg["da"])
-            sc.apply_columns(Kc, rows, self.grp, np.asarray(msg["grpB"], dtype=np.int64), dcoef,
-                             self.tot, self.own, self.with_own)
+            grpB = np.asarray(msg["grpB"], dtype=np.int64)
+            n = self.hi - self.lo
+            nr = self.rows.shape[0]
+            s_acc, so_acc = np.zeros(nr), np.zeros(nr)
+            # a batch whose new columns exceed the whole cache (the dense start of a small mu)
+            # would only evict itself: cache nothing then
+            col_bytes = n * self.kdtype.itemsize
+            n_new = sum(int(g) not in self.cache for g in ids)
+            cache_ok = n_new * col_bytes <= self.cache.budget
+            # columns in groups of bounded size into one reused buffer (a fresh block as large as
+            # the dense start's costs more in page faults than computing it)
+            g = int(max(1, min(len(ids), GROUP_BYTES // max(col_bytes, 1))))
+            for a in range(0, len(ids), g):
+                b = min(a + g, len(ids))
+                t1 = time.perf_counter()
+                KT = self._full_columns(ids[a:b], XB[a:b], cache_ok)
+                t2 = time.perf_counter()
+                sc.accumulate_columns_T(KT, self.rows, self.grp, grpB[a:b], dcoef[a:b], s_acc,
+                                        so_acc, self.with_own)
+                tk += t2 - t1
+                tu += time.perf_counter() - t2
+            t2 = time.perf_counter()
+            sc.finish_columns(self.rows, s_acc, so_acc, self.tot, self.own, self.with_own)
             mine = (ids >= self.lo) & (ids < self.hi)
             if mine.any():
                 loc = ids[mine] - self.lo
                 self.a[loc] = np.asarray(msg["a_new"])[mine]
-            tk += t2 - t1
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
         reply = self._report()

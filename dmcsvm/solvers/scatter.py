@@ -204,6 +204,36 @@ def apply_columns(Kc, rows, grp, grp_b, dcoef, tot, own, with_own):
 
 
 @numba.njit(cache=True, nogil=True)
+def accumulate_columns_T(KT, rows, grp, grp_b, dcoef, s, so, with_own):
+    """:func:`apply_columns` in column groups, from ``KT = K(X_B, X_part)`` (group x all
+    partition rows, as computed: no transposed copy): adds the group's terms to the per-row sums
+    ``s`` / ``so``; :func:`finish_columns` then adds them to ``tot`` / ``own``.  Every row sums
+    its terms in batch order and adds the sum once, so the result is bit for bit that of
+    :func:`apply_columns`."""
+    nb = dcoef.shape[0]
+    nr = rows.shape[0]
+    for j in range(nb):
+        dj = dcoef[j]
+        gj = grp_b[j]
+        for r in range(nr):
+            i = rows[r]
+            v = np.float64(KT[j, i]) * dj
+            s[r] += v
+            if with_own and grp[i] == gj:
+                so[r] += v
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_columns(rows, s, so, tot, own, with_own):
+    """``tot[rows] += s``, and ``own[rows] += so`` for ``with_own`` (see accumulate_columns_T)."""
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        tot[i] += s[r]
+        if with_own:
+            own[i] += so[r]
+
+
+@numba.njit(cache=True, nogil=True)
 def scan(rows, y, grp, a, tot, own, w_same, w_diff, p, U, n_groups, g, vup, vlow, gmax, gmin):
     """Gradient and selection statistics of ``rows``.
 
