@@ -220,6 +220,54 @@ def test_opt_exact_solves_reduced_problem(k, qp_solutions):
     assert g2 <= 1e-12
 
 
+def _theta_full_sort(D, part):
+    """CS 2001's sort-based theta over ALL participating D_r (the same arithmetic order as
+    opt_exact, which sorts only the values above max D - 1)."""
+    s = np.sort(D[part])[::-1]
+    csum, theta = 0.0, 0.0
+    for j in range(s.shape[0]):
+        csum += s[j]
+        t = (csum - 1.0) / (j + 1)
+        if s[j] - t > 0.0:
+            theta = t
+        else:
+            break
+    return theta
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_opt_exact_equals_the_full_sort(seed):
+    """Sorting only the D_r above max D - 1 gives, bit for bit, the full sort's solution, with
+    many prototypes and values crowded at the cut (ties, values just below / above it)."""
+    rng = np.random.default_rng(seed)
+    m, q = 13, 20
+    pcls = np.repeat(np.arange(m), q).astype(np.int64)
+    P = pcls.shape[0]
+    c = int(rng.integers(m))
+    y = c * q + int(rng.integers(q))
+    kpp, C = float(rng.uniform(0.5, 3.0)), float(10.0 ** rng.uniform(-1, 1))
+    part = (pcls != c)
+    part[y] = True
+    b = np.zeros(P)
+    f = rng.normal(-1.0, 0.6, P) if seed % 2 else rng.normal(0.0, 0.05, P)
+    f[y] = rng.normal(0.3, 0.3)
+    D = np.where(np.arange(P) == y, (f - 1.0) / (C * kpp) + 1.0, f / (C * kpp))
+    # values exactly at, just below and just above the cut max D - 1
+    neg = np.flatnonzero(part & (np.arange(P) != y))[:6]
+    cut = D[part].max() - 1.0
+    for r, dv in zip(neg, (0.0, 0.0, -1e-12, 1e-12, -1e-6, 1e-6)):
+        f[r] = (cut + dv) * C * kpp
+    D = np.where(np.arange(P) == y, (f - 1.0) / (C * kpp) + 1.0, f / (C * kpp))
+    theta = _theta_full_sort(D, part)
+    tau = np.where(part, np.minimum(theta, D) - (D - (np.arange(P) == y)), 0.0)
+    b_ref = np.where(part, C * tau, 0.0)
+    b_ref[y] = min(b_ref[y], C)
+    f_got = f.copy()
+    pt.opt_exact(b, f_got, y, c, pcls, kpp, C, 0.0)
+    np.testing.assert_array_equal(b, b_ref)
+    assert np.abs(b).max() > 0
+
+
 OPTIMIZERS_TIGHT = {
     "fixed_point": lambda b, f, y, c, pcls, kpp, C: pt.opt_fixed_point(b, f, y, c, pcls, kpp, C,
                                                                        1e-15),

@@ -167,6 +167,8 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     ds = np.zeros(P)
     touched = np.zeros(P, dtype=np.bool_)
     f = np.empty(P)
+    b = np.empty(P)             # the row's coefficients and their copy, reused (no allocation
+    b0 = np.empty(P)            # per row visit)
     # A sweep after the first checks every row before optimizing it and skips rows with
     # psi <= tol, so a sweep that finds no violator changed nothing: it ends the solve.  That is
     # the same dB as checking the whole batch after every sweep (pattern.solve_batch), without a
@@ -174,7 +176,8 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     for sweep in range(sweeps):
         worst = 0.0
         for j in range(nb):
-            b = Bb[j] + dB[j]
+            for r in range(P):
+                b[r] = Bb[j, r] + dB[j, r]
             # current scores of row j: reported scores plus the batch's change, a dW x_j + c0 ds
             for r in range(P):
                 fr = Fb[j, r]
@@ -192,7 +195,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                     continue
             kpp = kdiag[j]
             phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-            b0 = b.copy()
+            b0[:] = b
             g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
             gains[j] += g
             for r in range(P):

@@ -243,10 +243,18 @@ def opt_exact(b, f, y, c, pcls, kpp, C, phi):
         return opt_kkt(b, f, y, c, pcls, kpp, C, phi)
     P = b.shape[0]
     f_other, D = _reduced_D(b, f, y, c, pcls, kpp, C)
+    # theta >= max D - 1 (the largest term alone is at most 1), so only D_r above that can be
+    # active: sort just those (a handful, where P can be hundreds of prototypes).  The margin
+    # keeps any rounding on the safe side; an extra value never changes theta.
+    mx = -np.inf
+    for r in range(P):
+        if (r == y or _is_neg(pcls, c, r)) and D[r] > mx:
+            mx = D[r]
+    lo = mx - 1.0 - 1e-9 * (1.0 + abs(mx))
     vals = np.empty(P)
     k = 0
     for r in range(P):
-        if r == y or _is_neg(pcls, c, r):
+        if (r == y or _is_neg(pcls, c, r)) and D[r] > lo:
             vals[k] = D[r]
             k += 1
     s = np.sort(vals[:k])[::-1]
