@@ -6,7 +6,9 @@ rows) and pin its data and state there.  A partition's state stays on its worker
 either as an **actor** (default: one direct worker-to-client call per partition per round, no
 scheduler involvement) or as a **pinned future** (a task per partition per round that receives the
 in-memory Partition object on its worker and mutates it).  Either way a round is one message per
-partition carrying the batch update and one reply with its candidates and aggregates.
+partition carrying the batch update and one reply with its candidates and aggregates.  Actors get
+both packed into one opaque frame each (``Partition.step_packed``): Dask then ships a single buffer
+instead of serializing a dict of arrays array by array, which roughly halves the bare round trip.
 """
 
 from __future__ import annotations
