@@ -259,16 +259,23 @@ def markdown(results) -> str:
              f"{(m.get('dmcsvm_git') or {}).get('commit', '?')[:10]}.  Load at start "
              f"{results['load_at_start']}, at end {results['load_at_end']} (shared box: timings "
              f"are inflated by other jobs).", "",
-             f"Settings: {results['settings']}", "",
-             "| q | C (validated) | test error % | paper % | diff (points) | fit s | epochs | rounds "
-             "| energy |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"Settings: {results['settings']}", ""] + [
+                 f"Rows for q in {r['qs']}{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
+                 f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
+                 f"start {r['load_at_start']}), settings {r['settings']}." for r in
+                 results.get("merged_runs", [])] + ["",
+             "| q | C | test error % | paper % | diff (points) | fit s | epochs | rounds "
+             "| energy | run |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for q in sorted(int(k) for k in t["final"]):
         f = t["final"][q]
         p = PAPER_ERROR.get(q)
         diff = f"{f['error_pct'] - p:+.2f}" if p is not None else ""
-        lines.append(f"| {q} | {f['C']:g} | {f['error_pct']:.2f} | {p if p is not None else ''} | "
-                     f"{diff} | {f['fit_time_s']:.1f} | {f['epochs']} | {f['rounds']} | "
-                     f"{f['energy']:.1f} |")
+        per = (t["validation"].get(q) or t["validation"].get(str(q)) or {}).get("per_C")
+        how = "validated" if per else "given, not validated"
+        lines.append(f"| {q} | {f['C']:g} ({how}) | {f['error_pct']:.2f} | "
+                     f"{p if p is not None else ''} | {diff} | {f['fit_time_s']:.1f} | "
+                     f"{f['epochs']} | {f['rounds']} | {f['energy']:.1f} | "
+                     f"{f.get('run', 'this run')} |")
     lines += ["", "Validation errors (% on the 3000 held-out training patterns):", "",
               "| q | " + " | ".join(f"C={c:g}" for c in results["settings"]["Cs"]) + " |",
               "|---:|" + "---:|" * len(results["settings"]["Cs"])]
@@ -319,6 +326,33 @@ def goals(results):
     return g
 
 
+def merge_results(table, ll, prev, merged):
+    """Add the q rows of an earlier run ``prev`` that ``table`` lacks (each marked with that
+    run's commit, settings and load); returns the LIBLINEAR comparison to keep (this run's, else
+    the earlier one's)."""
+    commit = ((prev.get("machine") or {}).get("dmcsvm_git") or {}).get("commit", "?")
+    run = {"commit": commit, "settings": prev.get("settings"),
+           "load_at_start": prev.get("load_at_start"), "qs": []}
+    for q, row in prev["table"]["final"].items():
+        q = int(q)
+        if q in table["final"]:
+            continue
+        table["final"][q] = dict(row, run=commit[:10])
+        if str(q) in prev["table"]["validation"]:
+            table["validation"][q] = prev["table"]["validation"][str(q)]
+        table["skipped"] = [sk for sk in table["skipped"] if sk["q"] != q]
+        run["qs"].append(q)
+    table["skipped"] += [sk for sk in prev["table"]["skipped"]
+                         if sk["q"] not in table["final"] and sk not in table["skipped"]]
+    table["final"] = dict(sorted(table["final"].items()))
+    table["validation"] = dict(sorted(table["validation"].items()))
+    if ll is None and prev.get("liblinear"):
+        ll = dict(prev["liblinear"], run=commit[:10])
+        run["liblinear"] = True
+    merged.append(run)
+    return ll
+
+
 def warmup(a, Xtr, ytr):
     """Untimed fits on a subset: numba compilation / cache loading, thread start-up."""
     Xs, ys = _data.stratified_subset(Xtr, ytr, 1000, random_state=1)
@@ -352,6 +386,9 @@ def main(argv=None):
     p.add_argument("--liblinear", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--budget-min", type=float, default=25.0, help="0: no budget")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--merge-from", action="append", default=[], metavar="JSON",
+                   help="earlier results of this script: their q rows (and LIBLINEAR comparison) "
+                        "that this run does not redo join the table, marked with their run")
     a = p.parse_args(argv)
     if a.quick:
         a.qs, a.Cs = "1,3", "0.1,1,10"
@@ -369,6 +406,9 @@ def main(argv=None):
     warmup(a, Xtr, ytr)
     table = run_table(a, Xtr, ytr, Xte, yte, Budget(60.0 * a.budget_min, t0), log)
     ll = table.pop("liblinear", None)
+    merged = []
+    for path in a.merge_from:
+        ll = merge_results(table, ll, json.loads(Path(path).read_text()), merged)
     settings = {k: v for k, v in vars(a).items() if k not in ("data_dir", "out")}
     results = {"benchmark": "MProtSVM on LETTER (AS 2005 Table 2b) + q=1 vs LIBLINEAR",
                "machine": _data.machine_info(), "load_at_start": load0,
@@ -376,7 +416,7 @@ def main(argv=None):
                                  "scaling with training min/max",
                         "validation": f"stratified {a.val_size} held out of the 15000 "
                                       f"(random_state={a.seed})"},
-               "settings": settings, "table": table, "liblinear": ll}
+               "settings": settings, "table": table, "liblinear": ll, "merged_runs": merged}
     results["load_at_end"] = _data.other_load()
     results["goals"] = goals(results)
     results["script_runtime_s"] = time.perf_counter() - t0
