@@ -147,6 +147,7 @@ def _cache_share(est):
 
 
 def main(argv=None):
+    global SPREAD
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=1_050_000)
     p.add_argument("--d", type=int, default=2048)
@@ -169,7 +170,6 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=str(_data.RESULTS_DIR / "out_of_core.json"))
     a = p.parse_args(argv)
-    global SPREAD
     SPREAD = a.spread
     if a.quick:
         a.n, a.d, a.memory_limit, a.subset = 100_000, 512, "700MiB", 10_000
