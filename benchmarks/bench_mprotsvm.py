@@ -393,7 +393,7 @@ def main(argv=None):
     if a.quick:
         a.qs, a.Cs = "1,3", "0.1,1,10"
         a.max_epochs = min(a.max_epochs, 20)
-    a.qs = [int(q) for q in a.qs.split(",")]
+    a.qs = [int(q) for q in a.qs.split(",") if q.strip()]     # empty: only --merge-from
     a.Cs = [float(c) for c in a.Cs.split(",")]
     a.val_epochs = min(a.val_epochs, a.max_epochs)
     t0 = time.perf_counter()
