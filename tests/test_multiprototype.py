@@ -409,6 +409,49 @@ def test_dask_localcluster_equals_inprocess(local_client, kernel):
     np.testing.assert_array_equal(dsk.predict(X), ref.predict(X))
 
 
+@pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
+def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_client, kernel,
+                                                                      tmp_path):
+    """A zarr store path (and a dask array) trains on the workers, each partition reading its
+    own rows, to the model of the same rows as a numpy array in-process; predicting a store or
+    a dask array runs per chunk and equals predicting the array."""
+    import dask.array as da
+    from dmcsvm.store import write_arrays
+    X, y = multimodal(11, n_per_mode=20, modes=2, d=3, circle=False)     # 120 rows
+    X = X.astype(np.float32)
+    url = str(tmp_path / "train.zarr")
+    write_arrays(url, X, y, rows_per_chunk=30)          # partition edges 0/60/120 either way
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=6, batch_size=12,
+              random_state=4, n_partitions=2)
+    kw.update(FIXED_CASES[kernel])
+    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
+    on_store = MultiPrototypeSVC(client=local_client, **kw).fit(url)
+    on_dask = MultiPrototypeSVC(client=local_client, **kw).fit(da.from_array(X, chunks=40), y)
+    for est in (on_store, on_dask):
+        assert est.n_features_in_ == 3 and est.n_epochs_ == ref.n_epochs_
+        np.testing.assert_array_equal(est.assignment_, ref.assignment_)
+        np.testing.assert_allclose(full_coef(est, len(y)), full_coef(ref, len(y)), rtol=0,
+                                   atol=1e-9)
+    expected = ref.predict(X)
+    assert ref.score(X, y) > 0.7                        # chance: 1/3
+    np.testing.assert_array_equal(on_store.predict(url), expected)
+    assert on_store.score(url) == pytest.approx(ref.score(X, y))
+    lazy = on_store.predict(da.from_array(X, chunks=25))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), expected)
+    np.testing.assert_allclose(on_store.decision_function(url), ref.decision_function(X),
+                               rtol=0, atol=1e-5)
+
+
+def test_store_with_labels_given_is_refused(tmp_path):
+    from dmcsvm.store import write_arrays
+    X, y = multimodal(12, n_per_mode=5)
+    url = str(tmp_path / "s.zarr")
+    write_arrays(url, X.astype(np.float32), y)
+    with pytest.raises(ValueError, match="y must be None"):
+        MultiPrototypeSVC(n_prototypes=1).fit(url, y)
+
+
 # ------------------------------------------------------------------------------------------------
 # bad input
 # ------------------------------------------------------------------------------------------------

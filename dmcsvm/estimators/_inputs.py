@@ -141,7 +141,18 @@ def score_block(X, spec: dict, SV, sv_norms, coef) -> np.ndarray:
 
 
 def _decision_block(X, payload):
-    S = score_block(X, *payload)
+    """Decision values of one row block: prototype scores (kernel rows, or explicit linear
+    prototypes ``X W^T + b``), reduced to the largest score per class when classes own several
+    prototypes (``groups``: the prototype index where each class starts), as two-class
+    differences for two classes."""
+    if payload["W"] is not None:
+        S = np.asarray(X @ payload["W"].T, dtype=np.float64) + payload["b"]
+    else:
+        S = score_block(X, payload["spec"], payload["SV"], payload["sv_norms"], payload["coef"])
+    g = payload["groups"]
+    if g is not None:
+        S = np.column_stack([S[:, g[c]:g[c + 1]].max(axis=1) for c in range(len(g) - 1)]) \
+            if S.shape[0] else np.zeros((0, len(g) - 1))
     return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
 
 
@@ -159,8 +170,11 @@ def _check_features(est, d):
 def predict_payload(est):
     """What a prediction task needs of the model, as plain arrays (sent once per worker)."""
     SV = est.support_vectors_
-    spec = est._kernel_spec().to_dict()
-    return (spec, SV, row_norms_sq(SV), est.dual_coef_)
+    W = getattr(est, "prototypes_", None)
+    q = getattr(est, "n_prototypes_", None)
+    return {"spec": est._kernel_spec().to_dict(), "SV": SV, "sv_norms": row_norms_sq(SV),
+            "coef": est.dual_coef_, "W": W, "b": getattr(est, "intercept_", None),
+            "groups": None if q is None else np.concatenate([[0], np.cumsum(q)]).astype(int)}
 
 
 def chunked_decision(est, X):
@@ -214,3 +228,37 @@ def _predict_scheduler(est):
         c = Client(client)
         return c, [c]
     return "threads", []
+
+
+class ChunkedPredictMixin:
+    """``predict`` and ``score`` over ``decision_function`` for estimators whose decision takes
+    arrays, dask arrays (lazy result) and zarr stores (chunk-parallel)."""
+
+    def predict(self, X):
+        """Class of the largest decision value; a dask array for a dask-array input."""
+        D = self.decision_function(X)
+        if is_dask(D):
+            classes = self.classes_
+            if D.ndim == 1:
+                return D.map_blocks(lambda d: classes[(d > 0).astype(int)], dtype=classes.dtype)
+            return D.map_blocks(lambda d: classes[np.argmax(d, axis=1)], drop_axis=1,
+                                dtype=classes.dtype)
+        if D.ndim == 1:
+            return self.classes_[(D > 0).astype(int)]
+        return self.classes_[np.argmax(D, axis=1)]
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy; for a zarr store ``y`` may be omitted (the store's labels are used)."""
+        if is_store(X) and y is None:
+            from ..store import open_store, read_labels
+            info = open_store(X)
+            y = read_labels(info)
+            if info.classes is not None:
+                y = np.asarray(info.classes, dtype=object)[y]
+        if is_dask(y):
+            y = y.compute()
+        pred = self.predict(X)
+        if is_dask(pred):
+            pred = pred.compute()
+        from sklearn.metrics import accuracy_score
+        return accuracy_score(y, pred, sample_weight=sample_weight)

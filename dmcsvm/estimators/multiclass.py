@@ -6,26 +6,26 @@ import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..checkpoint import CheckpointSession
 from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..kernels import KERNELS, KernelSpec, row_norms_sq
 from ..solvers import pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
 from ._engine import make_executor, n_threads as _n_threads, release_executor
 from ._validation import check_int, check_real
-from ._inputs import chunked_decision, is_dask, is_store, score_block, training_data
+from ._inputs import (ChunkedPredictMixin, chunked_decision, is_dask, is_store, score_block,
+                      training_data)
 
 _PREDICT_CHUNK = 2048
 
 
-class MulticlassSVC(ClassifierMixin, BaseEstimator):
+class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
     Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
 
@@ -301,31 +301,3 @@ class MulticlassSVC(ClassifierMixin, BaseEstimator):
             return S[:, 1] - S[:, 0]
         return S
 
-    def predict(self, X):
-        """Class of the largest score (CS 2001 Eq. 16); a dask array for a dask-array input."""
-        D = self.decision_function(X)
-        if is_dask(D):
-            classes = self.classes_
-            if D.ndim == 1:
-                return D.map_blocks(lambda d: classes[(d > 0).astype(int)], dtype=classes.dtype)
-            return D.map_blocks(lambda d: classes[np.argmax(d, axis=1)], drop_axis=1,
-                                dtype=classes.dtype)
-        if D.ndim == 1:
-            return self.classes_[(D > 0).astype(int)]
-        return self.classes_[np.argmax(D, axis=1)]
-
-    def score(self, X, y=None, sample_weight=None):
-        """Mean accuracy; for a zarr store ``y`` may be omitted (the store's labels are used)."""
-        if is_store(X) and y is None:
-            from ..store import open_store, read_labels
-            info = open_store(X)
-            y = read_labels(info)
-            if info.classes is not None:
-                y = np.asarray(info.classes, dtype=object)[y]
-        if is_dask(y):
-            y = y.compute()
-        pred = self.predict(X)
-        if is_dask(pred):
-            pred = pred.compute()
-        from sklearn.metrics import accuracy_score
-        return accuracy_score(y, pred, sample_weight=sample_weight)

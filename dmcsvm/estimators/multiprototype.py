@@ -14,19 +14,21 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..engine.partition import PartitionSettings
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
-from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import pattern as pt
 from ..solvers.linear_prototypes import linear_coefficients
 from ..solvers.multiclass import SolverSettings
 from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment,
                                       prototype_classes)
 
+from ..engine.executor import partition_bounds
 from ._engine import make_executor, release_executor
+from ._inputs import ChunkedPredictMixin, chunked_decision, is_dask, is_store, training_data
 
 _PREDICT_CHUNK = 2048
 
 
-class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
+class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
 
     Every class ``c`` has ``q_c`` prototypes; a pattern is classified by the class of the prototype
@@ -222,10 +224,21 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
         return q
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y):
-        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+    def fit(self, X, y=None):
+        """Train on ``X`` and labels ``y``.
+
+        Parameters
+        ----------
+        X : ndarray, CSR matrix, dask array or str
+            Training rows (n_samples, n_features), or the path/URL of a dmcsvm zarr data store
+            (validated before any worker starts; each partition reads its own rows, and the
+            scores that drive selection are computed where the partition lives).
+        y : array-like of shape (n_samples,), optional
+            Labels; must be None for a store (its ``y`` array is used).
+        """
         settings, schedule = self._settings()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        td = training_data(self, X, y)
+        y = td.labels
         check_classification_targets(y)
         classes, y_idx = np.unique(y, return_inverse=True)
         if classes.shape[0] < 2:
@@ -234,31 +247,34 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
         y_idx = y_idx.astype(np.int64)
         m = classes.shape[0]
         q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))
-        self.gamma_ = resolve_gamma(self.gamma, X) if self.kernel != "linear" else 1.0
+        self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
-                settings = replace(settings, batch_size=int(X.shape[0]))
+                settings = replace(settings, batch_size=int(td.n))
             final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
         yp0 = initial_assignment(y_idx, pcls, rng)
         executor, owned = make_executor(self)
-        n_parts = max(1, min(executor.n_partitions, X.shape[0]))
+        n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
             tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
             shrinking=settings.shrinking, shrink_after=settings.shrink_after,
             cache_bytes=0 if linear else int(settings.cache_size * 2 ** 20 / n_parts),
-            kernel_dtype=str(X.dtype))
+            kernel_dtype=str(td.dtype),
+            # explicit prototypes score every row each round: the rows stay in memory
+            x_in_memory=True if linear else "auto")
         progress = self._print_epoch if self.verbose else None
         try:
-            executor.start(X, yp0, y_idx, psettings,
+            executor.start(td.source, yp0, y_idx, psettings,
+                           bounds=partition_bounds(td.n, n_parts, td.align),
                            partition_cls=LinearPrototypePartition if linear else PrototypePartition)
-            res = anneal(executor, X.shape[0], y_idx, pcls, yp0, spec, settings, schedule,
-                         X.shape[1], sp.issparse(X), rng, x_dtype=X.dtype, linear=linear,
+            res = anneal(executor, td.n, y_idx, pcls, yp0, spec, settings, schedule,
+                         td.d, td.sparse, rng, x_dtype=td.dtype, linear=linear,
                          progress=progress, final_settings=final)
         finally:
             release_executor(executor, owned)
@@ -269,7 +285,7 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
         self.prototype_class_ = classes[pcls]
         self.assignment_ = res.yp
         self.support_ = sv
-        self.support_vectors_ = state.bank.stack(sv, X.shape[1], sp.issparse(X), X.dtype)
+        self.support_vectors_ = state.bank.stack(sv, td.d, td.sparse, td.dtype)
         self.dual_coef_ = state.B[sv].copy()
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
@@ -302,6 +318,10 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
         return validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                              reset=False)
 
+    def _kernel_spec(self) -> KernelSpec:
+        spec = getattr(self, "_spec", None)
+        return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
+
     def prototype_scores(self, X):
         """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total)."""
         check_is_fitted(self)
@@ -325,7 +345,12 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """Score of every class: the largest score of its prototypes, (n_samples, n_classes);
-        for two classes, ``score_1 - score_0``."""
+        for two classes, ``score_1 - score_0``.  A dask array gives a lazy dask array (one task
+        per row block), a zarr store path/URL is scored chunk-parallel (on the estimator's
+        cluster when ``client`` names one); neither is gathered in one place."""
+        check_is_fitted(self)
+        if is_store(X) or is_dask(X):
+            return chunked_decision(self, X)
         S = self.prototype_scores(X)
         m = self.classes_.shape[0]
         bounds = np.concatenate([[0], np.cumsum(self.n_prototypes_)])
@@ -335,6 +360,6 @@ class MultiPrototypeSVC(ClassifierMixin, BaseEstimator):
         return D
 
     def predict(self, X):
-        """Class of the prototype of largest score (winner-take-all, AS 2005 Eq. 2)."""
-        S = self.prototype_scores(X)
-        return self.prototype_class_[np.argmax(S, axis=1)]
+        """Class of the prototype of largest score (winner-take-all, AS 2005 Eq. 2): the class
+        of the largest per-class score; a dask array for a dask-array input."""
+        return super().predict(X)
