@@ -336,6 +336,11 @@ def merge_results(table, ll, prev, merged):
     for q, row in prev["table"]["final"].items():
         q = int(q)
         if q in table["final"]:
+            # a row run at a given C: keep that run's row, but show the validation that chose C
+            pv = prev["table"]["validation"].get(str(q)) or {}
+            cur = table["validation"].get(q) or {}
+            if pv.get("per_C") and not cur.get("per_C") and pv["C"] == table["final"][q]["C"]:
+                table["validation"][q] = pv
             continue
         table["final"][q] = dict(row, run=commit[:10])
         if str(q) in prev["table"]["validation"]:
