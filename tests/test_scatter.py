@@ -328,3 +328,47 @@ def test_dask_localcluster_matches_inprocess(local_client):
         np.testing.assert_allclose(a.dual_coef_.toarray(), b.dual_coef_.toarray(), rtol=0,
                                    atol=1e-9)
         np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=0, atol=1e-9)
+
+
+def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_client, tmp_path):
+    """A zarr store path and a dask array train ScatterSVC and the SMO estimators on the
+    workers (each partition reads its own rows) to the coefficients of the same rows as a numpy
+    array in-process; decision values / predictions of a store (chunk by chunk) and of a dask
+    array (lazy) equal those of the array."""
+    import dask.array as da
+    from dmcsvm import BinarySVC, OneVsOneSVC, OneVsRestSVC
+    from dmcsvm.store import write_arrays
+    X, y = _blobs(9, n=72, m=4)
+    X = X.astype(np.float32)
+    url = str(tmp_path / "train.zarr")
+    write_arrays(url, X, y, rows_per_chunk=24)        # partition edges 0/24/48/72 either way
+    yb = (y >= 2).astype(int)
+    url_b = str(tmp_path / "binary.zarr")
+    write_arrays(url_b, X, yb, rows_per_chunk=24)
+    # an explicit gamma: 'scale' computes the variance from the store in another order than
+    # numpy's X.var(), which moves the last bits of gamma
+    kw = dict(tol=1e-9, n_partitions=3, gamma=0.5)
+    cases = [
+        (lambda **c: ScatterSVC(mu=0.2, batch_size=8, class_batch=2, **kw, **c), url, y),
+        (lambda **c: BinarySVC(C=2.0, batch_size=4, **kw, **c), url_b, yb),
+        (lambda **c: OneVsRestSVC(C=2.0, batch_size=8, **kw, **c), url, y),
+        (lambda **c: OneVsOneSVC(C=2.0, batch_size=8, **kw, **c), url, y),
+    ]
+    for make, store, labels in cases:
+        ref = make(n_jobs=2).fit(X, labels)
+        for est in (make(client=local_client).fit(store),
+                    make(client=local_client).fit(da.from_array(X, chunks=30), labels)):
+            np.testing.assert_array_equal(est.support_, ref.support_)
+            np.testing.assert_array_equal(est.support_vectors_, ref.support_vectors_)
+            dc, rc = est.dual_coef_, ref.dual_coef_
+            if hasattr(dc, "toarray"):
+                dc, rc = dc.toarray(), rc.toarray()
+            np.testing.assert_allclose(dc, rc, rtol=0, atol=1e-9)
+        expected = ref.predict(X)
+        np.testing.assert_array_equal(est.predict(store), expected)
+        assert est.score(store) == pytest.approx(ref.score(X, labels))
+        np.testing.assert_allclose(est.decision_function(store), ref.decision_function(X),
+                                   rtol=0, atol=1e-6)
+        lazy = est.predict(da.from_array(X, chunks=25))
+        assert isinstance(lazy, da.Array)
+        np.testing.assert_array_equal(lazy.compute(), expected)

@@ -130,6 +130,46 @@ def training_data(est, X, y) -> TrainingData:
     return TrainingData(X, labels, X.shape[0], X.shape[1], sp.issparse(X), X.dtype)
 
 
+def rows_of(td: TrainingData, ids) -> np.ndarray:
+    """X rows ``ids`` (in the given order) of a training input: indexing for arrays and CSR, the
+    store chunks that hold them for a store, one small computation for a dask array."""
+    ids = np.asarray(ids, dtype=np.int64)
+    src = td.source
+    if not isinstance(src, (StoreSource, DaskSource)):
+        return src[ids]
+    order = np.argsort(ids, kind="stable")
+    sidx = ids[order]
+    if isinstance(src, DaskSource):
+        got = np.asarray(src.array[sidx].compute(scheduler="threads"))
+    else:
+        from ..store import open_store, read_rows
+        from ..engine.rows import stack_rows
+        info = open_store(src.url)
+        starts = np.array([a for a, _ in info.chunk_bounds], dtype=np.int64)
+        which = np.searchsorted(starts, sidx, side="right") - 1
+        blocks = []
+        for k in np.unique(which):
+            lo, hi = info.chunk_bounds[int(k)]
+            sel = sidx[which == k] - lo
+            Xc = read_rows(info, lo, hi)
+            blocks.append(Xc[sel])
+        got = stack_rows(blocks, td.d, td.sparse, td.dtype)
+    inv = np.empty_like(order)
+    inv[order] = np.arange(order.shape[0])
+    return got[inv]
+
+
+class RowsView:
+    """``view[ids]`` = :func:`rows_of` ``(td, ids)``: what solvers index as ``X[ids]``."""
+
+    def __init__(self, td: TrainingData):
+        self.td = td
+        self.shape = (td.n, td.d)
+
+    def __getitem__(self, ids):
+        return rows_of(self.td, ids)
+
+
 # ---------------------------------------------------------------------------------- prediction
 
 def score_block(X, spec: dict, SV, sv_norms, coef) -> np.ndarray:
@@ -156,11 +196,6 @@ def _decision_block(X, payload):
     return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
 
 
-def _store_block(url, lo, hi, payload):
-    from ..store import read_rows
-    return _decision_block(read_rows(url, lo, hi), payload)
-
-
 def _check_features(est, d):
     if d != est.n_features_in_:
         raise ValueError(f"X has {d} features, but {type(est).__name__} is expecting "
@@ -181,29 +216,40 @@ def chunked_decision(est, X):
     """Decision values of a store (computed now, chunk-parallel; returns ndarray) or of a dask
     array (returned lazily as a dask array with one task per row block).  Neither ever gathers
     the test rows in one place."""
-    import dask
     from dask import delayed
     token = uuid.uuid4().hex[:8]
     payload = delayed(predict_payload(est), pure=True, name=f"dmcsvm-model-{token}")
     n_out = len(est.classes_)
+    return _map_row_blocks(est, X, _decision_block, (payload,), token,
+                           () if n_out == 2 else (n_out,), np.dtype(np.float64))
+
+
+def _store_apply(url, lo, hi, fn, *args):
+    from ..store import read_rows
+    return fn(read_rows(url, lo, hi), *args)
+
+
+def _map_row_blocks(est, X, fn, args, token, trailing, dtype):
+    """``fn(block, *args)`` over the row blocks of a dask array (lazy dask array back) or the
+    chunks of a store (one task per chunk, computed now on the estimator's cluster or local
+    threads; ndarray back), each block a ``(rows,) + trailing`` result."""
+    import dask
+    from dask import delayed
     if is_dask(X):
         import dask.array as da
         if X.ndim != 2:
             raise ValueError(f"Expected a 2-dimensional dask array for X, got shape {X.shape}")
         _check_features(est, X.shape[1])
         X = X.rechunk({1: -1})
-        blocks = X.to_delayed().ravel()
         parts = []
-        for i, (blk, rows) in enumerate(zip(blocks, X.chunks[0])):
-            t = delayed(_decision_block, pure=True)(blk, payload,
-                                                    dask_key_name=f"dmcsvm-predict-{token}-{i}")
-            shape = (rows,) if n_out == 2 else (rows, n_out)
-            parts.append(da.from_delayed(t, shape=shape, dtype=np.float64))
-        return da.concatenate(parts, axis=0) if parts else da.zeros((0, n_out))
+        for i, (blk, rows) in enumerate(zip(X.to_delayed().ravel(), X.chunks[0])):
+            t = delayed(fn, pure=True)(blk, *args, dask_key_name=f"dmcsvm-predict-{token}-{i}")
+            parts.append(da.from_delayed(t, shape=(rows,) + trailing, dtype=dtype))
+        return da.concatenate(parts, axis=0) if parts else da.zeros((0,) + trailing, dtype=dtype)
     from ..store import open_store
     info = open_store(X)
     _check_features(est, info.n_features)
-    tasks = [delayed(_store_block, pure=True)(info.url, lo, hi, payload,
+    tasks = [delayed(_store_apply, pure=True)(info.url, lo, hi, fn, *args,
                                               dask_key_name=f"dmcsvm-predict-{token}-{i}")
              for i, (lo, hi) in enumerate(info.chunk_bounds)]
     scheduler, owned = _predict_scheduler(est)
@@ -212,9 +258,7 @@ def chunked_decision(est, X):
     finally:
         for obj in owned:
             obj.close()
-    if not out:
-        return np.zeros((0,) if n_out == 2 else (0, n_out))
-    return np.concatenate(out, axis=0)
+    return np.concatenate(out, axis=0) if out else np.zeros((0,) + trailing, dtype=dtype)
 
 
 def _predict_scheduler(est):
@@ -262,3 +306,23 @@ class ChunkedPredictMixin:
             pred = pred.compute()
         from sklearn.metrics import accuracy_score
         return accuracy_score(y, pred, sample_weight=sample_weight)
+
+
+def _method_block(X, est, method):
+    return getattr(est, method)(X)
+
+
+def chunked_method(est, X, method):
+    """``est.<method>`` of a zarr store (computed now, one task per chunk; returns ndarray) or of
+    a dask array (a lazy dask array, one task per row block), for estimators whose method takes
+    an array block.  The fitted model travels to the tasks without its cluster handle; the test
+    rows are never gathered in one place."""
+    import copy
+    from dask import delayed
+    token = uuid.uuid4().hex[:8]
+    model = copy.copy(est)
+    model.client = None                      # a Client does not travel; the tasks need none
+    model_d = delayed(model, pure=True, name=f"dmcsvm-model-{token}", traverse=False)
+    probe = np.asarray(getattr(model, method)(np.zeros((1, est.n_features_in_))))
+    return _map_row_blocks(est, X, _method_block, (model_d, method), token, probe.shape[1:],
+                           probe.dtype)

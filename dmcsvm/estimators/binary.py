@@ -19,11 +19,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings, solve_decomposition
 from ._engine import make_executor, n_threads as _n_threads, release_executor
 from ._validation import check_int, check_real
+from ..engine.executor import partition_bounds
+from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
+                      is_store, rows_of, training_data)
 
 _PREDICT_CHUNK = 2048
 
@@ -40,7 +43,9 @@ class SMOEngine:
     est : estimator
         Supplies the executor switch (``client``, ``n_jobs``, ``n_partitions``, ...) and
         ``cache_size`` (MB, shared by the partitions).
-    X : ndarray or CSR
+    td : TrainingData
+        The training input (arrays, CSR, a store or a dask array: partitions read their rows
+        where they live).
     signs, groups : ndarray (n,)
         The first problem's signs (+1/-1, 0 = row not in the problem) and groups.
     spec : KernelSpec
@@ -49,9 +54,9 @@ class SMOEngine:
         Whether the dual couples rows of the same group differently (mScatter).
     """
 
-    def __init__(self, est, X, signs, groups, spec, settings, with_own=False):
-        self.X = X
-        self.n = X.shape[0]
+    def __init__(self, est, td: TrainingData, signs, groups, spec, settings, with_own=False):
+        self.X = RowsView(td)       # rows the coordinator needs (a dense start's batch)
+        self.n = td.n
         self.spec = spec
         self.settings = settings
         self.groups = np.ascontiguousarray(groups, dtype=np.int64)
@@ -63,8 +68,10 @@ class SMOEngine:
                 kernel=spec.to_dict(), C=float(settings.U), selection=0, tol=float(settings.tol),
                 n_candidates=int(settings.per_group), pcls=np.zeros(1, dtype=np.int64),
                 shrinking=False, cache_bytes=int(float(est.cache_size) * 2 ** 20 / n_parts),
-                kernel_dtype=str(X.dtype), extra=settings.partition_extra(with_own))
-            self.executor.start(X, np.asarray(signs, dtype=np.int64), self.groups, ps,
+                kernel_dtype=str(td.dtype), extra=settings.partition_extra(with_own),
+                x_in_memory=True)
+            self.executor.start(td.source, np.asarray(signs, dtype=np.int64), self.groups, ps,
+                                bounds=partition_bounds(td.n, n_parts, td.align),
                                 partition_cls=GradientPartition)
         except BaseException:
             self.close()
@@ -107,8 +114,8 @@ def check_common(est):
                          f"{est.selection!r}")
 
 
-def kernel_of(est, X) -> KernelSpec:
-    est.gamma_ = resolve_gamma(est.gamma, X) if est.kernel != "linear" else 1.0
+def kernel_of(est, td: TrainingData) -> KernelSpec:
+    est.gamma_ = td.gamma(est.gamma) if est.kernel != "linear" else 1.0
     return KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
 
 
@@ -142,17 +149,19 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
 
 
 def fit_inputs(est, X, y, min_classes=2):
-    """Validated ``X``, class labels and class index of every row."""
-    X, y = validate_data(est, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+    """The resolved training input (:class:`TrainingData`: arrays, CSR, a zarr store path or a
+    dask array), the class labels and the class index of every row."""
+    td = training_data(est, X, y)
+    y = td.labels
     check_classification_targets(y)
     classes, y_idx = np.unique(y, return_inverse=True)
     if classes.shape[0] < min_classes:
         raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
                          f"but the data contains only one class: {classes.tolist()[0]!r}")
-    return X, classes, y_idx.astype(np.int64)
+    return td, classes, y_idx.astype(np.int64)
 
 
-class _SMOParams(ClassifierMixin, BaseEstimator):
+class _SMOParams(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Parameters shared by BinarySVC, OneVsRestSVC and OneVsOneSVC."""
 
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
@@ -194,13 +203,13 @@ class _SMOParams(ClassifierMixin, BaseEstimator):
                                      max_iter=int(self.max_iter),
                                      verbose=bool(self.verbose)).check()
 
-    def _fit_problems(self, X, problems):
+    def _fit_problems(self, td, problems):
         """Solve the binary problems ``problems`` (list of sign vectors over all rows) on one set
         of partitions.  Returns per problem ``(support, y*a of the support, intercept, result)``."""
         s = self._decomposition_settings()
-        spec = kernel_of(self, X)
+        spec = kernel_of(self, td)
         self._spec = spec
-        engine = SMOEngine(self, X, problems[0], np.zeros(X.shape[0], dtype=np.int64), spec, s)
+        engine = SMOEngine(self, td, problems[0], np.zeros(td.n, dtype=np.int64), spec, s)
         out = []
         try:
             for signs in problems:
@@ -295,19 +304,20 @@ class BinarySVC(_SMOParams):
         tags.classifier_tags.multi_class = False
         return tags
 
-    def fit(self, X, y):
-        """Train on ``X`` (n_samples, n_features; dense or CSR) and two-class labels ``y``."""
+    def fit(self, X, y=None):
+        """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
+        dmcsvm zarr store whose ``y`` holds the labels) and two-class labels ``y``."""
         self._decomposition_settings()
-        X, classes, y_idx = fit_inputs(self, X, y)
+        td, classes, y_idx = fit_inputs(self, X, y)
         if classes.shape[0] != 2:
             raise ValueError(f"Only binary classification is supported. The type of the target "
                              f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
                              f"OneVsOneSVC for more than two classes")
         signs = np.where(y_idx == 1, 1, -1)
-        ((sv, coef, b, r),) = self._fit_problems(X, [signs])
+        ((sv, coef, b, r),) = self._fit_problems(td, [signs])
         self.classes_ = classes
         self.support_ = sv
-        self.support_vectors_ = X[sv]
+        self.support_vectors_ = rows_of(td, sv)
         self.dual_coef_ = coef[None, :]
         self.intercept_ = np.array([b])
         self.platt_intercept_ = float(r.platt_b)
@@ -319,14 +329,13 @@ class BinarySVC(_SMOParams):
         return self
 
     def decision_function(self, X):
-        """``f(x) = sum_i y_i a_i k(x_i, x) + b``; positive means ``classes_[1]``."""
+        """``f(x) = sum_i y_i a_i k(x_i, x) + b``; positive means ``classes_[1]``.  A dask array
+        gives a lazy dask array, a zarr store path/URL is scored chunk by chunk."""
+        if is_store(X) or is_dask(X):
+            return chunked_method(self, X, "decision_function")
         X = self._check_X(X)
         return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0] \
             + self.intercept_[0]
-
-    def predict(self, X):
-        D = self.decision_function(X)
-        return self.classes_[(D > 0).astype(int)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -339,15 +348,16 @@ class _Decomposed(_SMOParams):
     def _problems(self, y_idx, m):
         raise NotImplementedError
 
-    def fit(self, X, y):
-        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+    def fit(self, X, y=None):
+        """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
+        dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
         self._decomposition_settings()
-        X, classes, y_idx = fit_inputs(self, X, y)
+        td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         problems, pairs = self._problems(y_idx, m)
-        res = self._fit_problems(X, problems)
+        res = self._fit_problems(td, problems)
         sv = np.unique(np.concatenate([r[0] for r in res])) if res else np.zeros(0, np.int64)
-        pos = np.full(X.shape[0], -1, dtype=np.int64)
+        pos = np.full(td.n, -1, dtype=np.int64)
         pos[sv] = np.arange(sv.shape[0])
         rows = np.concatenate([np.full(r[0].shape[0], k) for k, r in enumerate(res)])
         cols = np.concatenate([pos[r[0]] for r in res])
@@ -355,7 +365,7 @@ class _Decomposed(_SMOParams):
         self.classes_ = classes
         self.pairs_ = pairs
         self.support_ = sv
-        self.support_vectors_ = X[sv]
+        self.support_vectors_ = rows_of(td, sv)
         self.dual_coef_ = sp.csr_matrix((vals, (rows, cols)), shape=(len(res), sv.shape[0]))
         self.intercept_ = np.array([r[2] for r in res])
         self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
@@ -369,11 +379,12 @@ class _Decomposed(_SMOParams):
         return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr()) \
             + self.intercept_[None, :]
 
-    def predict(self, X):
-        D = self.decision_function(X)
-        if D.ndim == 1:
-            return self.classes_[(D > 0).astype(int)]
-        return self.classes_[np.argmax(D, axis=1)]
+    def decision_function(self, X):
+        """Decision values (see the subclass); a dask array gives a lazy dask array, a zarr store
+        path/URL is scored chunk by chunk."""
+        if is_store(X) or is_dask(X):
+            return chunked_method(self, X, "decision_function")
+        return self._decision(X)
 
 
 class OneVsRestSVC(_Decomposed):
@@ -408,7 +419,7 @@ class OneVsRestSVC(_Decomposed):
         return [np.where(y_idx == c, 1, -1) for c in range(m)], \
             np.array([[c, -1] for c in range(m)])
 
-    def decision_function(self, X):
+    def _decision(self, X):
         """``f_c(x)`` of every class (n_samples, n_classes); for two classes a vector (positive
         means ``classes_[1]``)."""
         D = self._binary_decisions(X)
@@ -444,7 +455,7 @@ class OneVsOneSVC(_Decomposed):
                 pairs.append((i, j))
         return probs, np.array(pairs)
 
-    def decision_function(self, X):
+    def _decision(self, X):
         """Votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3)
         (n_samples, n_classes), so that ``argmax`` is the vote winner with ties broken by
         confidence; for two classes the binary decision value (positive means ``classes_[1]``)."""

@@ -11,10 +11,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings
+from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of
 from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
 
 
-class ScatterSVC(ClassifierMixin, BaseEstimator):
+class ScatterSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
 
@@ -154,10 +155,11 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
         return float(max(self.mu, lo))
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y):
-        """Train on ``X`` (n_samples, n_features; dense or CSR) and labels ``y``."""
+    def fit(self, X, y=None):
+        """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
+        dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
         self._check_params()
-        X, classes, y_idx = fit_inputs(self, X, y)
+        td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         counts = np.bincount(y_idx, minlength=m)
         mu = self._check_mu(counts)
@@ -166,10 +168,10 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
                                   batch_size=int(self.batch_size),
                                   per_group=int(self.class_batch), max_iter=int(self.max_iter),
                                   verbose=bool(self.verbose)).check()
-        spec = kernel_of(self, X)
-        signs = np.ones(X.shape[0], dtype=np.int64)
+        spec = kernel_of(self, td)
+        signs = np.ones(td.n, dtype=np.int64)
         a0 = sc.feasible_start(y_idx, m, mu)
-        engine = SMOEngine(self, X, signs, y_idx, spec, s, with_own=True)
+        engine = SMOEngine(self, td, signs, y_idx, spec, s, with_own=True)
         try:
             r = engine.solve(signs, a0=a0)
             self.engine_stats_ = engine.stats()
@@ -179,7 +181,7 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
         sv = np.flatnonzero(r.a > 0)
         self.classes_ = classes
         self.support_ = sv
-        self.support_vectors_ = X[sv]
+        self.support_vectors_ = rows_of(td, sv)
         self.dual_coef_ = r.a[sv]
         self.sv_class_ = y_idx[sv]
         self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
@@ -213,7 +215,10 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """Scores of the chosen test rule (n_samples, n_classes); for two classes the difference
-        class 1 minus class 0 (positive means ``classes_[1]``)."""
+        class 1 minus class 0 (positive means ``classes_[1]``).  A dask array gives a lazy dask
+        array, a zarr store path/URL is scored chunk by chunk."""
+        if is_store(X) or is_dask(X):
+            return chunked_method(self, X, "decision_function")
         S = self.class_scores(X)
         tiny = 1e-300
         if self.test_rule == 1:
@@ -225,8 +230,4 @@ class ScatterSVC(ClassifierMixin, BaseEstimator):
             return D[:, 1] - D[:, 0]
         return D
 
-    def predict(self, X):
-        D = self.decision_function(X)
-        if D.ndim == 1:
-            return self.classes_[(D > 0).astype(int)]
-        return self.classes_[np.argmax(D, axis=1)]
+
