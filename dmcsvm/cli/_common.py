@@ -159,8 +159,7 @@ def labels_of(info) -> np.ndarray:
 def fits_stores(est) -> bool:
     """Whether the estimator's ``fit``/``predict`` take a store path (the shared out-of-core
     input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory."""
-    mod = sys.modules.get(type(est).__module__)
-    return mod is not None and getattr(mod, "training_data", None) is not None
+    return bool(getattr(est, "accepts_stores", False))
 
 
 def read_arrays(info):

@@ -278,6 +278,9 @@ class ChunkedPredictMixin:
     """``predict`` and ``score`` over ``decision_function`` for estimators whose decision takes
     arrays, dask arrays (lazy result) and zarr stores (chunk-parallel)."""
 
+    #: ``fit`` / ``predict`` take a zarr store path (the CLI passes stores through unread)
+    accepts_stores = True
+
     def predict(self, X):
         """Class of the largest decision value; a dask array for a dask-array input."""
         D = self.decision_function(X)
