@@ -123,24 +123,6 @@ def linear_scores(X, W, s, a, c0, out=None):
 # the coordinator's batch solve with explicit prototypes
 # --------------------------------------------------------------------------------------------
 
-# reassociation lets LLVM vectorize the short dot / axpy loops (no NaN/inf assumptions made)
-_FAST = {"reassoc", "contract"}
-
-
-@numba.njit(cache=True, nogil=True, fastmath=_FAST)
-def _dense_row_dot(dW, X, j, r):
-    acc = 0.0
-    for k in range(X.shape[1]):
-        acc += dW[r, k] * X[j, k]
-    return acc
-
-
-@numba.njit(cache=True, nogil=True, fastmath=_FAST)
-def _dense_row_axpy(dW, X, j, r, v):
-    for k in range(X.shape[1]):
-        dW[r, k] += v * X[j, k]
-
-
 @numba.njit(cache=True, nogil=True)
 def _csr_row_dot(dW, indptr, indices, data, j, r):
     acc = 0.0
@@ -163,7 +145,11 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     dense = Xd.shape[0] > 0
     dB = np.zeros((nb, P))
     gains = np.zeros(nb)
-    dW = np.zeros((P, d))       # change of the prototypes by the batch so far: sum_k dB[k] x_k
+    # change of the prototypes by the batch so far, sum_k dB[k] x_k: P x d for CSR rows, d x P
+    # for dense rows (all P scores of a row are then one pass over d with SIMD across P)
+    dW = np.zeros((P, d)) if not dense else np.zeros((1, 1))
+    dWT = np.zeros((d, P)) if dense else np.zeros((1, 1))
+    gx = np.empty(P)
     ds = np.zeros(P)
     touched = np.zeros(P, dtype=np.bool_)
     f = np.empty(P)
@@ -179,14 +165,24 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
             for r in range(P):
                 b[r] = Bb[j, r] + dB[j, r]
             # current scores of row j: reported scores plus the batch's change, a dW x_j + c0 ds
-            for r in range(P):
-                fr = Fb[j, r]
-                if touched[r]:
-                    if dense:
-                        fr += a * _dense_row_dot(dW, Xd, j, r) + c0 * ds[r]
-                    else:
+            if dense:
+                gx[:] = 0.0
+                for k in range(d):
+                    xk = Xd[j, k]
+                    if xk != 0.0:
+                        for r in range(P):
+                            gx[r] += dWT[k, r] * xk
+                for r in range(P):
+                    fr = Fb[j, r]
+                    if touched[r]:
+                        fr += a * gx[r] + c0 * ds[r]
+                    f[r] = fr
+            else:
+                for r in range(P):
+                    fr = Fb[j, r]
+                    if touched[r]:
                         fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
-                f[r] = fr
+                    f[r] = fr
             if sweep > 0:
                 p = pt.psi_value(b, f, yb[j], cb[j], pcls, C)
                 if p > worst:
@@ -205,7 +201,8 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                     touched[r] = True
                     ds[r] += v
                     if dense:
-                        _dense_row_axpy(dW, Xd, j, r, v)
+                        for k in range(d):
+                            dWT[k, r] += v * Xd[j, k]
                     else:
                         _csr_row_axpy(dW, indptr, indices, data, j, r, v)
         if sweep > 0 and worst <= tol:
