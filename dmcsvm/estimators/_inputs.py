@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from ..engine.rows import DaskSource, StoreSource
-from ..kernels import KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..kernels import KernelSpec, kernel_block, resolve_gamma
 
 
 def is_store(X) -> bool:
@@ -137,23 +137,16 @@ def rows_of(td: TrainingData, ids) -> np.ndarray:
     src = td.source
     if not isinstance(src, (StoreSource, DaskSource)):
         return src[ids]
+    if isinstance(src, StoreSource):
+        # the chunks holding the rows, read once each (StreamingRows.take)
+        from ..engine.rows import StreamingRows
+        rows = StreamingRows(src.slice(0, td.n))
+        try:
+            return rows.take(ids)
+        finally:
+            rows.close()
     order = np.argsort(ids, kind="stable")
-    sidx = ids[order]
-    if isinstance(src, DaskSource):
-        got = np.asarray(src.array[sidx].compute(scheduler="threads"))
-    else:
-        from ..store import open_store, read_rows
-        from ..engine.rows import stack_rows
-        info = open_store(src.url)
-        starts = np.array([a for a, _ in info.chunk_bounds], dtype=np.int64)
-        which = np.searchsorted(starts, sidx, side="right") - 1
-        blocks = []
-        for k in np.unique(which):
-            lo, hi = info.chunk_bounds[int(k)]
-            sel = sidx[which == k] - lo
-            Xc = read_rows(info, lo, hi)
-            blocks.append(Xc[sel])
-        got = stack_rows(blocks, td.d, td.sparse, td.dtype)
+    got = np.asarray(src.array[ids[order]].compute(scheduler="threads"))
     inv = np.empty_like(order)
     inv[order] = np.arange(order.shape[0])
     return got[inv]
@@ -180,48 +173,10 @@ def score_block(X, spec: dict, SV, sv_norms, coef) -> np.ndarray:
     return K @ coef
 
 
-def _decision_block(X, payload):
-    """Decision values of one row block: prototype scores (kernel rows, or explicit linear
-    prototypes ``X W^T + b``), reduced to the largest score per class when classes own several
-    prototypes (``groups``: the prototype index where each class starts), as two-class
-    differences for two classes."""
-    if payload["W"] is not None:
-        S = np.asarray(X @ payload["W"].T, dtype=np.float64) + payload["b"]
-    else:
-        S = score_block(X, payload["spec"], payload["SV"], payload["sv_norms"], payload["coef"])
-    g = payload["groups"]
-    if g is not None:
-        S = np.column_stack([S[:, g[c]:g[c + 1]].max(axis=1) for c in range(len(g) - 1)]) \
-            if S.shape[0] else np.zeros((0, len(g) - 1))
-    return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
-
-
 def _check_features(est, d):
     if d != est.n_features_in_:
         raise ValueError(f"X has {d} features, but {type(est).__name__} is expecting "
                          f"{est.n_features_in_} features as input.")
-
-
-def predict_payload(est):
-    """What a prediction task needs of the model, as plain arrays (sent once per worker)."""
-    SV = est.support_vectors_
-    W = getattr(est, "prototypes_", None)
-    q = getattr(est, "n_prototypes_", None)
-    return {"spec": est._kernel_spec().to_dict(), "SV": SV, "sv_norms": row_norms_sq(SV),
-            "coef": est.dual_coef_, "W": W, "b": getattr(est, "intercept_", None),
-            "groups": None if q is None else np.concatenate([[0], np.cumsum(q)]).astype(int)}
-
-
-def chunked_decision(est, X):
-    """Decision values of a store (computed now, chunk-parallel; returns ndarray) or of a dask
-    array (returned lazily as a dask array with one task per row block).  Neither ever gathers
-    the test rows in one place."""
-    from dask import delayed
-    token = uuid.uuid4().hex[:8]
-    payload = delayed(predict_payload(est), pure=True, name=f"dmcsvm-model-{token}")
-    n_out = len(est.classes_)
-    return _map_row_blocks(est, X, _decision_block, (payload,), token,
-                           () if n_out == 2 else (n_out,), np.dtype(np.float64))
 
 
 def _store_apply(url, lo, hi, fn, *args):
@@ -325,6 +280,8 @@ def chunked_method(est, X, method):
     token = uuid.uuid4().hex[:8]
     model = copy.copy(est)
     model.client = None                      # a Client does not travel; the tasks need none
+    if hasattr(model, "n_jobs"):
+        model.n_jobs = 1                     # the tasks are the parallelism: one thread each
     model_d = delayed(model, pure=True, name=f"dmcsvm-model-{token}", traverse=False)
     probe = np.asarray(getattr(model, method)(np.zeros((1, est.n_features_in_))))
     return _map_row_blocks(est, X, _method_block, (model_d, method), token, probe.shape[1:],

@@ -19,7 +19,7 @@ from ..solvers.multiclass import SolverSettings, solve
 from ..engine.executor import partition_bounds
 from ._engine import make_executor, n_threads as _n_threads, release_executor
 from ._validation import check_int, check_real
-from ._inputs import (ChunkedPredictMixin, chunked_decision, is_dask, is_store, score_block,
+from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
                       training_data)
 
 _PREDICT_CHUNK = 2048
@@ -294,7 +294,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         if is_store(X) or is_dask(X):
-            return chunked_decision(self, X)
+            return chunked_method(self, X, "decision_function")
         X = self._check_X(X, reset=False)
         S = self._scores(X)
         if S.shape[1] == 2:

@@ -23,7 +23,7 @@ from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment
 
 from ..engine.executor import partition_bounds
 from ._engine import make_executor, release_executor
-from ._inputs import ChunkedPredictMixin, chunked_decision, is_dask, is_store, training_data
+from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
 
 _PREDICT_CHUNK = 2048
 
@@ -350,7 +350,7 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         cluster when ``client`` names one); neither is gathered in one place."""
         check_is_fitted(self)
         if is_store(X) or is_dask(X):
-            return chunked_decision(self, X)
+            return chunked_method(self, X, "decision_function")
         S = self.prototype_scores(X)
         m = self.classes_.shape[0]
         bounds = np.concatenate([[0], np.cumsum(self.n_prototypes_)])
