@@ -130,7 +130,7 @@ class GradientPartition(Partition):
             cache_ok = n_new * col_bytes <= self.cache.budget
             # columns in groups of bounded size into one reused buffer (a fresh block as large as
             # the dense start's costs more in page faults than computing it)
-            g = int(max(1, min(len(ids), GROUP_BYTES // max(col_bytes, 1))))
+            g = self._group_size(len(ids), GROUP_BYTES)     # every row is active here
             for a in range(0, len(ids), g):
                 b = min(a + g, len(ids))
                 t1 = time.perf_counter()

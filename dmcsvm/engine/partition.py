@@ -331,10 +331,12 @@ class Partition:
                     self.disk.put(g, KT[j], self.active)
         return tk, tu
 
-    def _group_size(self, n_cols: int) -> int:
-        """Batch columns per kernel block so that one block stays within ``kernel_block_bytes``."""
+    def _group_size(self, n_cols: int, block_bytes: int | None = None) -> int:
+        """Batch columns per kernel block so that one block stays within ``block_bytes``
+        (default ``kernel_block_bytes``)."""
         per_col = max(1, self.active.shape[0]) * self.kdtype.itemsize
-        return int(min(n_cols, max(1, self.s.kernel_block_bytes // per_col)))
+        limit = self.s.kernel_block_bytes if block_bytes is None else block_bytes
+        return int(min(n_cols, max(1, limit // per_col)))
 
     def _unshrink(self, sv: dict) -> float:
         """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
