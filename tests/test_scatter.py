@@ -112,26 +112,27 @@ def test_scan_and_apply_columns_match_numpy():
     y = rng.integers(0, m, n).astype(np.int64)
     K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
     a = rng.uniform(0, U, n) * (rng.random(n) > 0.4)
-    tot = np.zeros(n)
-    own = np.zeros(n)
     rows = np.arange(n, dtype=np.int64)
     B = np.flatnonzero(a)
-    sc.apply_columns(np.ascontiguousarray(K[:, B]), rows, y, y[B], a[B], tot, own, True)
+    KT = np.ascontiguousarray(K[:, B].T)                 # K(X_B, X), as partitions compute it
+
+    def grouped(rows_, group):
+        t, o = np.zeros(n), np.zeros(n)
+        s_acc, so_acc = np.zeros(rows_.shape[0]), np.zeros(rows_.shape[0])
+        for lo in range(0, B.shape[0], group):
+            hi = min(lo + group, B.shape[0])
+            sc.accumulate_columns_T(KT[lo:hi], rows_, y, y[B][lo:hi], a[B][lo:hi], s_acc, so_acc,
+                                    True)
+        sc.finish_columns(rows_, s_acc, so_acc, t, o, True)
+        return t, o
+
+    tot, own = grouped(rows, B.shape[0])
     np.testing.assert_allclose(tot, K @ a, atol=1e-12)
     np.testing.assert_allclose(own, [K[i, y == y[i]] @ a[y == y[i]] for i in range(n)], atol=1e-12)
-    # the partitions' grouped form from K(X_B, X) (no transposed copy), on a subset of rows:
-    # bit for bit the same sums
+    # in column groups, on a subset of rows: bit for bit the sums of one group
     sub = rows[::3]
-    tot_s, own_s = np.zeros(n), np.zeros(n)
-    sc.apply_columns(np.ascontiguousarray(K[np.ix_(sub, B)]), sub, y, y[B], a[B], tot_s, own_s,
-                     True)
-    tot_g, own_g = np.zeros(n), np.zeros(n)
-    s_acc, so_acc = np.zeros(sub.shape[0]), np.zeros(sub.shape[0])
-    KT = np.ascontiguousarray(K[:, B].T)
-    for lo in range(0, B.shape[0], 7):
-        hi = min(lo + 7, B.shape[0])
-        sc.accumulate_columns_T(KT[lo:hi], sub, y, y[B][lo:hi], a[B][lo:hi], s_acc, so_acc, True)
-    sc.finish_columns(sub, s_acc, so_acc, tot_g, own_g, True)
+    tot_s, own_s = grouped(sub, B.shape[0])
+    tot_g, own_g = grouped(sub, 7)
     assert np.array_equal(tot_g, tot_s) and np.array_equal(own_g, own_s)
     assert np.count_nonzero(tot_g) == sub.shape[0]
     g, vup, vlow = np.empty(n), np.empty(n), np.empty(n)

@@ -180,36 +180,13 @@ def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection,
 
 
 @numba.njit(cache=True, nogil=True)
-def apply_columns(Kc, rows, grp, grp_b, dcoef, tot, own, with_own):
-    """Score update of a batch: ``tot[rows] += Kc @ dcoef`` and, for ``with_own``,
-    ``own[r] += sum_{j: grp_b[j] = grp[r]} Kc[r, j] dcoef[j]``.
-
-    ``Kc`` is ``K(X_rows, X_B)`` (len(rows) x nb), ``dcoef = y_B o da_B``.  A plain loop (not BLAS)
-    so that the summation order, and hence every bit, is the same on every executor.
-    """
-    nb = dcoef.shape[0]
-    for r in range(rows.shape[0]):
-        i = rows[r]
-        s = 0.0
-        so = 0.0
-        gi = grp[i]
-        for j in range(nb):
-            v = np.float64(Kc[r, j]) * dcoef[j]
-            s += v
-            if with_own and grp_b[j] == gi:
-                so += v
-        tot[i] += s
-        if with_own:
-            own[i] += so
-
-
-@numba.njit(cache=True, nogil=True)
 def accumulate_columns_T(KT, rows, grp, grp_b, dcoef, s, so, with_own):
-    """:func:`apply_columns` in column groups, from ``KT = K(X_B, X_part)`` (group x all
-    partition rows, as computed: no transposed copy): adds the group's terms to the per-row sums
-    ``s`` / ``so``; :func:`finish_columns` then adds them to ``tot`` / ``own``.  Every row sums
-    its terms in batch order and adds the sum once, so the result is bit for bit that of
-    :func:`apply_columns`."""
+    """Score update of a batch, one column group at a time: with ``dcoef = y_B o da_B`` and
+    ``KT = K(X_B, X_part)`` (group x all partition rows, as computed: no transposed copy), adds
+    ``KT[j, i] dcoef[j]`` to the per-row sum ``s`` (``tot`` part) and, for ``with_own``, to
+    ``so`` when ``grp_b[j] = grp[i]`` (``own`` part); :func:`finish_columns` then adds the sums to
+    ``tot`` / ``own``.  A plain loop (not BLAS), every row summing its terms in batch order and
+    adding the sum once, so the result does not depend on the grouping or the executor."""
     nb = dcoef.shape[0]
     nr = rows.shape[0]
     for j in range(nb):
