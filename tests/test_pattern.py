@@ -220,21 +220,6 @@ def test_opt_exact_solves_reduced_problem(k, qp_solutions):
     assert g2 <= 1e-12
 
 
-def _theta_full_sort(D, part):
-    """CS 2001's sort-based theta over ALL participating D_r (the same arithmetic order as
-    opt_exact, which sorts only the values above max D - 1)."""
-    s = np.sort(D[part])[::-1]
-    csum, theta = 0.0, 0.0
-    for j in range(s.shape[0]):
-        csum += s[j]
-        t = (csum - 1.0) / (j + 1)
-        if s[j] - t > 0.0:
-            theta = t
-        else:
-            break
-    return theta
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_opt_exact_equals_the_full_sort(seed):
     """Sorting only the D_r above max D - 1 gives, bit for bit, the full sort's solution, with
@@ -258,7 +243,7 @@ def test_opt_exact_equals_the_full_sort(seed):
     for r, dv in zip(neg, (0.0, 0.0, -1e-12, 1e-12, -1e-6, 1e-6)):
         f[r] = (cut + dv) * C * kpp
     D = np.where(np.arange(P) == y, (f - 1.0) / (C * kpp) + 1.0, f / (C * kpp))
-    theta = _theta_full_sort(D, part)
+    theta = pt.theta_sorted(np.sort(D[part])[::-1])          # over ALL participating D_r
     tau = np.where(part, np.minimum(theta, D) - (D - (np.arange(P) == y)), 0.0)
     b_ref = np.where(part, C * tau, 0.0)
     b_ref[y] = min(b_ref[y], C)

@@ -236,6 +236,22 @@ def _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, exact):
 
 
 @numba.njit(cache=True, nogil=True)
+def theta_sorted(s):
+    """``theta`` solving ``sum_r max(s_r - theta, 0) = 1`` (CS 2001 Eq. 37) from the candidate
+    values ``s`` in decreasing order (the sort-based method)."""
+    csum = 0.0
+    theta = 0.0
+    for j in range(s.shape[0]):
+        csum += s[j]
+        t = (csum - 1.0) / (j + 1)
+        if s[j] - t > 0.0:
+            theta = t
+        else:
+            break
+    return theta
+
+
+@numba.njit(cache=True, nogil=True)
 def opt_exact(b, f, y, c, pcls, kpp, C, phi):
     """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
     mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37), ``nu_r = min(theta, D_r)``."""
@@ -257,16 +273,7 @@ def opt_exact(b, f, y, c, pcls, kpp, C, phi):
         if (r == y or _is_neg(pcls, c, r)) and D[r] > lo:
             vals[k] = D[r]
             k += 1
-    s = np.sort(vals[:k])[::-1]
-    csum = 0.0
-    theta = 0.0
-    for j in range(k):
-        csum += s[j]
-        t = (csum - 1.0) / (j + 1)
-        if s[j] - t > 0.0:
-            theta = t
-        else:
-            break
+    theta = theta_sorted(np.sort(vals[:k])[::-1])
     tau = np.zeros(P)
     for r in range(P):
         if r == y or _is_neg(pcls, c, r):
