@@ -2,8 +2,8 @@
 
 A kernel block of the engine is ``K(X_B, X_part)``: the round's batch (``b`` rows) against a
 partition's active rows (``n`` rows), ``d`` features, computed as one GEMM ``G = X_B @ X_part.T``
-plus a numba element-wise pass (rbf: exponent in float64 then numpy's SIMD ``exp`` in place;
-poly: integer power; linear: a cast copy).  This script times, in one process and on the same
+plus a numba element-wise pass (rbf: exponent in float64 then numpy's SIMD ``exp``; poly: integer
+power; both in place on the GEMM's output, the form LLVM vectorizes; linear: nothing more).  This script times, in one process and on the same
 arrays:
 
 * ``gemm``: ``X_B @ X_part.T`` with numpy (sgemm for float32, dgemm for float64; a fresh output
@@ -90,8 +90,8 @@ def _pass(spec, G, na, nb, out):
 
 
 def _inplace(spec, XB, Xp, norms_b, norms_p, out):
-    """What-if (not dmcsvm code): the GEMM written straight into ``out`` and the element-wise pass
-    run in place on it, i.e. one (b, n) block instead of a Gram block plus an output block."""
+    """The steps ``kernel_block`` takes, spelled out: the GEMM written straight into ``out`` and
+    the element-wise pass run in place on it (one (b, n) block, no Gram block besides it)."""
     np.matmul(XB, Xp.T, out=out)
     if spec.name != "linear":
         _pass(spec, out, norms_b, norms_p, out)
@@ -230,14 +230,14 @@ def markdown(out) -> str:
          f"{GOAL}); pass % = share of kernel_block spent in the element-wise pass (measured alone "
          "on a precomputed Gram block).  gemm_out: GEMM into a preallocated output.  *ratio*: "
          "kernel_block with a fresh output block per call, as `Partition._columns` calls it; "
-         "*reused out*: the same output block every call (no first-touch page faults); *in-place "
-         "what-if*: not dmcsvm code, the GEMM written straight into the output and the pass run "
-         "in place (one block instead of Gram + output).", ""]
+         "*reused out*: the same output block every call (no first-touch page faults); *in place, "
+         "spelled out*: `np.matmul` into a fresh output and the pass run on it, the steps "
+         "kernel_block itself takes (a check that it adds nothing around them).", ""]
     for th in out["threads"]:
         L += [f"## {th} BLAS thread{'s' if th > 1 else ''}", "",
               "| dtype | n | b | d | gemm GF/s | gemm_out GF/s | rbf GF/s | rbf ratio | rbf pass % | "
               "poly GF/s | poly ratio | linear GF/s | linear ratio | ratio with reused out "
-              "rbf/poly/lin | in-place what-if rbf/poly/lin |",
+              "rbf/poly/lin | in place, spelled out rbf/poly/lin |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in out["results"]:
             if r["threads"] != th:

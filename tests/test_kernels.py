@@ -94,6 +94,31 @@ def test_poly_from_gram_float32_gram_into_float32_out(data):
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("degree", [1, 2, 3, 5, 8])
+def test_in_place_passes_equal_the_two_array_passes_bit_for_bit(data, dtype, degree):
+    """kernel_block runs the element-wise pass on the GEMM's own output (the in-place forms,
+    which vectorize); they must give exactly what the two-array forms give, including the
+    clipped (duplicate-row) distance and a tiny negative one from rounding."""
+    XA, XB = data
+    G = (XA @ XB.T).astype(dtype)
+    na, nb = row_norms_sq(XA), row_norms_sq(XB)
+    G[5, 3] *= 1 + 1e-5            # the duplicate pair (fixture): na + nb - 2G < 0, clipped to 0
+    assert na[5] + nb[3] - 2.0 * np.float64(G[5, 3]) < 0
+    two = kn.rbf_exponent(G, na, nb, 0.37, np.empty_like(G))
+    one = G.copy()
+    assert kn.rbf_exponent_inplace(one, na, nb, 0.37) is one
+    np.testing.assert_array_equal(one, two)
+    one = G.copy()
+    assert kn.rbf_from_gram(one, na, nb, 0.37, one) is one
+    np.testing.assert_array_equal(one, kn.rbf_from_gram(G, na, nb, 0.37, np.empty_like(G)))
+    for coef0 in (0.0, 1.5, -0.5):
+        two = kn.poly_power(G, 0.3, coef0, degree, np.empty_like(G))
+        one = G.copy()
+        assert kn.poly_from_gram(one, 0.3, coef0, degree, one) is one
+        np.testing.assert_array_equal(one, two)
+
+
 @pytest.mark.parametrize("src,dst", [(np.float64, np.float64), (np.float64, np.float32),
                                      (np.float32, np.float64), (np.float32, np.float32)])
 def test_copy_gram_casts_into_out(data, src, dst):
