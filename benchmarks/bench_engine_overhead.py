@@ -6,7 +6,12 @@ optimizer, BMG + MEAN, shrinking, 200 MB cache) is trained on letter three ways 
 * ``inprocess``: ``client=None, n_jobs=2`` (two row partitions on a thread pool);
 * ``actor``: ``client=`` a ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``
   client, the estimator's default Dask path (:class:`~dmcsvm.engine.dask_executor.DaskExecutor`
-  in actor mode: one direct client-to-worker call per partition per round);
+  in actor mode: one client-to-worker call per partition per round, sent straight to the worker:
+  the executor checks at start that the client reaches the workers directly);
+* ``actor_relayed``: the same actors with ``DaskExecutor(client, direct=False)``: every call and
+  reply relayed through the scheduler's ``proxy`` handler, which is what a ``Client`` left at its
+  default ``direct_to_workers=None`` does with actor calls (and what this executor did before it
+  checked for a direct route);
 * ``future``: the same cluster with ``DaskExecutor(client, mode='future')`` (one task per
   partition per round, submitted through the scheduler, that mutates the worker-resident
   partition).  The estimator always builds actor executors, so this benchmark swaps the
@@ -73,14 +78,16 @@ import _data  # noqa: E402
 
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
-from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
+from dmcsvm.engine.partition import Partition, PartitionSettings, pack_message  # noqa: E402
 from dmcsvm.solvers import pattern as pt  # noqa: E402
 
-MODES = ("inprocess", "actor", "future", "actor_notrim")
+MODES = ("inprocess", "actor", "actor_relayed", "future", "actor_notrim")
 LABELS = {"inprocess": "in-process (2 threads)", "actor": "LocalCluster, actors",
+          "actor_relayed": "LocalCluster, actors relayed by the scheduler",
           "future": "LocalCluster, pinned futures",
           "actor_notrim": "LocalCluster (no MALLOC_TRIM_THRESHOLD_), actors"}
-SHORT = {"inprocess": "in-process", "actor": "actors", "future": "pinned\nfutures",
+SHORT = {"inprocess": "in-process", "actor": "actors", "actor_relayed": "actors,\nrelayed",
+         "future": "pinned\nfutures",
          "actor_notrim": "actors,\nno malloc trim"}
 C, GAMMA, N_JOBS, N_WORKERS = 10.0, 1.0, 2, 2
 #: estimator parameters beyond the defaults (set in main: the on-disk column tier is switched off
@@ -114,7 +121,7 @@ class _Recorder:
 
     def __init__(self, executor):
         self._ex = executor
-        self.t_step, self.bytes_out, self.bytes_in = [], [], []
+        self.t_step, self.bytes_out, self.bytes_in, self.wire_out = [], [], [], []
         self.dB_nnz, self.dB_size, self.cand_X_bytes = 0, 0, []
         self.t_start = None
 
@@ -133,6 +140,8 @@ class _Recorder:
         self.t_step.append(time.perf_counter() - t)
         self.bytes_out.append(_nbytes(msg) * len(replies))
         self.bytes_in.append(sum(_nbytes(r) for r in replies))
+        # what an actor round actually sends: the packed frame (dB as CSR when smaller)
+        self.wire_out.append(len(pack_message(msg)) * len(replies))
         self.cand_X_bytes.append(sum(_nbytes(r.get("cand_X")) for r in replies))
         dB = msg.get("dB")
         if dB is not None:
@@ -158,6 +167,8 @@ def _executor_mode(mode, recorders):
         ex, owned = orig(est)
         if mode == "future":
             ex = DaskExecutor(ex.client, est.n_partitions, mode="future")
+        elif mode == "actor_relayed":
+            ex = DaskExecutor(ex.client, est.n_partitions, direct=False)
         rec = _Recorder(ex)
         recorders.append(rec)
         return rec, owned
@@ -211,7 +222,9 @@ def _record(est, t_fit, rec, warn, Xte, yte):
         "bytes_per_round": {"to_partitions": float(np.mean(rec.bytes_out[:R])),
                             "from_partitions": float(np.mean(rec.bytes_in[:R])),
                             "max_total": float(np.max(np.add(rec.bytes_out[:R], rec.bytes_in[:R]))),
-                            "cand_X_from_partitions": float(np.mean(rec.cand_X_bytes[:R]))},
+                            "cand_X_from_partitions": float(np.mean(rec.cand_X_bytes[:R])),
+                            "packed_to_partitions": float(np.mean(rec.wire_out[:R]))},
+        "direct_route": getattr(rec._ex, "direct", None),
         "dB_nonzero_fraction": rec.dB_nnz / max(rec.dB_size, 1),
         "warnings": warn,
         "_pred": pred, "_coef": est.dual_coef_, "_support": est.support_,
@@ -313,13 +326,14 @@ def probe(client, X, y, sizes, iters):
             ts.append(time.perf_counter() - t)
         return {"median_ms": 1e3 * statistics.median(ts), "min_ms": 1e3 * min(ts)}
 
-    def direct(ex, msg, b, **kw):                       # actor calls with actor-call options
-        with client.as_current():
+    def with_options(ex, msg, b, **kw):                 # actor calls with actor-call options
+        with ex._calls():
             futs = [a.probe(msg, b, **kw) for a in ex.parts]
             return [f.result() for f in futs]
 
-    for mode in ("actor", "future"):
-        ex = DaskExecutor(client, N_WORKERS, mode=mode)
+    for mode in ("actor", "actor_relayed", "future"):
+        ex = DaskExecutor(client, N_WORKERS, mode="future" if mode == "future" else "actor",
+                          direct=False if mode == "actor_relayed" else None)
         ex.start(X[:n], y[:n], y[:n], ps, partition_cls=ProbePartition)
         try:
             for b in sizes:
@@ -328,7 +342,8 @@ def probe(client, X, y, sizes, iters):
                 variants = {mode: lambda: ex.call("probe", msg, b),
                             f"{mode}_packed": lambda: ex.call("probe", blob, b, True)}
                 if mode == "actor":
-                    variants["actor_no_thread"] = lambda: direct(ex, msg, b, separate_thread=False)
+                    variants["actor_no_thread"] = lambda: with_options(ex, msg, b,
+                                                                        separate_thread=False)
                 for name, fn in variants.items():
                     out["round_trip_ms"].setdefault(name, {})[str(b)] = timed(fn)
         finally:
@@ -466,8 +481,9 @@ def markdown(out) -> str:
           "round end.", "",
           "## Per-round split (ms per round, mean over rounds; fastest repeat)", "",
           "| batch | mode | t_round | t_solve | t_parts | t_kernel | t_update | t_select | "
-          "comm | comm % | transport | merge | bytes out / round | bytes in / round |",
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "comm | comm % | transport | merge | bytes out / round | packed out / round | "
+          "bytes in / round |",
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in bs:
         for mode in MODES:
             r = res[str(b)][mode]
@@ -477,11 +493,14 @@ def markdown(out) -> str:
                      f"{q['t_select']:.2f} | {q['comm']:.2f} | {100 * r['comm_share']:.1f} | "
                      f"{q['transport']:.2f} | {q['merge']:.2f} | "
                      f"{_fmt_b(r['bytes_per_round']['to_partitions'])} | "
+                     f"{_fmt_b(r['bytes_per_round'].get('packed_to_partitions', 0))} | "
                      f"{_fmt_b(r['bytes_per_round']['from_partitions'])} |")
     L += ["", "comm = t_round - t_solve - t_parts (communication + scheduling + merging the replies "
           "+ the wait for the slower partition beyond its own time); transport = "
           "`executor.step` wall - t_parts; merge = concatenating the replies on the coordinator. "
-          "Bytes: numpy payload of the messages (once per partition) and of the replies.", ""]
+          "Bytes: numpy payload of the messages (once per partition) and of the replies; packed "
+          "out: the frames an actor round sends (`pack_message`: dB as CSR when smaller; "
+          "pinned futures send the dict as is).", ""]
     pr = out.get("probe")
     if pr:
         rt = pr["round_trip_ms"]
@@ -490,13 +509,16 @@ def markdown(out) -> str:
               "returns a reply-shaped dict of b candidates, called on both partitions as a round "
               f"does (median of {pr['iters']} calls, ms).  *packed*: message and reply sent as "
               "one pickled blob each instead of a dict of arrays; *no_thread*: actor method run on "
-              "the worker's event loop (`separate_thread=False`) instead of its actor thread.", "",
-              "| b | actor | actor packed | actor no_thread | pinned future | future packed | "
-              "message bytes | reply bytes | (de)serialize msg + reply |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "the worker's event loop (`separate_thread=False`) instead of its actor thread; "
+              "*relayed*: actor calls through the scheduler (`direct=False`).", "",
+              "| b | actor | actor packed | actor no_thread | actor packed, relayed | "
+              "pinned future | future packed | message bytes | reply bytes | "
+              "(de)serialize msg + reply |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for b in pr["sizes"]:
-            v = [rt[k][str(b)]["median_ms"] for k in ("actor", "actor_packed", "actor_no_thread",
-                                                       "future", "future_packed")]
+            v = [rt[k][str(b)]["median_ms"] if str(b) in rt.get(k, {}) else float("nan")
+                 for k in ("actor", "actor_packed", "actor_no_thread", "actor_relayed_packed",
+                           "future", "future_packed")]
             sz = pr["serialize_ms"][str(b)]
             ser = sum(sz[k]["serialize_ms"] + sz[k]["deserialize_ms"] for k in ("message", "reply"))
             L.append(f"| {b} | " + " | ".join(f"{x:.2f}" for x in v) +
@@ -556,7 +578,10 @@ def verdict(out) -> str:
             f"{rt['future'][str(b)]['median_ms']:.2f} ms with pinned futures" for b in pr["sizes"]) + "."
     txt += ("  Messages per round: an actor call is one request client -> worker (the batch message) "
             "and one response worker -> client (the reply), per partition, with no scheduler "
-            "involved; a pinned-future round is per partition a task submission client -> "
+            "involved when the client reaches the workers directly (the executor checks at start; "
+            "relayed, each goes client -> scheduler -> worker and back, two hops each way, which "
+            "is what a default `Client(direct_to_workers=None)` does with actor calls); a "
+            "pinned-future round is per partition a task submission client -> "
             "scheduler (carrying the message, which the scheduler forwards with the task), the "
             "scheduler -> worker compute-task, worker -> scheduler task-finished, scheduler -> "
             "client key-in-memory, then the gather (client -> worker, reply back), plus release "
@@ -640,7 +665,7 @@ def main(argv=None):
                                 dashboard_address=":0")
     client2 = Client(cluster2)
     client2.wait_for_workers(N_WORKERS)
-    clients = {"inprocess": None, "actor": client, "future": client, "actor_notrim": client2}
+    clients = {"inprocess": None, "actor": client, "actor_relayed": client, "future": client, "actor_notrim": client2}
     results, agreement = {}, {}
     pr = disk_default = None
     meta = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -17,7 +18,7 @@ from distributed import Client, LocalCluster
 from dmcsvm import MulticlassSVC
 from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
-from dmcsvm.engine.partition import PartitionSettings
+from dmcsvm.engine.partition import PartitionSettings, pack_message, unpack_message
 from dmcsvm.kernels import KernelSpec
 from dmcsvm.solvers import pattern as pt
 from dmcsvm.solvers.multiclass import SolverSettings, solve
@@ -94,6 +95,63 @@ def test_partitions_are_spread_over_workers(local_client, reference):
         assert [s["rows"] for s in stats] == [22, 23, 22, 23]
     finally:
         ex.close()
+
+
+@pytest.mark.parametrize("direct", [None, False])
+def test_actor_calls_skip_the_scheduler_when_workers_answer(local_client, reference, direct):
+    """A default Client (direct_to_workers=None) relays actor calls through the scheduler's
+    ``proxy`` handler, a second hop each way; the executor sends them straight to reachable
+    workers instead, leaves the user's client setting as it found it, and computes the same."""
+    X, y, ref = reference
+    B_ref, r_ref = ref["opt_kkt"]
+    sched = local_client.cluster.scheduler
+    relayed = []
+    proxy = sched.handlers["proxy"]
+
+    async def counting_proxy(**kw):
+        relayed.append(kw.get("msg", {}).get("op"))
+        return await proxy(**kw)
+
+    sched.handlers["proxy"] = counting_proxy
+    try:
+        ex = DaskExecutor(local_client, direct=direct)
+        B, r = _run(ex, X, y, "opt_kkt")
+    finally:
+        sched.handlers["proxy"] = proxy
+    assert local_client.direct_to_workers is None
+    np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
+    assert r.n_iter == r_ref.n_iter
+    if direct is None:
+        assert ex.direct is True
+        assert relayed == []
+    else:
+        assert ex.direct is False
+        # every round (3 partitions) and every other call went through the scheduler
+        assert relayed.count("actor_execute") >= 3 * r.n_iter
+
+
+def test_packed_message_round_trip_is_exact():
+    """The wire form of a round's message: a mostly-zero dB travels as CSR (smaller) and comes
+    back dense with the same values; a dense dB travels dense; other fields are untouched."""
+    rng = np.random.default_rng(0)
+    dB = np.zeros((500, 26))
+    nz = rng.random(dB.shape) < 0.1
+    dB[nz] = rng.normal(size=int(nz.sum()))
+    msg = {"ids": np.arange(500), "XB": rng.random((500, 16)).astype(np.float32), "dB": dB,
+           "shrink_margin": 0.25}
+    blob = pack_message(msg)
+    out = unpack_message(blob)
+    assert sorted(out) == sorted(msg)
+    np.testing.assert_array_equal(out["dB"], dB)
+    assert out["dB"].dtype == np.float64 and out["dB"].flags.c_contiguous
+    np.testing.assert_array_equal(out["XB"], msg["XB"])
+    assert out["XB"].dtype == np.float32 and out["shrink_margin"] == 0.25
+    assert len(blob) < len(pickle.dumps(msg, protocol=5)) - dB.nbytes // 2
+    dense = dict(msg, dB=rng.normal(size=(500, 26)))
+    blob = pack_message(dense)
+    np.testing.assert_array_equal(unpack_message(blob)["dB"], dense["dB"])
+    assert len(blob) == len(pickle.dumps(dense, protocol=5))
+    assert unpack_message(pack_message({"shrink_margin": 1.0})) == {"shrink_margin": 1.0}
 
 
 def test_estimator_client_switch(local_client):

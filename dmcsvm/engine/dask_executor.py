@@ -3,9 +3,11 @@
 Placement follows what xgboost's and lightgbm's Dask modules do: list the workers, assign each row
 partition to one worker (round-robin over the workers, so every worker owns a contiguous share of
 rows) and pin its data and state there.  A partition's state stays on its worker between rounds,
-either as an **actor** (default: one direct worker-to-client call per partition per round, no
-scheduler involvement) or as a **pinned future** (a task per partition per round that receives the
-in-memory Partition object on its worker and mutates it).  Either way a round is one message per
+either as an **actor** (default: one call per partition per round, no scheduler transition) or as
+a **pinned future** (a task per partition per round that receives the in-memory Partition object
+on its worker and mutates it).  Actor calls go straight from the client to the partition's worker
+when the workers are reachable; a ``Client`` left at its default ``direct_to_workers=None`` would
+otherwise relay each call and reply through the scheduler, a second hop each way.  Either way a round is one message per
 partition carrying the batch update and one reply with its candidates and aggregates.  Actors get
 both packed into one opaque frame each (``Partition.step_packed``): Dask then ships a single buffer
 instead of serializing a dict of arrays array by array, which roughly halves the bare round trip.
@@ -14,6 +16,7 @@ instead of serializing a dict of arrays array by array, which roughly halves the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import uuid
 from dataclasses import replace
@@ -24,13 +27,14 @@ from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds
 from .memory import plan_partition
-from .partition import Partition, PartitionSettings
-from .rows import DaskSource, StoreRows, StoreSource
+from .partition import Partition, PartitionSettings, pack_message
+from .rows import DaskSource, StoreRows
 
 
 ACTOR_POLL_S = 5.0    # how often a waiting round checks that the partitions' workers are alive
 REPLAY_CHUNK = 32     # logged operations sent per call when a lost partition is rebuilt
 READ_ONLY_CALLS = frozenset({"stats", "close"})
+REACH_TIMEOUT_S = 3.0   # how long the client waits for a worker to answer directly before relaying
 
 
 def _step_task(part: Partition, msg: dict) -> dict:
@@ -83,12 +87,16 @@ class DaskExecutor:
         Row partitions (default: one per worker thread).
     mode : {'actor', 'future'}
         How partition state is kept on its worker between rounds.
+    direct : bool, optional
+        Whether actor calls go straight to the workers (True) or through the scheduler (False).
+        Default: what the client's ``direct_to_workers`` says; when that is None (a ``Client``'s
+        default), direct if every partition's worker answers the client directly at start.
     """
 
     name = "dask"
 
     def __init__(self, client, n_partitions: int | None = None, mode: str = "actor",
-                 recover: bool = True, recover_timeout: float = 60.0):
+                 recover: bool = True, recover_timeout: float = 60.0, direct: bool | None = None):
         if mode not in ("actor", "future"):
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         self.client = client
@@ -113,6 +121,7 @@ class DaskExecutor:
         self.n_partitions = int(n_partitions or threads)
         self.parts = []          # actors or futures, in partition order
         self.placement = []      # worker address of each partition
+        self.direct = direct     # resolved by start(): actor calls straight to the workers?
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
         """Create one partition per row block on its worker.
@@ -129,7 +138,9 @@ class DaskExecutor:
         if sp.issparse(X):
             X = X.tocsr()
         placement = [self.workers[k * len(self.workers) // len(bounds)] for k in range(len(bounds))]
-        with c.as_current():
+        if self.mode == "actor":
+            self.direct = self._direct_route(placement)
+        with self._calls():
             if isinstance(X, DaskSource):
                 blocks, placement = self._persist_blocks(X.array, bounds, placement)
             else:
@@ -211,10 +222,45 @@ class DaskExecutor:
                                 if plan.cache_bytes != settings.cache_bytes else settings)
         return out_blocks, out_settings
 
+    def _direct_route(self, addresses) -> bool:
+        """Whether actor calls can skip the scheduler.  A client that chose
+        (``direct_to_workers`` True or False) or an explicit ``direct`` is obeyed; otherwise every
+        worker is asked once, directly, and any that does not answer in time (a client outside the
+        cluster's network) keeps the calls relayed."""
+        if self.direct is not None:
+            return bool(self.direct)
+        if self.client.direct_to_workers is not None:
+            return bool(self.client.direct_to_workers)
+
+        async def reach():
+            for a in sorted(set(addresses)):
+                await asyncio.wait_for(self.client.rpc(a).identity(), REACH_TIMEOUT_S)
+        try:
+            self.client.sync(reach)
+            return True
+        except (OSError, TimeoutError, asyncio.TimeoutError):
+            return False
+
+    @contextlib.contextmanager
+    def _calls(self):
+        """Context for talking to the partitions: actor handles talk through the *current*
+        client, so make it ours (not whichever client the user created last, else a call waits
+        forever on another cluster), and route actor calls as :meth:`_direct_route` decided.  An
+        actor handle reads ``direct_to_workers`` of that client when it sends a call; a client at
+        its default (None) gets our choice for the duration of the call only."""
+        c = self.client
+        flip = bool(self.direct) and c.direct_to_workers is None
+        if flip:
+            c.direct_to_workers = True
+        try:
+            with c.as_current():
+                yield
+        finally:
+            if flip:
+                c.direct_to_workers = None
+
     def step(self, msg: dict) -> list[dict]:
-        # actor handles talk through the *current* client: make it ours, not whichever client the
-        # user created last (otherwise a call waits forever on another cluster)
-        with self.client.as_current():
+        with self._calls():
             return self._step(msg)
 
     def _wait_actors(self, futs) -> list:
@@ -322,7 +368,7 @@ class DaskExecutor:
                 self.log.append(("step", msg))
             # one packed frame each way (Partition.step_packed); a partition rebuilt by _recover
             # answers with its replayed reply, already a dict
-            blob = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pack_message(msg)
             return [pickle.loads(r) if isinstance(r, bytes) else r
                     for r in self._wait_actors([a.step_packed(blob) for a in self.parts])]
         c = self.client
@@ -334,7 +380,7 @@ class DaskExecutor:
     def call(self, name: str, *args) -> list:
         """Call method ``name`` of every partition with ``args`` on its worker; results in
         partition order."""
-        with self.client.as_current():
+        with self._calls():
             if self.mode == "actor":
                 if self.recover and name not in READ_ONLY_CALLS:
                     self.log.append(("call", name, args))
