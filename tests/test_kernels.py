@@ -1,6 +1,7 @@
 """Kernel blocks: the numba element-wise passes against NumPy, kernel_block against the plain
 reference for every kernel, dtype and input format, kernel_diag, gamma resolution, KernelSpec."""
 
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -92,6 +93,48 @@ def test_poly_from_gram_float32_gram_into_float32_out(data):
     kn.poly_from_gram(G, 0.3, 1.0, 3, out)
     ref = (0.3 * G.astype(np.float64) + 1.0) ** 3
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_exp32_matches_numpy_exp_over_its_range():
+    """The float32 exp of the RBF pass: relative error <= 2.5e-7 against float64 exp wherever the
+    result is a normal float32, exactly 1 at 0 (K(x, x) = 1), 0 below the normal range, and
+    monotone (a larger distance never gives a larger kernel value)."""
+    @numba.njit
+    def apply(x):
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = kn.exp32(x[i])
+        return out
+
+    x = -np.concatenate([np.linspace(0, 1, 200001), np.linspace(1, 87.3, 400001),
+                         np.geomspace(1e-30, 1e-3, 1000)]).astype(np.float32)
+    x = np.sort(x)
+    got = apply(x)
+    assert got.dtype == np.float32
+    ref = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(got / ref - 1.0)) <= 2.5e-7
+    assert np.all(np.diff(got.astype(np.float64)) >= 0)
+    assert apply(np.array([0.0, -0.0], dtype=np.float32)).tolist() == [1.0, 1.0]
+    assert apply(np.array([-87.34, -100.0, -1e30, -np.inf], dtype=np.float32)).tolist() == [0.0] * 4
+
+
+def test_float32_rbf_pass_matches_float64_reference(data):
+    """The fused float32 pass (exponent in float64, exp32) against the float64 formula, from a
+    separate Gram block and in place on it (bit for bit the same)."""
+    XA, XB = data
+    G = (XA @ XB.T).astype(np.float32)
+    na, nb = row_norms_sq(XA), row_norms_sq(XB)
+    ref = np.exp(-0.37 * np.maximum(na[:, None] + nb[None, :] - 2.0 * G.astype(np.float64), 0))
+    out = kn.rbf_from_gram(G, na, nb, 0.37, np.empty_like(G))
+    assert out.dtype == np.float32
+    # the exponent x is rounded to float32 before exp32 (as numpy's exp pass did): that adds up
+    # to |x| * 2^-24 to exp32's own 2.5e-7
+    x = 0.37 * np.maximum(na[:, None] + nb[None, :] - 2.0 * G.astype(np.float64), 0)
+    assert np.all(np.abs(out / ref - 1.0) <= 2.5e-7 + x * 2.0 ** -24)
+    inplace = G.copy()
+    kn.rbf_from_gram(inplace, na, nb, 0.37, inplace)
+    np.testing.assert_array_equal(inplace, out)
+    assert 1.0 - 1e-6 < out[5, 3] <= 1.0      # the float32 Gram entry's rounding, not exp32's
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
