@@ -176,6 +176,23 @@ def poly_power_inplace(G, gamma, coef0, degree):
     one row at a time through float64 row buffers so that every loop runs over ``j`` and
     vectorizes (see :func:`rbf_exponent_inplace` for why the in-place form matters)."""
     n, m = G.shape
+    if degree <= 4:
+        # the common degrees as straight-line code, the products poly_power forms: r = 1 * b
+        # is b, (b * b) is b^2 and b^2 * b^2 is b^4, so d = 3 is b * b^2 and d = 4 is b^2 * b^2
+        for i in range(n):
+            gi = G[i]
+            for j in range(m):
+                b = gamma * np.float64(gi[j]) + coef0
+                if degree == 1:
+                    gi[j] = b
+                elif degree == 2:
+                    gi[j] = b * b
+                elif degree == 3:
+                    gi[j] = b * (b * b)
+                else:
+                    b2 = b * b
+                    gi[j] = b2 * b2
+        return G
     base = np.empty(m)
     r = np.empty(m)
     for i in range(n):

@@ -138,7 +138,7 @@ def test_float32_rbf_pass_matches_float64_reference(data):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("degree", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("degree", [1, 2, 3, 4, 5, 8])
 def test_in_place_passes_equal_the_two_array_passes_bit_for_bit(data, dtype, degree):
     """kernel_block runs the element-wise pass on the GEMM's own output (the in-place forms,
     which vectorize); they must give exactly what the two-array forms give, including the
