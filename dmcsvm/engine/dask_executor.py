@@ -7,8 +7,9 @@ either as an **actor** (default: one call per partition per round, no scheduler 
 a **pinned future** (a task per partition per round that receives the in-memory Partition object
 on its worker and mutates it).  Actor calls go straight from the client to the partition's worker
 when the workers are reachable; a ``Client`` left at its default ``direct_to_workers=None`` would
-otherwise relay each call and reply through the scheduler, a second hop each way.  Either way a round is one message per
-partition carrying the batch update and one reply with its candidates and aggregates.  Actors get
+otherwise relay each call and reply through the scheduler, a second hop each way.  Either way a
+round is one message per partition carrying the batch update and one reply with its candidates
+and aggregates.  Actors get
 both packed into one opaque frame each (``Partition.step_packed``): Dask then ships a single buffer
 instead of serializing a dict of arrays array by array, which roughly halves the bare round trip.
 """
