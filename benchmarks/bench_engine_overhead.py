@@ -45,6 +45,8 @@ A probe then measures the round trip of each Dask mode without partition work: a
 partition method that ignores a message-shaped payload and returns a reply-shaped dict of
 ``b`` candidates (b = 0 / 100 / 1000 / 3000), which separates the fixed per-round latency from the
 size-dependent part, and the time to serialize a message and a reply with Dask's serializer.
+Two floors below dmcsvm put those numbers in scale: a blocking TCP ping-pong with two child
+processes carrying the same bytes (no Dask), and Dask's own ``identity`` RPC to both workers.
 
 Goals (engine issue): fit-time ratio LocalCluster / in-process <= 1.25 and communication +
 scheduling < 10 % of the round time at the default batch size.
@@ -305,6 +307,81 @@ def _payload(b, d, P, rng):
             "dB": rng.normal(size=(b, P)), "shrink_margin": 0.1}
 
 
+def _echo_child(port, reply_bytes):
+    """Raw-socket floor (child process): answer every length-prefixed message with
+    ``reply_bytes`` bytes, until a negative length arrives."""
+    import socket
+    import struct
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reply = struct.pack("q", reply_bytes) + b"r" * reply_bytes
+    while True:
+        n = struct.unpack("q", _recv_exact(s, 8))[0]
+        if n < 0:
+            break
+        _recv_exact(s, n)
+        s.sendall(reply)
+
+
+def _recv_exact(s, n):
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        got += s.recv_into(view[got:])
+    return buf
+
+
+def floors(client, sizes, iters, msg_bytes, reply_bytes):
+    """What a round trip costs below dmcsvm: (a) a blocking TCP ping-pong between this process
+    and 2 child processes carrying the same bytes as an actor round (the OS and loopback
+    floor, no Dask); (b) Dask's own ``identity`` RPC to both workers, from this thread as a
+    round waits (no payload, no actor).  Median ms."""
+    import asyncio
+    import multiprocessing as mp
+    import socket
+    import struct
+    out = {"tcp_pingpong_ms": {}, "dask_rpc_identity_ms": None}
+    for b in sizes:
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen()
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_echo_child, args=(ls.getsockname()[1], reply_bytes[b]))
+                 for _ in range(N_WORKERS)]
+        for pr in procs:
+            pr.start()
+        conns = [ls.accept()[0] for _ in procs]
+        msg = struct.pack("q", msg_bytes[b]) + b"m" * msg_bytes[b]
+        ts = []
+        for i in range(iters * 5 + 10):
+            t = time.perf_counter()
+            for c in conns:
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                c.sendall(msg)
+            for c in conns:
+                _recv_exact(c, struct.unpack("q", _recv_exact(c, 8))[0])
+            if i >= 10:
+                ts.append(time.perf_counter() - t)
+        for c in conns:
+            c.sendall(struct.pack("q", -1))
+        for pr in procs:
+            pr.join()
+        ls.close()
+        out["tcp_pingpong_ms"][str(b)] = 1e3 * statistics.median(ts)
+    workers = sorted(client.scheduler_info()["workers"])[:N_WORKERS]
+
+    async def both():
+        await asyncio.gather(*[client.rpc(w).identity() for w in workers])
+    ts = []
+    for i in range(iters * 5 + 10):
+        t = time.perf_counter()
+        client.sync(both)
+        if i >= 10:
+            ts.append(time.perf_counter() - t)
+    out["dask_rpc_identity_ms"] = 1e3 * statistics.median(ts)
+    return out
+
+
 def probe(client, X, y, sizes, iters):
     """Median round-trip time (ms) of ``executor.call('probe', payload, b)`` per mode and size,
     and Dask's (de)serialization time of a message and a reply of each size."""
@@ -365,6 +442,9 @@ def probe(client, X, y, sizes, iters):
             row[name] = {"bytes": len(blob), "serialize_ms": 1e3 * statistics.median(ts_s),
                          "deserialize_ms": 1e3 * statistics.median(ts_d)}
         out["serialize_ms"][str(b)] = row
+    out["floors"] = floors(client, sizes, iters,
+                           {b: out["serialize_ms"][str(b)]["message"]["bytes"] for b in sizes},
+                           {b: out["serialize_ms"][str(b)]["reply"]["bytes"] for b in sizes})
     return out
 
 
@@ -525,6 +605,14 @@ def markdown(out) -> str:
                      f" | {_fmt_b(sz['message']['bytes'])} | {_fmt_b(sz['reply']['bytes'])} | "
                      f"{ser:.3f} |")
         L.append("")
+        fl = pr.get("floors")
+        if fl:
+            L += ["Below Dask, the same two-partition round trip as a blocking TCP ping-pong "
+                  "between this process and two child processes carrying the same bytes (the OS "
+                  "and loopback floor): " + ", ".join(
+                      f"b={b}: {fl['tcp_pingpong_ms'][str(b)]:.3f} ms" for b in pr["sizes"])
+                  + f"; Dask's own `identity` RPC to both workers (no actor, no payload): "
+                  f"{fl['dask_rpc_identity_ms']:.2f} ms.", ""]
     dd = out.get("inprocess_with_default_disk_cache")
     if dd:
         mem = res.get("1000", {}).get("inprocess")
