@@ -47,6 +47,9 @@ partition method that ignores a message-shaped payload and returns a reply-shape
 size-dependent part, and the time to serialize a message and a reply with Dask's serializer.
 Two floors below dmcsvm put those numbers in scale: a blocking TCP ping-pong with two child
 processes carrying the same bytes (no Dask), and Dask's own ``identity`` RPC to both workers.
+A contention probe replays the default batch's round without dmcsvm (the coordinator's and the
+partitions' measured busy times, the round's bytes) on 1 and on 2 workers, which shows what the
+third busy process on a 2-core box costs each reply.
 
 Goals (engine issue): fit-time ratio LocalCluster / in-process <= 1.25 and communication +
 scheduling < 10 % of the round time at the default batch size.
@@ -382,6 +385,59 @@ def floors(client, sizes, iters, msg_bytes, reply_bytes):
     return out
 
 
+def _spin(ms):
+    """Single-threaded numpy work for ``ms`` milliseconds (a stand-in for a round's work)."""
+    a = np.full((160, 160), 0.5, dtype=np.float32)
+    t = time.perf_counter()
+    while time.perf_counter() - t < ms / 1e3:
+        a @ a
+
+
+class BusyEcho:
+    """Round-shaped probe actor: spins for the partition's share of a round, then answers with a
+    reply of the real round's size (stamped with when its work began and ended)."""
+
+    def __init__(self, reply_bytes):
+        self.reply = b"r" * int(reply_bytes)
+
+    def step(self, blob, ms):
+        t0 = time.time()
+        _spin(ms)
+        return t0, time.time(), self.reply
+
+
+def contention_probe(per_round, iters):
+    """The default batch's round replayed without dmcsvm: this process spins ``t_solve`` (the
+    coordinator), then each of 1 or 2 single-thread workers spins ``t_parts`` (its partition)
+    and answers with the round's reply bytes.  Overhead = round wall - the slower worker's spin.
+    With 2 workers the coordinator and both workers are busy on 2 cores around every reply."""
+    from distributed import Client, LocalCluster
+    from threadpoolctl import threadpool_limits
+    msg = b"m" * int(per_round["msg_bytes"])
+    out = {"t_solve_ms": per_round["t_solve_ms"], "t_parts_ms": per_round["t_parts_ms"],
+           "msg_bytes": per_round["msg_bytes"], "reply_bytes": per_round["reply_bytes"],
+           "overhead_ms": {}}
+    with threadpool_limits(1):
+        for nw in (1, 2):
+            with LocalCluster(n_workers=nw, threads_per_worker=1, processes=True,
+                              dashboard_address=None) as cl, \
+                    Client(cl, direct_to_workers=True) as c:
+                ws = sorted(c.scheduler_info()["workers"])
+                acts = [c.submit(BusyEcho, per_round["reply_bytes"], workers=[w],
+                                 actor=True).result() for w in ws]
+                ts = []
+                for i in range(iters * 4 + 10):
+                    _spin(per_round["t_solve_ms"])
+                    t = time.time()
+                    futs = [act.step(msg, per_round["t_parts_ms"]) for act in acts]
+                    rs = [f.result() for f in futs]
+                    te = time.time()
+                    if i >= 10:
+                        ts.append(te - t - max(r[1] - r[0] for r in rs))
+                out["overhead_ms"][str(nw)] = 1e3 * statistics.median(ts)
+    return out
+
+
 def probe(client, X, y, sizes, iters):
     """Median round-trip time (ms) of ``executor.call('probe', payload, b)`` per mode and size,
     and Dask's (de)serialization time of a message and a reply of each size."""
@@ -613,6 +669,16 @@ def markdown(out) -> str:
                       f"b={b}: {fl['tcp_pingpong_ms'][str(b)]:.3f} ms" for b in pr["sizes"])
                   + f"; Dask's own `identity` RPC to both workers (no actor, no payload): "
                   f"{fl['dask_rpc_identity_ms']:.2f} ms.", ""]
+        ct = pr.get("contention")
+        if ct:
+            ov = ct["overhead_ms"]
+            L += ["The default batch's round replayed without dmcsvm (this process spins "
+                  f"{ct['t_solve_ms']:.1f} ms as the coordinator, then each single-thread worker "
+                  f"spins {ct['t_parts_ms']:.1f} ms as its partition and answers with "
+                  f"{_fmt_b(ct['reply_bytes'])}; message {_fmt_b(ct['msg_bytes'])}): the actor "
+                  f"round's overhead is {ov['1']:.2f} ms with 1 worker and {ov['2']:.2f} ms with "
+                  "2.  With 2 workers the coordinator and both workers are busy on the 2 cores "
+                  "around every reply.", ""]
     dd = out.get("inprocess_with_default_disk_cache")
     if dd:
         mem = res.get("1000", {}).get("inprocess")
@@ -793,6 +859,13 @@ def main(argv=None):
                                  for mode in MODES[1:]}
             _output(a, meta, results, agreement, pr, disk_default, final=False)
         pr = None if a.no_probe else probe(client, Xtr, ytr, probe_sizes, iters)
+        ref = results.get("1000", {}).get("actor")
+        if pr is not None and ref is not None:
+            q = ref["per_round_ms"]
+            pr["contention"] = contention_probe(
+                {"t_solve_ms": q["t_solve"], "t_parts_ms": q["t_parts"],
+                 "msg_bytes": ref["bytes_per_round"]["packed_to_partitions"] / N_WORKERS,
+                 "reply_bytes": ref["bytes_per_round"]["from_partitions"] / N_WORKERS}, iters)
         disk_default = _disk_default_fit(Xtr, ytr, Xte, yte, DISK_ROUNDS) \
             if EXTRA_PARAMS and "1000" in results else None
     finally:
