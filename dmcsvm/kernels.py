@@ -58,6 +58,13 @@ class KernelSpec:
 # numba element-wise kernels: plain functions on arrays, tested alone against NumPy references.
 # --------------------------------------------------------------------------------------------
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rbf_arg(a, b, g, gamma):
+    """``-gamma * max(a + b - 2 g, 0)`` in float64: the RBF exponent of one entry from the two
+    squared norms and the Gram value (clipped: rounding can make the distance negative)."""
+    return -gamma * max(a + b - 2.0 * np.float64(g), 0.0)
+
+
 @numba.njit(cache=True, nogil=True)
 def rbf_exponent(G, na, nb, gamma, out):
     """``out[i, j] = -gamma * max(na[i] + nb[j] - 2 G[i, j], 0)``, the distance formed in float64."""
@@ -65,8 +72,7 @@ def rbf_exponent(G, na, nb, gamma, out):
     for i in range(n):
         a = na[i]
         for j in range(m):
-            d2 = a + nb[j] - 2.0 * np.float64(G[i, j])
-            out[i, j] = -gamma * (d2 if d2 > 0.0 else 0.0)
+            out[i, j] = _rbf_arg(a, nb[j], G[i, j], gamma)
     return out
 
 
@@ -81,8 +87,7 @@ def rbf_exponent_inplace(G, na, nb, gamma):
         a = na[i]
         gi = G[i]
         for j in range(m):
-            d2 = a + nb[j] - 2.0 * np.float64(gi[j])
-            gi[j] = -gamma * max(d2, 0.0)
+            gi[j] = _rbf_arg(a, nb[j], gi[j], gamma)
     return G
 
 
@@ -126,12 +131,10 @@ def rbf_f32(G, na, nb, gamma, out):
             # in place through ONE array: with two views of the same row LLVM's overlap check
             # fails and the loop runs scalar (see rbf_exponent_inplace)
             for j in range(m):
-                d2 = a + nb[j] - 2.0 * np.float64(gi[j])
-                gi[j] = -gamma * max(d2, 0.0)
+                gi[j] = _rbf_arg(a, nb[j], gi[j], gamma)
         else:
             for j in range(m):
-                d2 = a + nb[j] - 2.0 * np.float64(gi[j])
-                oi[j] = -gamma * max(d2, 0.0)
+                oi[j] = _rbf_arg(a, nb[j], gi[j], gamma)
         for j in range(m):
             oi[j] = exp32(oi[j])
     return out
