@@ -83,7 +83,7 @@ import _data  # noqa: E402
 
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
-from dmcsvm.engine.partition import Partition, PartitionSettings, pack_message  # noqa: E402
+from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.solvers import pattern as pt  # noqa: E402
 
 MODES = ("inprocess", "actor", "actor_relayed", "future", "actor_notrim")
@@ -141,12 +141,15 @@ class _Recorder:
 
     def step(self, msg):
         t = time.perf_counter()
+        sent = getattr(self._ex, "bytes_sent", None)
         replies = self._ex.step(msg)
         self.t_step.append(time.perf_counter() - t)
         self.bytes_out.append(_nbytes(msg) * len(replies))
         self.bytes_in.append(sum(_nbytes(r) for r in replies))
-        # what an actor round actually sends: the packed frame (dB as CSR when smaller)
-        self.wire_out.append(len(pack_message(msg)) * len(replies))
+        # what an actor round actually sends, as the executor counted it while packing (no
+        # second pickling inside the timed round); none for in-process and pinned futures
+        if sent is not None and self._ex.mode == "actor":
+            self.wire_out.append(self._ex.bytes_sent - sent)
         self.cand_X_bytes.append(sum(_nbytes(r.get("cand_X")) for r in replies))
         dB = msg.get("dB")
         if dB is not None:
@@ -228,7 +231,8 @@ def _record(est, t_fit, rec, warn, Xte, yte):
                             "from_partitions": float(np.mean(rec.bytes_in[:R])),
                             "max_total": float(np.max(np.add(rec.bytes_out[:R], rec.bytes_in[:R]))),
                             "cand_X_from_partitions": float(np.mean(rec.cand_X_bytes[:R])),
-                            "packed_to_partitions": float(np.mean(rec.wire_out[:R]))},
+                            "packed_to_partitions": float(np.mean(rec.wire_out[:R]))
+                            if rec.wire_out else None},
         "direct_route": getattr(rec._ex, "direct", None),
         "dB_nonzero_fraction": rec.dB_nnz / max(rec.dB_size, 1),
         "warnings": warn,
@@ -355,11 +359,12 @@ def floors(client, sizes, iters, msg_bytes, reply_bytes):
             pr.start()
         conns = [ls.accept()[0] for _ in procs]
         msg = struct.pack("q", msg_bytes[b]) + b"m" * msg_bytes[b]
+        for c in conns:
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         ts = []
         for i in range(iters * 5 + 10):
             t = time.perf_counter()
             for c in conns:
-                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 c.sendall(msg)
             for c in conns:
                 _recv_exact(c, struct.unpack("q", _recv_exact(c, 8))[0])
@@ -564,6 +569,10 @@ def library_source() -> dict:
     return {"path": str(root), "git": git}
 
 
+def _fmt_packed(n):
+    return "-" if n is None else _fmt_b(n)
+
+
 def _fmt_b(n):
     return f"{n / 1e3:.0f} kB" if n < 1e6 else f"{n / 1e6:.2f} MB"
 
@@ -629,14 +638,15 @@ def markdown(out) -> str:
                      f"{q['t_select']:.2f} | {q['comm']:.2f} | {100 * r['comm_share']:.1f} | "
                      f"{q['transport']:.2f} | {q['merge']:.2f} | "
                      f"{_fmt_b(r['bytes_per_round']['to_partitions'])} | "
-                     f"{_fmt_b(r['bytes_per_round'].get('packed_to_partitions', 0))} | "
+                     f"{_fmt_packed(r['bytes_per_round'].get('packed_to_partitions'))} | "
                      f"{_fmt_b(r['bytes_per_round']['from_partitions'])} |")
     L += ["", "comm = t_round - t_solve - t_parts (communication + scheduling + merging the replies "
           "+ the wait for the slower partition beyond its own time); transport = "
           "`executor.step` wall - t_parts; merge = concatenating the replies on the coordinator. "
           "Bytes: numpy payload of the messages (once per partition) and of the replies; packed "
-          "out: the frames an actor round sends (`pack_message`: dB as CSR when smaller; "
-          "pinned futures send the dict as is).", ""]
+          "out: the frames an actor round sends (`pack_message`: dB as its nonzeros when that is "
+          "smaller), as the executor counts them; in-process and pinned futures send no packed "
+          "frames.", ""]
     pr = out.get("probe")
     if pr:
         rt = pr["round_trip_ms"]

@@ -9,9 +9,9 @@ on its worker and mutates it).  Actor calls go straight from the client to the p
 when the workers are reachable; a ``Client`` left at its default ``direct_to_workers=None`` would
 otherwise relay each call and reply through the scheduler, a second hop each way.  Either way a
 round is one message per partition carrying the batch update and one reply with its candidates
-and aggregates.  Actors get
-both packed into one opaque frame each (``Partition.step_packed``): Dask then ships a single buffer
-instead of serializing a dict of arrays array by array, which roughly halves the bare round trip.
+and aggregates.  Actors get both packed into one opaque frame each (``Partition.step_packed``):
+Dask then ships a single buffer instead of serializing a dict of arrays array by array, which
+roughly halves the bare round trip.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ class DaskExecutor:
         self.parts = []          # actors or futures, in partition order
         self.placement = []      # worker address of each partition
         self.direct = direct     # resolved by start(): actor calls straight to the workers?
+        self.bytes_sent = 0      # packed round messages sent to the partitions (actor mode)
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
         """Create one partition per row block on its worker.
@@ -370,6 +371,7 @@ class DaskExecutor:
             # one packed frame each way (Partition.step_packed); a partition rebuilt by _recover
             # answers with its replayed reply, already a dict
             blob = pack_message(msg)
+            self.bytes_sent += len(blob) * len(self.parts)
             return [pickle.loads(r) if isinstance(r, bytes) else r
                     for r in self._wait_actors([a.step_packed(blob) for a in self.parts])]
         c = self.client
