@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .runtime_params import RUNTIME_PARAMS
+
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
            "load_checkpoint", "resume_state", "parse_every", "CheckpointSession"]
 
@@ -39,10 +41,9 @@ CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
 CHECKPOINT_VERSION = 1
 _GROUP = re.compile(r"^ckpt-(\d+)\.zarr$")
 
-# estimator parameters that do not change the solution: a run may resume with other values
-RUNTIME_PARAMS = frozenset({"verbose", "n_jobs", "client", "n_workers", "threads_per_worker",
-                            "memory_limit", "n_partitions", "cache_size", "checkpoint",
-                            "checkpoint_every", "resume", "max_iter"})
+# estimator parameters a run may resume with other values of: where it runs (the one list in
+# runtime_params) and the round limit
+RESUME_MAY_CHANGE = RUNTIME_PARAMS | {"max_iter"}
 
 
 def parse_every(every):
@@ -442,7 +443,7 @@ class CheckpointSession:
         if not isinstance(directory, (str, os.PathLike)):
             raise ValueError(f"checkpoint must be a directory path or None, got {directory!r}")
         rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
-        params = {k: v for k, v in est.get_params(deep=False).items() if k not in RUNTIME_PARAMS}
+        params = {k: v for k, v in est.get_params(deep=False).items() if k not in RESUME_MAY_CHANGE}
         params["estimator"] = type(est).__name__
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
         params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))

@@ -2,7 +2,8 @@
 
 A model file holds every fitted attribute of an estimator (the public names ending in ``_``:
 ndarrays, CSR matrices, scalars, dicts of arrays such as ``history_``, nested lists, fitted
-sub-estimators) and its ``get_params()``, in one of two containers:
+sub-estimators) and its model parameters (``get_params()`` less the where-to-run settings of
+:mod:`dmcsvm.runtime_params`, which are neither written nor read), in one of two containers:
 
 - ``*.npz`` (a single file): the arrays as ``a0, a1, ...`` (``allow_pickle=False``) and the JSON
   metadata as the uint8 array ``meta``;
@@ -39,6 +40,8 @@ import zlib
 import numpy as np
 import scipy.sparse as sp
 
+from .runtime_params import RUNTIME_PARAMS, split_runtime
+
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "save_model", "load_model", "estimator_registry"]
 
 MODEL_FORMAT = "dmcsvm-model"
@@ -47,7 +50,6 @@ MODEL_VERSION = 2
 
 _ATTR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*_$")
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RUNTIME_PARAMS = ("client",)   # where training ran: kept only when it is plain JSON (None, str)
 
 
 # ------------------------------------------------------------------------------------ registry
@@ -146,18 +148,13 @@ class _Encoder:
         if reg.get(name) is not type(est):
             raise ValueError(f"cannot save {where}: {name} is not a dmcsvm estimator "
                              f"(known: {', '.join(sorted(reg))})")
-        params, dropped = {}, []
-        for k, v in est.get_params(deep=False).items():
-            if k in _RUNTIME_PARAMS and not (v is None or isinstance(v, str)):
-                dropped.append(k)          # a live Client: meaningless in another process
-                v = None
-            params[k] = self.value(v, f"{where}.{k}")
+        # where-to-run settings (cluster, threads, caches, checkpoints) are never written: a
+        # model file must not choose where the code that loads it connects (runtime_params)
+        model_params, _ = split_runtime(est.get_params(deep=False))
+        params = {k: self.value(v, f"{where}.{k}") for k, v in model_params.items()}
         attrs = {k: self.value(v, f"{where}.{k}") for k, v in sorted(vars(est).items())
                  if _ATTR_NAME.match(k)}
-        out = {"__estimator__": name, "params": params, "attrs": attrs}
-        if dropped:
-            out["dropped_params"] = dropped
-        return out
+        return {"__estimator__": name, "params": params, "attrs": attrs}
 
 
 class _Decoder:
@@ -252,7 +249,9 @@ class _Decoder:
         if unknown:
             raise ValueError(f"{self.path}: parameter(s) {', '.join(unknown)} unknown to {name} "
                              f"(written by another dmcsvm version?)")
-        est = cls(**{k: self.value(x) for k, x in params.items()})
+        # runtime parameters in a file (written by dmcsvm <= 0.1, or edited in) are ignored: the
+        # loaded model runs where its caller says, by default in this process
+        est = cls(**{k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS})
         for k, x in attrs.items():
             if not _ATTR_NAME.match(k):
                 raise self.bad(f"attribute name {k!r} is not a fitted attribute")
@@ -465,7 +464,7 @@ def _load_v1(path, meta, get):
     if name != "MulticlassSVC" or name not in reg:
         raise ValueError(f"{path}: unknown estimator {name!r} in the model file "
                          f"(this dmcsvm knows {', '.join(sorted(reg))})")
-    m = reg[name](**meta["params"])
+    m = reg[name](**{k: v for k, v in meta["params"].items() if k not in RUNTIME_PARAMS})
 
     def need(key):
         a = get(key)
