@@ -66,6 +66,7 @@ def test_dense_round_trip(tmp_path):
     assert attrs == {
         "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "n_samples": 50,
         "n_features": 6, "sparse": False, "rows_per_chunk": 7, "classes": None,
+        "all_chunks_written": True,
     }
     g = zarr.open_group(str(tmp_path / "d.zarr"), mode="r")
     assert g["X"].chunks == (7, 6) and g["X"].dtype == np.float32 and g["y"].chunks == (7,)

@@ -106,3 +106,102 @@ def test_runtime_params_are_not_written(tmp_path):
     assert params["C"] == 5
     back = load_model(tmp_path / "m.npz")
     assert back.cache_dir is None and back.cache_size == MulticlassSVC().cache_size
+
+
+# ----------------------------------------------------------------------- 2. no silently wrong model
+
+from dmcsvm.errors import NonFiniteError  # noqa: E402
+
+
+def test_overflowing_row_is_an_error_naming_it():
+    X, y = _blobs()
+    X = X.astype(np.float64)
+    X[7, 2] = 1e308                  # finite, but its square overflows: every score would be NaN
+    with pytest.raises(NonFiniteError, match=r"^training row 7: its squared norm is inf; the "
+                                             r"likely cause is non-finite or overflowing input"):
+        MulticlassSVC(n_jobs=1).fit(X, y)
+
+
+def test_non_finite_scores_end_the_solve_instead_of_converging():
+    """A NaN score (from any cause the input checks miss) makes the round's primal NaN, which used
+    to read as gap 0 and convergence: the solve now stops with an error naming the round."""
+    from dmcsvm.engine.executor import InProcessExecutor
+    from dmcsvm.engine.partition import PartitionSettings
+    from dmcsvm.kernels import KernelSpec
+    from dmcsvm.solvers import pattern as pt
+    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    X, y = _blobs()
+    spec = KernelSpec("rbf", 0.2)
+    s = SolverSettings(C=1.0).check()
+    ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=s.tol,
+                           n_candidates=50, pcls=np.arange(3))
+    ex = InProcessExecutor(1).start(X, y, y, ps)
+    try:
+        ex.parts[0].F[5, 1] = np.nan
+        with pytest.raises(NonFiniteError, match=r"^round 0: dual nan, primal nan: the likely "
+                                                 r"cause is non-finite or overflowing input"):
+            solve(ex, X.shape[0], np.arange(3), spec, s, X.shape[1], False, np.float32)
+    finally:
+        ex.close()
+
+
+def _store(tmp_path, name="s.zarr", n=3000):
+    X, y = _blobs(n=n)
+    path = tmp_path / name
+    write_arrays(path, X, y, rows_per_chunk=1000)
+    return str(path), X, y
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "dmcsvm.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_nan_in_a_store_is_caught_with_its_row(tmp_path):
+    import zarr
+    path, X, y = _store(tmp_path)
+    zarr.open_array(path, path="X", mode="r+")[1234, 2] = np.nan
+    msg = f"{path}: row 1234 of X holds nan; dmcsvm needs finite features"
+    with pytest.raises(NonFiniteError, match="^" + msg.replace(".", r"\.")):
+        MulticlassSVC(n_jobs=1).fit(path)
+    r = _cli("info", path, "--check")
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert _cli("info", path).returncode == 0        # without --check the chunks are not read
+
+
+@pytest.mark.parametrize("array,key,rows", [("X", "X/c/1/0", "rows 1000 to 1999 of X"),
+                                            ("y", "y/c/2", "rows 2000 to 2999 of y")])
+def test_missing_store_chunk_is_an_error(tmp_path, array, key, rows):
+    path, X, y = _store(tmp_path)
+    os.remove(os.path.join(path, key))
+    msg = f"{path}: chunk file {key} ({rows}) is missing"
+    with pytest.raises(ValueError, match="^" + msg.replace(".", r"\.").replace("(", r"\(")
+                       .replace(")", r"\)") + "$"):
+        MulticlassSVC(n_jobs=1).fit(path)
+    r = _cli("info", path)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_all_zero_chunks_are_written(tmp_path):
+    """zarr leaves out chunks equal to the fill value; a store of dmcsvm has every chunk, so a
+    missing one is always damage (labels all 0 and rows all zeros are data)."""
+    X, y = _blobs(n=3000)
+    X[:1000] = 0.0
+    y[:1000] = 0
+    write_arrays(tmp_path / "z.zarr", X, y, rows_per_chunk=1000)
+    info = open_store(tmp_path / "z.zarr")
+    assert info.complete
+    assert os.path.exists(tmp_path / "z.zarr" / "X" / "c" / "0" / "0")
+    assert os.path.exists(tmp_path / "z.zarr" / "y" / "c" / "0")
+
+
+def test_damaged_chunk_is_named(tmp_path):
+    path, X, y = _store(tmp_path)
+    with open(os.path.join(path, "X", "c", "2", "0"), "wb") as fh:
+        fh.write(b"not a zstd frame" * 4)
+    with pytest.raises(ValueError, match=r"chunk file X/c/2/0 \(rows 2000 to 2999 of X\) cannot "
+                                         r"be read \("):
+        MulticlassSVC(n_jobs=1).fit(path)
+    r = _cli("info", path, "--check")
+    assert r.returncode == 2 and "chunk file X/c/2/0" in r.stderr, r.stderr

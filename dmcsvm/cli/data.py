@@ -32,6 +32,9 @@ def add_parsers(sub):
     i = sub.add_parser("info", help="shape, classes, chunking, sparsity and size of a store")
     i.add_argument("store")
     i.add_argument("--json", action="store_true", help="print the information as JSON")
+    i.add_argument("--check", action="store_true",
+                   help="read every chunk: each must be present, decode and hold finite values "
+                        "(exit status 2 naming the first that does not)")
     i.set_defaults(func=run_info)
 
 
@@ -111,7 +114,11 @@ def run_info(a) -> int:
     from ..store import open_store
     if not os.path.exists(a.store) and "://" not in a.store:
         raise UsageError(f"{a.store} does not exist")
-    s = store_summary(open_store(a.store))
+    info = open_store(a.store)
+    s = store_summary(info)
+    if a.check:
+        from ..store.readers import verify_store
+        s["check"] = f"ok: {verify_store(info)} rows read, every chunk present, decoded, finite"
     if a.json:
         print(json.dumps(s))
         return 0
@@ -127,4 +134,6 @@ def run_info(a) -> int:
     print(f"classes        {s['n_classes']} ({s['label_dtype']} labels)")
     for c in s["classes"]:
         print(f"  {str(c['label']):>12}  {c['count']}")
+    if a.check:
+        print(f"check          {s['check']}")
     return 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import check_finite_rows
 from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
 from ..solvers import pattern as pt
 from .cache import ColumnCache
@@ -86,6 +87,10 @@ class Partition:
         for a, b, Xc in self.data.chunks():
             self.norms[a:b] = row_norms_sq(Xc)
             self.kdiag[a:b] = kernel_diag(self.spec, Xc, self.norms[a:b])
+            # NaN / inf in the rows, or values whose squares overflow, would turn every score
+            # they touch into NaN: refuse them here, naming the row
+            check_finite_rows("its squared norm", self.lo + a, self.norms[a:b])
+            check_finite_rows("its kernel value k(x, x)", self.lo + a, self.kdiag[a:b])
         self.B = np.zeros((n, P))
         self.F = np.zeros((n, P))
         self.active = np.arange(n, dtype=np.int64)

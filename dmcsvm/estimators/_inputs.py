@@ -17,8 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
+from ..errors import NonFiniteError, check_finite_rows
 from ..engine.rows import DaskSource, StoreSource
-from ..kernels import KernelSpec, kernel_block, resolve_gamma
+from ..kernels import KernelSpec, kernel_block, resolve_gamma, row_norms_sq
 
 
 def is_store(X) -> bool:
@@ -123,10 +124,16 @@ def training_data(est, X, y) -> TrainingData:
         finite, var = da.compute(da.isfinite(X).all(), X.var(dtype=np.float64))
         if not bool(finite):
             raise ValueError("Input X contains NaN or infinity.")
+        if not np.isfinite(var):
+            raise NonFiniteError(f"the variance of X is {float(var)!r}: its values are so large "
+                                 f"that their squares overflow; scale the features")
         est.n_features_in_ = int(X.shape[1])
         return TrainingData(DaskSource(X), labels, int(X.shape[0]), int(X.shape[1]), False,
                             dtype, 1, float(var))
     X, labels = validate_data(est, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+    # finite entries whose squares overflow (|x| ~ 1e154 and up) make every score NaN: refuse
+    # them before gamma='scale' or any kernel reads them, naming the row
+    check_finite_rows("its squared norm", 0, row_norms_sq(X))
     return TrainingData(X, labels, X.shape[0], X.shape[1], sp.issparse(X), X.dtype)
 
 

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
+from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from . import scatter as sc
 from .binary_smo import rho_from_parts
@@ -206,6 +207,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
             viol_g = group_violations(agg["gmax"], agg["gmin"])
             viol = float(viol_g.max()) if viol_g.shape[0] else 0.0
             objective = 0.5 * agg["obj2"]
+            check_finite_round(rounds, objective=objective, violation=viol)
             msg = {}
             nb = steps = 0
             stalled = False
@@ -227,6 +229,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                     Kbb, yB, gl, a_new, gB, float(s.U), float(s.w_same), float(s.w_diff),
                     int(ug.shape[0]), 0.5 * s.tol, sel_code, int(s.max_inner_steps), platt_b)
                 da = a_new - aB
+                check_finite_round(rounds, coefficients=da)
                 moved = np.flatnonzero(da != 0.0)
                 nb = moved.shape[0]
                 if nb == 0:

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
+from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from . import pattern as pt
 from .selection import THRESHOLDS, threshold_value
@@ -235,6 +236,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             mM = agg["sum_BF"]                       # ||M||^2
             dual = agg["sum_alpha"] - 0.5 * mM
             primal = 0.5 * mM + s.C * agg["sum_xi"]
+            # a NaN primal would read as gap 0 and "converge": non-finite values end the solve
+            check_finite_round(rounds, dual=dual, primal=primal, max_psi=agg["max_psi"])
             gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
             mean_v = agg["sum_V"] / max(agg["n_active"], 1)
             theta = threshold_value(s.threshold, rounds, agg["max_V"], mean_v, s.mu)
@@ -264,6 +267,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                         agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick], float(s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
                 dB, gains = batch(opt_code, *args)
+                check_finite_round(rounds, coefficients=dB)
                 moved = np.any(dB != 0.0, axis=1)
                 if not moved.any() and opt_code != pt.OPT_EXACT:
                     # the chosen optimizer stalled below its own tolerance: finish exactly

@@ -72,6 +72,9 @@ class StoreInfo:
         Stored entries of a sparse store; None for dense.
     label_dtype : str
         ``"int64"`` or ``"float64"``, the dtype of ``y``.
+    complete : bool
+        Whether the writer wrote every chunk (``all_chunks_written``; stores of dmcsvm 0.1 left
+        out all-zero chunks).  Either way a missing chunk is an error.
     """
 
     url: str
@@ -83,6 +86,7 @@ class StoreInfo:
     chunk_bounds: list = field(repr=False)
     nnz: int | None = None
     label_dtype: str = "int64"
+    complete: bool = True
 
     @property
     def path(self) -> str:
@@ -217,6 +221,83 @@ def _check_indptr(indptr, url, n, nnz):
         )
 
 
+# --------------------------------------------------------------------------- chunk integrity
+# zarr reads a chunk that is missing from the store as the fill value: a deleted chunk of X would
+# train on rows of zeros, one of y would relabel its rows as class 0.  Every read checks that its
+# chunks exist, and decoding errors name the chunk.
+
+def _store_key(arr, i):
+    """Store key of chunk ``i`` (along the rows) of ``arr`` and the key inside the array."""
+    key = arr.metadata.encode_chunk_key((int(i),) + (0,) * (arr.ndim - 1))
+    prefix = arr.store_path.path
+    return (f"{prefix}/{key}" if prefix else key), key
+
+
+def _exists(arr, full_key) -> bool:
+    from zarr.core.sync import sync
+    return bool(sync(arr.store_path.store.exists(full_key)))
+
+
+def missing_chunks(arr, lo=0, hi=None) -> list[int]:
+    """Indices of the chunks of ``arr`` holding its elements ``[lo, hi)`` (along the first axis)
+    that are not in the store."""
+    n = arr.shape[0] if arr.ndim else 0
+    hi = n if hi is None else hi
+    if hi <= lo:
+        return []
+    R = arr.chunks[0]
+    return [i for i in range(lo // R, (hi - 1) // R + 1) if not _exists(arr, _store_key(arr, i)[0])]
+
+
+def _chunk_error(url, name, arr, i, what="is missing"):
+    R = arr.chunks[0]
+    lo, hi = i * R, min((i + 1) * R, arr.shape[0])
+    unit = "rows" if name in ("X", "y", "indptr") else "entries"
+    return ValueError(f"{url}: chunk file {_store_key(arr, i)[0]} ({unit} {lo} to {hi - 1} of "
+                      f"{name}) {what}")
+
+
+def read_checked(arr, url, name, lo, hi, complete=True):
+    """``arr[lo:hi]`` as a NumPy array, after checking that every chunk it reads exists; a chunk
+    that cannot be decoded is named in the error."""
+    if complete:
+        gone = missing_chunks(arr, lo, hi)
+        if gone:
+            raise _chunk_error(url, name, arr, gone[0])
+    try:
+        return np.asarray(arr[lo:hi])
+    except Exception as exc:  # zarr/numcodecs raise codec-specific types
+        R = arr.chunks[0]
+        for i in range(lo // R, max(lo, hi - 1) // R + 1):
+            try:
+                np.asarray(arr[i * R:min((i + 1) * R, arr.shape[0])])
+            except Exception as exc_i:  # noqa: BLE001 - find the damaged chunk to name it
+                raise _chunk_error(url, name, arr, i, f"cannot be read ({type(exc_i).__name__}: {exc_i})") from exc
+        raise ValueError(f"{url}: cannot read {name}[{lo}:{hi}]: {exc}") from exc
+
+
+def check_all_chunks_present(group, url, names, complete=True) -> None:
+    """Every chunk of the arrays ``names`` is in the store (one listing per array).
+
+    Stores that dmcsvm wrote declare ``all_chunks_written``: for them a missing chunk is an error.
+    Stores built by other tools may leave out all-zero chunks as zarr does by default; they are
+    read as zarr reads them, with a warning naming the first absent chunk."""
+    for name in names:
+        arr = group[name]
+        if arr.size and arr.nchunks_initialized < arr.nchunks:
+            gone = missing_chunks(arr)
+            if not gone:
+                continue
+            err = _chunk_error(url, name, arr, gone[0])
+            if complete:
+                raise err
+            import warnings
+            warnings.warn(f"{err} and is read as zeros: the store does not declare "
+                          f"all_chunks_written (it was not written by dmcsvm convert), so an "
+                          f"absent chunk may be one that zarr left out as all zeros",
+                          stacklevel=3)
+
+
 def open_store(url) -> StoreInfo:
     """Open and validate a dmcsvm data store before any computation touches it.
 
@@ -235,8 +316,9 @@ def open_store(url) -> StoreInfo:
     ValueError
         With a message naming the problem: not a zarr store, not a dmcsvm store (``format``
         attribute), unsupported ``format_version``, missing attribute or array, rows of ``X``
-        and ``y`` that disagree, ``X`` chunks that split rows, a wrong dtype, or an
-        inconsistent ``indptr``.  For sparse stores the whole ``indptr`` is read (8 bytes a
+        and ``y`` that disagree, ``X`` chunks that split rows, a wrong dtype, an
+        inconsistent ``indptr``, or a chunk file missing from a store that dmcsvm wrote (zarr
+        would read it as zeros; every later read checks its chunks again).  For sparse stores the whole ``indptr`` is read (8 bytes a
         row, streamed) to check it.
     """
     url = _normalize_url(url)
@@ -314,6 +396,9 @@ def open_store(url) -> StoreInfo:
         raise ValueError(f"{url}: y has dtype {y.dtype}; expected int64 or float64")
     if classes is not None and y.dtype != np.dtype("int64"):
         raise ValueError(f"{url}: y holds codes into 'classes' and must be int64, not {y.dtype}")
+    complete = bool(attrs.get("all_chunks_written", False))
+    check_all_chunks_present(group, url, ("indptr", "indices", "data", "y") if sparse else ("X", "y"),
+                             complete)
     if sparse and n > 0:
         _check_indptr(indptr, url, n, nnz)
 
@@ -327,4 +412,5 @@ def open_store(url) -> StoreInfo:
         chunk_bounds=chunk_bounds(n, rows_per_chunk),
         nnz=nnz,
         label_dtype=str(y.dtype),
+        complete=complete,
     )

@@ -11,9 +11,10 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from .layout import StoreInfo, open_store
+from ..errors import NonFiniteError
+from .layout import StoreInfo, open_store, read_checked
 
-__all__ = ["read_rows", "read_labels", "read_all", "iter_chunks"]
+__all__ = ["read_rows", "read_labels", "read_all", "iter_chunks", "verify_store"]
 
 
 def _info(info_or_url) -> StoreInfo:
@@ -58,13 +59,18 @@ def read_rows(info_or_url, lo, hi):
     lo, hi = _check_range(info, lo, hi)
     d = info.n_features
     if not info.sparse:
-        block = _array(info, "X")[lo:hi]
-        return np.ascontiguousarray(block, dtype=np.float32)
-    indptr = np.asarray(_array(info, "indptr")[lo : hi + 1], dtype=np.int64)
+        block = np.ascontiguousarray(_read(info, "X", lo, hi), dtype=np.float32)
+        _check_finite(info, block, lo)
+        return block
+    indptr = np.asarray(_read(info, "indptr", lo, hi + 1), dtype=np.int64)
     start, stop = int(indptr[0]), int(indptr[-1])
     if stop > start:
-        indices = np.asarray(_array(info, "indices")[start:stop])
-        data = np.asarray(_array(info, "data")[start:stop], dtype=np.float32)
+        indices = np.asarray(_read(info, "indices", start, stop))
+        data = np.asarray(_read(info, "data", start, stop), dtype=np.float32)
+        if not np.isfinite(data).all():
+            at = start + int(np.flatnonzero(~np.isfinite(data))[0])
+            _check_finite(info, data[at - start:at - start + 1],
+                          lo + int(np.searchsorted(indptr, at, side="right")) - 1)
         if indices.min() < 0 or indices.max() >= d:
             raise ValueError(
                 f"{info.url}: rows [{lo}, {hi}) hold feature indices outside [0, {d})"
@@ -95,7 +101,29 @@ def read_labels(info_or_url, lo=0, hi=None):
     """
     info = _info(info_or_url)
     lo, hi = _check_range(info, lo, hi)
-    return np.asarray(_array(info, "y")[lo:hi])
+    y = np.asarray(_read(info, "y", lo, hi))
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        r = lo + int(np.flatnonzero(~np.isfinite(y))[0])
+        raise NonFiniteError(f"{info.url}: the label of row {r} is {float(y[r - lo])!r}")
+    return y
+
+
+def _read(info, name, lo, hi):
+    """Elements ``[lo, hi)`` of array ``name``: every chunk read must exist (zarr would give
+    zeros for a missing one) and a damaged chunk is named."""
+    return read_checked(_array(info, name), info.url, name, lo, hi, info.complete)
+
+
+def _check_finite(info, block, lo):
+    """NaN or inf in rows read from a store: an error naming the first such row."""
+    ok = np.isfinite(block)
+    if ok.all():
+        return
+    r = int(np.flatnonzero(~ok.reshape(block.shape[0], -1).all(axis=1))[0]) if block.ndim == 2 \
+        else 0
+    bad = block[r][~np.isfinite(block[r])][0] if block.ndim == 2 else block.ravel()[0]
+    raise NonFiniteError(f"{info.url}: row {lo + r} of X holds {float(bad)!r}; dmcsvm needs "
+                         f"finite features (replace or drop such rows and convert again)")
 
 
 def iter_chunks(info_or_url):
@@ -131,3 +159,23 @@ def read_all(url):
     """
     info = _info(url)
     return read_rows(info, 0, info.n_samples), read_labels(info)
+
+
+def verify_store(info_or_url) -> int:
+    """Read every chunk of a store: each must exist, decode and hold finite values.
+
+    Returns
+    -------
+    int
+        Rows read.
+
+    Raises
+    ------
+    ValueError
+        Naming the first missing or damaged chunk file, or the first row with NaN/inf.
+    """
+    info = _info(info_or_url)
+    rows = 0
+    for lo, hi, X, _ in iter_chunks(info):
+        rows += X.shape[0]
+    return rows

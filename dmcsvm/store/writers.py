@@ -130,6 +130,11 @@ class _Appender:
         return self.pos
 
 
+#: zarr leaves out chunks that equal the fill value (all zeros); dmcsvm writes every chunk, so
+#: that a chunk missing from a store it wrote is damage, never data (layout.check_chunks)
+_ALL_CHUNKS = {"write_empty_chunks": True}
+
+
 class _StoreBuilder:
     """Context manager owning the temporary directory a store is built in.
 
@@ -165,22 +170,27 @@ class _StoreBuilder:
         g = self.group
         if sparse:
             element_chunk = min(_SPARSE_CHUNK * 2, max(1, nnz)) if nnz is not None else _SPARSE_CHUNK
-            self.indptr = _Appender(g.create_array("indptr", shape=(n + 1,), chunks=(R,), dtype="int64"), R)
+            self.indptr = _Appender(g.create_array("indptr", shape=(n + 1,), chunks=(R,),
+                                                   dtype="int64", config=_ALL_CHUNKS), R)
             self.indices = _Appender(
-                g.create_array("indices", shape=(0,), chunks=(element_chunk,), dtype="int32"),
+                g.create_array("indices", shape=(0,), chunks=(element_chunk,), dtype="int32",
+                               config=_ALL_CHUNKS),
                 element_chunk,
                 grow=True,
             )
             self.data = _Appender(
-                g.create_array("data", shape=(0,), chunks=(element_chunk,), dtype="float32"),
+                g.create_array("data", shape=(0,), chunks=(element_chunk,), dtype="float32",
+                               config=_ALL_CHUNKS),
                 element_chunk,
                 grow=True,
             )
             self.indptr.append(np.zeros(1, dtype=np.int64))
             self.nnz = 0
         else:
-            self.X = _Appender(g.create_array("X", shape=(n, d), chunks=(R, d), dtype="float32"), R)
-        self.y = _Appender(g.create_array("y", shape=(n,), chunks=(R,), dtype=labels.dtype), R)
+            self.X = _Appender(g.create_array("X", shape=(n, d), chunks=(R, d), dtype="float32",
+                                                  config=_ALL_CHUNKS), R)
+        self.y = _Appender(g.create_array("y", shape=(n,), chunks=(R,), dtype=labels.dtype,
+                                            config=_ALL_CHUNKS), R)
         self.rows = 0
 
     def append(self, X_block, y_block):
@@ -220,6 +230,7 @@ class _StoreBuilder:
                 "sparse": bool(self.sparse),
                 "rows_per_chunk": int(self.R),
                 "classes": self.labels.classes,
+                "all_chunks_written": True,
             }
         )
         if os.path.lexists(self.target):

@@ -1,0 +1,44 @@
+"""Errors dmcsvm raises for a solve that cannot be trusted, and the checks that raise them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["NonFiniteError", "check_finite_round", "check_finite_rows"]
+
+_CAUSE = ("the likely cause is non-finite or overflowing input (values so large that squared "
+          "norms or kernel values overflow) or an extreme kernel parameter; scale the features "
+          "to a moderate range")
+
+
+class NonFiniteError(ValueError):
+    """A dual, primal, score or coefficient became NaN or infinite: the solve stops instead of
+    reporting a wrong model as converged."""
+
+
+def check_finite_round(round_: int, **values) -> None:
+    """Raise :class:`NonFiniteError` naming every value of ``values`` (scalars or arrays) that is
+    not finite in round ``round_``."""
+    bad = []
+    for name, v in values.items():
+        if np.ndim(v) == 0:
+            if not math.isfinite(float(v)):
+                bad.append(f"{name} {float(v)!r}")
+        elif not np.all(np.isfinite(v)):
+            bad.append(f"{name} ({int(np.size(v) - np.count_nonzero(np.isfinite(v)))} "
+                       f"non-finite entries)")
+    if bad:
+        raise NonFiniteError(f"round {round_}: {', '.join(bad)}: {_CAUSE}")
+
+
+def check_finite_rows(what: str, first_row: int, values: np.ndarray, rows=None) -> None:
+    """Raise :class:`NonFiniteError` for the first non-finite entry of per-row ``values``
+    (``values[j]`` belongs to row ``first_row + j``, or ``rows[j]`` when given)."""
+    ok = np.isfinite(values)
+    if ok.all():
+        return
+    j = int(np.flatnonzero(~ok)[0])
+    r = int(rows[j]) if rows is not None else first_row + j
+    raise NonFiniteError(f"training row {r}: {what} is {float(values[j])!r}; {_CAUSE}")
