@@ -11,9 +11,14 @@ Layout: the checkpoint directory holds complete zarr groups ``ckpt-<round>.zarr`
 then ``LATEST`` is replaced (``os.replace``) and older groups are removed, so a process killed at
 any moment leaves the previous checkpoint intact.  Each group::
 
-    attrs  {"format": "dmcsvm-checkpoint", "format_version": 1, "rounds": r, "n": n, "P": P,
+    attrs  {"format": "dmcsvm-checkpoint", "format_version": 2, "rounds": r, "n": n, "P": P,
             "n_features": d, "sparse": bool, "settings": {...}, "rng": {...} or null,
-            "history_keys": [...], "extra": {...}}
+            "history_keys": [...], "extra": {...}, "checksums": {array: crc32}}
+
+``settings`` holds the estimator's parameters (less the runtime ones) and ``data_fingerprint``, a
+hash of the training rows and labels (:func:`data_fingerprint`): a resume onto other data, even
+of the same shape, is refused.  Every array's crc32 is checked on load, so a deleted or damaged
+chunk (which zarr would read as zeros) is an error naming the file.
     ids (n_SV,) int64; B (n_SV, P) float64; X (n_SV, d) or X_data/X_indices/X_indptr (CSR);
     assign (n,) int64 (optional); history (rounds, len(history_keys)) float64
 """
@@ -35,10 +40,12 @@ import scipy.sparse as sp
 from .runtime_params import RUNTIME_PARAMS
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
-           "load_checkpoint", "resume_state", "parse_every", "CheckpointSession"]
+           "load_checkpoint", "resume_state", "parse_every", "CheckpointSession",
+           "data_fingerprint"]
 
 CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+"""Version written: 2 adds a checksum of every array and the data's fingerprint; 1 is still read."""
 _GROUP = re.compile(r"^ckpt-(\d+)\.zarr$")
 
 # estimator parameters a run may resume with other values of: where it runs (the one list in
@@ -174,22 +181,23 @@ class Checkpointer:
         tmp = tempfile.mkdtemp(dir=self.directory, prefix=f".{name}.tmp-")
         try:
             g = zarr.open_group(tmp, mode="w", zarr_format=3)
-            _put(g, "ids", ids)
-            _put(g, "B", np.ascontiguousarray(B[ids], dtype=np.float64))
+            sums: dict = {}
+            _put(g, "ids", ids, sums)
+            _put(g, "B", np.ascontiguousarray(B[ids], dtype=np.float64), sums)
             if self.sparse:
                 Xc = sp.csr_matrix(Xsv)
-                _put(g, "X_data", Xc.data)
-                _put(g, "X_indices", Xc.indices.astype(np.int64))
-                _put(g, "X_indptr", Xc.indptr.astype(np.int64))
+                _put(g, "X_data", Xc.data, sums)
+                _put(g, "X_indices", Xc.indices.astype(np.int64), sums)
+                _put(g, "X_indptr", Xc.indptr.astype(np.int64), sums)
             else:
-                _put(g, "X", np.ascontiguousarray(Xsv))
+                _put(g, "X", np.ascontiguousarray(Xsv), sums)
             if self.assign is not None:
-                _put(g, "assign", np.asarray(self.assign, dtype=np.int64))
+                _put(g, "assign", np.asarray(self.assign, dtype=np.int64), sums)
             hist = state.history
             keys = list(hist)
             if keys:                       # one (rounds x keys) array: one write, not one a key
                 _put(g, "history", np.column_stack([np.asarray(hist[k], dtype=np.float64)
-                                                    for k in keys]))
+                                                    for k in keys]), sums)
             g.attrs.update({
                 "format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION,
                 "rounds": int(rounds), "n": int(B.shape[0]), "P": int(B.shape[1]),
@@ -197,7 +205,7 @@ class Checkpointer:
                 "x_dtype": np.dtype(self.x_dtype).str, "settings": self.settings,
                 "rng": _rng_state(self.rng), "history_keys": keys,
                 "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
-                "written_at": time.time()})
+                "checksums": sums, "written_at": time.time()})
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -218,12 +226,15 @@ class Checkpointer:
             shutil.rmtree(os.path.join(self.directory, g), ignore_errors=True)
 
 
-def _put(g, name, a):
+def _put(g, name, a, checksums=None):
     a = np.ascontiguousarray(a)
     arr = g.create_array(name, shape=a.shape, dtype=a.dtype,
-                         chunks=tuple(max(1, s) for s in a.shape))
+                         chunks=tuple(max(1, s) for s in a.shape),
+                         config={"write_empty_chunks": True})
     if a.size:
         arr[...] = a
+    if checksums is not None:
+        checksums[name] = int(_crc(a))
 
 
 def _write_text_atomic(path, text):
@@ -306,15 +317,27 @@ def load_checkpoint(directory) -> Checkpoint:
     if a.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a dmcsvm checkpoint (format {a.get('format')!r})")
     v = a.get("format_version")
-    if v != CHECKPOINT_VERSION:
+    if v not in (1, CHECKPOINT_VERSION):
         raise ValueError(f"{path} has checkpoint format_version {v!r}; this dmcsvm reads "
-                         f"version {CHECKPOINT_VERSION}")
+                         f"versions 1 and {CHECKPOINT_VERSION}")
+    sums = a.get("checksums")
+    if v >= 2 and not isinstance(sums, dict):
+        raise ValueError(f"{path} is not a valid dmcsvm checkpoint: its checksums are missing")
 
     def arr(name):
         try:
-            return np.asarray(g[name][...])
+            node = g[name]
         except KeyError:
             raise ValueError(f"{path} is missing array {name!r}") from None
+        try:
+            out = np.asarray(node[...])
+        except Exception as e:  # noqa: BLE001 - codec errors of a damaged chunk
+            raise ValueError(f"{path}: array {name!r} cannot be read (damaged: "
+                             f"{type(e).__name__}: {e})") from None
+        if sums is not None and int(_crc(out)) != sums.get(name):
+            raise ValueError(f"{path}: array {name!r} fails its checksum (a chunk file is "
+                             f"missing or damaged)")
+        return out
 
     try:
         n, P, d, sparse = int(a["n"]), int(a["P"]), int(a["n_features"]), bool(a["sparse"])
@@ -447,16 +470,23 @@ class CheckpointSession:
         params["estimator"] = type(est).__name__
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
         params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
+        params["data_fingerprint"] = data_fingerprint(X, y_idx)
         ckpt = Checkpointer(directory, rounds, seconds, settings=params)
         state, first_msg = None, None
         if resume and has_checkpoint(directory):
             ck = load_checkpoint(directory)
             diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
-                          if ck.settings.get(k) != ckpt.settings.get(k))
+                          if ck.settings.get(k) != ckpt.settings.get(k)
+                          and k != "data_fingerprint")
             if diff:
                 shown = ", ".join(f"{k}={ck.settings.get(k)!r} (now {ckpt.settings.get(k)!r})"
                                   for k in diff)
                 raise ValueError(f"{ck.path} was written with other settings or data: {shown}")
+            if ck.settings.get("data_fingerprint") != params["data_fingerprint"]:
+                raise ValueError(
+                    f"{ck.path} was written for other training data (data fingerprint "
+                    f"{ck.settings.get('data_fingerprint')}, this data "
+                    f"{params['data_fingerprint']}): refusing to resume onto it")
             state, first_msg = resume_state(ck, X)
             if rng is not None:
                 restore_rng(rng, ck.rng)
@@ -488,6 +518,42 @@ class CheckpointSession:
         if self.first_msg is not None:
             kw["first_msg"] = self.first_msg
         return kw
+
+
+def data_fingerprint(X, y_idx) -> str:
+    """A hash (blake2b, 128 bits, hex) of the training rows and labels, read in row blocks.
+
+    Arrays and CSR matrices hash their values; a zarr store its rows chunk by chunk (every chunk
+    checked as any read is); a dask array its graph token (computing it would cost a pass over
+    the cluster's data).  Two data sets of the same shape but other values, other row order or
+    permuted columns give different fingerprints."""
+    import hashlib
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.asarray(y_idx, dtype=np.int64).tobytes())
+
+    def add(block):
+        if sp.issparse(block):
+            c = sp.csr_matrix(block)
+            for part in (c.indptr.astype(np.int64), c.indices.astype(np.int64), c.data):
+                h.update(np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(np.ascontiguousarray(block).tobytes())
+
+    h.update(repr(tuple(int(s) for s in X.shape)).encode())
+    if isinstance(X, np.ndarray) or sp.issparse(X):
+        step = max(1, (16 << 20) // max(1, 8 * X.shape[1]))
+        for lo in range(0, X.shape[0], step):
+            add(X[lo:lo + step])
+    elif hasattr(X, "url"):
+        from .store import iter_chunks, open_store
+        for _, _, Xc, _ in iter_chunks(open_store(X.url)):
+            add(Xc)
+    elif hasattr(X, "array"):
+        from dask.base import tokenize
+        h.update(tokenize(X.array).encode())
+    else:
+        raise ValueError(f"cannot fingerprint training data of type {type(X).__name__}")
+    return h.hexdigest()
 
 
 def _crc(a):

@@ -205,3 +205,50 @@ def test_damaged_chunk_is_named(tmp_path):
         MulticlassSVC(n_jobs=1).fit(path)
     r = _cli("info", path, "--check")
     assert r.returncode == 2 and "chunk file X/c/2/0" in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------- 4. resume onto the same data
+
+CK = dict(C=10.0, gamma=0.5, tol=1e-5, gap_tol=0.0, batch_size=20, n_jobs=1)
+
+
+def _checkpointed(data, directory, rounds=12):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return MulticlassSVC(**CK, max_iter=rounds, checkpoint=str(directory),
+                             checkpoint_every=4).fit(data)
+
+
+def test_resume_refuses_a_store_with_permuted_columns(tmp_path):
+    """Same shape, same labels, other data: the checkpoint's fingerprint refuses it (it used to
+    resume, keep the old support rows and report convergence at 76 % accuracy)."""
+    path, X, y = _store(tmp_path, n=600)
+    ck = tmp_path / "ck"
+    _checkpointed(path, ck)
+    other = tmp_path / "other.zarr"
+    write_arrays(other, X[:, ::-1].copy(), y, rows_per_chunk=1000)
+    with pytest.raises(ValueError, match=r"was written for other training data"):
+        MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(str(other))
+    r = _cli("train", other, "-o", tmp_path / "m.npz", *(f"--{k}={v}" for k, v in CK.items()
+                                                          if k != "n_jobs"),
+             "--checkpoint", ck, "--resume")
+    assert r.returncode == 2 and "was written for other training data" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "m.npz")
+
+
+@pytest.mark.parametrize("array", ["B", "history"])
+def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
+    from dmcsvm.checkpoint import load_checkpoint
+    path, X, y = _store(tmp_path, n=600)
+    ck = tmp_path / "ck"
+    _checkpointed(path, ck)
+    group = (ck / "LATEST").read_text().strip()
+    chunk = ck / group / array / "c" / "0" / "0"
+    assert chunk.exists()
+    chunk.unlink()
+    with pytest.raises(ValueError, match=rf"{group}: array '{array}' fails its checksum \(a chunk "
+                                         rf"file is missing or damaged\)$"):
+        load_checkpoint(ck)
+    with pytest.raises(ValueError, match="fails its checksum"):
+        MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(path)
