@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
 
 from .partition import Partition, PartitionSettings
 from .rows import StoreRows
+from .threads import BlasThreadHold
 
 
 def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, int]]:
@@ -30,7 +30,7 @@ def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, in
 
 class InProcessExecutor:
     """Partitions held in this process; a round runs them on a thread pool (numba and BLAS
-    release the GIL).  BLAS is limited to one thread per partition while rounds run so that
+    release the GIL).  BLAS is limited to one thread while partitions live (engine.threads) so that
     ``n_threads`` partitions do not oversubscribe the cores.
 
     Parameters
@@ -48,7 +48,6 @@ class InProcessExecutor:
         self.n_partitions = int(n_partitions or self.n_threads)
         self.parts: list[Partition] = []
         self._pool = None
-        self._limits = None
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
         """Create the partitions (``partition_cls``, :class:`Partition` or a subclass with the same
@@ -59,7 +58,6 @@ class InProcessExecutor:
             X = X.tocsr()
         if self.n_threads > 1:
             self._pool = ThreadPoolExecutor(self.n_threads)
-            self._limits = threadpool_limits(1)   # restored by close()
         for k, (lo, hi) in enumerate(bounds):
             rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
             if isinstance(rows, StoreRows) and settings.x_in_memory is False:
@@ -87,7 +85,4 @@ class InProcessExecutor:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        if self._limits is not None:
-            self._limits.restore_original_limits()
-            self._limits = None
         self.parts = []

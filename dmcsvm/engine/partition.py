@@ -20,6 +20,7 @@ from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
 from ..solvers import pattern as pt
 from .cache import ColumnCache
 from .disk_cache import ZarrColumnCache
+from .threads import BlasThreadHold
 from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  # noqa: F401
                    take_rows)
 
@@ -70,6 +71,9 @@ class Partition:
     """
 
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
+        # BLAS on one thread for as long as the partition lives, wherever it lives (a worker
+        # without a nanny has no OMP_NUM_THREADS=1): the same rounding in every executor
+        self._blas = BlasThreadHold()
         self.part_id = int(part_id)
         self.lo, self.hi = int(lo), int(hi)
         self.data = make_rows(X)
@@ -469,6 +473,7 @@ class Partition:
         self.disk.close()
         self._drop_compact()
         self.data.close()
+        self._blas.release()
 
 
 def pack_message(msg: dict) -> bytes:

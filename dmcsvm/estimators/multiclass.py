@@ -276,8 +276,8 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
 
         threads = min(_n_threads(self.n_jobs), len(chunks))
         if threads > 1:
-            from threadpoolctl import threadpool_limits
-            with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
+            from ..engine.threads import one_blas_thread
+            with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
                 list(pool.map(work, chunks))
         else:
             for ab in chunks:

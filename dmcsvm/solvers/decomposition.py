@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import threadpool_limits
 
+from ..engine.threads import BlasThreadHold
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from . import scatter as sc
@@ -198,7 +198,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     if s.verbose:
         from tqdm.auto import tqdm
         bar = tqdm(desc="dmcsvm smo rounds", unit="round")
-    limits = threadpool_limits(1)    # coordinator BLAS on one thread: same bits on every executor
+    limits = BlasThreadHold()    # coordinator BLAS on one thread: same bits on every executor
     try:
         while True:
             t_round = time.perf_counter()
@@ -270,7 +270,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                                   ConvergenceWarning, stacklevel=3)
                 break
     finally:
-        limits.restore_original_limits()
+        limits.release()
         if bar is not None:
             bar.close()
     summ = executor.call("summary")

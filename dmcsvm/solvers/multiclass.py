@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import threadpool_limits
 
 from ..errors import check_finite_round
+from ..engine.threads import BlasThreadHold
 from ..kernels import KernelSpec, kernel_block
 from . import pattern as pt
 from .selection import THRESHOLDS, threshold_value
@@ -226,7 +226,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     n_sv = int(np.count_nonzero(np.any(B != 0.0, axis=1)))
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
-    limits = threadpool_limits(1)
+    # (engine.threads: held by count, so a fit beside this one cannot change it half-way)
+    limits = BlasThreadHold()
     try:
         while True:
             t_round = time.perf_counter()
@@ -327,7 +328,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                               ConvergenceWarning, stacklevel=3)
                 break
     finally:
-        limits.restore_original_limits()
+        limits.release()
         if bar is not None:
             bar.close()
     state.rounds = rounds
