@@ -20,7 +20,18 @@ hash of the training rows and labels (:func:`data_fingerprint`): a resume onto o
 of the same shape, is refused.  Every array's crc32 is checked on load, so a deleted or damaged
 chunk (which zarr would read as zeros) is an error naming the file.
     ids (n_SV,) int64; B (n_SV, P) float64; X (n_SV, d) or X_data/X_indices/X_indptr (CSR);
-    assign (n,) int64 (optional); history (rounds, len(history_keys)) float64
+    assign (n,) int64 (optional); history (rounds, len(history_keys)) float64;
+    pending_ids, pending_dB, pending_X (or its CSR triplet): the batch chosen in the checkpointed
+    round, already in B but not yet sent to the partitions;
+    part-<k>.npz: each partition's scores, B rows, active set and shrinking counters, written by
+    the partition itself (Partition.save_state; attrs "partition_bounds" lists their rows)
+
+A resume onto the same partition bounds loads those states and sends the pending batch, which
+continues the solve exactly where it stopped: the same rounds and coefficients as an
+uninterrupted run.  With other bounds (another ``n_partitions``), or partition files that the
+coordinator cannot see (workers writing to disks of their own), the partitions are rebuilt from the
+support coefficients instead, ``F = K(X, X_SV) B_SV``: the same optimum to ``tol``, reached by
+other rounds (scores differ in the last bits and shrinking starts over), with a warning.
 """
 
 from __future__ import annotations
@@ -142,6 +153,7 @@ class Checkpointer:
         self.rng = None
         self.extra = {}
         self.n_features = None
+        self.executor = None
         self.sparse = False
         self.x_dtype = np.float64
         self._last_rounds = None
@@ -149,9 +161,11 @@ class Checkpointer:
         self.n_written = 0
 
     def bind(self, state, *, n_features, sparse, x_dtype=np.float64, assign=None, rng=None,
-             extra=None, start_rounds=None):
-        """Attach the coordinator state (and optionally the assignment and RNG) to checkpoint."""
+             extra=None, start_rounds=None, executor=None):
+        """Attach the coordinator state (and optionally the assignment, the RNG, and the executor
+        whose partitions save their own state beside each checkpoint) to checkpoint."""
         self.state = state
+        self.executor = executor
         self.n_features, self.sparse, self.x_dtype = int(n_features), bool(sparse), x_dtype
         self.assign, self.rng, self.extra = assign, rng, dict(extra or {})
         self._last_rounds = state.rounds if start_rounds is None else start_rounds
@@ -184,15 +198,19 @@ class Checkpointer:
             sums: dict = {}
             _put(g, "ids", ids, sums)
             _put(g, "B", np.ascontiguousarray(B[ids], dtype=np.float64), sums)
-            if self.sparse:
-                Xc = sp.csr_matrix(Xsv)
-                _put(g, "X_data", Xc.data, sums)
-                _put(g, "X_indices", Xc.indices.astype(np.int64), sums)
-                _put(g, "X_indptr", Xc.indptr.astype(np.int64), sums)
-            else:
-                _put(g, "X", np.ascontiguousarray(Xsv), sums)
+            self._put_rows(g, "X", Xsv, sums)
             if self.assign is not None:
                 _put(g, "assign", np.asarray(self.assign, dtype=np.int64), sums)
+            pending = getattr(state, "pending", None) or {}
+            part_bounds = None
+            if pending.get("ids") is not None and self.executor is not None:
+                _put(g, "pending_ids", np.asarray(pending["ids"], dtype=np.int64), sums)
+                _put(g, "pending_dB", np.asarray(pending["dB"], dtype=np.float64), sums)
+                self._put_rows(g, "pending_X", pending["XB"], sums)
+                # every partition writes its own state into the group (in parallel, on its
+                # worker): the coordinator never holds the n x P scores
+                part_bounds = [[int(lo), int(hi)] for _, lo, hi in
+                               self.executor.call("save_state", tmp)]
             hist = state.history
             keys = list(hist)
             if keys:                       # one (rounds x keys) array: one write, not one a key
@@ -205,7 +223,10 @@ class Checkpointer:
                 "x_dtype": np.dtype(self.x_dtype).str, "settings": self.settings,
                 "rng": _rng_state(self.rng), "history_keys": keys,
                 "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
-                "checksums": sums, "written_at": time.time()})
+                "checksums": sums, "partition_bounds": part_bounds,
+                "pending_shrink_margin": _jsonable(pending.get("shrink_margin"))
+                if part_bounds is not None else None,
+                "written_at": time.time()})
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -218,6 +239,16 @@ class Checkpointer:
         self._last_time = time.monotonic()
         self.n_written += 1
         return final
+
+    def _put_rows(self, g, name, X, sums):
+        """X rows as one dense array ``name`` or the CSR triplet ``name_data/_indices/_indptr``."""
+        if self.sparse:
+            Xc = sp.csr_matrix(X)
+            _put(g, f"{name}_data", Xc.data, sums)
+            _put(g, f"{name}_indices", Xc.indices.astype(np.int64), sums)
+            _put(g, f"{name}_indptr", Xc.indptr.astype(np.int64), sums)
+        else:
+            _put(g, name, np.ascontiguousarray(X), sums)
 
     def _prune(self, newest):
         groups = sorted(f for f in os.listdir(self.directory) if _GROUP.match(f))
@@ -272,6 +303,10 @@ class Checkpoint:
     rng: dict | None = None
     assign: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
+    #: the batch chosen in the checkpointed round and not yet sent: ids, XB, dB, shrink_margin
+    pending: dict | None = None
+    #: rows of each partition whose state file is in the group (None: none were saved)
+    partition_bounds: list | None = None
 
 
 def _latest_group(directory):
@@ -351,12 +386,26 @@ def load_checkpoint(directory) -> Checkpoint:
         raise ValueError(f"{path}: B has shape {B.shape}, expected ({k}, {P})")
     if k and (ids.min() < 0 or ids.max() >= n or np.any(np.diff(ids) <= 0)):
         raise ValueError(f"{path}: support ids are not increasing ids in [0, {n})")
-    if sparse:
-        X = sp.csr_matrix((arr("X_data"), arr("X_indices"), arr("X_indptr")), shape=(k, d))
-    else:
-        X = arr("X")
-        if X.shape != (k, d):
-            raise ValueError(f"{path}: X has shape {X.shape}, expected ({k}, {d})")
+    def rows(name, count):
+        if sparse:
+            return sp.csr_matrix((arr(f"{name}_data"), arr(f"{name}_indices"),
+                                  arr(f"{name}_indptr")), shape=(count, d))
+        out = arr(name)
+        if out.shape != (count, d):
+            raise ValueError(f"{path}: {name} has shape {out.shape}, expected ({count}, {d})")
+        return out
+
+    X = rows("X", k)
+    pending = None
+    bounds = a.get("partition_bounds")
+    if bounds is not None:
+        pids = arr("pending_ids")
+        pdB = arr("pending_dB")
+        if pdB.shape != (pids.shape[0], P) or (pids.size and (pids.min() < 0 or pids.max() >= n)):
+            raise ValueError(f"{path}: the pending batch has ids or dB of the wrong shape")
+        margin = a.get("pending_shrink_margin")
+        pending = {"ids": pids, "XB": rows("pending_X", pids.shape[0]), "dB": pdB,
+                   "shrink_margin": float(margin) if margin is not None else np.inf}
     keys = list(a.get("history_keys", []))
     history = {}
     if keys:
@@ -369,7 +418,9 @@ def load_checkpoint(directory) -> Checkpoint:
         raise ValueError(f"{path}: assign has shape {assign.shape}, expected ({n},)")
     return Checkpoint(path=path, rounds=rounds, n=n, P=P, n_features=d, sparse=sparse, ids=ids,
                       B=B, X=X, history=history, settings=dict(a.get("settings") or {}),
-                      rng=a.get("rng"), assign=assign, extra=dict(a.get("extra") or {}))
+                      rng=a.get("rng"), assign=assign, extra=dict(a.get("extra") or {}),
+                      pending=pending,
+                      partition_bounds=[tuple(b) for b in bounds] if bounds else None)
 
 
 def resume_state(ck: Checkpoint, X=None):
@@ -448,6 +499,7 @@ class CheckpointSession:
     """
 
     def __init__(self, settings, checkpointer=None, state=None, first_msg=None):
+        self._ck = None
         self.settings = settings
         self.checkpointer = checkpointer
         self.state = state
@@ -472,7 +524,7 @@ class CheckpointSession:
         params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
         params["data_fingerprint"] = data_fingerprint(X, y_idx)
         ckpt = Checkpointer(directory, rounds, seconds, settings=params)
-        state, first_msg = None, None
+        state, first_msg, resumed = None, None, None
         if resume and has_checkpoint(directory):
             ck = load_checkpoint(directory)
             diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
@@ -488,6 +540,7 @@ class CheckpointSession:
                     f"{ck.settings.get('data_fingerprint')}, this data "
                     f"{params['data_fingerprint']}): refusing to resume onto it")
             state, first_msg = resume_state(ck, X)
+            resumed = ck
             if rng is not None:
                 restore_rng(rng, ck.rng)
             if assign is not None and ck.assign is not None:
@@ -501,23 +554,44 @@ class CheckpointSession:
         elif resume:
             warnings.warn(f"no checkpoint in {directory}: starting from scratch", stacklevel=3)
         sess = cls(settings, ckpt, state, first_msg)
+        sess._ck = resumed
         sess._X = X
         sess._assign, sess._rng = assign, rng
         return sess
 
-    def solve_kwargs(self, n, P, sparse, x_dtype):
-        """Keyword arguments for :func:`solve`: ``on_round`` and, when resuming, the state."""
+    def solve_kwargs(self, n, P, sparse, x_dtype, executor=None):
+        """Keyword arguments for :func:`solve`: ``on_round`` and, when resuming, the state.
+
+        With the ``executor`` (started on the partitions), checkpoints include the partitions'
+        own states, and a resume onto the same partition bounds loads them and continues
+        exactly; otherwise the partitions are rebuilt from the support coefficients."""
         if self.checkpointer is None:
             return {}
         from .solvers.multiclass import CoordinatorState
         if self.state is None:
             self.state = CoordinatorState.fresh(n, P)
+        elif self._ck is not None and executor is not None:
+            self._resume_partitions(executor)
         self.checkpointer.bind(self.state, n_features=self._X.shape[1], sparse=sparse,
-                               x_dtype=x_dtype, assign=self._assign, rng=self._rng)
+                               x_dtype=x_dtype, assign=self._assign, rng=self._rng,
+                               executor=executor)
         kw = {"on_round": self.checkpointer, "state": self.state}
         if self.first_msg is not None:
             kw["first_msg"] = self.first_msg
         return kw
+
+    def _resume_partitions(self, executor):
+        """Load the checkpointed partition states, or warn why the partitions are rebuilt."""
+        ck = self._ck
+        why = _partition_states_usable(ck, executor)
+        if why is None:
+            executor.call("load_state", ck.path)
+            # partitions are where the checkpointed round left them: send the batch it chose
+            self.first_msg = dict(ck.pending)
+            return
+        warnings.warn(f"{ck.path}: resuming from the support coefficients, not the partitions' "
+                      f"saved states, because {why}: the fit reaches the same optimum (to tol) by "
+                      f"other rounds than an uninterrupted one", stacklevel=4)
 
 
 def data_fingerprint(X, y_idx) -> str:
@@ -554,6 +628,23 @@ def data_fingerprint(X, y_idx) -> str:
     else:
         raise ValueError(f"cannot fingerprint training data of type {type(X).__name__}")
     return h.hexdigest()
+
+
+def _partition_states_usable(ck, executor) -> str | None:
+    """Why the checkpoint's partition states cannot be loaded into ``executor``'s partitions, or
+    None when they can."""
+    if ck.partition_bounds is None:
+        return "it holds no partition states (written by dmcsvm 0.1 or without partitions)"
+    bounds = [tuple(b) for b in executor.call("row_range")]
+    if bounds != [tuple(b) for b in ck.partition_bounds]:
+        return (f"its partitions own rows {ck.partition_bounds}, this run's {bounds} (another "
+                f"n_partitions or cluster size)")
+    missing = [k for k in range(len(bounds))
+               if not os.path.exists(os.path.join(ck.path, f"part-{k:05d}.npz"))]
+    if missing:
+        return (f"the state files of partitions {missing} are not in {ck.path} (workers that "
+                f"wrote to disks of their own?)")
+    return None
 
 
 def _crc(a):

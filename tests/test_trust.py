@@ -384,3 +384,58 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
         assert during == 1
     assert remote.n_iter_ == local.n_iter_
     assert np.array_equal(remote.dual_coef_, local.dual_coef_)
+
+
+# ----------------------------------------------------------------------- 5. resume = uninterrupted
+
+def _digits(n=400):
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    return X[:n] / 16.0, y[:n]
+
+
+RK = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=20)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_resumed_fit_is_the_uninterrupted_fit(tmp_path, n_jobs):
+    """Interrupted after shrinking has started, resumed from the checkpoint: the same rounds,
+    coefficients and history bit for bit (partitions save their scores, active set and shrinking
+    counters beside the checkpoint; the batch chosen in the checkpointed round is sent first)."""
+    import warnings
+    X, y = _digits()
+    full = MulticlassSVC(**RK, n_jobs=n_jobs).fit(X, y)
+    stop = int(np.flatnonzero(full.history_["n_active"] < X.shape[0])[0]) + 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        part = MulticlassSVC(**RK, n_jobs=n_jobs, max_iter=stop, checkpoint=str(tmp_path),
+                             checkpoint_every=7).fit(X, y)
+    assert part.history_["n_active"][-1] < X.shape[0]         # shrinking is under way
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                         # no fallback warning
+        resumed = MulticlassSVC(**RK, n_jobs=n_jobs, checkpoint=str(tmp_path),
+                                checkpoint_every=10 ** 6, resume=True).fit(X, y)
+    assert resumed.n_iter_ == full.n_iter_ and resumed.converged_
+    assert np.array_equal(resumed.support_, full.support_)
+    assert np.array_equal(resumed.dual_coef_, full.dual_coef_)
+    for k in ("dual", "primal", "n_active", "batch"):
+        assert np.array_equal(resumed.history_[k], full.history_[k]), k
+
+
+def test_resume_onto_other_partitions_rebuilds_and_says_so(tmp_path):
+    import warnings
+    X, y = _digits()
+    full = MulticlassSVC(**RK, n_jobs=1).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MulticlassSVC(**RK, n_jobs=1, max_iter=60, checkpoint=str(tmp_path),
+                      checkpoint_every=5).fit(X, y)
+    with pytest.warns(UserWarning, match=r"resuming from the support coefficients, not the "
+                                         r"partitions' saved states, because its partitions own "
+                                         r"rows \[\(0, 400\)\], this run's \[\(0, 200\), "
+                                         r"\(200, 400\)\]"):
+        resumed = MulticlassSVC(**RK, n_jobs=2, checkpoint=str(tmp_path), resume=True).fit(X, y)
+    assert resumed.converged_
+    assert np.array_equal(resumed.predict(X), full.predict(X))
+    assert abs(resumed.history_["dual"][-1] - full.history_["dual"][-1]) <= 1e-6 * abs(
+        full.history_["dual"][-1])

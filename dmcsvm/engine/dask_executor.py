@@ -34,7 +34,7 @@ from .rows import DaskSource, StoreRows
 
 ACTOR_POLL_S = 5.0    # how often a waiting round checks that the partitions' workers are alive
 REPLAY_CHUNK = 32     # logged operations sent per call when a lost partition is rebuilt
-READ_ONLY_CALLS = frozenset({"stats", "close"})
+READ_ONLY_CALLS = frozenset({"stats", "close", "save_state", "row_range"})
 REACH_TIMEOUT_S = 3.0   # how long the client waits for a worker to answer directly before relaying
 
 

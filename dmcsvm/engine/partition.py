@@ -9,8 +9,10 @@ object runs in-process and as a Dask actor, so both executors execute exactly th
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +26,9 @@ from .threads import BlasThreadHold
 from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  # noqa: F401
                    take_rows)
 
+
+#: arrays of a partition's saved state (save_state / load_state)
+_STATE_KEYS = ("F", "B", "active", "calm")
 
 #: a streamed partition copies its active rows into a compact copy once they are at most this
 #: fraction of the rows its kernel passes read (see Partition._refresh_compact)
@@ -466,6 +471,64 @@ class Partition:
             else:
                 out = getattr(self, op[1])(*op[2])
         return out
+
+    # ---------------------------------------------------------------- checkpoints
+    def row_range(self) -> tuple:
+        """``(lo, hi)``: the global rows this partition owns."""
+        return self.lo, self.hi
+
+    def state_file(self, directory) -> str:
+        return os.path.join(os.fspath(directory), f"part-{self.part_id:05d}.npz")
+
+    def save_state(self, directory) -> tuple:
+        """Write what the next rounds read of this partition (scores ``F``, its ``B`` rows, the
+        active set and the shrinking counters) beside a checkpoint, so that a resumed fit takes
+        the same rounds as the uninterrupted one (a rebuild from ``B`` alone would give scores
+        that differ in the last bits, and shrinking would start over).  npz without pickle,
+        crc32 per array; returns ``(part_id, lo, hi)``."""
+        arrays = {"F": self.F, "B": self.B, "active": self.active, "calm": self.calm,
+                  "bounds": np.array([self.lo, self.hi], dtype=np.int64)}
+        arrays["crc32"] = np.array([zlib.crc32(np.ascontiguousarray(arrays[k]))
+                                    for k in _STATE_KEYS], dtype=np.int64)
+        path = self.state_file(directory)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return self.part_id, self.lo, self.hi
+
+    def load_state(self, directory) -> None:
+        """Take the state :meth:`save_state` wrote (same rows, checked by bounds, shapes and
+        checksums); ValueError naming the file otherwise."""
+        path = self.state_file(directory)
+        n, P = self.F.shape
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                got = {k: z[k] for k in (*_STATE_KEYS, "bounds", "crc32")}
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"{path}: cannot read the partition state ({e})") from None
+        if list(got["bounds"]) != [self.lo, self.hi]:
+            raise ValueError(f"{path} holds rows {list(got['bounds'])}, this partition "
+                             f"[{self.lo}, {self.hi}]")
+        crc = [zlib.crc32(np.ascontiguousarray(got[k])) for k in _STATE_KEYS]
+        if crc != list(got["crc32"]) or got["F"].shape != (n, P) or got["B"].shape != (n, P):
+            raise ValueError(f"{path}: the partition state fails its checksum or shape")
+        self.F[:] = got["F"]
+        self.B[:] = got["B"]
+        self.calm[:] = got["calm"]
+        self.active = np.ascontiguousarray(got["active"], dtype=np.int64)
+        self._X_active = None
+        # the coordinator's row bank holds the support rows only after a resume
+        self.shipped[:] = np.any(self.B != 0.0, axis=1)
+        self.cache.clear()
+        self.disk.clear()
+        self._drop_compact()
+        self._refresh_compact()
 
     def close(self) -> None:
         """Release what the partition holds outside Python objects (the on-disk column cache,

@@ -244,7 +244,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
             executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds)
             ck = CheckpointSession.for_estimator(self, td.source, y_idx, settings)
             res = solve(executor, td.n, pcls, spec, ck.settings, td.d, td.sparse, td.dtype,
-                        **ck.solve_kwargs(td.n, m, td.sparse, td.dtype))
+                        **ck.solve_kwargs(td.n, m, td.sparse, td.dtype, executor))
             self.engine_stats_ = executor.stats()
         finally:
             release_executor(executor, owned)

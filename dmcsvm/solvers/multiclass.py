@@ -130,6 +130,11 @@ class CoordinatorState:
     bank: _RowBank = field(default_factory=_RowBank)
     rounds: int = 0
     history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+    #: the message chosen in the last round, not yet sent to the partitions (its ``dB`` is in
+    #: ``B`` already): a checkpoint saves it with the partitions' states, so a resume sends it
+    pending: dict | None = None
+    #: the support count last shown in the history (refreshed every 50 rounds)
+    n_sv: int | None = None
 
     @classmethod
     def fresh(cls, n: int, P: int) -> "CoordinatorState":
@@ -223,7 +228,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     converged = False
     just_unshrunk = False
     stalled = False
-    n_sv = int(np.count_nonzero(np.any(B != 0.0, axis=1)))
+    n_sv = state.n_sv if state.n_sv is not None else int(np.count_nonzero(np.any(B != 0.0, axis=1)))
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
     # (engine.threads: held by count, so a fit beside this one cannot change it half-way)
@@ -285,7 +290,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     batch_ids = ids
             t_end = time.perf_counter()
             if rounds % 50 == 0 or converged:      # O(n P): refreshed now and then, and at the end
-                n_sv = int(np.count_nonzero(np.any(B != 0.0, axis=1)))
+                n_sv = state.n_sv if state.n_sv is not None else int(np.count_nonzero(np.any(B != 0.0, axis=1)))
             row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],
                        max_psi=agg["max_psi"], threshold=theta, n_active=agg["n_active"],
                        n_viol=agg["n_viol"], n_sv=n_sv,
@@ -304,8 +309,11 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     post["from_disk"] = agg["rows_disk"]
                 bar.set_postfix(**post)
             rounds += 1
+            state.n_sv = n_sv
             if on_round is not None and batch_ids.shape[0]:
+                state.pending = msg
                 on_round(rounds, B)
+                state.pending = None
             state.rounds = rounds
             if converged:
                 break
