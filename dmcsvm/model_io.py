@@ -448,13 +448,37 @@ def load_model(path):
             raise ValueError(f"{path} has model format_version {version}, written by a newer "
                              f"dmcsvm; this dmcsvm reads versions 1 to {MODEL_VERSION}")
         if version == 1:
-            return _load_v1(path, meta, get)
+            return _check_consistent(path, _load_v1(path, meta, get))
         tree = meta.get("model")
         if not isinstance(tree, dict):
             raise ValueError(f"{path} is not a valid dmcsvm model file: no model entry")
-        return _Decoder(path, get).estimator(tree)
+        return _check_consistent(path, _Decoder(path, get).estimator(tree))
     finally:
         close()
+
+
+def _check_consistent(path, est):
+    """Predict one row of zeros: an edited file whose attributes do not fit together (a string
+    where a number belongs, fewer classes than coefficient columns) is refused here, naming the
+    file, instead of failing later inside predict with a bare TypeError or IndexError."""
+    n = getattr(est, "n_features_in_", None)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{path} is not a valid dmcsvm model file: n_features_in_ is {n!r}, "
+                         f"not a positive integer")
+    try:
+        zeros = np.zeros((1, int(n)))
+        k = len(est.classes_)
+        D = np.asarray(est.decision_function(zeros))
+        if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != k):
+            raise ValueError(f"decision_function gives {1 if D.ndim == 1 else D.shape[1]} "
+                             f"score(s) per row for {k} classes_")
+        pred = np.asarray(est.predict(zeros))
+        if pred.shape != (1,) or pred[0] not in np.asarray(est.classes_):
+            raise ValueError(f"predict gave {pred!r}, not one of classes_")
+    except Exception as e:  # noqa: BLE001 - any failure means the attributes are inconsistent
+        raise ValueError(f"{path} is not a valid dmcsvm model file: its fitted attributes do not "
+                         f"fit together ({type(e).__name__}: {e})") from None
+    return est
 
 
 def _load_v1(path, meta, get):

@@ -439,3 +439,24 @@ def test_resume_onto_other_partitions_rebuilds_and_says_so(tmp_path):
     assert np.array_equal(resumed.predict(X), full.predict(X))
     assert abs(resumed.history_["dual"][-1] - full.history_["dual"][-1]) <= 1e-6 * abs(
         full.history_["dual"][-1])
+
+
+# ----------------------------------------------------------------------- edited model files
+
+@pytest.mark.parametrize("edit,what", [
+    (lambda m: m["model"]["attrs"].update(gamma_="wide"), "TypeError"),
+    (lambda m: m["model"]["attrs"]["classes_"].update(shape=[2], __array__=None) or
+     m["model"]["attrs"].update(classes_={"__strarray__": ["a", "b"], "dtype": "<U1",
+                                          "shape": [2]}),
+     r"ValueError: decision_function gives 3 score\(s\) per row for 2 classes_"),
+])
+def test_edited_model_with_inconsistent_attributes_is_refused(tmp_path, edit, what):
+    X, y = _blobs()
+    save_model(MulticlassSVC(n_jobs=1).fit(X, y), tmp_path / "m.npz")
+    _rewrite_meta(tmp_path / "m.npz", edit)
+    with pytest.raises(ValueError, match=rf"m\.npz is not a valid dmcsvm model file: its fitted "
+                                         rf"attributes do not fit together \({what}"):
+        load_model(tmp_path / "m.npz")
+    r = _cli("predict", tmp_path / "m.npz", _store(tmp_path)[0], "-o", tmp_path / "p.txt")
+    assert r.returncode == 2 and "its fitted attributes do not fit together" in r.stderr
+    assert not (tmp_path / "p.txt").exists()
