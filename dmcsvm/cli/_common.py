@@ -177,15 +177,46 @@ def check_output(path, what="output"):
         raise UsageError(f"cannot write {what} {path}: directory {parent} does not exist")
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the system allows (Linux
+    ``/proc/self/status``); else set and restored at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(directory=False) -> int:
+    """The mode ``open()`` / ``mkdir()`` would give a new file / directory: 0666 (0777) less
+    the umask."""
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
+def give_default_mode(path) -> None:
+    """Give an output written through a private temporary (``mkstemp``: mode 0600,
+    ``mkdtemp``: 0700) the mode a plainly created file or directory would have, so others may
+    read a model on a shared cluster whenever the umask allows it."""
+    os.chmod(path, default_mode(directory=os.path.isdir(path)))
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode="w"):
-    """Write to a temporary file beside ``path`` and rename it into place on success."""
+    """Write to a temporary file beside ``path`` and rename it into place on success; on any
+    error the temporary file is removed and ``path`` is left as it was.  The file gets the
+    mode of a newly created file (0666 less the umask), not ``mkstemp``'s 0600."""
     path = os.path.abspath(path)
     check_output(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
                                prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as fh:
+            os.fchmod(fh.fileno(), default_mode())
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -221,6 +252,26 @@ def check_cluster_options(a):
                          "they need --local-workers")
     if a.threads_per_worker is not None and a.threads_per_worker < 1:
         raise UsageError(f"--threads-per-worker must be >= 1, got {a.threads_per_worker}")
+    if a.scheduler:
+        check_tls_config(a.scheduler)
+
+
+def _tls_hint(address) -> str:
+    return (f"{address} is a TLS scheduler, but no client certificate is configured: point "
+            "DASK_CONFIG at a Dask config that sets distributed.comm.tls.ca-file, "
+            "distributed.comm.tls.client.cert and distributed.comm.tls.client.key, such as the "
+            "dask-tls.yaml that cluster/tls/make-certs.sh writes (in Python: a Client with "
+            "security=distributed.Security(...)); see section 3, TLS, of cluster/README.md")
+
+
+def check_tls_config(address) -> None:
+    """A ``tls://`` scheduler needs the client's certificates from the Dask config (what
+    ``distributed.Security()`` reads); without them ``Client`` fails with a bare TypeError."""
+    if not str(address).lower().startswith("tls://"):
+        return
+    from distributed.security import Security
+    if Security().get_connection_args("client").get("ssl_context") is None:
+        raise UsageError(_tls_hint(address))
 
 
 @contextlib.contextmanager
@@ -235,6 +286,10 @@ def cluster_client(a):
     if a.scheduler:
         try:
             client = Client(a.scheduler, timeout="20s")
+        except TypeError as e:
+            if "ssl_context" not in str(e):
+                raise
+            raise UsageError(_tls_hint(a.scheduler)) from None
         except OSError as e:
             raise UsageError(f"cannot reach the Dask scheduler at {a.scheduler}: {e}") from None
         with client:

@@ -57,7 +57,11 @@ def run(a) -> int:
     else:
         x = cols["round"] + 1 if "round" in cols else np.arange(1, len(cols["dual"]) + 1)
         xlabel = "round"
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("dmcsvm plot needs matplotlib, which is not installed here: "
+                         "pip install matplotlib") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)

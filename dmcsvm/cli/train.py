@@ -19,7 +19,7 @@ import numpy as np
 
 from ._common import (UsageError, add_cluster_options, add_input_options, as_store,
                       atomic_file, check_cluster_options, check_output, cluster_client,
-                      fits_stores, read_arrays, stderr_is_tty)
+                      fits_stores, give_default_mode, read_arrays, stderr_is_tty)
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
 # parameters set by the dedicated options below, not by --NAME
@@ -185,6 +185,7 @@ def run(a) -> int:
             est.set_params(client=None)      # where it trained is not part of the model
         n_train = info.n_samples
     save_model(est, a.output)
+    give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
     hist = getattr(est, "history_", None)
     if a.log_json:
         if not isinstance(hist, dict) or not hist:
