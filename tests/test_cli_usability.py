@@ -224,7 +224,25 @@ def test_log_json_for_decomposed_estimators(name, iris, tmp_path, capsys):
     assert {k: rows[0][k] for k in ("problem", "positive", "negative", "round")} == \
         {"problem": 0, "positive": 0, "negative": neg, "round": 0}
     assert all(isinstance(r["objective"], float) for r in rows)
-    assert not hasattr(m, "_fit_problems") or "_fit_problems" not in vars(m)
+    assert "_fit_problems" not in vars(m)
+    # and the log plots: one line per binary problem
+    n = len(rows)
+    assert ok(capsys, "plot", tmp_path / "o.jsonl") == \
+        f"wrote {tmp_path / 'o.png'} ({n} rounds of 3 binary problems)\n"
+    assert (tmp_path / "o.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_reads_every_estimators_log(iris, tmp_path, capsys):
+    ok(capsys, "train", iris, "--estimator", "MultiPrototypeSVC", "-o", tmp_path / "m.npz",
+       "--param", "n_jobs=1", "--max-epochs", 3, "--random-state", 0, "--no-progress",
+       "--log-json", tmp_path / "mp.jsonl")
+    n = len((tmp_path / "mp.jsonl").read_text().splitlines())
+    assert ok(capsys, "plot", tmp_path / "mp.jsonl", "--x", "time") == \
+        f"wrote {tmp_path / 'mp.png'} ({n} rounds)\n"
+    (tmp_path / "bad.jsonl").write_text('{"round": 0, "energy": 1}\n')
+    assert usage_error(capsys, "plot", tmp_path / "bad.jsonl") == (
+        f"dmcsvm: error: {tmp_path / 'bad.jsonl'}: the rounds have neither 'dual' and "
+        "'primal' nor 'objective' fields")
 
 
 def test_log_json_refused_before_training(iris, tmp_path, capsys, monkeypatch):
