@@ -114,7 +114,7 @@ def _param_help(name, default, docs, fallback) -> str:
     documented only by its type, or "as in" another estimator, takes its meaning from
     :data:`_MEANINGS` or the default estimator's docstring."""
     spec, text = docs.get(name, ("", ""))
-    if not text or "as in" in text:
+    if not text or re.search(r"\bas in\b", text):
         fspec, ftext = fallback.get(name, ("", ""))
         text = _MEANINGS.get(name) or ftext or text
         spec = spec or fspec
