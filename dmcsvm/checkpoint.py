@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .file_modes import default_mode
 from .runtime_params import RUNTIME_PARAMS
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
@@ -194,6 +195,7 @@ class Checkpointer:
         final = os.path.join(self.directory, name)
         tmp = tempfile.mkdtemp(dir=self.directory, prefix=f".{name}.tmp-")
         try:
+            os.chmod(tmp, default_mode(directory=True))      # not mkdtemp's private 0700
             g = zarr.open_group(tmp, mode="w", zarr_format=3)
             sums: dict = {}
             _put(g, "ids", ids, sums)
@@ -273,6 +275,7 @@ def _write_text_atomic(path, text):
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".LATEST.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), default_mode())
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

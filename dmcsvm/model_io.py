@@ -40,6 +40,7 @@ import zlib
 import numpy as np
 import scipy.sparse as sp
 
+from .file_modes import default_mode
 from .runtime_params import RUNTIME_PARAMS, split_runtime
 
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "save_model", "load_model", "estimator_registry"]
@@ -302,6 +303,7 @@ def save_model(model, path) -> None:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), default_mode())       # not mkstemp's private 0600
                 np.savez(fh, meta=np.frombuffer(text.encode(), dtype=np.uint8), **enc.arrays)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -314,6 +316,7 @@ def save_model(model, path) -> None:
     import zarr
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
     try:
+        os.chmod(tmp, default_mode(directory=True))          # not mkdtemp's private 0700
         g = zarr.open_group(tmp, mode="w", zarr_format=3)
         for key, a in enc.arrays.items():
             arr = g.create_array(key, shape=a.shape, dtype=a.dtype,

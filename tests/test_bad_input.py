@@ -61,11 +61,12 @@ def test_mismatched_lengths(data):
         MulticlassSVC().fit(X, y[:-1])
 
 
-@pytest.mark.parametrize("label", [0, "only"])
-def test_one_class(data, label):
+@pytest.mark.parametrize("label,shown", [(0, "0"), ("only", "'only'")])
+def test_one_class(data, label, shown):
     X, _ = data
-    with pytest.raises(ValueError, match="MulticlassSVC needs samples of at least 2 classes in the "
-                                         "data, but the data contains only one class"):
+    with pytest.raises(ValueError, match=re.escape(
+            "MulticlassSVC needs samples of at least 2 classes in the data, but the data "
+            f"contains only one class: {shown}") + "$"):
         MulticlassSVC().fit(X, np.full(X.shape[0], label))
 
 

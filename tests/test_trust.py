@@ -460,3 +460,22 @@ def test_edited_model_with_inconsistent_attributes_is_refused(tmp_path, edit, wh
     r = _cli("predict", tmp_path / "m.npz", _store(tmp_path)[0], "-o", tmp_path / "p.txt")
     assert r.returncode == 2 and "its fitted attributes do not fit together" in r.stderr
     assert not (tmp_path / "p.txt").exists()
+
+
+def test_model_files_and_checkpoints_get_the_mode_of_a_new_file(tmp_path):
+    """save_model and checkpoints wrote through mkstemp/mkdtemp (0600/0700) whatever the umask."""
+    import stat
+    X, y = _blobs()
+    old = os.umask(0o022)
+    try:
+        est = MulticlassSVC(n_jobs=1, checkpoint=str(tmp_path / "ck"), checkpoint_every=1).fit(X, y)
+        save_model(est, tmp_path / "m.npz")
+        save_model(est, tmp_path / "m.zarr")
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)   # noqa: E731
+    assert mode(tmp_path / "m.npz") == 0o644
+    assert mode(tmp_path / "m.zarr") == 0o755
+    group = (tmp_path / "ck" / "LATEST").read_text().strip()
+    assert mode(tmp_path / "ck" / "LATEST") == 0o644
+    assert mode(tmp_path / "ck" / group) == 0o755

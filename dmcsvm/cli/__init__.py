@@ -26,8 +26,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
     from . import data, demo, plot, predict, train
+    from .. import __version__
     p = _Parser(prog="dmcsvm", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"dmcsvm {__version__}",
+                   help="print the version of dmcsvm and exit")
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
     demo.add_parser(sub)
     data.add_parsers(sub)
@@ -46,9 +49,21 @@ def _warning_line(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (the console script exits with it)."""
+    """Run the command line; returns the exit status (the console script exits with it).
+
+    Warnings raised while it runs are printed as one ``dmcsvm: warning: ...`` line; Python's
+    warning formatter is restored on return, so a program (or test) calling ``main`` keeps its
+    own."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    saved = warnings.formatwarning
     warnings.formatwarning = _warning_line
+    try:
+        return _run(argv)
+    finally:
+        warnings.formatwarning = saved
+
+
+def _run(argv) -> int:
     try:
         p = build_parser(argv)
         a = p.parse_args(argv)

@@ -3,6 +3,7 @@ output files, progress bars, clusters and the usage error that maps to exit stat
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -10,11 +11,18 @@ import tempfile
 
 import numpy as np
 
+from ..file_modes import current_umask, default_mode, give_default_mode  # noqa: F401
+
 FORMATS = ("auto", "zarr", "svmlight", "csv", "npy")
 
 
 class UsageError(Exception):
     """Bad usage or input: reported as one line, exit status 2."""
+
+
+def plural(n, word) -> str:
+    """``word`` for one, ``word + 's'`` otherwise ("1 chunk", "2 chunks")."""
+    return word if n == 1 else word + "s"
 
 
 def stderr_is_tty() -> bool:
@@ -32,6 +40,41 @@ def progress_bar(enabled, **kw):
     return tqdm(file=sys.stderr, leave=False, **kw)
 
 
+@contextlib.contextmanager
+def conversion_progress(enabled, verb, path, fmt):
+    """A progress bar for the file ``path`` (format ``fmt``) converted to a store, and the
+    ``progress(done, total)`` callback for the store writers (None when progress is off).
+
+    The text converters (LIBSVM, CSV) read the file twice, checking then writing, and report
+    the bytes of both passes against twice its size: the bar shows each pass against the
+    file's size.  The .npy converter reports rows."""
+    name = os.path.basename(path)
+    two_pass = fmt in ("svmlight", "csv")
+    bar = progress_bar(enabled, desc=f"{verb} {name}", unit="B" if two_pass else " rows",
+                       unit_scale=two_pass)
+    if bar is None:
+        yield None
+        return
+    shown = [0]
+
+    def callback(done, total):
+        size, step = total, 1
+        if two_pass:
+            size = total // 2
+            step = 1 if done <= size else 2
+            if step != shown[0]:
+                what = "checking" if step == 1 else "writing"
+                bar.set_description(f"{verb} {name} (pass {step} of 2, {what})", refresh=False)
+        shown[0] = step
+        bar.total = size
+        bar.n = min(size, done - (step - 1) * size)
+        bar.refresh()
+    try:
+        yield callback
+    finally:
+        bar.close()
+
+
 # ---------------------------------------------------------------------------------- inputs
 
 def is_store(path) -> bool:
@@ -39,9 +82,9 @@ def is_store(path) -> bool:
     return os.path.isdir(path) and os.path.exists(os.path.join(path, "zarr.json"))
 
 
-def detect_format(path: str, fmt: str = "auto") -> str:
+def detect_format(path: str, fmt: str = "auto", delimiter=None) -> str:
     """The input format of ``path``: a store directory, ``.npy``, ``.csv`` (``.csv.gz``...) or
-    LIBSVM/svmlight text (everything else)."""
+    LIBSVM/svmlight text (everything else, unless a CSV ``delimiter`` was given)."""
     if fmt != "auto":
         return fmt
     if os.path.isdir(path):
@@ -56,25 +99,48 @@ def detect_format(path: str, fmt: str = "auto") -> str:
         return "csv"
     if base.endswith(".zarr"):
         return "zarr"
-    return "svmlight"
+    return "csv" if delimiter is not None else "svmlight"
+
+
+_DELIMITER_NAMES = {"whitespace": "whitespace", "tab": "\t", "\\t": "\t"}
+
+
+def parse_delimiter(text):
+    """``--delimiter``: one character, ``tab`` (or ``\\t``), or ``whitespace``."""
+    if text in _DELIMITER_NAMES:
+        return _DELIMITER_NAMES[text]
+    if len(text) == 1 and text not in "\r\n\"":
+        return text
+    raise argparse.ArgumentTypeError(
+        f"must be one character, 'tab' or 'whitespace', got {text!r}")
 
 
 def add_input_options(p, labels=True):
     """Options that say how to read a data file that is not a store."""
     g = p.add_argument_group("input files that are not stores (converted on the fly)")
     g.add_argument("--format", default="auto", choices=FORMATS,
-                   help="input format (default: by extension; directories are stores, .csv CSV, "
-                        ".npy NumPy, anything else LIBSVM/svmlight)")
-    g.add_argument("--label-column", type=int, default=0,
-                   help="CSV: column of the label (negative counts from the end; default 0)")
-    g.add_argument("--delimiter", default=",", help="CSV: field separator (default ',')")
-    g.add_argument("--skip-header", type=int, default=0, help="CSV: records to skip at the top")
-    g.add_argument("--drop-columns", default="",
-                   help="CSV: comma-separated columns that are neither features nor the label")
+                   help="input format: auto, zarr (a store directory), svmlight (LIBSVM text "
+                        "'label index:value ...'), csv (delimited columns) or npy (NumPy "
+                        "arrays); default auto: directories are stores, *.npy NumPy, *.csv CSV "
+                        "(also .gz/.bz2/.xz), anything else LIBSVM unless --delimiter is given")
+    g.add_argument("--label-column", type=int, default=0, metavar="J",
+                   help="CSV: column of the label, counted from 0; negative counts from the "
+                        "end (-1: last) (default 0)")
+    g.add_argument("--delimiter", type=parse_delimiter, default=None, metavar="SEP",
+                   help="CSV: field separator: one character, 'tab', or 'whitespace' (any run "
+                        "of spaces/tabs, leading and trailing blanks ignored) (default ','); "
+                        "giving it reads a file of any extension as CSV")
+    g.add_argument("--skip-header", type=int, default=0, metavar="N",
+                   help="CSV: number of records (header lines) to skip at the top (default 0)")
+    g.add_argument("--drop-columns", default="", metavar="J,K,...",
+                   help="CSV: comma-separated columns (counted from 0) that are neither "
+                        "features nor the label, e.g. ids (default: none)")
     if labels:
-        g.add_argument("--labels", help=".npy input: the .npy file of the labels")
+        g.add_argument("--labels", metavar="Y.npy",
+                       help=".npy input: the .npy file of the labels (required for .npy)")
     g.add_argument("--zero-based", default="auto", choices=["auto", "true", "false"],
-                   help="LIBSVM: whether feature indices start at 0 (default: auto)")
+                   help="LIBSVM: whether feature indices start at 0: true, false, or auto "
+                        "(0-based if some index is 0, as scikit-learn) (default auto)")
     return g
 
 
@@ -91,20 +157,28 @@ def convert_file(src, dst, a, n_features=None, sparse=None, rows_per_chunk=None,
                  overwrite=False, progress=None):
     """Convert ``src`` (format from ``a.format`` / its extension) to the store ``dst``."""
     from ..store import from_csv, from_npy, from_svmlight
-    fmt = detect_format(src, a.format)
+    from ..store.writers import TextFormatError
+    fmt = detect_format(src, a.format, a.delimiter)
     if not os.path.exists(src):
         raise UsageError(f"{src} does not exist")
     if fmt == "zarr":
         raise UsageError(f"{src} is already a store (a directory); nothing to convert")
+    if os.path.exists(dst) and not overwrite:
+        raise UsageError(f"{dst} already exists; pass --overwrite to replace it")
     if fmt == "svmlight":
         zb = {"auto": "auto", "true": True, "false": False}[a.zero_based]
-        return from_svmlight(src, dst, n_features=n_features, sparse=sparse, zero_based=zb,
-                             rows_per_chunk=rows_per_chunk, overwrite=overwrite,
-                             progress=progress)
+        try:
+            return from_svmlight(src, dst, n_features=n_features, sparse=sparse, zero_based=zb,
+                                 rows_per_chunk=rows_per_chunk, overwrite=overwrite,
+                                 progress=progress)
+        except TextFormatError as e:
+            hint = " --delimiter whitespace" if e.suggestion == "whitespace" else ""
+            raise UsageError(f"{e}; read it with --format csv{hint}") from None
     if fmt == "csv":
         if sparse:
             raise UsageError("CSV input is stored dense; --sparse applies to LIBSVM input")
-        return from_csv(src, dst, label_column=a.label_column, delimiter=a.delimiter,
+        delimiter = "," if a.delimiter is None else a.delimiter
+        return from_csv(src, dst, label_column=a.label_column, delimiter=delimiter,
                         skip_header=a.skip_header,
                         drop_columns=_int_list(a.drop_columns, "--drop-columns"),
                         rows_per_chunk=rows_per_chunk, overwrite=overwrite, progress=progress)
@@ -122,7 +196,7 @@ def as_store(path, a, n_features=None, progress=False):
     from ..store import open_store
     if not os.path.exists(path) and "://" not in path:
         raise UsageError(f"{path} does not exist")
-    if detect_format(path, a.format) == "zarr":
+    if detect_format(path, a.format, a.delimiter) == "zarr":
         info = open_store(path)
         if n_features is not None and info.n_features != n_features:
             raise UsageError(f"{path} has {info.n_features} features; the model expects "
@@ -130,20 +204,10 @@ def as_store(path, a, n_features=None, progress=False):
         yield info
         return
     with tempfile.TemporaryDirectory(prefix="dmcsvm-") as tmp:
-        bar = progress_bar(progress, desc=f"reading {os.path.basename(path)}", unit="B",
-                           unit_scale=True)
-        cb = None
-        if bar is not None:
-            def cb(done, total):
-                bar.total = total
-                bar.n = done
-                bar.refresh()
-        try:
+        fmt = detect_format(path, a.format, a.delimiter)
+        with conversion_progress(progress, "reading", path, fmt) as cb:
             info = convert_file(path, os.path.join(tmp, "data.zarr"), a, n_features=n_features,
                                 progress=cb)
-        finally:
-            if bar is not None:
-                bar.close()
         yield info
 
 
@@ -179,13 +243,16 @@ def check_output(path, what="output"):
 
 @contextlib.contextmanager
 def atomic_file(path, mode="w"):
-    """Write to a temporary file beside ``path`` and rename it into place on success."""
+    """Write to a temporary file beside ``path`` and rename it into place on success; on any
+    error the temporary file is removed and ``path`` is left as it was.  The file gets the
+    mode of a newly created file (0666 less the umask), not ``mkstemp``'s 0600."""
     path = os.path.abspath(path)
     check_output(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
                                prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as fh:
+            os.fchmod(fh.fileno(), default_mode())
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -221,6 +288,26 @@ def check_cluster_options(a):
                          "they need --local-workers")
     if a.threads_per_worker is not None and a.threads_per_worker < 1:
         raise UsageError(f"--threads-per-worker must be >= 1, got {a.threads_per_worker}")
+    if a.scheduler:
+        check_tls_config(a.scheduler)
+
+
+def _tls_hint(address) -> str:
+    return (f"{address} is a TLS scheduler, but no client certificate is configured: point "
+            "DASK_CONFIG at a Dask config that sets distributed.comm.tls.ca-file, "
+            "distributed.comm.tls.client.cert and distributed.comm.tls.client.key, such as the "
+            "dask-tls.yaml that cluster/tls/make-certs.sh writes (in Python: a Client with "
+            "security=distributed.Security(...)); see section 3, TLS, of cluster/README.md")
+
+
+def check_tls_config(address) -> None:
+    """A ``tls://`` scheduler needs the client's certificates from the Dask config (what
+    ``distributed.Security()`` reads); without them ``Client`` fails with a bare TypeError."""
+    if not str(address).lower().startswith("tls://"):
+        return
+    from distributed.security import Security
+    if Security().get_connection_args("client").get("ssl_context") is None:
+        raise UsageError(_tls_hint(address))
 
 
 @contextlib.contextmanager
@@ -235,6 +322,10 @@ def cluster_client(a):
     if a.scheduler:
         try:
             client = Client(a.scheduler, timeout="20s")
+        except TypeError as e:
+            if "ssl_context" not in str(e):
+                raise
+            raise UsageError(_tls_hint(a.scheduler)) from None
         except OSError as e:
             raise UsageError(f"cannot reach the Dask scheduler at {a.scheduler}: {e}") from None
         with client:

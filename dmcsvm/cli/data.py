@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from ._common import UsageError, add_input_options, convert_file, progress_bar, stderr_is_tty
+from ._common import (UsageError, add_input_options, conversion_progress, convert_file,
+                      detect_format, plural, stderr_is_tty)
 
 
 def add_parsers(sub):
@@ -30,7 +31,7 @@ def add_parsers(sub):
     add_input_options(c)
     c.set_defaults(func=run_convert)
     i = sub.add_parser("info", help="shape, classes, chunking, sparsity and size of a store")
-    i.add_argument("store")
+    i.add_argument("store", help="a dmcsvm store directory (or its URL)")
     i.add_argument("--json", action="store_true", help="print the information as JSON")
     i.add_argument("--check", action="store_true",
                    help="read every chunk: each must be present, decode and hold finite values "
@@ -49,23 +50,15 @@ def run_convert(a) -> int:
     if a.n_features is not None and a.n_features < 1:
         raise UsageError(f"--n-features must be >= 1, got {a.n_features}")
     progress = stderr_is_tty() if a.progress is None else a.progress
-    bar = progress_bar(progress, desc=f"converting {os.path.basename(a.src)}", unit="B",
-                       unit_scale=True)
-    cb = None
-    if bar is not None:
-        def cb(done, total):
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-    try:
+    fmt = detect_format(a.src, a.format, a.delimiter)
+    with conversion_progress(progress, "converting", a.src, fmt) as cb:
         info = convert_file(a.src, a.dst, a, n_features=a.n_features, sparse=a.sparse,
                             rows_per_chunk=a.chunk_rows, overwrite=a.overwrite, progress=cb)
-    finally:
-        if bar is not None:
-            bar.close()
     layout = "sparse (CSR)" if info.sparse else "dense"
-    print(f"wrote {a.dst}: {info.n_samples} rows x {info.n_features} features, {layout}, "
-          f"{info.n_chunks} chunks of {info.rows_per_chunk} rows")
+    print(f"wrote {a.dst}: {info.n_samples} {plural(info.n_samples, 'row')} x "
+          f"{info.n_features} {plural(info.n_features, 'feature')}, {layout}, "
+          f"{info.n_chunks} {plural(info.n_chunks, 'chunk')} of {info.rows_per_chunk} "
+          f"{plural(info.rows_per_chunk, 'row')}")
     return 0
 
 
@@ -123,12 +116,14 @@ def run_info(a) -> int:
         print(json.dumps(s))
         return 0
     print(f"store          {s['store']}")
-    print(f"shape          {s['n_samples']} rows x {s['n_features']} features")
+    print(f"shape          {s['n_samples']} {plural(s['n_samples'], 'row')} x "
+          f"{s['n_features']} {plural(s['n_features'], 'feature')}")
     if s["layout"] == "sparse":
         print(f"layout         sparse (CSR), {s['nnz']} stored entries, density {s['density']:.4f}")
     else:
         print("layout         dense float32")
-    print(f"chunking       {s['n_chunks']} chunks of {s['rows_per_chunk']} rows")
+    print(f"chunking       {s['n_chunks']} {plural(s['n_chunks'], 'chunk')} of "
+          f"{s['rows_per_chunk']} {plural(s['rows_per_chunk'], 'row')}")
     if s["bytes_on_disk"] is not None:
         print(f"size on disk   {_human(s['bytes_on_disk'])}")
     print(f"classes        {s['n_classes']} ({s['label_dtype']} labels)")

@@ -19,21 +19,43 @@ def _model_from_args(a):
 
 
 def _add_model_args(p):
-    p.add_argument("--C", type=float, default=10.0)
-    p.add_argument("--kernel", default="rbf", choices=["rbf", "poly", "linear"])
-    p.add_argument("--gamma", default="scale")
-    p.add_argument("--degree", type=int, default=3)
-    p.add_argument("--coef0", type=float, default=0.0)
-    p.add_argument("--optimizer", default="exact")
-    p.add_argument("--selection", default="bmg")
-    p.add_argument("--threshold", default="mean")
-    p.add_argument("--tol", type=float, default=1e-3)
-    p.add_argument("--gap-tol", dest="gap_tol", type=float, default=1e-2)
-    p.add_argument("--cache-size", dest="cache_size", type=float, default=200.0)
-    p.add_argument("--batch-size", dest="batch_size", type=int, default=1000)
-    p.add_argument("--max-iter", dest="max_iter", type=int, default=-1)
-    p.add_argument("--n-jobs", dest="n_jobs", type=int, default=None)
-    p.add_argument("--verbose", action="store_true")
+    g = p.add_argument_group("model (MulticlassSVC; see dmcsvm train --help for more)")
+    g.add_argument("--C", type=float, default=10.0,
+                   help="upper bound on every pattern's dual weight; a number > 0 (default 10)")
+    g.add_argument("--kernel", default="rbf", choices=["rbf", "poly", "linear"],
+                   help="kernel function: rbf, poly or linear (default rbf)")
+    g.add_argument("--gamma", default="scale",
+                   help="kernel coefficient of rbf and poly: 'scale', 'auto' or a number > 0 "
+                        "(default scale)")
+    g.add_argument("--degree", type=int, default=3,
+                   help="degree of the poly kernel; an integer >= 1 (default 3)")
+    g.add_argument("--coef0", type=float, default=0.0,
+                   help="independent term of the poly kernel; a number (default 0)")
+    g.add_argument("--optimizer", default="exact",
+                   choices=["exact", "opt_kkt", "fixed_point", "basic", "all_pairs"],
+                   help="per-pattern optimizer (default exact)")
+    g.add_argument("--selection", default="bmg", choices=["bmg", "amg", "kkt"],
+                   help="pattern selection value (default bmg)")
+    g.add_argument("--threshold", default="mean", choices=["mean", "max", "exp", "linear", "log"],
+                   help="per-round threshold on the selection value (default mean)")
+    g.add_argument("--tol", type=float, default=1e-3,
+                   help="stop when every pattern's KKT violation is <= tol; a number > 0 "
+                        "(default 0.001)")
+    g.add_argument("--gap-tol", dest="gap_tol", type=float, default=1e-2,
+                   help="also stop when the relative duality gap is <= this; a number >= 0, "
+                        "0 disables (default 0.01)")
+    g.add_argument("--cache-size", dest="cache_size", type=float, default=200.0,
+                   help="kernel-column cache in MB; a number >= 0 (default 200)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, default=1000,
+                   help="patterns optimized per round; an integer >= 1 (default 1000)")
+    g.add_argument("--max-iter", dest="max_iter", type=int, default=-1,
+                   help="maximum number of rounds; an integer >= 1, or -1 for no limit "
+                        "(default -1)")
+    g.add_argument("--n-jobs", dest="n_jobs", type=int, default=None,
+                   help="threads of the in-process executor (with --in-process); a non-zero "
+                        "integer (default: every core)")
+    g.add_argument("--verbose", action="store_true",
+                   help="show a progress bar of the rounds (default: off)")
 
 
 def _report(model, fit_s, pred_s, acc, n_train, n_test, name):
@@ -101,6 +123,7 @@ def add_parser(sub):
     d.add_argument("--in-process", dest="in_process", action="store_true",
                    help="train on threads in this process instead of a LocalCluster")
     d.add_argument("--local-workers", dest="local_workers", type=int, default=None,
-                   help="worker processes of the LocalCluster (default: cores, at most 4)")
+                   help="worker processes of the LocalCluster; an integer >= 1 "
+                        "(default: the cores, at most 4)")
     d.set_defaults(func=cmd_demo)
     return d

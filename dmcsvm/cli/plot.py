@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from ._common import UsageError, atomic_file, check_output
+from ._common import UsageError, atomic_file, check_output, plural
 
 
 def add_parser(sub):
@@ -20,8 +20,10 @@ def add_parser(sub):
     p.set_defaults(func=run)
 
 
-def read_log(path) -> dict:
-    """The columns of a JSON-lines log; a bad line raises UsageError naming it."""
+def read_log(path) -> list:
+    """The rounds of a JSON-lines log as ``[(name, columns)]``, one entry per binary problem
+    for a decomposed estimator's log (rounds with a ``problem`` field), else one entry; a bad
+    line raises UsageError naming it.  Only numeric fields become columns."""
     if not os.path.isfile(path):
         raise UsageError(f"{path} does not exist")
     rows = []
@@ -38,47 +40,95 @@ def read_log(path) -> dict:
             rows.append(row)
     if not rows:
         raise UsageError(f"{path} holds no rounds")
-    for need in ("dual", "primal", "gap"):
-        if need not in rows[0]:
-            raise UsageError(f"{path}: the rounds have no {need!r} field")
-    keys = rows[0].keys()
-    return {k: np.array([np.nan if r.get(k) is None else r.get(k) for r in rows], dtype=float)
-            for k in keys}
+    first = rows[0]
+    if not ({"dual", "primal"} <= first.keys() or "objective" in first):
+        raise UsageError(f"{path}: the rounds have neither 'dual' and 'primal' nor "
+                         f"'objective' fields")
+    groups: dict = {}
+    for r in rows:
+        key = r.get("problem")
+        name = None if key is None else f"{r.get('positive')} vs {r.get('negative')}"
+        groups.setdefault(key, (name, []))[1].append(r)
+    out = []
+    for name, rs in groups.values():
+        cols = {}
+        for k, v in rs[0].items():
+            if k in ("problem", "positive", "negative") or isinstance(v, str):
+                continue
+            try:
+                cols[k] = np.array([np.nan if r.get(k) is None else r.get(k) for r in rs],
+                                   dtype=float)
+            except (TypeError, ValueError):
+                continue
+        out.append((name, cols))
+    return out
+
+
+def _x(cols, how, path):
+    if how == "time":
+        if "elapsed" not in cols:
+            raise UsageError(f"{path}: the rounds have no 'elapsed' field for --x time")
+        return cols["elapsed"]
+    for k in ("round", "epoch"):
+        if k in cols:
+            return cols[k] + 1
+    return np.arange(1, len(next(iter(cols.values()))) + 1)
+
+
+def _frame(ax, low, high, skip):
+    """Frame the axis on the dual's range and the primal after its first rounds (which dwarf
+    the rest)."""
+    finite = np.concatenate([low, high])
+    if np.isfinite(finite).any():
+        lo, hi = np.nanmin(low), np.nanmax(high[skip:]) if len(high[skip:]) else np.nan
+        if np.isfinite(lo) and np.isfinite(hi) and hi > lo:
+            ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
 
 
 def run(a) -> int:
-    cols = read_log(a.log)
+    groups = read_log(a.log)
     out = a.output or os.path.splitext(a.log)[0] + ".png"
     check_output(out)
-    if a.x == "time":
-        if "elapsed" not in cols:
-            raise UsageError(f"{a.log}: the rounds have no 'elapsed' field for --x time")
-        x, xlabel = cols["elapsed"], "elapsed time (s)"
-    else:
-        x = cols["round"] + 1 if "round" in cols else np.arange(1, len(cols["dual"]) + 1)
-        xlabel = "round"
-    import matplotlib
+    xs = [_x(cols, a.x, a.log) for _, cols in groups]
+    xlabel = "elapsed time (s)" if a.x == "time" else "round"
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("dmcsvm plot needs matplotlib, which is not installed here: "
+                         "pip install matplotlib") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    ax1.plot(x, cols["primal"], label="primal P")
-    ax1.plot(x, cols["dual"], label="dual D")
+    for (name, cols), x in zip(groups, xs):
+        tag = f" {name}" if name else ""
+        if "primal" in cols and "dual" in cols:
+            ax1.plot(x, cols["primal"], label=f"primal P{tag}")
+            ax1.plot(x, cols["dual"], label=f"dual D{tag}")
+            if len(groups) == 1:
+                _frame(ax1, cols["dual"], cols["primal"], len(x) // 10)
+            if "gap" in cols:
+                gap, glabel = cols["gap"], "relative gap (P - D) / P"
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    gap = (cols["primal"] - cols["dual"]) / np.abs(cols["primal"])
+                glabel = "relative gap (P - D) / |P|"
+        else:
+            ax1.plot(x, cols["objective"], label=f"dual objective{tag}")
+            gap = cols.get("violation", np.full(len(x), np.nan))
+            glabel = "maximal KKT violation"
+        ax2.semilogy(x, np.where(gap > 0, gap, np.nan), label=name)
+        ax2.set_ylabel(glabel)
     ax1.set_ylabel("objective")
-    finite = np.concatenate([cols["primal"], cols["dual"]])
-    finite = finite[np.isfinite(finite)]
-    if finite.size:        # the first rounds' primal dwarfs the rest: frame the dual's range
-        lo, hi = np.nanmin(cols["dual"]), np.nanmax(cols["primal"][len(x) // 10:])
-        if np.isfinite(lo) and np.isfinite(hi) and hi > lo:
-            ax1.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
-    ax1.legend()
-    gap = np.where(cols["gap"] > 0, cols["gap"], np.nan)
-    ax2.semilogy(x, gap)
-    ax2.set_ylabel("relative gap (P - D) / P")
+    ax1.legend(fontsize="small")
+    if len(groups) > 1:
+        ax2.legend(fontsize="small")
     ax2.set_xlabel(xlabel)
     ax1.set_title(a.title or os.path.basename(a.log))
     fig.tight_layout()
     with atomic_file(out, "wb") as fh:
         fig.savefig(fh, format="png", dpi=100)
     plt.close(fig)
-    print(f"wrote {out} ({len(x)} rounds)")
+    n = sum(len(x) for x in xs)
+    what = f" of {len(groups)} binary problems" if len(groups) > 1 else ""
+    print(f"wrote {out} ({n} {plural(n, 'round')}{what})")
     return 0

@@ -7,6 +7,7 @@ threads) and never gathers the data in one place.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -50,8 +51,9 @@ def add_parsers(sub):
                    help="labels, one per line (with --decision-values: label then the values)")
     p.add_argument("--decision-values", action="store_true",
                    help="also write the decision values; the first line names the columns")
-    p.add_argument("--progress", action="store_true", default=None,
-                   help="show a progress bar while converting a file")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar while converting a file (default: when stderr is "
+                        "a terminal)")
     add_cluster_options(p)
     add_input_options(p)
     p.set_defaults(func=run_predict)

@@ -9,17 +9,20 @@ from the command line as soon as :mod:`dmcsvm.estimators` exports it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
 import os
+import re
 import time
 
 import numpy as np
 
 from ._common import (UsageError, add_cluster_options, add_input_options, as_store,
                       atomic_file, check_cluster_options, check_output, cluster_client,
-                      fits_stores, read_arrays, stderr_is_tty)
+                      fits_stores, give_default_mode, plural, read_arrays,
+                      stderr_is_tty)
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
 # parameters set by the dedicated options below, not by --NAME
@@ -64,6 +67,72 @@ def _param_defaults(cls) -> dict:
             if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
+# meanings of parameters whose docstring entry gives only the type
+_MEANINGS = {
+    "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
+              "linear <x, z>.",
+    "gamma": "Kernel coefficient of rbf and poly, resolved like scikit-learn's SVC "
+             "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
+    "degree": "Degree of the polynomial kernel.",
+    "coef0": "Independent term of the polynomial kernel.",
+    "verbose": "Show the progress of the fit (set by --progress / --no-progress).",
+}
+_ENTRY = re.compile(r"^(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:\s*(?P<spec>.*)$")
+
+
+def _param_docs(cls) -> dict:
+    """``{parameter: (allowed values, meaning)}`` from the numpydoc ``Parameters`` section of
+    an estimator's docstring (reST markup dropped)."""
+    doc = inspect.getdoc(cls) or ""
+    start = doc.find("Parameters\n----------")
+    if start < 0:
+        return {}
+    lines = doc[start:].splitlines()[2:]
+    out, current = {}, None
+    for line in lines:
+        if line and not line.startswith(" "):
+            m = _ENTRY.match(line)
+            if not m:
+                break                       # the next section
+            names = [n.strip() for n in m.group("names").split(",")]
+            spec = re.sub(r",?\s*default\s*=.*$", "", m.group("spec")).strip().rstrip(",")
+            current = {"names": names, "spec": spec, "text": []}
+            for n in names:
+                out[n] = current
+        elif current is not None and line.strip():
+            current["text"].append(line.strip())
+    plain = {}
+    for n, e in out.items():
+        text = " ".join(e["text"]).replace("``", "")
+        text = re.sub(r":(?:class|mod|func|meth|attr):`~?([^`]+)`", r"\1", text)
+        plain[n] = (e["spec"].replace("``", ""), text)
+    return plain
+
+
+def _param_help(name, default, docs, fallback) -> str:
+    """The help of ``--NAME``: what it means, the values it takes, its default.  A parameter
+    documented only by its type, or "as in" another estimator, takes its meaning from
+    :data:`_MEANINGS` or the default estimator's docstring."""
+    spec, text = docs.get(name, ("", ""))
+    if not text or re.search(r"\bas in\b", text):
+        fspec, ftext = fallback.get(name, ("", ""))
+        text = _MEANINGS.get(name) or ftext or text
+        spec = spec or fspec
+    if name in _MEANINGS and _MEANINGS[name].split()[0] not in text:
+        text = f"{_MEANINGS[name]} {text}"
+    spec = re.sub(r"(,\s*)?\boptional\b", "", spec).strip(" ,")
+    flag = name.replace("_", "-")
+    if isinstance(default, bool):
+        allowed, dflt = f"--{flag} or --no-{flag}", f"--{flag}" if default else f"--no-{flag}"
+    else:
+        allowed = spec or "a number, true/false, none, JSON or text"
+        dflt = "none" if default is None else repr(default)
+    text = text.strip()
+    if text and not text.endswith("."):
+        text += "."
+    return f"{text} Allowed: {allowed}. Default: {dflt}.".replace("%", "%%")
+
+
 def add_parser(sub, argv=None):
     """The ``train`` sub-command, with one option per parameter of the chosen estimator."""
     from ..model_io import estimator_registry
@@ -95,17 +164,21 @@ def add_parser(sub, argv=None):
                    help="write the convergence history, one JSON line per round")
     add_cluster_options(t)
     add_input_options(t)
-    g = t.add_argument_group(f"parameters of {name} (defaults as in the Python API)")
+    g = t.add_argument_group(
+        f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)")
+    docs = _param_docs(reg[name])
+    fallback = _param_docs(reg[DEFAULT_ESTIMATOR])
     for p, default in _param_defaults(reg[name]).items():
         if p in _DEDICATED:
             continue
         flags = [f"--{p}"] + ([f"--{p.replace('_', '-')}"] if "_" in p else [])
+        text = _param_help(p, default, docs, fallback)
         if isinstance(default, bool):
             g.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
-                           default=argparse.SUPPRESS, help=f"(default {default})")
+                           default=argparse.SUPPRESS, help=text)
         else:
             g.add_argument(*flags, dest=f"est__{p}", type=parse_value, default=argparse.SUPPRESS,
-                           metavar="V", help=f"(default {default!r})")
+                           metavar="V", help=text)
     t.set_defaults(func=run)
     return t
 
@@ -147,20 +220,74 @@ def build_estimator(a):
     return est
 
 
-def write_log(path, history):
-    """One JSON object per round (NaN/inf as null) to ``path``, atomically."""
+def _plain(v):
+    v = v.item() if isinstance(v, np.generic) else v
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _rows(history, extra=None):
+    """One dict per round of a history (dict of equal-length columns)."""
     keys = list(history)
     n = len(history[keys[0]]) if keys else 0
+    for i in range(n):
+        row = dict(extra or {})
+        row.update((k, _plain(history[k][i])) for k in keys)
+        yield row
+
+
+def write_log(path, history):
+    """One JSON object per round (NaN/inf as null) to ``path``, atomically.  ``history`` is a
+    dict of columns, or a list of ``(fields, columns)`` of the binary problems of a
+    decomposed estimator (each round then also names its problem)."""
+    parts = [({}, history)] if isinstance(history, dict) else history
     with atomic_file(path) as fh:
-        for i in range(n):
-            row = {}
-            for k in keys:
-                v = history[k][i]
-                v = v.item() if isinstance(v, np.generic) else v
-                if isinstance(v, float) and not math.isfinite(v):
-                    v = None
-                row[k] = v
-            fh.write(json.dumps(row) + "\n")
+        for extra, hist in parts:
+            for row in _rows(hist, extra):
+                fh.write(json.dumps(row) + "\n")
+
+
+class _ProblemHistories:
+    """Keeps the per-round history of every binary problem solved by a decomposed estimator
+    (OneVsRestSVC, OneVsOneSVC), which keeps only their round counts: wraps its
+    ``_fit_problems`` for one fit, then removes the wrapper."""
+
+    def __init__(self, est):
+        self.est, self.histories = est, None
+
+    def __enter__(self):
+        inner = self.est._fit_problems
+
+        def fit_problems(td, problems):
+            out = inner(td, problems)
+            self.histories = [r[3].history for r in out]
+            return out
+        self.est._fit_problems = fit_problems
+        return self
+
+    def __exit__(self, *exc):
+        self.est.__dict__.pop("_fit_problems", None)
+
+    def log(self):
+        """``[(fields naming the problem, history)]`` for :func:`write_log`."""
+        classes = [_plain(c) for c in self.est.classes_]
+        out = []
+        for k, ((i, j), hist) in enumerate(zip(self.est.pairs_, self.histories or [])):
+            neg = "rest" if j < 0 else classes[j]
+            out.append(({"problem": k, "positive": classes[i], "negative": neg}, hist))
+        return out
+
+
+def _log_source(est):
+    """How ``--log-json`` gets the rounds of ``est``: ``"history"`` (its ``history_``),
+    ``"problems"`` (the binary problems of a decomposed estimator), or None."""
+    doc = type(est).__doc__ or ""
+    if "history_" in doc:
+        return "history"
+    if hasattr(est, "_fit_problems") and "pairs_" in doc:
+        return "problems"
+    return None
 
 
 def run(a) -> int:
@@ -170,31 +297,41 @@ def run(a) -> int:
         check_output(a.log_json, "log")
     check_cluster_options(a)
     est = build_estimator(a)
+    source = _log_source(est) if a.log_json else None
+    if a.log_json and source is None:
+        raise UsageError(f"{a.estimator} records no per-round history for --log-json")
     progress = bool(getattr(est, "verbose", False))
+    problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
     with as_store(a.data, a, progress=progress) as info, cluster_client(a) as client:
         if client is not None:
             est.set_params(client=client)
         t = time.perf_counter()
-        if fits_stores(est):
-            est.fit(info.url)
-        else:
-            X, y = read_arrays(info)
-            est.fit(X, y)
+        with problems:
+            if fits_stores(est):
+                est.fit(info.url)
+            else:
+                X, y = read_arrays(info)
+                est.fit(X, y)
         fit_s = time.perf_counter() - t
         if "client" in est.get_params(deep=False):
             est.set_params(client=None)      # where it trained is not part of the model
         n_train = info.n_samples
     save_model(est, a.output)
-    hist = getattr(est, "history_", None)
-    if a.log_json:
-        if not isinstance(hist, dict) or not hist:
-            raise UsageError(f"{a.estimator} records no per-round history for --log-json")
-        write_log(a.log_json, hist)
+    give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
+    if source == "history":
+        write_log(a.log_json, est.history_)
+    elif source == "problems":
+        write_log(a.log_json, problems.log())
     parts = [f"trained {a.estimator} on {n_train} patterns in {fit_s:.2f} s"]
     if hasattr(est, "support_"):
         parts.append(f"{len(est.support_)} support vectors")
     if hasattr(est, "n_iter_"):
-        parts.append(f"{est.n_iter_} rounds")
+        rounds = np.asarray(est.n_iter_)
+        if rounds.ndim:          # one count per binary problem
+            parts.append(f"{int(rounds.sum())} {plural(int(rounds.sum()), 'round')} over "
+                         f"{rounds.size} binary {plural(rounds.size, 'problem')}")
+        else:
+            parts.append(f"{int(rounds)} {plural(int(rounds), 'round')}")
     print(", ".join(parts) + f"; model written to {a.output}")
     if a.test:
         from .predict import predictions

@@ -221,7 +221,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         classes, y_idx = np.unique(y, return_inverse=True)
         if classes.shape[0] < 2:
             raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
-                             f"the data contains only one class: {classes[0]!r}")
+                             f"the data contains only one class: {classes.tolist()[0]!r}")
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec

@@ -243,7 +243,7 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         classes, y_idx = np.unique(y, return_inverse=True)
         if classes.shape[0] < 2:
             raise ValueError(f"MultiPrototypeSVC needs samples of at least 2 classes in the data, "
-                             f"but the data contains only one class: {classes[0]!r}")
+                             f"but the data contains only one class: {classes.tolist()[0]!r}")
         y_idx = y_idx.astype(np.int64)
         m = classes.shape[0]
         q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))

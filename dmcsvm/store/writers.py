@@ -648,6 +648,42 @@ def _line_buffers(src, buffer_rows, buffer_bytes, meter=None):
             yield lines, first
 
 
+class TextFormatError(ValueError):
+    """A line of a LIBSVM/svmlight file that looks like another text format.
+
+    ``suggestion`` is ``"csv"`` (comma-separated values) or ``"whitespace"`` (columns separated
+    by runs of spaces or tabs: :func:`from_csv` with ``delimiter="whitespace"``)."""
+
+    def __init__(self, message, suggestion):
+        super().__init__(message)
+        self.suggestion = suggestion
+
+
+def _short(token, limit=30):
+    return token if len(token) <= limit else token[:limit] + "..."
+
+
+def _looks_like(parts):
+    """``"csv"`` or ``"whitespace"`` when the tokens of a line (no ``index:value`` anywhere) are
+    delimited numbers or text, else None."""
+    if any(b":" in t for t in parts):
+        return None
+    if any(b"," in t for t in parts):
+        return "csv"
+    if len(parts) >= 2:
+        try:
+            for t in parts[1:]:
+                float(t)
+        except ValueError:
+            return None
+        return "whitespace"
+    return None
+
+
+_LOOKS_LIKE = {"csv": "the line looks like comma-separated values, not LIBSVM",
+               "whitespace": "the line looks like whitespace-separated columns, not LIBSVM"}
+
+
 class _SvmlightBlock:
     """One buffer of svmlight lines, parsed: labels, CSR pieces and the line of every row."""
 
@@ -734,10 +770,14 @@ def _parse_svmlight_slow(src, lines, first):
         feats = parts[1:]
         if feats and feats[0].startswith(b"qid:"):
             del feats[0]
+        other = _looks_like(parts)
         try:
             labels.append(float(parts[0]))
         except ValueError:
-            lab = parts[0].decode(errors="replace")
+            lab = _short(parts[0].decode(errors="replace"))
+            if other is not None:
+                raise TextFormatError(f"{src}, line {line_no}: bad label {lab!r} "
+                                      f"({_LOOKS_LIKE[other]})", other) from None
             extra = " (multi-label files are not supported)" if "," in lab else ""
             raise _svmlight_error(src, line_no, f"bad label {lab!r}{extra}") from None
         for tok in feats:
@@ -748,9 +788,12 @@ def _parse_svmlight_slow(src, lines, first):
                 index.append(int(i))
                 values.append(float(v))
             except ValueError:
+                what = _short(tok.decode(errors="replace"))
+                if other is not None:
+                    raise TextFormatError(f"{src}, line {line_no}: cannot parse feature {what!r} "
+                                          f"({_LOOKS_LIKE[other]})", other) from None
                 raise _svmlight_error(
-                    src, line_no,
-                    f"cannot parse feature {tok.decode(errors='replace')!r} (expected index:value)",
+                    src, line_no, f"cannot parse feature {what!r} (expected index:value)",
                 ) from None
         counts.append(len(feats))
         lineno.append(line_no)
@@ -948,6 +991,47 @@ def _find_svmlight_index(src, value, buffer_rows, buffer_bytes):
     return 0
 
 
+WHITESPACE = "whitespace"
+"""``from_csv(delimiter=WHITESPACE)``: fields separated by any run of spaces or tabs."""
+
+
+def _check_delimiter(delimiter):
+    """The delimiter of :func:`from_csv`: one character, or ``"whitespace"`` / None."""
+    if delimiter is None or delimiter == WHITESPACE:
+        return WHITESPACE
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+        raise ValueError(f"delimiter must be one character (not a quote or a line break) or "
+                         f"'whitespace', got {delimiter!r}")
+    return delimiter
+
+
+def _whitespace_records(src, f):
+    """``(fields, line_number)`` of every line split at runs of whitespace (blank lines give an
+    empty list, as csv.reader's records)."""
+    line_num = 0
+    while True:
+        try:
+            line = next(f)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{src}, line {line_num + 1}: {exc}") from None
+        line_num += 1
+        yield line.split(), line_num
+
+
+def _csv_records(src, f, delimiter):
+    reader = csv.reader(f, delimiter=delimiter)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise ValueError(f"{src}, line {reader.line_num + 1}: {exc}") from None
+        yield row, reader.line_num
+
+
 def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=None):
     """Yield ``(rows, line_numbers)`` buffers of non-empty CSV records from a text file."""
     if int(buffer_rows) < 1:
@@ -955,21 +1039,14 @@ def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=N
     skip = int(skip_header)
     raw = _open_binary(src, meter)
     with io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter)
+        records = (_whitespace_records(src, f) if delimiter == WHITESPACE
+                   else _csv_records(src, f, delimiter))
         rows, lines, size = [], [], 0
-        records = 0
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except (csv.Error, UnicodeDecodeError) as exc:
-                raise ValueError(f"{src}, line {reader.line_num + 1}: {exc}") from None
-            records += 1
-            if records <= skip or not row:
+        for k, (row, line_num) in enumerate(records, 1):
+            if k <= skip or not row:
                 continue
             rows.append(row)
-            lines.append(reader.line_num)
+            lines.append(line_num)
             size += sum(map(len, row)) + len(row)
             if len(rows) >= buffer_rows or size >= buffer_bytes:
                 yield rows, lines
@@ -1001,8 +1078,10 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
         Index of the label column; negative counts from the end (-1: last).  Labels that
         are all numbers are stored as int64/float64; otherwise every label is a string
         class (int64 codes into the sorted ``classes``).
-    delimiter : str
-        Field separator.
+    delimiter : str or None
+        Field separator: one character, or ``"whitespace"`` (or None) for fields separated by
+        any run of spaces or tabs, leading and trailing blanks ignored (e.g. the USPS
+        ``zip.train.gz`` files).
     skip_header : bool or int
         Skip the first record (True) or this many records.
     drop_columns : sequence of int
@@ -1021,6 +1100,7 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
         NaN/inf features, a NaN label (naming the file and line), an empty file, or an
         existing target.  Nothing is left on disk.
     """
+    delimiter = _check_delimiter(delimiter)
     target = _prepare_target(path, overwrite)
     src = _check_source(src)
 

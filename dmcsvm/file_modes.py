@@ -1,0 +1,38 @@
+"""The mode a new output file gets: what ``open()`` / ``mkdir()`` would give (0666 / 0777 less the
+umask), applied to files written through a private temporary (``mkstemp``: 0600, ``mkdtemp``:
+0700) and renamed into place, so that others may read a model or checkpoint on a shared cluster
+whenever the umask allows it."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["current_umask", "default_mode", "give_default_mode"]
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the system allows (Linux
+    ``/proc/self/status``); else set and restored at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(directory=False) -> int:
+    """The mode ``open()`` / ``mkdir()`` would give a new file / directory: 0666 (0777) less
+    the umask."""
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
+def give_default_mode(path) -> None:
+    """Give an output written through a private temporary (``mkstemp``: mode 0600,
+    ``mkdtemp``: 0700) the mode a plainly created file or directory would have, so others may
+    read a model on a shared cluster whenever the umask allows it."""
+    os.chmod(path, default_mode(directory=os.path.isdir(path)))
