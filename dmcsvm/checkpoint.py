@@ -62,7 +62,7 @@ _GROUP = re.compile(r"^ckpt-(\d+)\.zarr$")
 
 # estimator parameters a run may resume with other values of: where it runs (the one list in
 # runtime_params) and the round limit
-RESUME_MAY_CHANGE = RUNTIME_PARAMS | {"max_iter"}
+RESUME_MAY_CHANGE = RUNTIME_PARAMS | {"max_iter", "warm_start"}
 
 
 def parse_every(every):

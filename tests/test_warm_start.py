@@ -1,0 +1,58 @@
+"""warm_start: a fit continues from the previous coefficients where they are feasible for the new
+problem (same optimum as a cold fit, fewer rounds), and says why when they are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from dmcsvm import MulticlassSVC
+
+KW = dict(gamma=0.05, tol=1e-6, gap_tol=0.0, batch_size=50, n_jobs=1)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X[:500] / 16.0, y[:500]
+
+
+@pytest.mark.parametrize("C_from,C_to", [(1.0, 10.0), (10.0, 1.0)])
+def test_warm_start_reaches_the_cold_optimum(digits, C_from, C_to):
+    X, y = digits
+    cold = MulticlassSVC(C=C_to, **KW).fit(X, y)
+    warm = MulticlassSVC(C=C_from, warm_start=True, **KW).fit(X, y)
+    first_rounds = warm.n_iter_
+    warm.set_params(C=C_to).fit(X, y)
+    assert warm.converged_
+    d_cold, d_warm = cold.history_["dual"][-1], warm.history_["dual"][-1]
+    assert abs(d_cold - d_warm) <= 1e-6 * abs(d_cold)
+    assert np.array_equal(warm.predict(X), cold.predict(X))
+    assert warm.history_["dual"][0] > 0            # not a start from zero
+    if C_to > C_from:
+        # the old coefficients are feasible as they are: the first round is already well up
+        assert warm.history_["dual"][0] > 0.5 * d_cold
+        assert warm.n_iter_ < cold.n_iter_, (warm.n_iter_, cold.n_iter_, first_rounds)
+
+
+def test_warm_start_on_other_data_says_why_and_starts_cold(digits):
+    X, y = digits
+    est = MulticlassSVC(C=1.0, warm_start=True, **KW).fit(X, y)
+    X2 = X.copy()
+    X2[est.support_[0], 3] += 0.25                 # same labels, one support row changed
+    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
+                                         r"problem \(the support rows are not the rows at the "
+                                         r"same indices of this data\); starting from zero$"):
+        est.fit(X2, y)
+    cold = MulticlassSVC(C=1.0, **KW).fit(X2, y)
+    assert np.array_equal(est.dual_coef_, cold.dual_coef_)
+
+
+def test_warm_start_with_rows_appended(digits):
+    X, y = digits
+    est = MulticlassSVC(C=3.0, warm_start=True, **KW).fit(X[:400], y[:400])
+    est.fit(X, y)
+    cold = MulticlassSVC(C=3.0, **KW).fit(X, y)
+    assert abs(est.history_["dual"][-1] - cold.history_["dual"][-1]) <= 1e-6 * abs(
+        cold.history_["dual"][-1])
