@@ -122,8 +122,11 @@ class _Cluster:
 
     def _spawn(self, cli, args, name):
         log = open(self.logs / f"{name}.log", "w")
+        # this module importable in the cluster's processes (_DieInRound)
+        path = os.pathsep.join(filter(None, [os.path.dirname(__file__),
+                                             os.environ.get("PYTHONPATH")]))
         p = subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
-                             cwd=str(self.logs))
+                             cwd=str(self.logs), env=dict(os.environ, PYTHONPATH=path))
         self.procs.append(p)
         return p
 
@@ -198,16 +201,16 @@ class _DieInRound(Partition):
 def test_worker_killed_mid_round_recovers(cluster, reference):
     """The worker dies while it computes a round: the partition is rebuilt from the
     coordinator's state (which holds that round's update) and answers the round."""
-    import cloudpickle
     X, y, B_ref, r_ref = reference
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])    # _DieInRound on the workers
-    try:
-        with Client(cluster.addr) as client:
-            ex = DaskExecutor(client)
-            B, r = _solve(ex, X, y, partition_cls=_DieInRound, extra={"die_at": 8, "die_part": 1})
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    assert [k for k, *_ in ex.recoveries] == [1]
+    with Client(cluster.addr) as client:
+        ex = DaskExecutor(client)
+        placed = []
+        B, r = _solve(ex, X, y, partition_cls=_DieInRound, extra={"die_at": 8, "die_part": 1},
+                      on_round=_once_at(1, lambda: placed.extend(ex.placement)))
+    # partition 1 and every other partition of its worker were rebuilt, once
+    dead = placed[1]
+    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == \
+        [(k, dead) for k, w in enumerate(placed) if w == dead]
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
@@ -321,7 +324,7 @@ def test_memory_limit_too_small_fails_clearly_and_cleans_up(tmp_path):
     tmp.mkdir()
     env = dict(os.environ, TMPDIR=str(tmp))
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "dmcsvm", "train", str(tmp_path / "X.npy"),
+    r = subprocess.run([sys.executable, "-m", "dmcsvm.cli", "train", str(tmp_path / "X.npy"),
                         "--labels", str(tmp_path / "y.npy"), "-o", str(tmp_path / "m.npz"),
                         "--local-workers", "2", "--memory-limit", "1MiB"],
                        capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))

@@ -207,19 +207,23 @@ class DaskExecutor:
         self._gen: list = []         # per partition: removals of its worker seen when placed
         self._losses: list = []      # per partition: times it was rebuilt
         self._suspect: dict = {}     # address -> its removals when its connection broke
-        self._watch = _Watch()
-        self._subscribed = False
-        self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
-        info = client.scheduler_info(**self._info_kw)
-        self.worker_info = info["workers"]
-        self.workers = sorted(info["workers"])
-        self.token = uuid.uuid4().hex[:8]
-        if not self.workers:
-            raise ValueError("the Dask cluster has no workers")
-        threads = sum(w.get("nthreads", 1) for w in info["workers"].values())
-        self.n_partitions = int(n_partitions or threads)
         self.parts = []          # actors or futures, in partition order
         self.placement = []      # worker address of each partition
+        self._watch = _Watch()
+        self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
+        _subscribe(client, self._watch)
+        self._subscribed = True
+        self._t_start_restarts = 0
+        self.worker_info = {}
+        try:
+            workers = self._first_workers()
+        except BaseException:
+            self.close()
+            raise
+        self.workers = sorted(workers)
+        self.token = uuid.uuid4().hex[:8]
+        threads = sum(w.get("nthreads", 1) for w in workers.values())
+        self.n_partitions = int(n_partitions or threads)
         self.direct = direct     # resolved by start(): actor calls straight to the workers?
         self.bytes_sent = 0      # packed round messages sent to the partitions (actor mode)
 
@@ -268,10 +272,6 @@ class DaskExecutor:
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
         c = self.client
-        if not self._subscribed:
-            _subscribe(c, self._watch)
-            self._subscribed = True
-        self._t_start_restarts = len(self._watch.memory)
         if sp.issparse(X):
             X = X.tocsr()
         placement = [self.workers[k * len(self.workers) // len(bounds)] for k in range(len(bounds))]
@@ -359,15 +359,36 @@ class DaskExecutor:
             fut = self._submit(k, w, self._rows_for(k, w),
                                f"dmcsvm-partition-{k}-{self.token}-b{attempts}")
 
+    def _first_workers(self) -> dict:
+        """The cluster's workers; when it has none yet, wait for one up to ``recover_timeout``
+        (a worker whose nanny keeps restarting it for memory ends the wait with the numbers)."""
+        import time
+        t0 = time.monotonic()
+        while True:
+            workers = self._live_workers()
+            if workers:
+                return workers
+            restarts = self._memory_restarts()
+            if len(restarts) >= BUILD_RESTARTS:
+                raise self._memory_error(None, restarts, "before any worker could take")
+            if time.monotonic() - t0 > self.recover_timeout:
+                raise ValueError(f"the Dask cluster has no workers (waited "
+                                 f"{self.recover_timeout:.0f} s for one to join)")
+            time.sleep(0.5)
+
     def _memory_restarts(self):
         """Restarts of workers by their nanny for memory since this executor started."""
-        return self._watch.memory[getattr(self, "_t_start_restarts", 0):]
+        return self._watch.memory[self._t_start_restarts:]
 
     def _memory_error(self, k, restarts, when) -> RuntimeError:
         addr, rss = restarts[-1]
-        limit = int((self.worker_info.get(addr) or self.worker_info.get(self.placement[k]) or {})
-                    .get("memory_limit") or 0)
-        plan = self.plans[k] if k < len(self.plans) else None
+        limit = int((self.worker_info.get(addr) or {}).get("memory_limit") or 0)
+        if not limit:
+            limit = max([int(w.get("memory_limit") or 0) for w in self.worker_info.values()]
+                        or [0])
+        if not limit:
+            limit = _nanny_memory_limit(self.client, addr)
+        plan = self.plans[k] if k is not None and k < len(self.plans) else None
         need = ""
         if plan is not None:
             xb = self._x_bytes[k] if k < len(self._x_bytes) and not plan.stream else 0
@@ -378,7 +399,8 @@ class DaskExecutor:
                     + (f", rows {xb / MiB:.1f} MiB" if xb else "") + ")")
         from .memory import WORKER_BASELINE_BYTES
         return RuntimeError(
-            f"the workers restarted {len(restarts)} times {when} partition {k}: their nannies "
+            f"the workers restarted {len(restarts)} times {when} "
+            f"{'partition %d' % k if k is not None else 'a partition'}: their nannies "
             f"killed them for memory ({addr} held {rss / MiB:.0f} MiB against its memory_limit of "
             f"{limit / MiB:.0f} MiB). memory_limit {limit / MiB:.0f} MiB is too small for a Dask "
             f"worker process (about {WORKER_BASELINE_BYTES / MiB:.0f} MiB before any data)"
@@ -480,7 +502,7 @@ class DaskExecutor:
             self._check_scheduler()
             restarts = self._memory_restarts()
             if len(restarts) >= BUILD_RESTARTS:
-                raise self._memory_error(0, restarts, f"while {what}, before")
+                raise self._memory_error(None, restarts, f"while {what}, before building")
 
     # ---------------------------------------------------------------- liveness
     def _is_lost(self, k) -> bool:
@@ -764,6 +786,23 @@ _counter = [0]
 def _next() -> int:
     _counter[0] += 1
     return _counter[0]
+
+
+def _nanny_memory_limit(client, address) -> int:
+    """The workers' memory limit from the cluster object behind ``client`` (a ``LocalCluster``'s
+    worker spec; 0 when unknown): a worker restarted over and over may be missing from the
+    scheduler's list."""
+    try:
+        from dask.utils import parse_bytes
+        for spec in (getattr(getattr(client, "cluster", None), "worker_spec", None) or {}).values():
+            limit = (spec.get("options") or {}).get("memory_limit")
+            if isinstance(limit, str):
+                limit = parse_bytes(limit)
+            if limit:
+                return int(limit)
+    except Exception:  # noqa: BLE001 - only for the message
+        pass
+    return 0
 
 
 def _takes_n_workers(client) -> bool:
