@@ -12,8 +12,8 @@ process:
 
 The fit: synthetic 10-class data, ``--n`` x ``--d`` float32 (low intrinsic dimension, as
 ``tests/test_fault_tolerance.py``), RBF kernel, the core solver (``solve``) with ``batch_size``
-200, ``tol = 1e-6`` and no gap stop so that it runs the ``--rounds`` rounds, on a LocalCluster of
-2 single-thread worker processes (3 row partitions).  After round ``--kill-at`` the worker holding
+200, ``tol = 1e-6`` and no gap stop (at the defaults it converges after about 250 rounds; at most
+``--rounds``), on a LocalCluster of 2 single-thread worker processes (3 row partitions).  After round ``--kill-at`` the worker holding
 partition 1 is killed (SIGKILL; its nanny restarts it); the next round finds it gone and the
 executor rebuilds its partitions.  Measured:
 
@@ -28,7 +28,7 @@ Outputs ``results/recovery.json`` and ``results/recovery.md`` (machine, load bef
 
 Usage::
 
-    python benchmarks/bench_recovery.py                      # 10000 x 2048, 350 rounds, kill at 300
+    python benchmarks/bench_recovery.py                      # 10000 x 2048, <= 350 rounds, kill at 200
     python benchmarks/bench_recovery.py --n 4000 --rounds 60 --kill-at 50    # a quick look
 """
 
@@ -149,7 +149,7 @@ def main():
     p.add_argument("--d", type=int, default=2048)
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--rounds", type=int, default=350)
-    p.add_argument("--kill-at", type=int, default=300)
+    p.add_argument("--kill-at", type=int, default=200)
     p.add_argument("--old", default="/tmp/dmcsvm-old-e32ede4",
                    help="git worktree of the replaying engine (created when missing)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "recovery.json"))

@@ -74,6 +74,8 @@ def _assert_same_optimum(B, r, B_ref, r_ref, X):
     assert abs(d - d_ref) <= 1e-6 * abs(d_ref), (d, d_ref)
     X_test, _ = _problem(seed=99, n=2000)
     diff = np.mean(_predict(X, B, X_test) != _predict(X, B_ref, X_test))
+    print(f"after a recovery: dual {d!r} vs {d_ref!r} (relative {abs(d - d_ref) / abs(d_ref):.2e}),"
+          f" {r.n_iter} vs {r_ref.n_iter} rounds, held-out predictions differing {diff:.4f}")
     assert diff <= MAX_DIFFERING, diff
 
 

@@ -335,12 +335,16 @@ class DaskExecutor:
                     if not self._is_lost(k) and not self._memory_restarts():
                         fut.result()                # the constructor's own error
                     lost = True
+                elif fut.status in ("lost", "cancelled"):
+                    self._check_scheduler()
+                    lost = True
                 else:
                     lost = self._is_lost(k)
             except (TimeoutError, asyncio.TimeoutError):
                 lost = self._is_lost(k)
             self._check_scheduler()
-            restarts = self._memory_restarts()
+            placed = set(self.placement)
+            restarts = [r for r in self._memory_restarts() if r[0] in placed]
             if len(restarts) >= BUILD_RESTARTS:
                 raise self._memory_error(k, restarts, "while building")
             if not lost:
@@ -690,7 +694,7 @@ class DaskExecutor:
                 return fut.result()
             if fut.status == "error":
                 return fut.result()         # raises: the caller decides
-            if self._is_lost(k):
+            if self._is_lost(k) or fut.status in ("lost", "cancelled"):
                 raise OSError(f"worker {self.placement[k]} left while rebuilding partition {k}")
 
     def _wait_one(self, k, f):
