@@ -222,10 +222,17 @@ def write_markdown(res, path):
          f"`benchmarks/bench_recovery.py`; before = commit {OLD_COMMIT}.", "",
          "| | before (replay) | after (state) |", "|---|---:|---:|"]
     L += [f"| {a} | {x} | {y} |" for a, x, y in rows]
-    L += ["", f"Machine: {mi.get('cpu', '')}, {mi.get('cores', mi.get('logical_cpus', ''))} "
-              f"cores; load before {res['load_before']}, after {res['load_after']} "
-              f"(other engineers' jobs share the cores: times are indicative, memory is not "
-              f"affected).", ""]
+    git = mi.get("dmcsvm_git") or {}
+    L += ["", "RSS growth after the change is the row bank (X rows of every pattern that entered a "
+              "batch, which holds the support vectors: it follows the support set, at most n x d) "
+              "and the history; before, each round also logged its message (the batch's X rows "
+              "and dB) for the replay.", "",
+          f"Machine: {mi.get('cpu_model', '')}, {mi.get('cpu_count', '')} cores, "
+          f"{mi.get('mem_gib', '')} GiB, {mi.get('platform', '')}, numpy {mi.get('numpy', '')}; "
+          f"after = commit {str(git.get('commit', ''))[:7]}.  1-minute load average before "
+          f"{res['load_before'].get('loadavg_1m', float('nan')):.1f}, after "
+          f"{res['load_after'].get('loadavg_1m', float('nan')):.1f} (other engineers' tests share "
+          f"the 2 cores: times are indicative only, memory is not affected).", ""]
     with open(path, "w") as fh:
         fh.write("\n".join(L))
 
