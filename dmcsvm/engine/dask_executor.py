@@ -32,10 +32,82 @@ from .partition import Partition, PartitionSettings, pack_message
 from .rows import DaskSource, StoreRows
 
 
-ACTOR_POLL_S = 5.0    # how often a waiting round checks that the partitions' workers are alive
-REPLAY_CHUNK = 32     # logged operations sent per call when a lost partition is rebuilt
-READ_ONLY_CALLS = frozenset({"stats", "close", "save_state", "row_range"})
+ACTOR_POLL_S = 5.0    # how often a waiting call checks the scheduler and the partitions' workers
+BUILD_POLL_S = 1.0    # the same while partitions are being created
+CALL_TIMEOUT_S = 20.0   # bound of one request to the scheduler (its list of workers)
+BUILD_RESTARTS = 3    # worker losses (nanny restarts for memory included) tolerated while building
+MAX_LOSSES = 5        # times one partition may be rebuilt in a fit before the fit gives up
+READ_ONLY_CALLS = frozenset({"stats", "close", "summary", "prototypes", "save_state",
+                             "row_range"})
+#: message entries a rebuilt partition keeps when it answers the round it was lost in: its state
+#: comes from the coordinator's snapshot, which already holds the round's update
+REPORT_ONLY_KEYS = ("shrink_margin",)
 REACH_TIMEOUT_S = 3.0   # how long the client waits for a worker to answer directly before relaying
+MiB = 2 ** 20
+
+
+class SchedulerLostError(RuntimeError):
+    """The client lost its Dask scheduler: the partitions' actors are gone with it."""
+
+
+class _Lost:
+    """Stands for the reply of a partition whose worker is known to be gone."""
+
+
+_LOST = _Lost()
+
+
+class _Watch:
+    """What the scheduler pushes about the workers (``Client.subscribe_topic``): every removal of
+    a worker (by address: a worker restarted by its nanny on the same address counts as removed,
+    its actors are gone) and every restart of a worker by its nanny for memory."""
+
+    def __init__(self):
+        self.removed: dict = {}     # address -> removals seen
+        self.memory: list = []      # (address, resident bytes) per restart for memory
+        self.added = 0
+
+    def on_all(self, event):
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+        if isinstance(msg, dict):
+            if msg.get("action") == "remove-worker" and msg.get("worker"):
+                self.removed[msg["worker"]] = self.removed.get(msg["worker"], 0) + 1
+            elif msg.get("action") == "add-worker":
+                self.added += 1
+
+    def on_memory(self, event):
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+        if isinstance(msg, dict):
+            self.memory.append((msg.get("worker"), int(msg.get("rss") or 0)))
+
+
+#: one handler per client and topic (a client keeps one): it fans out to every executor's watch
+_WATCHES: dict = {}
+
+
+def _subscribe(client, watch: _Watch) -> None:
+    key = id(client)
+    if key not in _WATCHES:
+        _WATCHES[key] = []
+        watches = _WATCHES[key]
+        client.subscribe_topic("all", lambda e: [w.on_all(e) for w in list(watches)])
+        client.subscribe_topic("worker-restart-memory",
+                               lambda e: [w.on_memory(e) for w in list(watches)])
+    _WATCHES[key].append(watch)
+
+
+def _unsubscribe(client, watch: _Watch) -> None:
+    watches = _WATCHES.get(id(client))
+    if watches is None or watch not in watches:
+        return
+    watches.remove(watch)
+    if not watches:
+        del _WATCHES[id(client)]
+        for topic in ("all", "worker-restart-memory"):
+            try:
+                client.unsubscribe_topic(topic)
+            except Exception:  # noqa: BLE001 - a closed client has nothing to unsubscribe
+                pass
 
 
 def _step_task(part: Partition, msg: dict) -> dict:
@@ -88,10 +160,33 @@ class DaskExecutor:
         Row partitions (default: one per worker thread).
     mode : {'actor', 'future'}
         How partition state is kept on its worker between rounds.
+    recover : bool
+        Actor mode: rebuild a partition lost with its worker (below) instead of failing.
+    recover_timeout : float
+        Seconds a lost partition waits for a live worker to take it over (when every worker is
+        gone) before the fit fails with an error that says so.
     direct : bool, optional
         Whether actor calls go straight to the workers (True) or through the scheduler (False).
         Default: what the client's ``direct_to_workers`` says; when that is None (a ``Client``'s
         default), direct if every partition's worker answers the client directly at start.
+
+    Fault tolerance (actor mode, ``recover=True``).  A partition lost with its worker -- during a
+    round, between rounds, or while no worker is alive for up to ``recover_timeout`` seconds -- is
+    rebuilt on a live worker from its rows (the store, or the persisted / in-memory block) and the
+    coordinator's current state, which the coordinator registers with :meth:`set_snapshot`: the
+    support patterns' X rows and coefficients (``F = K(X_part, X_SV) B_SV``, one kernel block in
+    row blocks of bounded size), its own coefficient rows, which of its rows the coordinator
+    already holds, and kind-specific fields (``Partition.restore``).  All its rows are active
+    again.  The rebuilt partition answers the round it was lost in without applying that round's
+    update a second time (the coordinator's state already holds it).  Nothing is logged per round:
+    the coordinator's memory does not grow with the round count.  The rebuilt scores equal the
+    accumulated ones up to rounding, so a fit with a recovery is not bit-for-bit the uninterrupted
+    one: it completes and converges to the same optimum within the solver's tolerances.  Without a
+    recovery the rounds are exactly those of the in-process executor.  A lost scheduler ends the
+    fit with :class:`SchedulerLostError`; every wait is bounded by the liveness of the scheduler
+    and of the workers it waits on, by ``recover_timeout`` when no worker is left, and by
+    ``BUILD_RESTARTS`` worker losses while the partitions are created (a worker whose nanny keeps
+    restarting it for memory ends the fit with the memory numbers).
     """
 
     name = "dask"
@@ -102,29 +197,65 @@ class DaskExecutor:
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         self.client = client
         self.mode = mode
-        # fault tolerance (actor mode): every message is logged so that a partition lost with its
-        # worker is rebuilt on a live worker by replaying the same messages in the same order,
-        # which reproduces its state bit for bit (the partition code is deterministic)
         self.recover = bool(recover) and mode == "actor"
         self.recover_timeout = float(recover_timeout)
-        self.log: list = []          # ("step", msg) / ("call", name, args), in order
         self.recoveries: list = []   # (partition, dead worker, new worker, seconds)
         self._build: list = []       # per partition: (lo, hi, rows source, yp, cls)
         self.plans: list = []        # per partition: its PartitionPlan (memory budget)
-        self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
-        info = client.scheduler_info(**self._info_kw)
-        self.worker_info = info["workers"]
-        self.workers = sorted(info["workers"])
-        self.token = uuid.uuid4().hex[:8]
-        if not self.workers:
-            raise ValueError("the Dask cluster has no workers")
-        threads = sum(w.get("nthreads", 1) for w in info["workers"].values())
-        self.n_partitions = int(n_partitions or threads)
+        self._x_bytes: list = []     # per partition: bytes of its rows in memory
+        self._snapshots: dict = {}   # name -> provider(lo, hi) -> dict (see set_snapshot)
+        self._mutated = False        # whether any operation changed the partitions' state
+        self._gen: list = []         # per partition: removals of its worker seen when placed
+        self._losses: list = []      # per partition: times it was rebuilt
+        self._suspect: dict = {}     # address -> its removals when its connection broke
         self.parts = []          # actors or futures, in partition order
         self.placement = []      # worker address of each partition
+        self._watch = _Watch()
+        self._info_kw = {"n_workers": -1} if _takes_n_workers(client) else {}
+        _subscribe(client, self._watch)
+        self._subscribed = True
+        self._t_start_restarts = 0
+        self.worker_info = {}
+        try:
+            workers = self._first_workers()
+        except BaseException:
+            self.close()
+            raise
+        self.workers = sorted(workers)
+        self.token = uuid.uuid4().hex[:8]
+        threads = sum(w.get("nthreads", 1) for w in workers.values())
+        self.n_partitions = int(n_partitions or threads)
         self.direct = direct     # resolved by start(): actor calls straight to the workers?
         self.bytes_sent = 0      # packed round messages sent to the partitions (actor mode)
 
+    # ---------------------------------------------------------------- coordinator state
+    def set_snapshot(self, fn, name: str = "state") -> None:
+        """Register ``fn(lo, hi) -> dict``, the coordinator's current state as a partition of rows
+        ``[lo, hi)`` needs it to be rebuilt (``Partition.restore``); providers registered under
+        different names are merged (e.g. the coefficients from ``solve`` and the assignment from
+        the multi-prototype search).  ``fn=None`` removes one.  A provider is called only when a
+        partition is lost, at that moment: it must describe the state *after* every update the
+        coordinator has sent or is sending."""
+        if fn is None:
+            self._snapshots.pop(name, None)
+        else:
+            self._snapshots[name] = fn
+
+    def _snapshot(self, k):
+        lo, hi = self._build[k][0], self._build[k][1]
+        if not self._snapshots:
+            if self._mutated:
+                raise RuntimeError(
+                    f"partition {k} was lost with its worker {self.placement[k]} after rounds had "
+                    f"changed its state, and no coordinator state is registered to rebuild it "
+                    f"from (DaskExecutor.set_snapshot); start the fit again")
+            return None
+        snap: dict = {}
+        for fn in self._snapshots.values():
+            snap.update(fn(lo, hi))
+        return snap
+
+    # ---------------------------------------------------------------- start
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
         """Create one partition per row block on its worker.
 
@@ -133,6 +264,11 @@ class DaskExecutor:
         store, or streams them when its memory cannot hold them) or a
         :class:`~dmcsvm.engine.rows.DaskSource` (the array is persisted in partition-sized
         blocks and each partition is built on the worker that already holds its block).
+
+        Every wait is bounded: a partition whose worker leaves while it is created is created
+        again on a live worker, up to ``BUILD_RESTARTS`` times; a worker restarted that often
+        (for instance by its nanny, for memory) ends the start with an error that names the
+        cause and the numbers.
         """
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
@@ -149,34 +285,131 @@ class DaskExecutor:
                 blocks = [X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi] for lo, hi in bounds]
             blocks, part_settings = self._plan_memory(blocks, bounds, placement, settings, X)
             self._settings, self._partition_cls = part_settings, partition_cls
+            futs = []
             for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):
-                settings_k = part_settings[k]
                 source = rows
                 if isinstance(X, DaskSource):
                     source = X.array[lo:hi]                # recomputed if its worker is lost
                 if not hasattr(rows, "load") and not isinstance(rows, Future):
-                    rows = c.scatter(rows, workers=[w], direct=True)
+                    rows = c.scatter(rows, workers=[w], direct=True,
+                                     timeout=max(self.recover_timeout, CALL_TIMEOUT_S))
                 self._build.append((lo, hi, source, yp[lo:hi], cls[lo:hi]))
-                args = (k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings_k)
-                key = f"dmcsvm-partition-{k}-{self.token}"
-                if self.mode == "actor":
-                    fut = c.submit(partition_cls, *args, actor=True, workers=[w],
-                                   allow_other_workers=False, key=key)
-                else:
-                    fut = c.submit(partition_cls, *args, workers=[w], allow_other_workers=False,
-                                   pure=False, key=key)
-                self.parts.append(fut)
                 self.placement.append(w)
-            if self.mode == "actor":
-                self.parts = [f.result() for f in self.parts]
-            else:
-                wait(self.parts)
-                bad = [f for f in self.parts if f.status != "finished"]
-                if bad:
-                    bad[0].result()
+                self._gen.append(self._watch.removed.get(w, 0))
+                self._losses.append(0)
+                futs.append(self._submit(k, w, rows, f"dmcsvm-partition-{k}-{self.token}"))
+            self.parts = [self._await_built(k, f) for k, f in enumerate(futs)]
         # the partitions hold their own copies now: the scattered / persisted blocks are released
         # when ``blocks`` goes out of scope
         return self
+
+    def _submit(self, k, w, rows, key):
+        lo, hi, _, yp, cls = self._build[k]
+        args = (k, lo, hi, rows, yp, cls, self._settings[k])
+        if self.mode == "actor":
+            return self.client.submit(self._partition_cls, *args, actor=True, workers=[w],
+                                      allow_other_workers=False, key=key)
+        return self.client.submit(self._partition_cls, *args, workers=[w],
+                                  allow_other_workers=False, pure=False, key=key)
+
+    def _rows_for(self, k, w):
+        """Rows of partition ``k`` for a new partition object on worker ``w``."""
+        source = self._build[k][2]
+        if isinstance(source, StoreRows):
+            return source
+        if hasattr(source, "dask"):                       # a dask array slice: recompute it
+            return self.client.compute(source.map_blocks(np.ascontiguousarray,
+                                                         dtype=source.dtype), workers=[w])
+        return self.client.scatter(source, workers=[w], direct=True,
+                                   timeout=max(self.recover_timeout, CALL_TIMEOUT_S))
+
+    def _await_built(self, k, fut):
+        """The actor (or pinned future) of partition ``k`` once created; bounded (see start)."""
+        attempts = 0
+        while True:
+            lost = False
+            try:
+                wait([fut], timeout=BUILD_POLL_S)
+                if fut.status == "finished":
+                    return fut.result() if self.mode == "actor" else fut
+                if fut.status == "error":
+                    if not self._is_lost(k) and not self._memory_restarts():
+                        fut.result()                # the constructor's own error
+                    lost = True
+                elif fut.status in ("lost", "cancelled"):
+                    self._check_scheduler()
+                    lost = True
+                else:
+                    lost = self._is_lost(k)
+            except (TimeoutError, asyncio.TimeoutError):
+                lost = self._is_lost(k)
+            self._check_scheduler()
+            placed = set(self.placement)
+            restarts = [r for r in self._memory_restarts() if r[0] in placed]
+            if len(restarts) >= BUILD_RESTARTS:
+                raise self._memory_error(k, restarts, "while building")
+            if not lost:
+                continue
+            attempts += 1
+            if attempts > BUILD_RESTARTS:
+                raise RuntimeError(
+                    f"the Dask workers restarted {attempts} times while building partition {k} "
+                    f"(rows {self._build[k][0]}..{self._build[k][1]}): the last one was "
+                    f"{self.placement[k]}; see the workers' logs for why they died")
+            with contextlib.suppress(Exception):
+                self.client.cancel([fut])
+            w = self._wait_for_worker(k, f"to create partition {k} on")
+            self.placement[k] = w
+            self._gen[k] = self._watch.removed.get(w, 0)
+            fut = self._submit(k, w, self._rows_for(k, w),
+                               f"dmcsvm-partition-{k}-{self.token}-b{attempts}")
+
+    def _first_workers(self) -> dict:
+        """The cluster's workers; when it has none yet, wait for one up to ``recover_timeout``
+        (a worker whose nanny keeps restarting it for memory ends the wait with the numbers)."""
+        import time
+        t0 = time.monotonic()
+        while True:
+            workers = self._live_workers()
+            if workers:
+                return workers
+            restarts = self._memory_restarts()
+            if len(restarts) >= BUILD_RESTARTS:
+                raise self._memory_error(None, restarts, "before any worker could take")
+            if time.monotonic() - t0 > self.recover_timeout:
+                raise ValueError(f"the Dask cluster has no workers (waited "
+                                 f"{self.recover_timeout:.0f} s for one to join)")
+            time.sleep(0.5)
+
+    def _memory_restarts(self):
+        """Restarts of workers by their nanny for memory since this executor started."""
+        return self._watch.memory[self._t_start_restarts:]
+
+    def _memory_error(self, k, restarts, when) -> RuntimeError:
+        addr, rss = restarts[-1]
+        limit = int((self.worker_info.get(addr) or {}).get("memory_limit") or 0)
+        if not limit:
+            limit = max([int(w.get("memory_limit") or 0) for w in self.worker_info.values()]
+                        or [0])
+        if not limit:
+            limit = _nanny_memory_limit(self.client, addr)
+        plan = self.plans[k] if k is not None and k < len(self.plans) else None
+        need = ""
+        if plan is not None:
+            xb = self._x_bytes[k] if k < len(self._x_bytes) and not plan.stream else 0
+            st = getattr(self, "_settings", [])
+            kb = st[k].kernel_block_bytes if k < len(st) else 0
+            need = (f" plus about {(plan.state_bytes + kb + xb) / MiB:.0f} MiB for partition {k} "
+                    f"(state {plan.state_bytes / MiB:.1f} MiB, one kernel block {kb / MiB:.0f} MiB"
+                    + (f", rows {xb / MiB:.1f} MiB" if xb else "") + ")")
+        from .memory import WORKER_BASELINE_BYTES
+        return RuntimeError(
+            f"the workers restarted {len(restarts)} times {when} "
+            f"{'partition %d' % k if k is not None else 'a partition'}: their nannies "
+            f"killed them for memory ({addr} held {rss / MiB:.0f} MiB against its memory_limit of "
+            f"{limit / MiB:.0f} MiB). memory_limit {limit / MiB:.0f} MiB is too small for a Dask "
+            f"worker process (about {WORKER_BASELINE_BYTES / MiB:.0f} MiB before any data)"
+            f"{need}; give the workers more memory (--memory-limit / memory_limit)")
 
     def _persist_blocks(self, array, bounds, placement):
         """Persist ``array`` rechunked to the partition bounds; return the block futures and, for
@@ -187,7 +420,7 @@ class DaskExecutor:
                              name=f"dmcsvm-train-rows-{self.token}")
         arr = self.client.persist(arr)
         futs = futures_of(arr)
-        wait(futs)
+        self._wait_futures(futs, "persisting the training rows")
         by_block = {f.key[1]: f for f in futs}
         blocks = [by_block[k] for k in range(len(bounds))]
         who = self.client.who_has(blocks)
@@ -208,6 +441,7 @@ class DaskExecutor:
         force = "auto" if mode == "auto" else (not bool(mode))
         out_blocks, out_settings = [], []
         self.plans = []
+        self._x_bytes = []
         for (lo, hi), rows, w in zip(bounds, blocks, placement):
             store = isinstance(rows, StoreRows)
             x_bytes = rows.nbytes if store else int(getattr(rows, "nbytes", 0) or 0)
@@ -217,6 +451,7 @@ class DaskExecutor:
                                   settings.cache_bytes, settings.kernel_block_bytes,
                                   stream=force)
             self.plans.append(plan)
+            self._x_bytes.append(x_bytes)
             if store:
                 rows = replace(rows, stream=plan.stream)
             out_blocks.append(rows)
@@ -261,155 +496,281 @@ class DaskExecutor:
             if flip:
                 c.direct_to_workers = None
 
+    def _wait_futures(self, futs, what):
+        """``distributed.wait`` bounded by the scheduler's liveness and the workers' restarts."""
+        while True:
+            try:
+                wait(futs, timeout=BUILD_POLL_S)
+                return
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+            self._check_scheduler()
+            restarts = self._memory_restarts()
+            if len(restarts) >= BUILD_RESTARTS:
+                raise self._memory_error(None, restarts, f"while {what}, before building")
+
+    # ---------------------------------------------------------------- liveness
+    def _is_lost(self, k) -> bool:
+        """Whether the scheduler has removed partition ``k``'s worker since it was placed there
+        (pushed by the scheduler: no request per round)."""
+        return self._watch.removed.get(self.placement[k], 0) != self._gen[k]
+
+    def _check_scheduler(self):
+        status = getattr(self.client, "status", "running")
+        if status not in ("running", "newly-created"):
+            raise SchedulerLostError(
+                f"the Dask scheduler {self._scheduler_address()} is lost: the client's connection "
+                f"to it is {status!r}; the partitions' state went with it, so the fit cannot go "
+                f"on (start it again, with --checkpoint / checkpoint= to resume from the last "
+                f"checkpoint)")
+
+    def _scheduler_address(self):
+        try:
+            return self.client.scheduler.address
+        except Exception:  # noqa: BLE001 - only for the message
+            return "(unknown address)"
+
+    def _live_workers(self) -> dict:
+        """The scheduler's running workers now (one request, bounded)."""
+        self._check_scheduler()
+        c = self.client
+        try:
+            info = c.sync(c.scheduler.identity, callback_timeout=CALL_TIMEOUT_S, **self._info_kw)
+        except (OSError, TimeoutError, asyncio.TimeoutError) as e:
+            self._check_scheduler()
+            raise SchedulerLostError(
+                f"the Dask scheduler {self._scheduler_address()} did not answer within "
+                f"{CALL_TIMEOUT_S:.0f} s ({e!r}); the fit cannot go on") from e
+        workers = {a: w for a, w in info.get("workers", {}).items()
+                   if w.get("status", "running") == "running"}
+        self.worker_info.update(workers)
+        return workers
+
+    def _wait_for_worker(self, k, what):
+        """A live worker for partition ``k`` (the least loaded; not one whose connection broke
+        unless the scheduler has replaced it since), waiting up to ``recover_timeout``."""
+        import time
+        t0 = time.monotonic()
+        while True:
+            alive = sorted(a for a in self._live_workers() if not self._is_suspect(a))
+            if alive:
+                counts = {w: sum(p == w for i, p in enumerate(self.placement) if i != k)
+                          for w in alive}
+                return min(alive, key=lambda a: (counts[a], a))
+            if time.monotonic() - t0 > self.recover_timeout:
+                raise RuntimeError(
+                    f"no Dask worker is left {what} partition {k} (its worker "
+                    f"{self.placement[k]} died); waited {self.recover_timeout:.0f} s for one "
+                    f"to join")
+            time.sleep(0.5)
+
+    # ---------------------------------------------------------------- calls
     def step(self, msg: dict) -> list[dict]:
         with self._calls():
             return self._step(msg)
 
-    def _wait_actors(self, futs) -> list:
-        """Results of the actor calls of the current operation (the last entry of the log).
+    def _send(self, k, name, *args):
+        """Call ``name`` on partition ``k``'s actor, or :data:`_LOST` when its worker is gone."""
+        if self._is_lost(k):
+            return _LOST
+        try:
+            return getattr(self.parts[k], name)(*args)
+        except RuntimeError:          # "Worker holding Actor was lost": its key is not in memory
+            self._check_scheduler()
+            return _LOST
 
-        A partition whose worker has left the cluster is rebuilt on a live worker and the log is
-        replayed to it (``recover=True``); otherwise the call raises a clear error.  Either way an
-        actor call to a dead worker, which never returns by itself, is not waited on forever.
-        """
-        out = []
-        for k, f in enumerate(futs):
-            while True:
-                try:
-                    out.append(f.result(timeout=ACTOR_POLL_S))
-                    break
-                except (TimeoutError, asyncio.TimeoutError):
-                    alive = self.client.scheduler_info(**self._info_kw)["workers"]
-                    if self.placement[k] in alive:
-                        continue
-                    if not self.recover:
-                        raise self._lost(k) from None
-                    out.append(self._recover(k))
-                    break
-                except OSError as e:           # the worker's connection broke (CommClosedError)
-                    if not self.recover:
-                        raise self._lost(k) from e
-                    out.append(self._recover(k))
-                    break
+    def _result(self, k, f, op):
+        """The reply of partition ``k`` to ``op``; a partition lost with its worker is rebuilt
+        (``recover``) and answers ``op``, else a clear error.  Bounded: the wait checks every
+        ``ACTOR_POLL_S`` that the scheduler and the partition's worker are still there."""
+        while True:
+            if f is _LOST:
+                if not self.recover:
+                    raise self._lost(k)
+                return self._recover(k, op)
+            try:
+                return f.result(timeout=ACTOR_POLL_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                self._check_scheduler()
+                if self._is_lost(k):
+                    f = _LOST
+            except Exception as e:  # noqa: BLE001 - decided below: lost worker or real error
+                self._check_scheduler()
+                if not self._confirm_lost(k, e):
+                    raise
+                f = _LOST
+
+    def _confirm_lost(self, k, err) -> bool:
+        """After a failed call: whether partition ``k``'s worker is gone (the scheduler says so
+        within a few seconds, or the connection broke)."""
+        import time
+        deadline = time.monotonic() + ACTOR_POLL_S
+        while time.monotonic() < deadline:
+            if self._is_lost(k):
+                return True
+            time.sleep(0.1)
+        if isinstance(err, OSError):
+            a = self.placement[k]
+            self._suspect[a] = self._watch.removed.get(a, 0)
+            return True
+        return False
+
+    def _is_suspect(self, a) -> bool:
+        """A worker whose connection broke and that the scheduler has not replaced since."""
+        return a in self._suspect and self._suspect[a] == self._watch.removed.get(a, 0)
+
+    def _gather(self, futs, op) -> list:
+        out = [self._result(k, f, op) for k, f in enumerate(futs)]
+        # a worker removed while its reply was in flight may have answered from a partition the
+        # scheduler re-created empty: answer from the coordinator's state instead
+        for k in range(len(out)):
+            if self._is_lost(k) and self.recover:
+                out[k] = self._recover(k, op)
         return out
 
-    def _recover(self, k):
-        """Rebuild partition ``k`` on a live worker and replay the message log to it; returns its
-        answer to the last logged operation (the one that found the worker gone)."""
+    def _recover(self, k, op):
+        """Rebuild partition ``k`` on a live worker from its rows and the coordinator's snapshot
+        and return its answer to ``op`` (the operation that found it gone)."""
         import time
         t0 = time.monotonic()
         dead = self.placement[k]
-        c = self.client
+        self._losses[k] += 1
+        if self._losses[k] > MAX_LOSSES:
+            restarts = self._memory_restarts()
+            if restarts:
+                raise self._memory_error(k, restarts, "while running; lost again")
+            raise RuntimeError(f"partition {k} was lost with its worker {self._losses[k]} times "
+                               f"in this fit (last on {dead}); see the workers' logs")
+        with contextlib.suppress(Exception):
+            old = self.parts[k]
+            self.client.cancel([getattr(old, "_future", old)])
         failure = None
+        attempt = 0
         while True:
-            alive = sorted(w for w in c.scheduler_info(**self._info_kw)["workers"] if w != dead)
-            if alive:
-                try:
-                    return self._rebuild(k, dead, alive, t0)
-                except Exception as e:  # noqa: BLE001 - the chosen worker may be dying too
-                    failure = e
-            if time.monotonic() - t0 > self.recover_timeout:
-                raise RuntimeError(
-                    f"no Dask worker is left to take over partition {k} (its worker {dead} "
-                    f"died); waited {self.recover_timeout:.0f} s for one to join") from failure
-            time.sleep(0.5)
+            try:
+                w = self._wait_for_worker(k, "to take over")
+            except RuntimeError as e:
+                raise e from failure
+            attempt += 1
+            try:
+                return self._rebuild(k, dead, w, op, t0, attempt)
+            except SchedulerLostError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the chosen worker may be dying too
+                failure = e
+                if not (self._is_lost(k) or self._is_suspect(w) or isinstance(e, OSError)):
+                    raise
+                if time.monotonic() - t0 > self.recover_timeout:
+                    raise RuntimeError(
+                        f"partition {k} could not be rebuilt within {self.recover_timeout:.0f} s "
+                        f"after its worker {dead} died: {e!r}") from e
 
-    def _rebuild(self, k, dead, alive, t0):
-        """Create partition ``k`` on the least loaded live worker and replay the log to it."""
+    def _rebuild(self, k, dead, w, op, t0, attempt):
         import time
-        c = self.client
-        counts = {w: sum(p == w for i, p in enumerate(self.placement) if i != k) for w in alive}
-        w = min(alive, key=lambda a: (counts[a], a))
-        lo, hi, source, yp, cls = self._build[k]
-        if isinstance(source, StoreRows):
-            rows = source
-        elif hasattr(source, "dask"):                     # a dask array slice: recompute it
-            rows = c.compute(source.map_blocks(np.ascontiguousarray, dtype=source.dtype),
-                             workers=[w])
-        else:
-            rows = c.scatter(source, workers=[w], direct=True, timeout=10)
-        key = f"dmcsvm-partition-{k}-{self.token}-r{len(self.recoveries) + 1}"
-        actor = c.submit(self._partition_cls, k, lo, hi, rows, yp, cls, self._settings[k],
-                         actor=True, workers=[w], allow_other_workers=False,
-                         key=key).result(timeout=max(self.recover_timeout, 10))
-        reply = None
-        for i in range(0, len(self.log), REPLAY_CHUNK):
-            reply = actor.replay(self.log[i:i + REPLAY_CHUNK]).result()
-        self.parts[k] = actor
         self.placement[k] = w
+        self._gen[k] = self._watch.removed.get(w, 0)
+        snap = self._snapshot(k)
+        key = f"dmcsvm-partition-{k}-{self.token}-r{len(self.recoveries) + 1}-{attempt}"
+        fut = self._submit(k, w, self._rows_for(k, w), key)
+        actor = self._await_rebuilt(k, fut)
+        if snap is not None:
+            self._wait_one(k, actor.restore(snap))
+        if op[0] == "step":
+            msg = {key_: op[1][key_] for key_ in REPORT_ONLY_KEYS if key_ in op[1]}
+            reply = self._wait_one(k, actor.step_packed(pack_message(msg)))
+        else:
+            reply = self._wait_one(k, getattr(actor, op[1])(*op[2]))
+        self.parts[k] = actor
         self.recoveries.append((k, dead, w, time.monotonic() - t0))
         return reply
 
-    def _wait_actors_plain(self, futs) -> list:
-        out = []
-        for k, f in enumerate(futs):
-            while True:
-                try:
-                    out.append(f.result(timeout=ACTOR_POLL_S))
-                    break
-                except (TimeoutError, asyncio.TimeoutError):
-                    if self.placement[k] not in self.client.scheduler_info(**self._info_kw)["workers"]:
-                        raise self._lost(k) from None
-                except OSError as e:
-                    raise self._lost(k) from e
-        return out
+    def _await_rebuilt(self, k, fut):
+        while True:
+            try:
+                wait([fut], timeout=BUILD_POLL_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+            self._check_scheduler()
+            if fut.status == "finished":
+                return fut.result()
+            if fut.status == "error":
+                return fut.result()         # raises: the caller decides
+            if self._is_lost(k) or fut.status in ("lost", "cancelled"):
+                raise OSError(f"worker {self.placement[k]} left while rebuilding partition {k}")
 
-    def _recover_lost(self) -> None:
-        alive = self.client.scheduler_info(**self._info_kw)["workers"]
-        for k, w in enumerate(list(self.placement)):
-            if w not in alive:
-                self._recover(k)
+    def _wait_one(self, k, f):
+        """Result of one call on a rebuilt partition, bounded by its worker's liveness."""
+        while True:
+            try:
+                return f.result(timeout=ACTOR_POLL_S)
+            except (TimeoutError, asyncio.TimeoutError):
+                self._check_scheduler()
+                if self._is_lost(k):
+                    raise OSError(f"worker {self.placement[k]} left while rebuilding "
+                                  f"partition {k}") from None
 
     def _lost(self, k) -> RuntimeError:
         return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
                             f"the cluster; its state is lost (start the fit again)")
 
     def _step(self, msg: dict) -> list[dict]:
+        self._mutated = True
         if self.mode == "actor":
-            if self.recover:
-                self.log.append(("step", msg))
-            # one packed frame each way (Partition.step_packed); a partition rebuilt by _recover
-            # answers with its replayed reply, already a dict
+            # one packed frame each way (Partition.step_packed); a rebuilt partition answers
+            # through the same packed path
             blob = pack_message(msg)
             self.bytes_sent += len(blob) * len(self.parts)
+            futs = [self._send(k, "step_packed", blob) for k in range(len(self.parts))]
             return [pickle.loads(r) if isinstance(r, bytes) else r
-                    for r in self._wait_actors([a.step_packed(blob) for a in self.parts])]
+                    for r in self._gather(futs, ("step", msg))]
         c = self.client
+        self._check_futures_mode()
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
                          key=f"dmcsvm-round-p{k}-{_next()}")
                 for k, (p, w) in enumerate(zip(self.parts, self.placement))]
-        return c.gather(futs)
+        return self._gather_futures(futs)
+
+    def _check_futures_mode(self):
+        """Pinned futures: a partition whose worker was removed would be re-created empty by the
+        scheduler; fail instead."""
+        self._check_scheduler()
+        for k in range(len(self.parts)):
+            if self._is_lost(k):
+                raise self._lost(k)
+
+    def _gather_futures(self, futs):
+        while True:
+            try:
+                wait(futs, timeout=ACTOR_POLL_S)
+                break
+            except (TimeoutError, asyncio.TimeoutError):
+                self._check_futures_mode()
+        self._check_futures_mode()
+        return self.client.gather(futs)
 
     def call(self, name: str, *args) -> list:
         """Call method ``name`` of every partition with ``args`` on its worker; results in
-        partition order."""
+        partition order.  A partition lost with its worker is rebuilt from the coordinator's
+        state and then answers the call (actor mode with ``recover``)."""
         with self._calls():
             if self.mode == "actor":
-                if self.recover and name not in READ_ONLY_CALLS:
-                    self.log.append(("call", name, args))
-                    return self._wait_actors([getattr(a, name)(*args) for a in self.parts])
-                if name in READ_ONLY_CALLS:
-                    # not logged: a replay would end on another operation; recover, then ask again
-                    try:
-                        return self._wait_actors_plain([getattr(a, name)(*args) for a in self.parts])
-                    except RuntimeError:
-                        if not self.recover:
-                            raise
-                        self._recover_lost()
-                        return self._wait_actors_plain([getattr(a, name)(*args)
-                                                        for a in self.parts])
-                return self._wait_actors([getattr(a, name)(*args) for a in self.parts])
+                if name not in READ_ONLY_CALLS:
+                    self._mutated = True
+                return self._gather([self._send(k, name, *args) for k in range(len(self.parts))],
+                                    ("call", name, args))
             c = self.client
-            return c.gather([c.submit(_call_task, p, name, args, workers=[w], pure=False,
-                                      key=f"dmcsvm-{name}-p{k}-{_next()}")
-                             for k, (p, w) in enumerate(zip(self.parts, self.placement))])
+            self._check_futures_mode()
+            return self._gather_futures([c.submit(_call_task, p, name, args, workers=[w],
+                                                  pure=False, key=f"dmcsvm-{name}-p{k}-{_next()}")
+                                         for k, (p, w) in enumerate(zip(self.parts,
+                                                                        self.placement))])
 
     def stats(self) -> list[dict]:
         return self.call("stats")
 
     def close(self):
         """Let every partition release its files, then drop the references (the scheduler then
-        releases the actors / pinned state) and the message log."""
+        releases the actors / pinned state) and the coordinator's snapshot providers."""
         if self.parts:
             try:
                 self.recover = False
@@ -417,8 +778,11 @@ class DaskExecutor:
             except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
                 pass
         self.parts = []
-        self.log = []
         self._build = []
+        self._snapshots = {}
+        if self._subscribed:
+            _unsubscribe(self.client, self._watch)
+            self._subscribed = False
 
 
 _counter = [0]
@@ -427,6 +791,23 @@ _counter = [0]
 def _next() -> int:
     _counter[0] += 1
     return _counter[0]
+
+
+def _nanny_memory_limit(client, address) -> int:
+    """The workers' memory limit from the cluster object behind ``client`` (a ``LocalCluster``'s
+    worker spec; 0 when unknown): a worker restarted over and over may be missing from the
+    scheduler's list."""
+    try:
+        from dask.utils import parse_bytes
+        for spec in (getattr(getattr(client, "cluster", None), "worker_spec", None) or {}).values():
+            limit = (spec.get("options") or {}).get("memory_limit")
+            if isinstance(limit, str):
+                limit = parse_bytes(limit)
+            if limit:
+                return int(limit)
+    except Exception:  # noqa: BLE001 - only for the message
+        pass
+    return 0
 
 
 def _takes_n_workers(client) -> bool:

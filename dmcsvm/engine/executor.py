@@ -79,6 +79,10 @@ class InProcessExecutor:
     def stats(self) -> list[dict]:
         return self.call("stats")
 
+    def set_snapshot(self, fn, name: str = "state") -> None:
+        """Coordinators register their state for rebuilding lost partitions
+        (``DaskExecutor.set_snapshot``); partitions in this process are never lost: ignored."""
+
     def close(self):
         for p in self.parts:
             p.close()

@@ -191,6 +191,53 @@ class GradientPartition(Partition):
         rho_parts(self.a, self.y, self.g, self.U, self.rows, rho)
         return {"class_sums": cs, "rho": rho, "g": self.g[self.rows], "ids": self.rows + self.lo}
 
+    # ---------------------------------------------------------------- recovery
+    def restore(self, snapshot: dict) -> bool:
+        """Take the coordinator's current problem and coefficients (how a partition rebuilt on a
+        new worker catches up; DESIGN §4).
+
+        ``snapshot``: ``signs`` and ``grp`` (this partition's rows), optional ``U`` and ``extra``
+        (as :meth:`reset`), and the variables with ``a != 0``: ``sv_ids`` (global ids), ``sv_a``,
+        ``sv_y`` (their signs), ``sv_grp`` (their groups), ``sv_X`` (their X rows).  ``a`` of this
+        partition's rows is taken from them and ``tot = K(X, X_SV) (y a)_SV``, ``own`` the same
+        sum over the support variables of each row's group, are rebuilt in row blocks of bounded
+        size: equal to the accumulated sums up to rounding."""
+        from ..kernels import row_norms_sq
+        self.reset(_pad(snapshot["signs"], self.lo, self.hi),
+                   _pad(snapshot["grp"], self.lo, self.hi), snapshot.get("U"),
+                   snapshot.get("extra"))
+        ids = np.asarray(snapshot["sv_ids"], dtype=np.int64).reshape(-1)
+        a_sv = np.asarray(snapshot["sv_a"], dtype=np.float64).reshape(-1)
+        mine = (ids >= self.lo) & (ids < self.hi)
+        self.a[ids[mine] - self.lo] = a_sv[mine]
+        if ids.shape[0] == 0 or self.rows.shape[0] == 0:
+            return True
+        coef = np.asarray(snapshot["sv_y"], dtype=np.float64) * a_sv
+        gsv = np.asarray(snapshot["sv_grp"], dtype=np.int64)
+        G = int(max(gsv.max(), self.grp.max() if self.grp.shape[0] else 0)) + 1
+        M = np.zeros((ids.shape[0], G))
+        M[np.arange(ids.shape[0]), gsv] = coef
+        Xsv = snapshot["sv_X"]
+        sv_norms = row_norms_sq(Xsv)
+        step = max(1, self.s.kernel_block_bytes // (8 * (ids.shape[0] + G)))
+        for q in range(0, self.rows.shape[0], step):
+            rows = self.rows[q:q + step]
+            K = kernel_block(self.spec, take_rows(self.X, rows), Xsv, norms_a=self.norms[rows],
+                             norms_b=sv_norms)
+            self.kernel_elements += K.size
+            self.tot[rows] = K @ coef
+            if self.with_own:
+                self.own[rows] = (K @ M)[np.arange(rows.shape[0]), self.grp[rows]]
+        return True
+
+
+def _pad(values, lo, hi):
+    """A partition's rows ``values`` (length ``hi - lo``) as the global array :meth:`reset`
+    slices (only ``[lo, hi)`` is read)."""
+    out = np.zeros(hi, dtype=np.asarray(values).dtype)
+    out[lo:hi] = values
+    return out
+
 
 def _top_per_group(rows, grp, key, k):
     """Local indices of the ``k`` rows with the smallest finite ``key`` in every group."""

@@ -460,18 +460,6 @@ class Partition:
         """
         return pickle.dumps(self.step(unpack_message(blob)), protocol=pickle.HIGHEST_PROTOCOL)
 
-    def replay(self, ops: list):
-        """Apply logged operations in order (``("step", msg)`` or ``("call", name, args)``) and
-        return the result of the last one: how a partition rebuilt after its worker died catches
-        up, bit for bit, with the state it had (DESIGN §4: a lost worker costs a rebuild)."""
-        out = None
-        for op in ops:
-            if op[0] == "step":
-                out = self.step(op[1])
-            else:
-                out = getattr(self, op[1])(*op[2])
-        return out
-
     # ---------------------------------------------------------------- checkpoints
     def row_range(self) -> tuple:
         """``(lo, hi)``: the global rows this partition owns."""
@@ -537,6 +525,44 @@ class Partition:
         self._drop_compact()
         self.data.close()
         self._blas.release()
+
+    # ---------------------------------------------------------------- recovery
+    def restore(self, snapshot: dict) -> bool:
+        """Take the coordinator's current state: how a partition rebuilt on a new worker after its
+        old worker died catches up (DESIGN §4: a lost worker costs one kernel block, never a
+        replay of history).
+
+        ``snapshot`` holds plain arrays: ``sv_ids`` (global ids of the support patterns, the rows
+        with any non-zero coefficient), ``sv_X`` (their X rows), ``sv_B`` (their coefficient
+        rows), and optionally ``shipped`` (global ids of this partition's rows whose X the
+        coordinator holds) and ``yp`` (this partition's assignment).  The partition's own ``B``
+        rows are taken from the support rows, its scores rebuilt as ``F = K(X_part, X_SV) B_SV``
+        in row blocks of bounded size (:meth:`_unshrink`), every row is active again, and the
+        column caches start empty.  The scores equal the accumulated ones up to rounding.
+        """
+        n = self.hi - self.lo
+        ids = np.asarray(snapshot["sv_ids"], dtype=np.int64).reshape(-1)
+        Bsv = np.asarray(snapshot["sv_B"], dtype=np.float64).reshape(ids.shape[0], -1)
+        if snapshot.get("yp") is not None:
+            self.yp = np.ascontiguousarray(snapshot["yp"], dtype=np.int64)
+        P = self.pcls.shape[0]
+        self.B = np.zeros((n, P))
+        own = (ids >= self.lo) & (ids < self.hi)
+        self.B[ids[own] - self.lo] = Bsv[own]
+        self.shipped = np.zeros(n, dtype=bool)
+        shipped = np.asarray(snapshot.get("shipped", ()), dtype=np.int64).reshape(-1)
+        shipped = shipped[(shipped >= self.lo) & (shipped < self.hi)]
+        self.shipped[shipped - self.lo] = True
+        self.F = np.zeros((n, P))
+        self._restore_extra(ids, snapshot["sv_X"], Bsv)
+        # every row's score is stale: the unshrink rebuilds them all from the support patterns
+        # (row blocks of bounded size), makes every row active and empties the caches
+        self.active = np.zeros(0, dtype=np.int64)
+        self._unshrink({"ids": ids, "X": snapshot["sv_X"], "B": Bsv})
+        return True
+
+    def _restore_extra(self, ids, Xsv, Bsv) -> None:
+        """Kind-specific state derived from the support patterns in :meth:`restore` (none)."""
 
 
 def pack_message(msg: dict) -> bytes:

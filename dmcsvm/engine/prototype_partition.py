@@ -95,6 +95,13 @@ class PrototypePartition(Partition):
         return {"xi": xi, "sum_BF": float(np.sum(self.B * self.F)),
                 "sum_alpha": float(self.B[np.arange(n), self.yp].sum())}
 
+    def restore(self, snapshot: dict) -> bool:
+        """:meth:`Partition.restore`; the snapshot must carry this partition's current
+        assignment ``yp`` (re-assignments are part of the coordinator's state)."""
+        if snapshot.get("yp") is None:
+            raise ValueError("a prototype partition's snapshot needs its assignment 'yp'")
+        return super().restore(snapshot)
+
 
 class LinearPrototypePartition(PrototypePartition):
     """Multi-prototype partition for a linear kernel ``a <x, z> + c0``: explicit prototypes.
@@ -184,6 +191,21 @@ class LinearPrototypePartition(PrototypePartition):
     def prototypes(self) -> tuple[np.ndarray, np.ndarray]:
         """This partition's ``(W, sB)`` (identical on every partition)."""
         return self.W.copy(), self.sB.copy()
+
+    def _restore_extra(self, ids, Xsv, Bsv) -> None:
+        """Recovery (:meth:`Partition.restore`): ``W = B_SV^T X_SV``, ``sB = B_SV^T 1`` (equal to
+        the other partitions' accumulated ``W`` up to rounding); the restore's unshrink then
+        scores every row from them."""
+        P = self.pcls.shape[0]
+        if ids.shape[0]:
+            W, sB = lp.prototype_step(np.ascontiguousarray(Bsv, dtype=np.float64), Xsv)
+            self.W = np.array(W, dtype=np.float64).reshape(P, -1)
+            self.sB = np.array(sB, dtype=np.float64).reshape(P)
+        else:
+            self.W = np.zeros((P, self.XL.shape[1]))
+            self.sB = np.zeros(P)
+        self._XA = None
+        self._XA_of = None
 
 
 def encode_linear(msg: dict) -> dict:

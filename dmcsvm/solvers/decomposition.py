@@ -187,6 +187,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
         a[ids] = a0[ids]
         msg = {"ids": ids, "XB": XB, "da": a0[ids].astype(np.float64), "a_new": a[ids].copy(),
                "yB": y[ids], "grpB": grp[ids]}
+    register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
     hist = {k: [] for k in HISTORY_KEYS}
     rounds = 0
@@ -279,3 +280,31 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     return DecompositionResult(a=a, objective=objective, violation=viol, n_iter=rounds,
                                converged=converged, rho=rho, platt_b=platt_b, class_sums=cs,
                                history={k: np.asarray(v) for k, v in hist.items()})
+
+
+def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
+    """Let ``executor`` rebuild a lost :class:`GradientPartition` from the coordinator's problem
+    (signs ``y``, groups ``grp``, ``s.U`` and the dual's weights) and its coefficients ``a``
+    (``DaskExecutor.set_snapshot``; other executors ignore it).  ``a`` is updated in place by
+    :func:`solve_decomposition` *before* a batch is sent, so a snapshot taken while a round is in
+    flight already holds that round's change (the rebuilt partition only answers the round).  The
+    support rows are read from ``X`` when a partition is lost."""
+    setter = getattr(executor, "set_snapshot", None)
+    if setter is None:
+        return
+
+    def snapshot(lo, hi):
+        sv = np.flatnonzero(a != 0.0).astype(np.int64)
+        if X is None and sv.shape[0]:
+            raise RuntimeError("a lost partition cannot be rebuilt: solve_decomposition was "
+                               "called without X, so the support rows are not available")
+        Xsv = X[sv] if sv.shape[0] else None
+        if Xsv is None:
+            Xsv = np.zeros((0, 1))
+        return {"signs": y[lo:hi].copy(), "grp": grp[lo:hi].copy(), "U": float(s.U),
+                "extra": {"w_same": float(s.w_same), "w_diff": float(s.w_diff),
+                          "p": float(s.p), "n_groups": int(s.n_groups)},
+                "sv_ids": sv, "sv_a": a[sv].copy(), "sv_y": y[sv].copy(),
+                "sv_grp": grp[sv].copy(), "sv_X": Xsv}
+
+    setter(snapshot)

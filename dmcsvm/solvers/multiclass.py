@@ -219,6 +219,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         state = CoordinatorState.fresh(n, P)
     B, bank, hist = state.B, state.bank, state.history
     bar = _progress(s, n)
+    register_snapshot(executor, state, d, sparse, x_dtype)   # rebuilds a lost partition (Dask)
     msg: dict = dict(first_msg or {})
     if msg.get("ids") is not None and len(msg["ids"]):
         bank.add(msg["ids"], msg["XB"])          # partitions now count these rows as shipped
@@ -343,3 +344,24 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     sv = state.support()
     return SolveResult(support=sv, coef=B[sv], X_sv=bank.stack(sv, d, sparse, x_dtype),
                        history=hist, n_iter=rounds, converged=converged)
+
+
+def register_snapshot(executor, state: CoordinatorState, d: int, sparse: bool,
+                      x_dtype=np.float64) -> None:
+    """Let ``executor`` rebuild a lost partition from ``state`` (``DaskExecutor.set_snapshot``;
+    executors without recovery ignore it).  The snapshot is read when a partition is lost: the
+    support patterns (rows of ``B`` with any non-zero), their X rows from the row bank and their
+    coefficient rows, and which rows the coordinator holds.  :func:`solve` adds a batch's ``dB`` to
+    ``B`` before it sends the batch, so the snapshot taken while a round is in flight already holds
+    that round's update (the rebuilt partition only answers the round)."""
+    setter = getattr(executor, "set_snapshot", None)
+    if setter is None:
+        return
+
+    def snapshot(lo, hi):
+        sv = state.support()
+        held = np.fromiter(state.bank.rows.keys(), dtype=np.int64, count=len(state.bank.rows))
+        return {"sv_ids": sv, "sv_X": state.bank.stack(sv, d, sparse, x_dtype),
+                "sv_B": state.B[sv].copy(), "shipped": held[(held >= lo) & (held < hi)]}
+
+    setter(snapshot)

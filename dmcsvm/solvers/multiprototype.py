@@ -162,6 +162,8 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     state = CoordinatorState.fresh(n, P)
     B = state.B
     yp = np.array(yp0, dtype=np.int64, copy=True)
+    if hasattr(executor, "set_snapshot"):   # a rebuilt partition takes the current assignment
+        executor.set_snapshot(lambda lo, hi: {"yp": yp[lo:hi].copy()}, "assignment")
     rows = np.arange(n)
     hist = {k: [] for k in EPOCH_KEYS}
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
