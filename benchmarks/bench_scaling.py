@@ -557,10 +557,33 @@ def main(argv=None):
     out["runtime_s"] = time.perf_counter() - t_start
     out["load_end"] = load()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    slim(out)
     with open(a.out, "w") as fh:
         json.dump(out, fh, indent=1, default=float)
     print(f"wrote {a.out} ({out['runtime_s']:.0f} s)")
     report(out, Path(a.out))
+
+
+#: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
+KEEP = ("batch", "n_active", "n_viol", "rows_computed", "rows_cached", "t_round", "t_solve",
+        "t_parts", "t_kernel", "t_update", "t_select", "dual", "steps")
+
+
+def slim(out):
+    """Keep per-round data only for each data set's fastest 1-thread fit (what the model and
+    ``--external`` read); the other runs keep their sums over rounds."""
+    for ds in out["datasets"].values():
+        base = min(ds["runs"]["inprocess1"], key=lambda r: r["fit_s"])
+        for rs in ds["runs"].values():
+            for r in rs:
+                h = r["history"]
+                r["history_sums"] = {k: float(np.sum(h[k])) for k in KEEP if k in h and k.startswith("t_")}
+                if r is base:
+                    r["history"] = {k: [float(f"{v:.6g}") for v in h[k]] for k in KEEP if k in h}
+                    r["rec"] = [{"ncand": x["ncand"], "nnew": x["nnew"]} for x in r["rec"]]
+                else:
+                    r["history"] = {}
+                    r["rec"] = []
 
 
 def external(a):
