@@ -665,7 +665,7 @@ def plot(out, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     ax = axes[0]
     v = out["validation"]
     labels = [f"{x['data']}\n{x['run']}" for x in v]
@@ -693,8 +693,8 @@ def plot(out, path):
     ax.set_yscale("log", base=2)
     ax.set_xlabel("workers x 16 cores")
     ax.set_ylabel("projected speed-up vs 1 x 16")
-    ax.set_title("projection, 10 Gb/s, 0.1 ms; dashed/dotted/dash-dot: design changes")
-    ax.legend(fontsize=7)
+    ax.set_title("projection, 10 Gb/s, 0.1 ms (line style = design)", fontsize=10)
+    ax.legend(fontsize=6, loc="upper left", ncol=1, framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
