@@ -1,0 +1,703 @@
+"""Scaling model of dmcsvm's rounds (issue 15 item 2): measure the parts, fit, validate, project.
+
+What runs, in one process (``--quick`` shrinks every size):
+
+1. Per-unit costs on one core (BLAS held at one thread, as partitions run): an rbf float32
+   kernel block ``K(X_part, X_B)`` for d = 16..784 (-> ``k_e + k_f d`` per entry), a cached-column
+   copy, the score GEMM ``F += K @ dB`` for P = 10/26/100, the selection scan (``scan_rows``) for
+   the same P, the coordinator's merge of Np replies of c candidates, the thread-pool hand-off.
+2. Fits of ``MulticlassSVC(C=10, batch_size=b)`` on synthetic Gaussian blobs (and a letter subset
+   unless ``--quick``): in-process 1 and 2 threads, LocalCluster 1 and 2 workers (one thread
+   each), ``--repeat`` times, interleaved, with ``os.getloadavg()`` before and after each.  A
+   thin wrapper around the executor (installed by wrapping ``make_executor``; no library code
+   changes) records per round the candidates the partitions reported, how many carried a new X
+   row, the reply and message bytes and the time of ``executor.step``.
+3. A Dask round-trip probe: ``DaskExecutor`` on tiny partitions (50 rows, so no work) with
+   Np = 1, 2, 4, 8 partitions on the 2-worker cluster, empty messages and b = 1000 messages:
+   fixed cost per round ``c0``, per partition call ``c_call``, bytes/s of the loopback transport.
+4. The model (``scaling_model.py``): per-unit constants from (1), the coordinator's batch solve
+   ``t_solve(b, P)`` fitted on history_ of the 1-thread fit (non-negative least squares on
+   ``[1, b, b^2 P]``, K_BB subtracted; ``steps`` used when history_ has such a key), the partition
+   constants scaled by one factor per term so that the 1-thread fit's measured sums are matched
+   (the same run that is then predicted), and its prediction of the other fits, both over the
+   1-thread run's trajectory (rounds, active rows, batch sizes, cache hits: what a user would
+   have) and over each run's own trajectory (separates round-count changes from per-round error).
+5. Projections for letter-sized, MNIST8M-sized and 50 M x 100 problems on 8 / 32 / 128 workers x
+   16 cores at 10 Gb/s and 0.1 ms, with the assumptions listed in the output.
+
+Outputs ``results/scaling.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scaling_model as sm  # noqa: E402
+from _data import DEFAULT_DATA_DIR, RESULTS_DIR, load_letter, machine_info  # noqa: E402
+
+
+#: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them);
+#: per_worker: one call / message copy / top-b candidate list per worker (its 16 partitions behind
+#: one actor); per_worker_2b: the same with each worker sending its top 2b/W (2b in all)
+#: tree: per_worker_2b with the message forwarded and the replies merged along a binary tree of
+#: workers (the coordinator talks to the root only)
+DESIGNS = ("current", "per_worker", "per_worker_2b", "tree")
+
+
+def load():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def med(ts):
+    return float(statistics.median(ts))
+
+
+def timeit(fn, repeat=5, warm=1):
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return med(ts)
+
+
+# ----------------------------------------------------------------------------- data
+def blobs(n, d, P, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0.0, 1.0, (P, d))
+    y = rng.integers(0, P, n)
+    X = centers[y] + rng.normal(0.0, 1.1, (n, d))
+    X = (X - X.min(0)) / (X.max(0) - X.min(0)) * 2 - 1
+    return X.astype(np.float32), y.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- 1. unit costs
+def unit_costs(quick):
+    from threadpoolctl import threadpool_limits
+    from dmcsvm.kernels import KernelSpec, kernel_block, row_norms_sq
+    from dmcsvm.solvers import pattern as pt
+    from dmcsvm.solvers.multiclass import _merge
+    rng = np.random.default_rng(1)
+    out = {"load_before": load()}
+    na, b = (4096, 128) if quick else (8192, 256)
+    rep = 3 if quick else 5
+    spec = KernelSpec("rbf", 0.05, 3, 0.0)
+    with threadpool_limits(1):
+        kr = []
+        for d in (16, 64, 256, 784):
+            Xa = rng.standard_normal((na, d)).astype(np.float32)
+            Xb = rng.standard_normal((b, d)).astype(np.float32)
+            nb = row_norms_sq(Xa)
+            outb = np.empty((b, na), dtype=np.float32)
+            t = timeit(lambda: kernel_block(spec, Xb, Xa, out=outb, norms_b=nb), rep)
+            kr.append({"d": d, "s": t, "s_per_entry": t / (na * b)})
+        A = np.array([[1.0, r["d"]] for r in kr])
+        y = np.array([r["s_per_entry"] for r in kr])
+        k_e, k_f = np.linalg.lstsq(A, y, rcond=None)[0]
+        out["kernel"] = kr
+        out["k_e"], out["k_f"] = float(max(k_e, 1e-12)), float(max(k_f, 1e-14))
+        # cached columns copied into the round's K^T block
+        cols = [rng.standard_normal(na).astype(np.float32) for _ in range(b)]
+        KT = np.empty((b, na), dtype=np.float32)
+
+        def copy():
+            for j, c in enumerate(cols):
+                KT[j] = c
+        out["k_c"] = timeit(copy, rep) / (na * b)
+        # update GEMM and selection scan
+        ur, sr = [], []
+        for P in (10, 26, 100):
+            K = rng.random((na, b), dtype=np.float32)
+            dB = np.zeros((b, P))
+            dB[np.arange(b), rng.integers(0, P, b)] = 0.1
+            F = np.zeros((na, P))
+
+            def upd():
+                F[...] += K @ dB.astype(np.float32)
+            t = timeit(upd, rep)
+            ur.append({"P": P, "s": t, "s_per_unit": t / (na * b * P)})
+            Bm = np.zeros((na, P))
+            Fm = rng.normal(0, 0.5, (na, P))
+            yp = rng.integers(0, P, na).astype(np.int64)
+            pcls = np.arange(P, dtype=np.int64)
+            kd = np.ones(na)
+            act = np.arange(na, dtype=np.int64)
+            calm = np.zeros(na, dtype=np.int64)
+            V, psi = np.empty(na), np.empty(na)
+            sel = pt.SELECTIONS["bmg"]
+            t = timeit(lambda: pt.scan_rows(sel, Bm, Fm, yp, yp, pcls, kd, 10.0, 1e-3, act, 1.0,
+                                            calm, V, psi), rep, warm=2)
+            t_obj = timeit(lambda: pt.objective_parts(Bm, Fm, yp, yp, pcls), rep, warm=2)
+            sr.append({"P": P, "s": t, "s_obj": t_obj, "s_per_unit": (t - t_obj) / (na * P),
+                       "s_obj_per_unit": t_obj / (na * P)})
+        out["update"], out["scan"] = ur, sr
+        out["k_u"] = float(np.median([r["s_per_unit"] for r in ur]))
+        out["k_s"] = float(np.median([max(r["s_per_unit"], 1e-12) for r in sr]))
+        out["k_o"] = float(np.median([r["s_obj_per_unit"] for r in sr]))
+        # coordinator's merge of the replies: Np x c candidates, P scores, d features, half new
+        mr = []
+        for P, d in ((10, 32), (26, 16), (10, 784)):
+            for Np, c in ((2, 500), (8, 500), (32, 250)) if quick else ((2, 1000), (8, 1000), (32, 1000)):
+                reps = []
+                for k in range(Np):
+                    new = rng.random(c) < 0.5
+                    reps.append({"part": k, "cand_ids": np.arange(c) + k * c,
+                                 "cand_V": rng.random(c), "cand_psi": rng.random(c),
+                                 "cand_F": rng.random((c, P)),
+                                 "cand_X": rng.random((int(new.sum()), d), dtype=np.float32),
+                                 "cand_new": new, "cand_kdiag": np.ones(c),
+                                 "cand_yp": np.zeros(c, np.int64), "cand_cls": np.zeros(c, np.int64),
+                                 "max_V": 1.0, "sum_V": 1.0, "max_psi": 1.0, "n_viol": c,
+                                 "n_active": c, "n_rows": c, "sum_alpha": 0.0, "sum_BF": 0.0,
+                                 "sum_xi": 0.0, "rows_computed": 0, "rows_cached": 0,
+                                 "rows_disk": 0, "t_kernel": 0.0, "t_update": 0.0,
+                                 "t_select": 0.0, "t_total": 0.0})
+                blobs_ = [pickle.dumps(r, protocol=5) for r in reps]
+                # what the coordinator does with a Dask round's replies: unpickle, merge, argsort
+                def merge():
+                    agg = _merge([pickle.loads(x) for x in blobs_])
+                    np.argsort(-agg["cand_V"], kind="stable")
+                t = timeit(merge, rep)
+                mr.append({"P": P, "d": d, "Np": Np, "c": c, "ncand": Np * c,
+                           "nnew": int(sum(int(r["cand_new"].sum()) for r in reps)), "s": t})
+        A = np.array([[1.0, r["ncand"] * (r["P"] + 7), r["nnew"] * r["d"]] for r in mr])
+        y = np.array([r["s"] for r in mr])
+        from scipy.optimize import nnls
+        m, _ = nnls(A, y)
+        out["merge"] = mr
+        out["m0"], out["m1"], out["m2"] = (float(v) for v in m)
+    # thread pool hand-off of an in-process round (2 threads, no work)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        out["th0"] = timeit(lambda: list(pool.map(lambda _: None, range(2))), 50, warm=5)
+    out["load_after"] = load()
+    return out
+
+
+# ----------------------------------------------------------------------------- 2. fits
+class Recorder:
+    """Wraps an executor: per round the time of step, candidates, new X rows, bytes."""
+
+    def __init__(self, inner, log):
+        self._inner, self._log = inner, log
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def step(self, msg):
+        t = time.perf_counter()
+        reps = self._inner.step(msg)
+        dt = time.perf_counter() - t
+        ncand = sum(int(r["cand_ids"].shape[0]) for r in reps)
+        nnew = sum(int(np.count_nonzero(r.get("cand_new", np.ones(0, bool)))) for r in reps)
+        rb = sum(sum(v.nbytes for v in r.values() if isinstance(v, np.ndarray)) for r in reps)
+        mb = sum(v.nbytes for v in msg.values() if isinstance(v, np.ndarray))
+        nnz = float(np.count_nonzero(msg["dB"]) / msg["dB"].size) if msg.get("dB") is not None \
+            and msg["dB"].size else 0.0
+        self._log.append({"t_step": dt, "ncand": ncand, "nnew": nnew, "reply_bytes": rb,
+                          "msg_bytes": mb, "nnz_frac": nnz})
+        return reps
+
+
+def install_recorder():
+    import dmcsvm.estimators.multiclass as mc
+    orig = mc.make_executor
+    logs = []
+
+    def wrapped(est):
+        ex, owned = orig(est)
+        log = []
+        logs.append(log)
+        return Recorder(ex, log), owned
+    mc.make_executor = wrapped
+    return logs
+
+
+def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale"):
+    from dmcsvm import MulticlassSVC
+    kw = dict(C=C, gamma=gamma, batch_size=b, disk_cache_size=0)
+    if mode == "inprocess":
+        kw["n_jobs"] = n
+    else:
+        kw["client"] = client
+    clf = MulticlassSVC(**kw)
+    l0 = load()
+    t = time.perf_counter()
+    clf.fit(X, y)
+    wall = time.perf_counter() - t
+    h = {k: np.asarray(v, dtype=float).tolist() for k, v in clf.history_.items()}
+    rec = logs[-1] if logs else []
+    stats = clf.engine_stats_
+    bytes_sent = None
+    return {"mode": mode, "n": n, "fit_s": wall, "rounds": int(clf.n_iter_),
+            "n_sv": int(clf.support_.shape[0]), "load_before": l0, "load_after": load(),
+            "history": h, "rec": list(rec), "Np": len(stats), "bytes_sent": bytes_sent,
+            "dual": float(h["dual"][-1])}
+
+
+def trajectory(run, b_max):
+    """Per-round state of a measured run in the model's terms (from history_ and the recorder)."""
+    h = run["history"]
+    R = len(h["batch"])
+    comp = np.diff(np.r_[0.0, h["rows_computed"]])
+    cach = np.diff(np.r_[0.0, h["rows_cached"]])
+    Np = run["Np"]
+    rec = run["rec"][:R] if run["rec"] else []
+    ncand = np.array([r["ncand"] for r in rec], float) if len(rec) == R else np.minimum(
+        np.array(h["n_viol"]), Np * b_max)
+    nnew = np.array([r["nnew"] for r in rec], float) if len(rec) == R else ncand * 0.5
+    # the batch applied in round r is the one chosen in round r - 1 (sent with round r's message)
+    bprev = np.r_[0.0, np.array(h["batch"][:-1], float)]
+    t = {"batch_chosen": np.array(h["batch"], float), "batch": bprev,
+         "n_active": np.array(h["n_active"], float), "n_viol": np.array(h["n_viol"], float),
+         "ncomp": comp / Np, "ncach": cach / Np, "ncand": ncand,
+         "new_frac": np.where(ncand > 0, nnew / np.maximum(ncand, 1), 0.0), "b_max": b_max,
+         "Np": Np}
+    if "steps" in h:
+        t["steps"] = np.array(h["steps"], float)
+    return t
+
+
+def fit_coordinator(costs, runs, d, P):
+    """s0, s1, s2 (and s_step) from history_['t_solve'] of the given runs, K_BB subtracted."""
+    from scipy.optimize import nnls
+    rows, ys = [], []
+    for item in runs:
+        run, d, P = item if isinstance(item, tuple) else (item, d, P)
+        h = run["history"]
+        steps = h.get("steps")
+        for r, (b, ts) in enumerate(zip(h["batch"], h["t_solve"])):
+            kbb = b * b * sm.kern(costs, d) if b else 0.0
+            feat = [1.0, b * P, b * b * P]
+            if steps is not None:
+                feat.append(steps[r] * b * P)
+            rows.append(feat)
+            ys.append(max(ts - kbb, 0.0))
+    A, y = np.array(rows), np.array(ys)
+    coef, _ = nnls(A, y)
+    costs.s0, costs.s1, costs.s2 = (float(v) for v in coef[:3])
+    if A.shape[1] > 3:
+        costs.s_step = float(coef[3])
+    pred = A @ coef
+    return {"r2": float(1 - np.sum((y - pred) ** 2) / max(np.sum((y - y.mean()) ** 2), 1e-30)),
+            "sum_meas": float(y.sum()), "sum_fit": float(pred.sum()),
+            "features": ["1", "b P", "b^2 P"] + (["steps b P"] if A.shape[1] > 3 else []),
+            "n_rounds": int(len(y))}
+
+
+def calibrate_parts(costs, run, d, P, n):
+    """One factor per partition term so the model matches the run's summed t_kernel / t_update /
+    t_select (the slowest partition per round; the run calibrated is 1 partition)."""
+    tr = trajectory(run, run["b_max"])
+    h = run["history"]
+    Np = run["Np"]
+    na = tr["n_active"] / Np
+    kern_pred = float(np.sum(na * (tr["ncomp"] * sm.kern(costs, d) + tr["ncach"] * costs.k_c)))
+    upd_pred = float(np.sum(na * tr["batch"] * P * costs.k_u))
+    scan_pred = float(np.sum(na * P * costs.k_s + n / Np * P * costs.k_o))
+    meas = {k: float(np.sum(h[k])) for k in ("t_kernel", "t_update", "t_select", "t_parts")}
+    flop = float(np.sum(na * tr["ncomp"] * costs.k_f * d))
+    f = {"kernel": max(meas["t_kernel"] - flop, 0.0) / max(kern_pred - flop, 1e-12),
+         "update": meas["t_update"] / max(upd_pred, 1e-12),
+         "scan": meas["t_select"] / max(scan_pred, 1e-12)}
+    costs.k_e *= f["kernel"]          # per-entry overheads; the per-feature (GEMM) part stays
+    costs.k_c *= f["kernel"]
+    costs.k_u *= f["update"]
+    costs.k_s *= f["scan"]
+    costs.k_o *= f["scan"]
+    R = len(h["batch"])
+    costs.t_p0 = max(0.0, (meas["t_parts"] - meas["t_kernel"] - meas["t_update"]
+                           - meas["t_select"]) / R)
+    costs.scale = {k: round(v, 3) for k, v in f.items()}
+    return {"factors": f, "measured": meas,
+            "predicted_micro": {"kernel": kern_pred, "update": upd_pred, "scan": scan_pred}}
+
+
+# ----------------------------------------------------------------------------- 3. Dask probe
+def dask_probe(client, quick, d=32, P=10):
+    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.partition import PartitionSettings
+    from dmcsvm.kernels import KernelSpec
+    from dmcsvm.solvers import pattern as pt
+    rng = np.random.default_rng(2)
+    res = []
+    reps = 10 if quick else 20
+    for Np in (1, 2, 4, 8):
+        n = 50 * Np
+        X = rng.standard_normal((n, d)).astype(np.float32)
+        y = rng.integers(0, P, n).astype(np.int64)
+        s = PartitionSettings(kernel=KernelSpec("rbf", 0.05, 3, 0.0).to_dict(),
+                              C=10.0, selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=10,
+                              pcls=np.arange(P, dtype=np.int64), shrinking=False,
+                              kernel_dtype="float32")
+        ex = DaskExecutor(client, n_partitions=Np, recover=False).start(X, y, y, s)
+        try:
+            t_empty = timeit(lambda: ex.step({}), reps, warm=3)
+            c0_cpu = time.process_time()
+            for _ in range(reps):
+                ex.step({})
+            cpu_empty = (time.process_time() - c0_cpu) / reps
+            b = 1000
+            msg = {"ids": np.arange(b, dtype=np.int64) + 10 ** 6,
+                   "XB": rng.standard_normal((b, d)).astype(np.float32),
+                   "dB": np.where(rng.random((b, P)) < 0.15, 1e-9, 0.0), "shrink_margin": 1.0}
+            b0 = ex.bytes_sent
+            t_msg = timeit(lambda: ex.step(msg), reps, warm=2)
+            per_msg = (ex.bytes_sent - b0) / (reps + 2)
+        finally:
+            ex.close()
+        res.append({"Np": Np, "t_empty": t_empty, "cpu_empty": cpu_empty, "t_msg_b1000": t_msg, "wire_bytes": per_msg,
+                    "load": load()})
+    A = np.array([[1.0, r["Np"]] for r in res])
+    c0, c_call = np.linalg.lstsq(A, np.array([r["t_empty"] for r in res]), rcond=None)[0]
+    c0c, c_call_cpu = np.linalg.lstsq(A, np.array([r["cpu_empty"] for r in res]), rcond=None)[0]
+    extra = np.array([(r["t_msg_b1000"] - r["t_empty"]) for r in res])
+    byts = np.array([r["wire_bytes"] for r in res])
+    bw = float(np.sum(byts) / max(np.sum(extra), 1e-9))
+    return {"runs": res, "c0": float(max(c0, 0.0)), "c_call": float(max(c_call, 0.0)),
+            "c0_cpu": float(max(c0c, 0.0)), "c_call_cpu": float(max(c_call_cpu, 0.0)),
+            "bw_local": bw}
+
+
+# ----------------------------------------------------------------------------- driver
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (~1-2 min)")
+    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--out", default=str(RESULTS_DIR / "scaling.json"))
+    ap.add_argument("--no-letter", action="store_true")
+    ap.add_argument("--external", metavar="SCHEDULER",
+                    help="only time Dask fits of the blobs problem on this scheduler's workers "
+                         "(e.g. workers in network namespaces) and add them, with the model's "
+                         "prediction, to the JSON given by --out (which a full run wrote)")
+    ap.add_argument("--bw-mbit", type=float, default=None,
+                    help="--external: the link's bandwidth (Mbit/s) for the prediction")
+    ap.add_argument("--tag", default="external")
+    a = ap.parse_args(argv)
+    if a.external:
+        return external(a)
+    quick = a.quick
+    repeat = a.repeat or (1 if quick else 2)
+    b_max = a.batch_size or (200 if quick else 500)
+    t_start = time.perf_counter()
+    out = {"machine": machine_info(), "quick": quick, "repeat": repeat, "batch_size": b_max,
+           "load_start": load()}
+    print("unit costs ...", flush=True)
+    uc = unit_costs(quick)
+    out["unit_costs"] = uc
+    costs = sm.Costs(k_e=uc["k_e"], k_f=uc["k_f"], k_c=uc["k_c"], k_u=uc["k_u"], k_s=uc["k_s"],
+                     k_o=uc["k_o"], m0=uc["m0"], m1=uc["m1"], m2=uc["m2"], th0=uc["th0"])
+    out["costs_micro"] = costs.to_dict()
+
+    datasets = []
+    n_bl = 2500 if quick else 8000
+    Xb, yb = blobs(n_bl, 32, 10)
+    datasets.append(("blobs", Xb, yb, 10.0, "scale"))
+    if not quick and not a.no_letter:
+        Xl, yl, _, _ = load_letter(a.data_dir)
+        datasets.append(("letter6000", Xl[:6000].astype(np.float32), yl[:6000], 10.0, 1.0))
+
+    from distributed import Client, LocalCluster
+    logs = install_recorder()
+    from dmcsvm import MulticlassSVC
+    # numba warm-up, untimed
+    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(Xb[:300], yb[:300])
+    print("clusters ...", flush=True)
+    cl = {}
+    for W in (1, 2):
+        t = time.perf_counter()
+        cluster = LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        cl[W] = (cluster, Client(cluster))
+        out[f"cluster{W}_start_s"] = time.perf_counter() - t
+        MulticlassSVC(C=10, batch_size=50, client=cl[W][1]).fit(Xb[:300], yb[:300])
+    out["datasets"] = {}
+    for name, X, y, C, gamma in datasets:
+        n, d = X.shape
+        P = int(np.unique(y).shape[0])
+        print(f"fits on {name} ({n} x {d}, {P} classes) ...", flush=True)
+        runs = {}
+        for rep in range(repeat):
+            for mode, k in (("inprocess", 1), ("inprocess", 2), ("dask", 1), ("dask", 2)):
+                key = f"{mode}{k}"
+                r = one_fit(X, y, b_max, C, mode, k, cl[k][1] if mode == "dask" else None, logs,
+                            gamma)
+                r["b_max"] = b_max
+                runs.setdefault(key, []).append(r)
+                print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}",
+                      flush=True)
+        out["datasets"][name] = {"n": n, "d": d, "P": P, "runs": runs}
+    print("dask probe ...", flush=True)
+    out["probe"] = dask_probe(cl[2][1], quick)
+    for W in (2, 1):
+        cl[W][1].close()
+        cl[W][0].close()
+
+    # ------------------------------------------------------------------ model fit + validation
+    # Per data set, the constants are fitted on that data set's fastest 1-thread fit (the repeat
+    # least disturbed by the other processes on the box) and then predict its other fits:
+    # t_solve(b, P) on history_, one factor per partition term, and for Dask the 1-worker fit's
+    # partition slowdown (worker process) and per-round transport.  Measured times are compared
+    # as min (like the calibration) and median over the repeats.
+    import copy
+    costs.c0, costs.c_call, costs.bw_local = (out["probe"][k] for k in ("c0", "c_call", "bw_local"))
+    micro = copy.deepcopy(costs)
+    out["validation"], out["calibration"] = [], {}
+    fastest = lambda rs: min(rs, key=lambda r: r["fit_s"])  # noqa: E731
+    for name, ds in out["datasets"].items():
+        cd = copy.deepcopy(micro)
+        base = fastest(ds["runs"]["inprocess1"])
+        cal = {"coord_fit": fit_coordinator(cd, [base], ds["d"], ds["P"]),
+               "parts": calibrate_parts(cd, base, ds["d"], ds["P"], ds["n"])}
+        d1 = fastest(ds["runs"]["dask1"])
+        h1, hb = d1["history"], base["history"]
+        f_w = float(np.sum(h1["t_parts"]) / max(np.sum(hb["t_parts"]), 1e-9))
+        cdd = copy.deepcopy(cd)
+        for k in ("k_e", "k_c", "k_u", "k_s", "k_o", "t_p0"):
+            setattr(cdd, k, getattr(cdd, k) * f_w)
+        pd1 = sm.predict_fit(cd, trajectory(d1, b_max), "dask", 1, ds["n"], ds["P"], ds["d"])
+        comm_meas = float(np.sum(h1["t_round"]) - np.sum(h1["t_solve"]) - np.sum(h1["t_parts"])
+                          - pd1["coord_merge"])
+        g = max(comm_meas - pd1["comm_bytes"], 0.0) / max(pd1["comm_calls"] + pd1["comm_fixed"], 1e-9)
+        cdd.c0 *= g
+        cdd.c_call *= g
+        cal["dask"] = {"worker_part_factor": f_w, "comm_factor": float(g),
+                       "comm_measured_s": comm_meas}
+        cal["costs"], cal["costs_dask"] = cd.to_dict(), cdd.to_dict()
+        out["calibration"][name] = cal
+        tr1 = trajectory(base, b_max)
+        for key, rs in ds["runs"].items():
+            mode = "inprocess" if key.startswith("inprocess") else "dask"
+            Np = rs[0]["Np"]
+            rmin = fastest(rs)
+            own = trajectory(rmin, b_max)
+            p1 = sm.predict_fit(cd, tr1, mode, Np, ds["n"], ds["P"], ds["d"])
+            p2 = sm.predict_fit(cd, own, mode, Np, ds["n"], ds["P"], ds["d"])
+            p3 = (sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"])
+                  if mode == "dask" else p1)
+            h = rmin["history"]
+            out["validation"].append({
+                "data": name, "run": key, "Np": Np, "measured_min_s": rmin["fit_s"],
+                "measured_s": med([r["fit_s"] for r in rs]),
+                "measured_all": [r["fit_s"] for r in rs], "rounds": rmin["rounds"],
+                "rounds_base": base["rounds"], "pred_base_traj_s": p1["total"],
+                "pred_own_traj_s": p2["total"], "pred_dask_cal_s": p3["total"],
+                "pred_split_own": p2,
+                "measured_split": {"coord_solve": float(np.sum(h["t_solve"])),
+                                   "parts": float(np.sum(h["t_parts"])),
+                                   "rest": float(np.sum(h["t_round"]) - np.sum(h["t_solve"])
+                                                 - np.sum(h["t_parts"]))},
+                "t_solve_per_round_ms": 1e3 * float(np.mean(h["t_solve"])),
+                "load": [r["load_before"] for r in rs],
+                "calibrated_on": key in ("inprocess1", "dask1")})
+    # the coordinator's t_solve(b, P) for the projections: pooled over every data set's fastest
+    # 1-thread fit (two values of P when letter runs)
+    out["coord_fit"] = fit_coordinator(costs, [(fastest(ds["runs"]["inprocess1"]), ds["d"], ds["P"])
+                                               for ds in out["datasets"].values()], None, None)
+    name0 = datasets[0][0]
+    ds0 = out["datasets"][name0]
+    base = fastest(ds0["runs"]["inprocess1"])
+    out["costs"] = costs.to_dict()
+    out["costs_dask_here"] = out["calibration"][name0]["costs_dask"]
+
+    # ------------------------------------------------------------------ projections
+    # partition constants: the one-core unit costs at large blocks (uncalibrated: the in-fit
+    # factors above come from small blocks and load); coordinator: t_solve fitted on history_,
+    # merge unit costs; per-call cost: the coordinator's CPU per actor call in the probe
+    cp = copy.deepcopy(costs)
+    for k in ("k_e", "k_c", "k_u", "k_s", "k_o"):
+        setattr(cp, k, out["unit_costs"][k])
+    cp.c_call = out["probe"]["c_call_cpu"]
+    cp.c0 = out["probe"]["c0_cpu"]
+    tr = trajectory(base, b_max)
+    visits = float(np.sum(tr["batch"]) / ds0["n"])
+    problems = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
+                ("50M x 100", 50_000_000, 100, 10)]
+    b_proj = 1000
+    rtt, bw = 2 * 0.1e-3, 10e9 / 8
+    # the measured trajectory with the default batch (1000) and no kernel-cache hits at scale
+    trp = dict(tr)
+    trp["batch"] = tr["batch"] * (b_proj / b_max)
+    trp["b_max"] = b_proj
+    trp["ncomp"] = trp["batch"].copy()
+    trp["ncach"] = np.zeros_like(trp["batch"])
+    proj = []
+    for pname, n, d, P in problems:
+        rounds = max(1.0, visits * n / b_proj)
+        for design in DESIGNS:
+            kw = {"per_worker": design != "current",
+                  "cand_cap": 2 * b_proj if design in ("per_worker_2b", "tree") else None,
+                  "tree": design == "tree"}
+            ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, ds0["n"], **kw)
+            for W in (1, 8, 32, 128):
+                p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, ds0["n"], **kw)
+                serial = sum(p[k] for k in sm.TERMS if k != "part")
+                proj.append({"problem": pname, "design": design, "n": n, "d": d, "P": P, "W": W,
+                             "cores": 16, "rounds": rounds, "fit_s": p["total"], "split": p,
+                             "serial_share": serial / p["total"],
+                             "speedup_vs_1x16": ref["total"] / p["total"],
+                             "speedup_cap": ref["total"] / serial})
+    out["projection"] = {"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
+                         "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}
+    out["runtime_s"] = time.perf_counter() - t_start
+    out["load_end"] = load()
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    slim(out)
+    with open(a.out, "w") as fh:
+        json.dump(out, fh, indent=1, default=float)
+    print(f"wrote {a.out} ({out['runtime_s']:.0f} s)")
+    report(out, Path(a.out))
+
+
+#: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
+KEEP = ("batch", "n_active", "n_viol", "rows_computed", "rows_cached", "t_round", "t_solve",
+        "t_parts", "t_kernel", "t_update", "t_select", "dual", "steps")
+
+
+def slim(out):
+    """Keep per-round data only for each data set's fastest 1-thread fit (what the model and
+    ``--external`` read); the other runs keep their sums over rounds."""
+    for ds in out["datasets"].values():
+        base = min(ds["runs"]["inprocess1"], key=lambda r: r["fit_s"])
+        for rs in ds["runs"].values():
+            for r in rs:
+                h = r["history"]
+                r["history_sums"] = {k: float(np.sum(h[k])) for k in KEEP if k in h and k.startswith("t_")}
+                if r is base:
+                    r["history"] = {k: [float(f"{v:.6g}") for v in h[k]] for k in KEEP if k in h}
+                    r["rec"] = [{"ncand": x["ncand"], "nnew": x["nnew"]} for x in r["rec"]]
+                else:
+                    r["history"] = {}
+                    r["rec"] = []
+
+
+def external(a):
+    """Fits on an existing cluster (e.g. two workers in their own network namespaces behind
+    tbf-shaped veth links), predicted with the Dask constants calibrated by the full run."""
+    from distributed import Client
+    logs = install_recorder()
+    path = Path(a.out)
+    out = json.loads(path.read_text())
+    ds = out["datasets"]["blobs"]
+    b_max = out["batch_size"]
+    X, y = blobs(ds["n"], ds["d"], ds["P"])
+    client = Client(a.external)
+    W = len(client.scheduler_info(**({"n_workers": -1} if "n_workers" in
+                                     __import__("inspect").signature(client.scheduler_info).parameters
+                                     else {}))["workers"])
+    from dmcsvm import MulticlassSVC
+    MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
+    runs = []
+    for _ in range(a.repeat or 2):
+        r = one_fit(X, y, b_max, 10.0, "dask", W, client, logs)
+        r["b_max"] = b_max
+        runs.append(r)
+        print(f"  {a.tag}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}")
+    client.close()
+    base = min(ds["runs"]["inprocess1"], key=lambda r: r["fit_s"])
+    base["b_max"] = b_max
+    cd = sm.Costs(**{k: v for k, v in out["costs_dask_here"].items()})
+    bw = a.bw_mbit * 1e6 / 8 if a.bw_mbit else None
+    rmed = min(runs, key=lambda r: r["fit_s"])
+    pred = sm.predict_fit(cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"],
+                          ds["d"], bw=bw)
+    pred_lo = sm.predict_fit(cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"],
+                             ds["d"])
+    rec = rmed["rec"]
+    entry = {"tag": a.tag, "scheduler": a.external, "W": W, "bw_mbit": a.bw_mbit,
+             "measured_min_s": rmed["fit_s"], "measured_s": med([r["fit_s"] for r in runs]),
+             "measured_all": [r["fit_s"] for r in runs],
+             "rounds": rmed["rounds"], "pred_s": pred["total"], "pred_split": pred,
+             "pred_loopback_bw_s": pred_lo["total"],
+             "wire_bytes_per_round": float(np.mean([x["reply_bytes"] + x["msg_bytes"] * rmed["Np"]
+                                                    for x in rec])) if rec else None,
+             "measured_comm_s": float(np.sum(rmed["history"]["t_round"]) - np.sum(rmed["history"]["t_solve"])
+                                      - np.sum(rmed["history"]["t_parts"])),
+             "load": [r["load_before"] for r in runs]}
+    out.setdefault("external", []).append(entry)
+    path.write_text(json.dumps(out, indent=1, default=float))
+    print(json.dumps({k: v for k, v in entry.items() if k != "pred_split"}, indent=1))
+
+
+def report(out, path):
+    """The summary tables as markdown on stdout (scaling.md is written by hand from them)."""
+    c = out["costs"]
+    print("\nconstants:", json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v)
+                                       for k, v in c.items()}))
+    print("coord fit (pooled):", out["coord_fit"])
+    for name, cal in out["calibration"].items():
+        print(name, "t_solve fit:", cal["coord_fit"], "parts:", cal["parts"]["factors"],
+              "dask:", cal["dask"])
+    print("probe:", {k: out["probe"][k] for k in ("c0", "c_call", "bw_local")})
+    print("\n| data | run | Np | rounds (base) | measured min / median s | model (unit costs) | model (own rounds) | model (Dask cal. on 1 worker) |")
+    for v in out["validation"]:
+        print(f"| {v['data']} | {v['run']} | {v['Np']} | {v['rounds']} ({v['rounds_base']}) | "
+              f"{v['measured_min_s']:.2f} / {v['measured_s']:.2f} | {v['pred_base_traj_s']:.2f} | {v['pred_own_traj_s']:.2f} | "
+              f"{v['pred_dask_cal_s']:.2f} |")
+    print("\n| problem | design | W | fit s | speed-up | cap | " + " | ".join(sm.TERMS) + " |")
+    for p in out["projection"]["problems"]:
+        s = p["split"]
+        print(f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s']:.4g} | "
+              f"{p['speedup_vs_1x16']:.2f} | {p['speedup_cap']:.1f} | "
+              + " | ".join(f"{s[k]:.3g}" for k in sm.TERMS) + " |")
+    try:
+        plot(out, path.with_suffix(".png"))
+    except Exception as e:  # noqa: BLE001 - the figure is optional
+        print("plot failed:", e)
+
+
+def plot(out, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    ax = axes[0]
+    v = out["validation"]
+    labels = [f"{x['data']}\n{x['run']}" for x in v]
+    xs = np.arange(len(v))
+    ax.bar(xs - 0.27, [x["measured_min_s"] for x in v], 0.27, label="measured (min of repeats)")
+    ax.bar(xs, [x["pred_base_traj_s"] for x in v], 0.27, label="model, 1-thread run's rounds")
+    ax.bar(xs + 0.27, [x["pred_dask_cal_s"] for x in v], 0.27,
+           label="model, Dask terms calibrated on 1 worker")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, fontsize=7, rotation=30)
+    ax.set_ylabel("fit s")
+    ax.set_title("validation on this 2-core box")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    for i, pname in enumerate(dict.fromkeys(p["problem"] for p in out["projection"]["problems"])):
+        for design, ls in (("current", "-"), ("per_worker", "--"), ("per_worker_2b", ":"),
+                           ("tree", "-.")):
+            ps = [p for p in out["projection"]["problems"]
+                  if p["problem"] == pname and p["design"] == design]
+            ax.plot([p["W"] for p in ps], [p["speedup_vs_1x16"] for p in ps], "o" + ls,
+                    color=f"C{i}", label=f"{pname}, {design}")
+    ax.plot([1, 128], [1, 128], "k:", lw=0.8, label="linear")
+    ax.axhline(16, color="r", lw=0.6, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("workers x 16 cores")
+    ax.set_ylabel("projected speed-up vs 1 x 16")
+    ax.set_title("projection, 10 Gb/s, 0.1 ms (line style = design)", fontsize=10)
+    ax.legend(fontsize=6, loc="upper left", ncol=1, framealpha=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
