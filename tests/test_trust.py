@@ -261,18 +261,14 @@ def _blas_threads():
     return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
 
-def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
-    """Each solve used to set a process-global BLAS limit and restore it at its end: a fit that
-    ended while another ran gave the other its threads back half-way (two fits in threads gave
-    59 of 5,000 different predictions).  The limit is now held by count (engine.threads)."""
+def _beside_scenario():
+    """Fit A (a thread) ends while fit B (the main thread) runs: B keeps one BLAS thread."""
     import threading
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.solvers import pattern as pt
     from dmcsvm.solvers.multiclass import SolverSettings, solve
-    if max(_blas_threads() or [1]) < 2:
-        pytest.skip("BLAS runs on one thread here anyway")
     before = _blas_threads()
     X, y = _blobs(n=400)
     a_running, b_running, a_done = threading.Event(), threading.Event(), threading.Event()
@@ -313,6 +309,22 @@ def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
     ta.join()
     assert seen and set(seen) == {1}
     assert _blas_threads() == before          # the last holder restored what was there
+
+
+def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
+    """Each solve used to set a process-global BLAS limit and restore it at its end: a fit that
+    ended while another ran gave the other its threads back half-way (two fits in threads gave
+    59 of 5,000 different predictions).  The limit is now held by count (engine.threads).
+
+    Run in a fresh interpreter: OpenBLAS (0.3.31 here) ignores set_num_threads called from any
+    thread but the main one once the main thread has set it, so the scenario needs a process
+    whose main thread has not yet limited BLAS (the first fit of a program)."""
+    if max(_blas_threads() or [1]) < 2:
+        pytest.skip("BLAS runs on one thread here anyway")
+    code = ("import sys; sys.path.insert(0, %r); import test_trust; test_trust._beside_scenario(); "
+            "print('ok')" % os.path.dirname(__file__))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
 def test_blas_hold_is_counted():

@@ -11,6 +11,13 @@ their end change each other's thread count half-way (two fits in threads of one 
 5,000 different predictions).  :func:`one_blas_thread` counts its holders: the first sets the
 limit, the last restores what was there before, and any number of fits, partitions and predictions
 may hold it at once.
+
+A limit of OpenBLAS (0.3.31, the one numpy and scipy ship here): once the main thread has set the
+thread count, calls from other threads to set it are ignored.  A program whose first fit ran in its
+main thread and whose later fits run in other threads (a threading backend of GridSearchCV) keeps
+the count the main thread last left, which dmcsvm restores to the user's setting after each fit.
+Dask workers (nanny or not) and the in-process executor started from the main thread are not
+affected.
 """
 
 from __future__ import annotations
