@@ -23,7 +23,8 @@ from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings, solve_decomposition
 from ._calibration import ProbabilityMixin
-from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._engine import blas_limits, thread_policy_doc, make_executor, n_threads as _n_threads, \
+    release_executor
 from ._validation import check_int, check_real
 from ..engine.executor import partition_bounds
 from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
@@ -139,13 +140,13 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
         out[a:b] = r.T if sp.issparse(coef) else r
 
     threads = min(_n_threads(est.n_jobs), len(chunks))
-    if threads > 1:
-        from threadpoolctl import threadpool_limits
-        with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
-            list(pool.map(work, chunks))
-    else:
-        for ab in chunks:
-            work(ab)
+    with blas_limits(est.n_jobs, threads):           # n_jobs threads in all (THREAD_POLICY)
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(work, chunks))
+        else:
+            for ab in chunks:
+                work(ab)
     return out
 
 
@@ -230,7 +231,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                              reset=False)
 
 
-_PARAMS_DOC = """
+_PARAMS_DOC = thread_policy_doc("""
     Parameters
     ----------
     C : float, default=1.0
@@ -273,7 +274,7 @@ _PARAMS_DOC = """
         Size of the ``LocalCluster`` started for ``client='local'``.
     n_partitions : int, optional
         Row partitions (default: one per thread / worker thread).
-"""
+""")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from ..solvers import pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
-from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._engine import blas_limits, thread_policy_doc, make_executor, n_threads as _n_threads, \
+    release_executor
 from ._validation import check_int, check_real
 from ._calibration import ProbabilityMixin
 from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
@@ -26,6 +27,7 @@ from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, sc
 _PREDICT_CHUNK = 2048
 
 
+@thread_policy_doc
 class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
     Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
@@ -287,13 +289,13 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
             out[a:b] = score_block(X[a:b], spec, SV, sv_norms, self.dual_coef_)
 
         threads = min(_n_threads(self.n_jobs), len(chunks))
-        if threads > 1:
-            from threadpoolctl import threadpool_limits
-            with threadpool_limits(1), ThreadPoolExecutor(threads) as pool:
-                list(pool.map(work, chunks))
-        else:
-            for ab in chunks:
-                work(ab)
+        with blas_limits(self.n_jobs, threads):      # n_jobs threads in all (THREAD_POLICY)
+            if threads > 1:
+                with ThreadPoolExecutor(threads) as pool:
+                    list(pool.map(work, chunks))
+            else:
+                for ab in chunks:
+                    work(ab)
         return out
 
     def decision_function(self, X):

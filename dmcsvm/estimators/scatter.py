@@ -12,10 +12,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings
 from ._calibration import ProbabilityMixin
+from ._engine import thread_policy_doc
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of
 from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
 
 
+@thread_policy_doc
 class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
