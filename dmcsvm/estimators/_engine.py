@@ -55,6 +55,20 @@ def blas_limits(n_jobs, threads):
     return threadpool_limits(max(1, n_threads(n_jobs) // max(1, threads)))
 
 
+def run_chunks(n_jobs, chunks, work) -> None:
+    """``work(chunk)`` for every chunk, on ``min(n_threads(n_jobs), len(chunks))`` threads with
+    BLAS held to its share of ``n_jobs`` (:data:`THREAD_POLICY`)."""
+    threads = min(n_threads(n_jobs), len(chunks))
+    with blas_limits(n_jobs, threads):
+        if threads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(work, chunks))
+        else:
+            for c in chunks:
+                work(c)
+
+
 def make_executor(est):
     """The executor for estimator ``est`` (reads ``client``, ``n_jobs``, ``n_partitions``,
     ``n_workers``, ``threads_per_worker``, ``memory_limit``).  Returns ``(executor, owned)``;

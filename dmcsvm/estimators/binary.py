@@ -9,7 +9,6 @@ index serves every binary problem.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,8 +22,7 @@ from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings, solve_decomposition
 from ._calibration import ProbabilityMixin
-from ._engine import blas_limits, thread_policy_doc, make_executor, n_threads as _n_threads, \
-    release_executor
+from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ..engine.executor import partition_bounds
 from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
@@ -139,14 +137,7 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
         r = coef.T @ K.T if sp.issparse(coef) else K @ coef
         out[a:b] = r.T if sp.issparse(coef) else r
 
-    threads = min(_n_threads(est.n_jobs), len(chunks))
-    with blas_limits(est.n_jobs, threads):           # n_jobs threads in all (THREAD_POLICY)
-        if threads > 1:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(work, chunks))
-        else:
-            for ab in chunks:
-                work(ab)
+    run_chunks(est.n_jobs, chunks, work)          # n_jobs threads in all (THREAD_POLICY)
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -17,8 +16,7 @@ from ..solvers import pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
-from ._engine import blas_limits, thread_policy_doc, make_executor, n_threads as _n_threads, \
-    release_executor
+from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ._calibration import ProbabilityMixin
 from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
@@ -288,14 +286,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
             a, b = ab
             out[a:b] = score_block(X[a:b], spec, SV, sv_norms, self.dual_coef_)
 
-        threads = min(_n_threads(self.n_jobs), len(chunks))
-        with blas_limits(self.n_jobs, threads):      # n_jobs threads in all (THREAD_POLICY)
-            if threads > 1:
-                with ThreadPoolExecutor(threads) as pool:
-                    list(pool.map(work, chunks))
-            else:
-                for ab in chunks:
-                    work(ab)
+        run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
         return out
 
     def decision_function(self, X):
