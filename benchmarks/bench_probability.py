@@ -14,7 +14,7 @@ for every model:
 
 Reported: test log-loss, Brier score, accuracy of ``argmax predict_proba`` and wall times; JSON
 under ``benchmarks/results/`` and a table on stdout.  ``--n-train`` takes a stratified subset of
-the training rows (the test in tests/test_probability.py uses 2500 / 1500).
+the training rows (the test in tests/test_probability.py uses 1500 / 1000 rows).
 
     python benchmarks/bench_probability.py [--datasets letter usps] [--n-train N] [--C 10]
 """
