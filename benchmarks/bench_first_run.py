@@ -9,7 +9,8 @@ behaviour before the warm-up) and the default (the coordinator compiles once in 
 thread while the LocalCluster starts; the workers load the cache).
 
 Recorded per run: total wall time of the command, the interpreter + imports (a separate
-``python -c 'import dmcsvm.cli, distributed'``), the LocalCluster start and the wait for the
+``python -c 'import dmcsvm.cli, distributed'``), the CPU time of the whole process tree (load-independent: the box is shared), the LocalCluster
+start and the wait for the
 warm-up as the demo prints them, the fit and predict times from its JSON, and numba's cache
 traffic counted from ``NUMBA_DEBUG_CACHE=1`` (``data saved`` = one specialization compiled by
 some process; ``data loaded`` = one loaded from the cache), plus the load average (the box is
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -33,18 +35,25 @@ import time
 from _data import RESULTS_DIR, machine_info
 
 
+def _cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _run(cmd, env):
-    t = time.perf_counter()
+    """Wall seconds, CPU seconds of the whole process tree (every process of the run is reaped
+    by its parent, so its CPU time reaches ours) and the output."""
+    c, t = _cpu_children(), time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"{cmd} failed: {p.stderr[-2000:]}")
-    return wall, p.stdout + p.stderr
+    return wall, _cpu_children() - c, p.stdout + p.stderr
 
 
 def imports_seconds(env):
-    wall, _ = _run([sys.executable, "-c", "import dmcsvm.cli, distributed"], env)
-    return wall
+    wall, cpu, _ = _run([sys.executable, "-c", "import dmcsvm.cli, distributed"], env)
+    return wall, cpu
 
 
 def demo(cache_dir, warmup, workers):
@@ -53,11 +62,11 @@ def demo(cache_dir, warmup, workers):
     if not warmup:
         cmd.append("--no-warmup")
     load0 = os.getloadavg()[0]
-    wall, out = _run(cmd, env)
+    wall, cpu, out = _run(cmd, env)
     res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     started = re.search(r"started LocalCluster.* in ([0-9.]+) s", out)
     ready = re.search(r"numba code ready .* after ([0-9.]+) s", out)
-    return {"warmup": warmup, "wall_s": round(wall, 2),
+    return {"warmup": warmup, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "cluster_start_s": float(started.group(1)) if started else None,
             "cluster_and_warmup_s": float(ready.group(1)) if ready else None,
             "fit_s": res["fit_seconds"], "predict_s": res["predict_seconds"],
@@ -79,12 +88,14 @@ def main(argv=None):
         for warmup in (False, True):
             cache = tempfile.mkdtemp(prefix="dmcsvm-numba-cache-")
             try:
-                imp = imports_seconds(dict(os.environ, NUMBA_CACHE_DIR=cache))
+                imp, imp_cpu = imports_seconds(dict(os.environ, NUMBA_CACHE_DIR=cache))
                 for state in ("cold", "warm"):
                     row = demo(cache, warmup, a.local_workers)
-                    row.update(state=state, repeat=r, imports_s=round(imp, 2))
+                    row.update(state=state, repeat=r, imports_s=round(imp, 2),
+                               imports_cpu_s=round(imp_cpu, 2))
                     rows.append(row)
                     print(f"{state:4s} warmup={str(warmup):5s}: wall {row['wall_s']:6.1f} s  "
+                          f"cpu {row['cpu_s']:6.1f} s  "
                           f"imports {row['imports_s']:.1f}  cluster {row['cluster_start_s']}  "
                           f"+warmup {row['cluster_and_warmup_s']}  fit {row['fit_s']:.1f}  "
                           f"compiled {row['numba_compiled']}  loaded {row['numba_loaded']}  "
