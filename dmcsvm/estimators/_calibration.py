@@ -21,6 +21,11 @@ The fitted map is stored in plain arrays (``calibration_``, ``calibration_coef_`
 ``calibration_intercept_``), which :mod:`dmcsvm.model_io` saves like any other fitted attribute,
 and ``predict_proba`` applies it to the decision values of every block, so a zarr store or a dask
 array is handled chunk by chunk exactly like ``predict``.
+
+The fold trainings run where the estimator trains (same parameters): with a ``distributed.Client``
+or a scheduler address they share that cluster; with ``client='local'`` each starts its own
+LocalCluster, so pass a Client to pay for one.  The folds of a dense zarr store are dask arrays of
+its chunks (read by the tasks, never gathered); a sparse store's fold rows are read into memory.
 """
 
 from __future__ import annotations
@@ -44,14 +49,6 @@ MULTICLASS_METHOD = "multinomial"
 MULTINOMIAL_C = 1.0
 
 CALIBRATION_ATTRS = ("calibration_", "calibration_coef_", "calibration_intercept_")
-
-_PROBABILITY_DOC = """
-    probability : bool, default=False
-        Whether ``fit`` also calibrates class probabilities on held-out folds (internal
-        stratified 5-fold cross-validation, as scikit-learn's SVC: about five more trainings on
-        4/5 of the rows) so that ``predict_proba`` and ``predict_log_proba`` exist.  Two classes:
-        Platt's sigmoid on the decision value; more: multinomial logistic regression on all class
-        scores.  See :mod:`dmcsvm.estimators._calibration`."""
 
 
 # ---------------------------------------------------------------------------------- the maps
