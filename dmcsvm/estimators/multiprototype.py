@@ -23,7 +23,7 @@ from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment
 
 from ..engine.executor import partition_bounds
 from ._calibration import ProbabilityMixin
-from ._engine import make_executor, release_executor
+from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
 
 _PREDICT_CHUNK = 2048
@@ -331,9 +331,14 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
 
     def prototype_scores(self, X):
-        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total)."""
+        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total); BLAS on
+        at most ``n_jobs`` threads (the thread policy of ``n_jobs``)."""
         check_is_fitted(self)
         X = self._check_X(X)
+        with blas_limits(self.n_jobs, 1):
+            return self._prototype_scores(X)
+
+    def _prototype_scores(self, X):
         if self.prototypes_ is not None:
             S = X @ self.prototypes_.T
             return np.asarray(S, dtype=np.float64) + self.intercept_
