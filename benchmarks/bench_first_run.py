@@ -3,20 +3,21 @@
 Each run is a fresh subprocess ``python -m dmcsvm.cli demo --json`` with ``NUMBA_CACHE_DIR`` set
 to a directory of this benchmark: *cold* = a new empty directory (nothing compiled yet, as on a
 fresh install), *warm* = the same directory again.  Every process of the run (the coordinator and
-the LocalCluster's worker processes, which inherit the environment) shares that cache.  The
-demo runs twice per cache state: ``--no-warmup`` (each process compiles what it meets, the
-behaviour before the warm-up) and the default (the coordinator compiles once in a background
-thread while the LocalCluster starts; the workers load the cache).
+the LocalCluster's worker processes, which inherit the environment) shares that cache.  Modes
+(``--modes``): ``cluster-nowarmup`` = ``--no-warmup`` (each process compiles what it meets: the
+behaviour before the warm-up); ``cluster`` = the default (the coordinator compiles once in a
+background thread while the LocalCluster starts, the workers load the cache); ``inprocess`` (one
+process, one thread: what compiling every specialization once costs).
 
-Recorded per run: total wall time of the command, the interpreter + imports (a separate
-``python -c 'import dmcsvm.cli, distributed'``), the CPU time of the whole process tree (load-independent: the box is shared), the LocalCluster
-start and the wait for the
-warm-up as the demo prints them, the fit and predict times from its JSON, and numba's cache
-traffic counted from ``NUMBA_DEBUG_CACHE=1`` (``data saved`` = one specialization compiled by
-some process; ``data loaded`` = one loaded from the cache), plus the load average (the box is
-shared).  JSON to ``benchmarks/results/first_run.json``.
+Recorded per run: wall time of the command; CPU time of the whole process tree (every process is
+reaped by its parent, so its CPU reaches ours; load-independent, unlike wall time on a shared
+box); the interpreter + imports (a separate ``python -c 'import dmcsvm.cli, distributed'``); the
+LocalCluster start and the wait for the warm-up as the demo prints them; fit and predict times
+from its JSON; numba's cache traffic from ``NUMBA_DEBUG_CACHE=1`` (``data saved`` = one
+specialization compiled by some process, ``data loaded`` = one loaded from the cache); the load
+average.  JSON to ``benchmarks/results/first_run.json`` (``--out``).
 
-    python benchmarks/bench_first_run.py [--repeat 2] [--local-workers 2]
+    python benchmarks/bench_first_run.py [--repeat 2] [--local-workers 2] [--modes ...]
 """
 
 from __future__ import annotations
@@ -56,17 +57,20 @@ def imports_seconds(env):
     return wall, cpu
 
 
-def demo(cache_dir, warmup, workers):
+def demo(cache_dir, mode, workers):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_DEBUG_CACHE="1")
     cmd = [sys.executable, "-m", "dmcsvm.cli", "demo", "--json", "--local-workers", str(workers)]
-    if not warmup:
+    warmup = mode == "cluster"
+    if mode == "cluster-nowarmup":
         cmd.append("--no-warmup")
+    elif mode == "inprocess":
+        cmd += ["--in-process", "--n-jobs", "1"]
     load0 = os.getloadavg()[0]
     wall, cpu, out = _run(cmd, env)
     res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     started = re.search(r"started LocalCluster.* in ([0-9.]+) s", out)
     ready = re.search(r"numba code ready .* after ([0-9.]+) s", out)
-    return {"warmup": warmup, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+    return {"mode": mode, "warmup": warmup, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "cluster_start_s": float(started.group(1)) if started else None,
             "cluster_and_warmup_s": float(ready.group(1)) if ready else None,
             "fit_s": res["fit_seconds"], "predict_s": res["predict_seconds"],
@@ -81,20 +85,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--local-workers", type=int, default=min(os.cpu_count() or 1, 4))
+    ap.add_argument("--modes", nargs="+", default=["cluster-nowarmup", "cluster"],
+                    choices=["cluster-nowarmup", "cluster", "inprocess"],
+                    help="LocalCluster without / with the warm-up; in-process on 1 thread (one "
+                         "process: what compiling everything once costs)")
     ap.add_argument("--out", default=str(RESULTS_DIR / "first_run.json"))
     a = ap.parse_args(argv)
     rows = []
     for r in range(a.repeat):
-        for warmup in (False, True):
+        for mode in a.modes:
             cache = tempfile.mkdtemp(prefix="dmcsvm-numba-cache-")
             try:
                 imp, imp_cpu = imports_seconds(dict(os.environ, NUMBA_CACHE_DIR=cache))
                 for state in ("cold", "warm"):
-                    row = demo(cache, warmup, a.local_workers)
+                    row = demo(cache, mode, a.local_workers)
                     row.update(state=state, repeat=r, imports_s=round(imp, 2),
                                imports_cpu_s=round(imp_cpu, 2))
                     rows.append(row)
-                    print(f"{state:4s} warmup={str(warmup):5s}: wall {row['wall_s']:6.1f} s  "
+                    print(f"{state:4s} {mode:16s}: wall {row['wall_s']:6.1f} s  "
                           f"cpu {row['cpu_s']:6.1f} s  "
                           f"imports {row['imports_s']:.1f}  cluster {row['cluster_start_s']}  "
                           f"+warmup {row['cluster_and_warmup_s']}  fit {row['fit_s']:.1f}  "
