@@ -23,7 +23,7 @@ import pytest
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC, BinarySVC
 from dmcsvm.cli import build_parser, main
 from dmcsvm.model_io import estimator_registry, load_model
-from dmcsvm.store import from_csv, open_store, read_all, write_arrays
+from dmcsvm.store import from_csv, read_all, write_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DMCSVM_DATA", ROOT.parent / "shared" / "data"))

@@ -58,6 +58,32 @@ def _add_model_args(p):
                    help="show a progress bar of the rounds (default: off)")
 
 
+def start_warmup(model, X, y, rows=200):
+    """Compile (or load from numba's cache) the numba code of ``model``'s fit and predict in a
+    background thread of this process, on ``rows`` rows of the training data (same dtype, so the
+    same specializations), while the LocalCluster starts.
+
+    On a first run every process that meets a numba function compiles it; the workers and the
+    coordinator used to do that at the same time, each for itself (3 processes compiling the
+    same code on a 2-core box).  Compiled once here, the code is in numba's on-disk cache
+    (``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``) before any worker needs it, and
+    the workers load it.  Returns the thread; join it before training on the cluster.
+    """
+    import threading
+
+    params = dict(model.get_params(deep=False), client=None, n_jobs=1, verbose=False)
+    Xs, ys = X[:rows], y[:rows]                  # a shuffled split: every class is there
+
+    def work():
+        try:
+            type(model)(**params).fit(Xs, ys).predict(Xs[:8])
+        except Exception:          # only a head start: the real fit reports any problem
+            pass
+    t = threading.Thread(target=work, name="dmcsvm-numba-warmup", daemon=True)
+    t.start()
+    return t
+
+
 def _report(model, fit_s, pred_s, acc, n_train, n_test, name):
     out = {"dataset": name, "n_train": n_train, "n_test": n_test,
            "accuracy": round(float(acc), 4), "fit_seconds": round(fit_s, 3),
@@ -85,6 +111,7 @@ def cmd_demo(a) -> int:
     model = _model_from_args(a)
     where = "in-process threads"
     t = time.perf_counter()
+    warm = None if (a.in_process or a.no_warmup) else start_warmup(model, Xtr, ytr)
     if a.in_process:
         model.fit(Xtr, ytr)
     else:
@@ -96,6 +123,10 @@ def cmd_demo(a) -> int:
                           dashboard_address=None) as cluster, Client(cluster) as client:
             where = f"LocalCluster, {workers} workers x 1 thread"
             print(f"started {where} in {time.perf_counter() - t:.1f} s")
+            if warm is not None:
+                warm.join()
+                print(f"numba code ready (compiled once here, cached for the workers) after "
+                      f"{time.perf_counter() - t:.1f} s")
             t = time.perf_counter()
             model.set_params(client=client).fit(Xtr, ytr)
             fit_s = time.perf_counter() - t
@@ -122,6 +153,9 @@ def add_parser(sub):
     d.add_argument("--json", action="store_true", help="also print the results as JSON")
     d.add_argument("--in-process", dest="in_process", action="store_true",
                    help="train on threads in this process instead of a LocalCluster")
+    d.add_argument("--no-warmup", dest="no_warmup", action="store_true",
+                   help="do not compile numba code in this process while the LocalCluster "
+                        "starts (each worker then compiles what it needs itself on a first run)")
     d.add_argument("--local-workers", dest="local_workers", type=int, default=None,
                    help="worker processes of the LocalCluster; an integer >= 1 "
                         "(default: the cores, at most 4)")

@@ -17,8 +17,9 @@ from ._common import (add_cluster_options, add_input_options, as_store, atomic_f
                       labels_of, read_arrays, stderr_is_tty)
 
 
-def predictions(model, info, with_labels=False, decision=False, client=None):
-    """``(labels, decision values or None, true labels or None)`` of a store."""
+def predictions(model, info, with_labels=False, decision=False, client=None, proba=False):
+    """``(labels, decision values or None, true labels or None)`` of a store; with
+    ``proba=True`` the class probabilities (``predict_proba``) in place of decision values."""
     params = model.get_params(deep=False)
     if client is not None and "client" in params:
         model.set_params(client=client)
@@ -28,7 +29,10 @@ def predictions(model, info, with_labels=False, decision=False, client=None):
         else:
             X, _ = read_arrays(info)
         pred = np.asarray(model.predict(X))
-        D = np.asarray(model.decision_function(X)) if decision else None
+        if proba:
+            D = np.asarray(model.predict_proba(X))
+        else:
+            D = np.asarray(model.decision_function(X)) if decision else None
     finally:
         if client is not None and "client" in params:
             model.set_params(client=params["client"])
@@ -51,6 +55,9 @@ def add_parsers(sub):
                    help="labels, one per line (with --decision-values: label then the values)")
     p.add_argument("--decision-values", action="store_true",
                    help="also write the decision values; the first line names the columns")
+    p.add_argument("--probability", action="store_true",
+                   help="also write the class probabilities (label, then one column per class, "
+                        "named on the first line); the model must be trained with --probability")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar while converting a file (default: when stderr is "
                         "a terminal)")
@@ -76,12 +83,19 @@ def _load(a):
 def run_predict(a) -> int:
     check_output(a.output)
     model = _load(a)
+    if a.probability:
+        from ._common import UsageError
+        if a.decision_values:
+            raise UsageError("--probability and --decision-values cannot be combined")
+        if not hasattr(model, "predict_proba"):
+            raise UsageError(f"{a.model} has no probabilities: train it with --probability")
     progress = stderr_is_tty() if a.progress is None else a.progress
     with as_store(a.data, a, n_features=model.n_features_in_, progress=progress) as info, \
             cluster_client(a) as client:
-        pred, D, _ = predictions(model, info, decision=a.decision_values, client=client)
+        pred, D, _ = predictions(model, info, decision=a.decision_values, client=client,
+                                 proba=a.probability)
     with atomic_file(a.output) as fh:
-        if a.decision_values:
+        if D is not None:
             cols = ["f"] if D.ndim == 1 else [str(c) for c in model.classes_]
             fh.write("label " + " ".join(cols) + "\n")
             D2 = D.reshape(len(pred), -1)

@@ -14,7 +14,6 @@ import scipy.sparse as sp
 
 from .partition import Partition, PartitionSettings
 from .rows import StoreRows
-from .threads import BlasThreadHold
 
 
 def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, int]]:

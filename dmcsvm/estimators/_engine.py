@@ -4,19 +4,75 @@
 from __future__ import annotations
 
 import numbers
-import os
+import re
 
 from ..engine.executor import InProcessExecutor
 
 
+#: The thread policy, shared by every estimator's ``n_jobs`` docstring and the README.
+THREAD_POLICY = """\
+    n_jobs : int or None, default=None
+        Threads of the in-process executor (one row partition each unless ``n_partitions``
+        says otherwise) and of in-memory prediction, with scikit-learn's meaning: ``None`` is 1
+        unless inside a ``joblib.parallel_config(n_jobs=...)`` (or ``parallel_backend``)
+        context, ``-1`` is every core, ``-2`` all but one.  Thread policy: dmcsvm uses
+        ``n_jobs`` threads in all and no more; numba kernels are single-threaded and BLAS is
+        limited to one thread per partition while training (to ``n_jobs // chunks`` threads
+        while predicting), so ``GridSearchCV(..., n_jobs=k)`` with the default ``n_jobs=None``
+        runs k single-threaded fits and never oversubscribes.  Ignored with a ``client`` (a Dask
+        cluster's worker threads are its parallelism)."""
+
+
+_N_JOBS_PARAGRAPH = re.compile(r"    n_jobs : int or None, default=None\n(?:        .*\n)*")
+
+
+def thread_policy_doc(obj):
+    """Put :data:`THREAD_POLICY` in place of the ``n_jobs`` paragraph of a docstring (a class,
+    used as a decorator, or a string), so every estimator documents the same policy."""
+    if isinstance(obj, str):
+        return _N_JOBS_PARAGRAPH.sub(lambda _: THREAD_POLICY + "\n", obj)
+    if obj.__doc__:
+        obj.__doc__ = thread_policy_doc(obj.__doc__)
+    return obj
+
+
 def n_threads(n_jobs) -> int:
-    """sklearn/joblib convention, except that ``None`` means every core: training is the point."""
-    cpus = os.cpu_count() or 1
-    if n_jobs is None:
-        return cpus
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
+    """Threads for ``n_jobs``, scikit-learn's convention (joblib's ``effective_n_jobs``):
+    ``None`` is 1 unless a ``joblib.parallel_config`` / ``parallel_backend`` context sets
+    ``n_jobs``; ``-1`` every core (as joblib counts them: affinity and cgroup limits included),
+    ``-2`` all but one; a positive integer itself."""
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral)
+                               or n_jobs == 0):
         raise ValueError(f"n_jobs must be a non-zero integer or None, got {n_jobs!r}")
-    return max(1, cpus + 1 + n_jobs) if n_jobs < 0 else int(n_jobs)
+    from joblib import effective_n_jobs
+    return max(1, int(effective_n_jobs(None if n_jobs is None else int(n_jobs))))
+
+
+def blas_limits(n_jobs, threads):
+    """Context that limits BLAS to its share of ``n_jobs`` while ``threads`` threads run
+    (prediction in row chunks): ``max(1, n_threads(n_jobs) // threads)`` threads each.  A share
+    of one is the counted hold of :mod:`dmcsvm.engine.threads`, which a fit running beside the
+    prediction shares without either undoing the other's limit."""
+    share = max(1, n_threads(n_jobs) // max(1, threads))
+    if share == 1:
+        from ..engine.threads import one_blas_thread
+        return one_blas_thread()
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(share)
+
+
+def run_chunks(n_jobs, chunks, work) -> None:
+    """``work(chunk)`` for every chunk, on ``min(n_threads(n_jobs), len(chunks))`` threads with
+    BLAS held to its share of ``n_jobs`` (:data:`THREAD_POLICY`)."""
+    threads = min(n_threads(n_jobs), len(chunks))
+    with blas_limits(n_jobs, threads):
+        if threads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(work, chunks))
+        else:
+            for c in chunks:
+                work(c)
 
 
 def make_executor(est):

@@ -9,7 +9,6 @@ index serves every binary problem.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -22,7 +21,8 @@ from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings, solve_decomposition
-from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._calibration import ProbabilityMixin
+from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ..engine.executor import partition_bounds
 from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
@@ -137,14 +137,7 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
         r = coef.T @ K.T if sp.issparse(coef) else K @ coef
         out[a:b] = r.T if sp.issparse(coef) else r
 
-    threads = min(_n_threads(est.n_jobs), len(chunks))
-    if threads > 1:
-        from ..engine.threads import one_blas_thread
-        with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
-            list(pool.map(work, chunks))
-    else:
-        for ab in chunks:
-            work(ab)
+    run_chunks(est.n_jobs, chunks, work)          # n_jobs threads in all (THREAD_POLICY)
     return out
 
 
@@ -161,12 +154,12 @@ def fit_inputs(est, X, y, min_classes=2):
     return td, classes, y_idx.astype(np.int64)
 
 
-class _SMOParams(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Parameters shared by BinarySVC, OneVsRestSVC and OneVsOneSVC."""
 
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
                  selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
-                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
+                 probability=False, random_state=None, n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
                  memory_limit=None, n_partitions=None):
         self.C = C
         self.kernel = kernel
@@ -179,6 +172,8 @@ class _SMOParams(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.batch_size = batch_size
         self.verbose = verbose
+        self.probability = probability
+        self.random_state = random_state
         self.n_jobs = n_jobs
         self.client = client
         self.n_workers = n_workers
@@ -227,7 +222,7 @@ class _SMOParams(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
                              reset=False)
 
 
-_PARAMS_DOC = """
+_PARAMS_DOC = thread_policy_doc("""
     Parameters
     ----------
     C : float, default=1.0
@@ -253,6 +248,14 @@ _PARAMS_DOC = """
         Variables in each round's working set (the ``batch_size / 2`` top violators of each side);
         the subproblem is solved exactly by SMO on ``K_BB``.  2 is plain SMO.
     verbose : bool, default=False
+    probability : bool, default=False
+        Whether ``fit`` also calibrates class probabilities on held-out folds (internal
+        stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
+        and ``predict_log_proba`` exist: Platt's sigmoid for two classes, multinomial logistic
+        regression on all class scores for more (:mod:`dmcsvm.estimators._calibration`).
+    random_state : int, RandomState or None, default=None
+        Seeds the folds of the probability calibration (None: a fixed seed); SMO itself is
+        deterministic.
     n_jobs : int or None, default=None
         Threads (and row partitions) of the in-process executor; None uses every core.
     client : None, 'local', str or distributed.Client, default=None
@@ -262,7 +265,7 @@ _PARAMS_DOC = """
         Size of the ``LocalCluster`` started for ``client='local'``.
     n_partitions : int, optional
         Row partitions (default: one per thread / worker thread).
-"""
+""")
 
 
 # ------------------------------------------------------------------------------------------------

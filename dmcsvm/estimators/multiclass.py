@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -17,16 +16,18 @@ from ..solvers import pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
-from ._engine import make_executor, n_threads as _n_threads, release_executor
+from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ._warm_start import warm_start_kwargs
+from ._calibration import ProbabilityMixin
 from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
                       training_data)
 
 _PREDICT_CHUNK = 2048
 
 
-class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+@thread_policy_doc
+class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
     Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
 
@@ -69,8 +70,15 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         Shrink the active set (CS 2001 §7), with a final unshrunk check.
     verbose : bool, default=False
         Show a progress bar (rounds, gap, active set, kernel rows computed / cached).
+    probability : bool, default=False
+        Whether ``fit`` also calibrates class probabilities on held-out folds (internal
+        stratified 5-fold cross-validation, as scikit-learn's SVC: five more trainings on 4/5 of
+        the rows), so that ``predict_proba`` and ``predict_log_proba`` exist.  Two classes:
+        Platt's sigmoid; more: multinomial logistic regression on all class scores
+        (:mod:`dmcsvm.estimators._calibration`).
     random_state : int, RandomState or None, default=None
-        Accepted for API compatibility; the single-prototype solver is deterministic.
+        Seeds the folds of the probability calibration (None: a fixed seed); the
+        single-prototype solver itself is deterministic.
     n_jobs : int or None, default=None
         Threads (and row partitions) of the in-process executor; None uses every core.
     client : None, 'local', str or distributed.Client, default=None
@@ -126,13 +134,16 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     gamma_ : float
         The resolved kernel coefficient.
+    calibration_, calibration_coef_, calibration_intercept_ : str, ndarray, ndarray
+        The probability map (``probability=True`` only): ``'sigmoid'`` (two classes, ``A, B``)
+        or ``'multinomial'`` (``W`` of shape (n_classes, n_classes), ``b``).
     """
 
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
                  gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
-                 verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None,
+                 verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
+                 n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
                  checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
                  disk_cache_size="auto", cache_dir=None, warm_start=False):
         self.C = C
@@ -152,6 +163,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         self.batch_sweeps = batch_sweeps
         self.shrinking = shrinking
         self.verbose = verbose
+        self.probability = probability
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.client = client
@@ -283,14 +295,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
             a, b = ab
             out[a:b] = score_block(X[a:b], spec, SV, sv_norms, self.dual_coef_)
 
-        threads = min(_n_threads(self.n_jobs), len(chunks))
-        if threads > 1:
-            from ..engine.threads import one_blas_thread
-            with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
-                list(pool.map(work, chunks))
-        else:
-            for ab in chunks:
-                work(ab)
+        run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
         return out
 
     def decision_function(self, X):

@@ -22,13 +22,14 @@ from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment
                                       prototype_classes)
 
 from ..engine.executor import partition_bounds
-from ._engine import make_executor, release_executor
+from ._calibration import ProbabilityMixin
+from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
 
 _PREDICT_CHUNK = 2048
 
 
-class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
 
     Every class ``c`` has ``q_c`` prototypes; a pattern is classified by the class of the prototype
@@ -90,9 +91,15 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         keep 1 sweep because they stop at the first round whose primal beats the last energy).
     verbose : bool, default=False
         Print one line per epoch (energy, temperature, re-assignments).
+    probability : bool, default=False
+        Whether ``fit`` also calibrates class probabilities on held-out folds (internal
+        stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
+        and ``predict_log_proba`` exist; the map works on the per-class scores of
+        ``decision_function`` (:mod:`dmcsvm.estimators._calibration`).
     random_state : int, RandomState or None, default=None
         Seeds the initial assignment and the draws of Eq. 17 (done by the coordinator, so the
-        in-process and Dask executors give the same model for the same seed).
+        in-process and Dask executors give the same model for the same seed), and the folds of
+        the probability calibration.
     n_jobs, client, n_workers, threads_per_worker, memory_limit, n_partitions :
         Where training runs, as in :class:`~dmcsvm.MulticlassSVC`.
 
@@ -137,8 +144,8 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, optimizer="exact",
                  selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
                  cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
-                 verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None):
+                 verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
+                 n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None):
         self.n_prototypes = n_prototypes
         self.C = C
         self.kernel = kernel
@@ -161,6 +168,7 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         self.batch_sweeps = batch_sweeps
         self.shrinking = shrinking
         self.verbose = verbose
+        self.probability = probability
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.client = client
@@ -323,9 +331,14 @@ class MultiPrototypeSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
 
     def prototype_scores(self, X):
-        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total)."""
+        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total); BLAS on
+        at most ``n_jobs`` threads (the thread policy of ``n_jobs``)."""
         check_is_fitted(self)
         X = self._check_X(X)
+        with blas_limits(self.n_jobs, 1):
+            return self._prototype_scores(X)
+
+    def _prototype_scores(self, X):
         if self.prototypes_ is not None:
             S = X @ self.prototypes_.T
             return np.asarray(S, dtype=np.float64) + self.intercept_

@@ -11,11 +11,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..solvers import scatter as sc
 from ..solvers.decomposition import DecompositionSettings
+from ._calibration import ProbabilityMixin
+from ._engine import thread_policy_doc
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of
 from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
 
 
-class ScatterSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+@thread_policy_doc
+class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
 
@@ -62,6 +65,13 @@ class ScatterSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     class_batch : int, default=4
         Candidates per class and side in a working set.
     verbose : bool, default=False
+    probability : bool, default=False
+        Whether ``fit`` also calibrates class probabilities on held-out folds (internal
+        stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
+        and ``predict_log_proba`` exist (:mod:`dmcsvm.estimators._calibration`).
+    random_state : int, RandomState or None, default=None
+        Seeds the folds of the probability calibration (None: a fixed seed); the solver is
+        deterministic.
     n_jobs : int or None, default=None
         Threads (and row partitions) of the in-process executor; None uses every core.
     client : None, 'local', str or distributed.Client, default=None
@@ -102,7 +112,7 @@ class ScatterSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
 
     def __init__(self, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
                  tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
-                 class_batch=4, verbose=False, n_jobs=None, client=None, n_workers=None,
+                 class_batch=4, verbose=False, probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None):
         self.mu = mu
         self.kernel = kernel
@@ -117,6 +127,8 @@ class ScatterSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.class_batch = class_batch
         self.verbose = verbose
+        self.probability = probability
+        self.random_state = random_state
         self.n_jobs = n_jobs
         self.client = client
         self.n_workers = n_workers
