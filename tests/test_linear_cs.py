@@ -71,24 +71,6 @@ def _problem(seed, n=40, d=3, m=3, q=1, sparse=False):
     return (sp.csr_matrix(X) if sparse else X), X, y, pcls, yp
 
 
-def test_slacks_and_alpha_match_numpy_reference():
-    Xi, X, y, pcls, yp = _problem(1, q=2)
-    rng = np.random.RandomState(0)
-    P = pcls.shape[0]
-    W, s, B = rng.randn(P, X.shape[1]), rng.randn(P), rng.randn(X.shape[0], P)
-    first, count = prototype_groups(pcls)
-    for rows in (L.LinearProblem.of(X, 0.7, 0.3), L.LinearProblem.of(sp.csr_matrix(X), 0.7, 0.3)):
-        xi = np.empty((X.shape[0], 2))
-        sa, sxi = L.slacks_and_alpha(rows.rows, 0.7, 0.3, W, s, B, yp, y, pcls, first, count, xi)
-        F = 0.7 * X @ W.T + 0.3 * s
-        ref = np.empty_like(xi)
-        from dmcsvm.solvers.linear_prototypes import positive_slacks
-        positive_slacks(F, y, pcls, first, count, ref)
-        np.testing.assert_allclose(xi, ref, atol=1e-12)
-        assert sa == pytest.approx(B[np.arange(len(y)), yp].sum())
-        assert sxi == pytest.approx(ref[np.arange(len(y)), yp - first[y]].sum())
-
-
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("q,a,c0,shrinking", [(1, 1.0, 0.0, True), (1, 1.0, 0.0, False),
                                               (2, 1.0, 1.0, True), (3, 0.5, 2.0, True)])

@@ -320,38 +320,6 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
     return max_passes, False, stopping, visited
 
 
-@numba.njit(cache=True, nogil=True)
-def slacks_and_alpha(rows, a, c0, W, s, B, yp, cls, pcls, first, count, xi):
-    """One pass over the rows with the explicit prototypes: ``xi[i, t]`` the slack of row ``i``
-    w.r.t. its class's ``t``-th positive prototype (as
-    :func:`dmcsvm.solvers.linear_prototypes.positive_slacks`, ``+inf`` in unused slots), and
-    returns ``(sum_i alpha_i^{y_i}, sum_i xi_i^{y_i})``.  O(n P d), no score matrix."""
-    n, P = B.shape
-    qmax = xi.shape[1]
-    f = np.empty(P)
-    sa = 0.0
-    sxi = 0.0
-    for i in range(n):
-        c = cls[i]
-        th = -np.inf
-        for r in range(P):
-            fr = a * row_dot(W, r, rows, i) + c0 * s[r]
-            f[r] = fr
-            if pcls[r] != c and fr > th:
-                th = fr
-        f0 = first[c]
-        for t in range(qmax):
-            if t < count[c]:
-                v = th + 1.0 - f[f0 + t]
-                xi[i, t] = v if v > 0.0 else 0.0
-            else:
-                xi[i, t] = np.inf
-        y = yp[i]
-        sa += B[i, y]
-        sxi += xi[i, y - f0]
-    return sa, sxi
-
-
 # --------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------
@@ -408,6 +376,7 @@ class SequentialState:
         self.ctl = np.array([n, max(10.0 * self.tol, 1.0), 1.0])
         self.passes = 0
         self.visited = 0
+        self.last = None         # the objective() computed after the last pass, if any
         seed(int(seed_value))
 
     def run(self, max_passes, stage=False):
@@ -439,12 +408,16 @@ class SequentialState:
         self.ctl[:] = [n, max(10.0 * self.tol, 1.0), 1.0]
 
     def objective(self):
-        """``(xi, primal, dual, ||M||^2)`` of the current state (one pass over the rows;
-        ``xi`` as :func:`slacks_and_alpha`)."""
+        """``(xi, primal, dual, ||M||^2)`` of the current state: scores by one GEMM
+        ``a X W^T + c0 s``, then the slacks of :func:`~dmcsvm.solvers.linear_prototypes.
+        positive_slacks` (rows x max q)."""
         p = self.prob
+        F = lp.linear_scores(p.X, self.W, self.s, p.a, p.c0)
         xi = np.empty((self.B.shape[0], int(self.count.max())))
-        sa, sxi = slacks_and_alpha(p.rows, p.a, p.c0, self.W, self.s, self.B, self.yp, self.cls,
-                                   self.pcls, self.first, self.count, xi)
+        lp.positive_slacks(F, self.cls, self.pcls, self.first, self.count, xi)
+        rows = np.arange(self.B.shape[0])
+        sa = float(self.B[rows, self.yp].sum())
+        sxi = float(xi[rows, self.yp - self.first[self.cls]].sum())
         mM = p.a * float(np.sum(self.W * self.W)) + p.c0 * float(self.s @ self.s)
         return xi, 0.5 * mM + self.C * sxi, sa - 0.5 * mM, mM
 
@@ -453,29 +426,44 @@ def max_passes_of(max_iter) -> int:
     return DEFAULT_MAX_PASSES if int(max_iter) == -1 else int(max_iter)
 
 
-def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None, warn=True):
-    """Passes until converged (``psi <= tol`` on a pass over everything), ``max_iter`` passes, or
-    ``stop(primal)`` is True after a pass (then the primal is checked after every pass, one pass
-    over the rows each).  Without ``stop`` a row of ``history`` (keys :data:`PASS_KEYS`) is
-    written at the end of every shrinking stage and at the end; with it, after every pass.
-    Returns ``(converged, stopped)``."""
+def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None, warn=True,
+                gap_tol=0.0, gap_every=10):
+    """Passes until converged, ``max_iter`` passes, or ``stop(primal)`` is True.
+
+    Converged: a pass over every pattern and prototype saw no KKT violation above ``tol``
+    (LIBLINEAR's rule), or, with ``gap_tol > 0``, the relative duality gap is at most
+    ``gap_tol`` (checked at the end of every shrinking stage and every ``gap_every`` passes).
+    ``stop(primal)`` (MProtSVM: the primal beats the last energy) is checked after the first
+    pass and then on a schedule predicted from the primal's descent so far (each check is a
+    pass over the rows, as costly as an unshrunk pass): the next check comes when the linear
+    extrapolation of the last two checks reaches the target, at most twice the last interval
+    later.  Every check writes a row of ``history`` (keys :data:`PASS_KEYS`).  Returns
+    ``(converged, stopped)``."""
     t0 = time.perf_counter() if t0 is None else t0
     limit = max_passes_of(max_iter)
     done = 0
     conv = stopped = False
+    interval = 1
+    prev = None                     # (passes, primal) of the previous stop check
     while done < limit:
         t = time.perf_counter()
         before = st.passes
-        conv, viol = st.run(1 if stop is not None else limit - done, stage=history is not None)
+        k = limit - done
+        if stop is not None:
+            k = min(k, interval)
+        if gap_tol > 0.0:
+            k = min(k, gap_every)
+        conv, viol = st.run(k, stage=history is not None or gap_tol > 0.0)
         done += st.passes - before
         t_pass = time.perf_counter() - t
-        if history is None and stop is None and not conv and done < limit:
+        if history is None and stop is None and gap_tol <= 0.0 and not conv and done < limit:
             continue
         t = time.perf_counter()
-        _, primal, dual, _ = st.objective()
+        st.last = st.objective()
+        _, primal, dual, _ = st.last
+        gap = (primal - dual) / max(abs(primal), 1e-300)
         if history is not None:
-            row = dict(round=st.passes, dual=dual, primal=primal,
-                       gap=(primal - dual) / max(abs(primal), 1e-300), max_psi=viol,
+            row = dict(round=st.passes, dual=dual, primal=primal, gap=gap, max_psi=viol,
                        n_active=int(st.ctl[0]),
                        n_active_protos=int(st.asz[st.order[:int(st.ctl[0])]].sum()),
                        n_sv=int(np.count_nonzero(np.any(st.B != 0.0, axis=1))),
@@ -483,15 +471,34 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
                        t_check=time.perf_counter() - t)
             for key in PASS_KEYS:
                 history[key].append(row[key])
+        if not conv and gap_tol > 0.0 and gap <= gap_tol:
+            conv = True
         if conv:
             break
-        if stop is not None and stop(primal):
-            stopped = True
-            break
+        if stop is not None:
+            if stop(primal):
+                stopped = True
+                break
+            if prev is not None and prev[1] > primal:
+                rate = (prev[1] - primal) / max(st.passes - prev[0], 1)
+                target = getattr(stop, "target", None)
+                need = (primal - target) / rate if target is not None else interval
+                interval = int(max(1, min(need, 2 * interval)))
+            prev = (st.passes, primal)
     if not conv and not stopped and warn:
         warnings.warn(f"dmcsvm linear solver stopped at max_iter={limit} passes before reaching "
                       f"tol={st.tol}", ConvergenceWarning, stacklevel=3)
     return conv, stopped
+
+
+class Below:
+    """``stop`` for :func:`solve_fixed`: the primal is below ``target``."""
+
+    def __init__(self, target):
+        self.target = float(target)
+
+    def __call__(self, primal):
+        return primal < self.target
 
 
 def new_history():
@@ -538,7 +545,9 @@ def fit_multiclass(est, td, settings, classes, y_idx):
     st = SequentialState(prob, y_idx, y_idx, pcls, settings.C, settings.tol, settings.shrinking,
                          seed_of(est.random_state))
     hist = new_history()
-    conv, _ = solve_fixed(st, settings.max_iter, history=hist, t0=t0)
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save
+        conv, _ = solve_fixed(st, settings.max_iter, history=hist, t0=t0)
     sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
     X = td.source
     est.classes_ = classes

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..engine.prototype_partition import LinearMessages, prototype_groups
 from ..kernels import KernelSpec
+from . import linear_cs as lcs
 from . import linear_prototypes as lp
 from .multiclass import CoordinatorState, SolveResult, SolverSettings, solve
 
@@ -235,3 +236,83 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))
 
+
+
+@dataclass
+class SequentialAnnealResult:
+    """What :func:`anneal_sequential` leaves: the solver state (``B``, ``W``, ``s``, ``yp``),
+    the epochs' history, the passes' history and the final solve's outcome."""
+
+    state: "lcs.SequentialState"
+    epochs: dict
+    passes: dict
+    energy: float
+    dual: float
+    n_epochs: int
+    converged: bool
+
+
+def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
+                      rng, seed: int, progress=None,
+                      final_settings: SolverSettings | None = None) -> SequentialAnnealResult:
+    """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
+    and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
+    the sequential dual method of :mod:`dmcsvm.solvers.linear_cs` (explicit prototypes, no
+    rounds).  Every epoch runs passes until the exact primal beats the last energy ``E(t)``
+    (checked after every pass: one pass over the rows, n P d flops), then draws the new
+    assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
+    re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
+    order.  ``prob`` is a :class:`~dmcsvm.solvers.linear_cs.LinearProblem`."""
+    C = float(settings.C)
+    pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+    cls = np.ascontiguousarray(cls, dtype=np.int64)
+    first, count = prototype_groups(pcls)
+    n = cls.shape[0]
+    st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed)
+    rows = np.arange(n)
+    hist = {k: [] for k in EPOCH_KEYS}
+    passes = lcs.new_history()
+    t_start = time.perf_counter()
+    E = C * n            # E(1) = P_pi(1)(alpha = 0)
+    t = 0
+    search = schedule.max_epochs > 0 and int(count.max()) > 1
+    while search and t < schedule.max_epochs:
+        t += 1
+        p0 = st.passes
+        conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
+                                  stop=lcs.Below(E), warn=False)
+        xi, primal, dual, mM = st.last
+        yp = st.yp
+        T = schedule.temperature(t)
+        u = rng.random_sample(n)
+        new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C, np.empty(n, dtype=np.int64))
+        new_yp = first[cls] + new_slot
+        E_new = 0.5 * mM + C * float(xi[rows, new_slot].sum())
+        if T == 0.0 and E_new >= E:
+            break            # greedy search at a stationary point
+        changed = np.flatnonzero(new_yp != yp)
+        n_zero = int(np.count_nonzero(np.any(st.B[changed] != 0.0, axis=1))) if changed.size else 0
+        row = dict(epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
+                   n_changed=int(changed.size), n_zeroed=n_zero, rounds=st.passes - p0,
+                   inner_converged=bool(conv), elapsed=time.perf_counter() - t_start)
+        for k in EPOCH_KEYS:
+            hist[k].append(row[k])
+        if progress is not None:
+            progress(row)
+        E = E_new
+        if changed.size == 0:
+            if conv:
+                break
+            continue
+        st.reassign(changed, new_yp[changed])
+    fs = final_settings or settings
+    st.tol = float(fs.tol)
+    st.ctl[1] = max(10.0 * st.tol, 1.0)
+    conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
+    if st.last is None or passes["round"][-1] != st.passes:
+        st.last = st.objective()
+    _, primal, dual, _ = st.last
+    return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
+                                  passes={k: np.asarray(v) for k, v in passes.items()},
+                                  energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
+                                  converged=bool(conv))
