@@ -402,7 +402,7 @@ def test_dask_localcluster_equals_inprocess(local_client, kernel):
     kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=8, batch_size=12,
               random_state=4, n_partitions=2)
     kw.update(FIXED_CASES[kernel])
-    ref = MultiPrototypeSVC(n_jobs=2, solver="rounds", **kw).fit(X, y)
+    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
     dsk = MultiPrototypeSVC(client=local_client, **kw).fit(X, y)
     assert ref.n_epochs_ == dsk.n_epochs_ == 8
     np.testing.assert_array_equal(dsk.assignment_, ref.assignment_)
@@ -428,7 +428,7 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_clien
     kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=6, batch_size=12,
               random_state=4, n_partitions=2)
     kw.update(FIXED_CASES[kernel])
-    ref = MultiPrototypeSVC(n_jobs=2, solver="rounds", **kw).fit(X, y)
+    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
     on_store = MultiPrototypeSVC(client=local_client, **kw).fit(url)
     on_dask = MultiPrototypeSVC(client=local_client, **kw).fit(da.from_array(X, chunks=40), y)
     for est in (on_store, on_dask):
