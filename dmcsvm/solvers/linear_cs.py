@@ -16,6 +16,13 @@ prototypes per class and a *fixed* assignment ``yp`` (the convex problem of one 
   ``eps_shrink`` halves (down to ``tol``); the solve ends on a pass that started from every
   pattern and prototype and saw no violation above ``tol``.
 
+Stopping: ``MulticlassSVC`` stops on LIBLINEAR's rule alone, ``tol`` bounding the largest KKT
+violation ``psi`` seen in a pass over every pattern and prototype (its ``gap_tol`` does not apply
+here: at the default ``tol=1e-3`` the relative duality gap ends between 4e-6 and 3e-4 on digits,
+letter, usps and dna, primal within 0.03 % of LIBLINEAR's at ``tol=1e-4``); ``max_iter`` counts
+passes (-1: :data:`DEFAULT_MAX_PASSES`).  MProtSVM's epochs stop when the exact primal beats the
+last energy, its final solve on ``tol`` or ``gap_tol``, whichever comes first.
+
 The kernels below are plain functions on arrays (numba), tested alone against NumPy references;
 the orchestration (:func:`fit_arrays`, the estimator hooks) lives apart from them.  This is the
 in-memory path: Dask clusters and zarr stores stay on the batched-round machinery
