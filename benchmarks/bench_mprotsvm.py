@@ -84,7 +84,8 @@ def make_model(q, C, a, epochs, **over):
     from dmcsvm import MultiPrototypeSVC
     kw = dict(n_prototypes=q, C=C, kernel="poly", degree=1, gamma=1.0, coef0=1.0, T0=a.T0,
               tau=a.tau, max_epochs=epochs, selection=a.selection, batch_size=a.batch_size,
-              batch_sweeps=a.batch_sweeps, n_jobs=a.n_jobs, random_state=a.seed)
+              batch_sweeps=a.batch_sweeps, n_jobs=a.n_jobs, random_state=a.seed,
+              solver=a.solver)
     kw.update(over)
     return MultiPrototypeSVC(**kw)
 
@@ -100,7 +101,14 @@ def timed_fit(model, X, y):
 
 def fit_summary(model, t_fit, err, warn):
     h = model.history_
-    return {"C": float(model.C), "fit_time_s": t_fit, "error_pct": err,
+    rh = model.round_history_
+    split = {}
+    if "t_pass" in rh:        # sequential solver: passes vs primal checks (a pass over the rows each)
+        split = {"checks": int(len(rh["round"])), "t_pass_s": float(np.sum(rh["t_pass"])),
+                 "t_check_s": float(np.sum(rh["t_check"])),
+                 "epoch_passes": int(np.sum(h["rounds"])) if len(h["rounds"]) else 0}
+    return {"C": float(model.C), "fit_time_s": t_fit, "error_pct": err, "split": split,
+            "solver": model.solver,
             "epochs": int(model.n_epochs_), "rounds": int(model.n_iter_),
             "energy": float(model.energy_), "converged": bool(model.converged_),
             "n_support": int(model.support_.shape[0]), "warnings": warn,
@@ -264,18 +272,22 @@ def markdown(results) -> str:
                  f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
                  f"start {r['load_at_start']}), settings {r['settings']}." for r in
                  results.get("merged_runs", [])] + ["",
-             "| q | C | test error % | paper % | diff (points) | fit s | epochs | rounds "
-             "| energy | run |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| q | C | test error % | paper % | diff (points) | fit s | epochs | rounds or passes "
+             "| primal checks (s) / passes (s) | energy | run |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for q in sorted(int(k) for k in t["final"]):
         f = t["final"][q]
         p = PAPER_ERROR.get(q)
         diff = f"{f['error_pct'] - p:+.2f}" if p is not None else ""
         per = (t["validation"].get(q) or t["validation"].get(str(q)) or {}).get("per_C")
         how = "validated" if per else "given, not validated"
+        s = f.get("split") or {}
+        split = (f"{s['checks']} ({s['t_check_s']:.1f}) / {f['rounds']} ({s['t_pass_s']:.1f})"
+                 if s else "")
         lines.append(f"| {q} | {f['C']:g} ({how}) | {f['error_pct']:.2f} | "
                      f"{p if p is not None else ''} | {diff} | {f['fit_time_s']:.1f} | "
-                     f"{f['epochs']} | {f['rounds']} | {f['energy']:.1f} | "
-                     f"{f.get('run', 'this run')} |")
+                     f"{f['epochs']} | {f['rounds']} {'passes' if s else 'rounds'} | {split} | "
+                     f"{f['energy']:.1f} | {f.get('run', 'this run')} |")
     lines += ["", "Validation errors (% on the 3000 held-out training patterns):", "",
               "| q | " + " | ".join(f"C={c:g}" for c in results["settings"]["Cs"]) + " |",
               "|---:|" + "---:|" * len(results["settings"]["Cs"])]
@@ -386,6 +398,8 @@ def main(argv=None):
     p.add_argument("--ll-tol", type=float, default=1e-4)
     p.add_argument("--ll-max-iter", type=int, default=100000)
     p.add_argument("--batch-sweeps", type=int, default=None, help="default: the estimator's")
+    p.add_argument("--solver", default="auto", choices=("auto", "sequential", "rounds"),
+                   help="MultiPrototypeSVC(solver=): auto = the sequential dual method in memory")
     p.add_argument("--local-search", action=argparse.BooleanOptionalAction, default=True,
                    help="visit the C grid outward from the previous q's choice (default) or all")
     p.add_argument("--liblinear", action=argparse.BooleanOptionalAction, default=True)

@@ -240,7 +240,9 @@ def test_initial_assignment_is_balanced_and_random():
 # ------------------------------------------------------------------------------------------------
 
 FIXED_CASES = {
-    "linear-fast": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True),
+    "linear-seq": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, solver="sequential"),
+    "linear-fast": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True,
+                        solver="rounds"),
     "linear-kernel": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=False),
     "rbf": dict(kernel="rbf", gamma=0.4),
 }
@@ -283,14 +285,16 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case):
 # the search
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fast_linear", [True, False])
-def test_greedy_energy_never_increases(fast_linear):
+@pytest.mark.parametrize("fast_linear,solver", [(True, "sequential"), (True, "rounds"),
+                                                (False, "auto")])
+def test_greedy_energy_never_increases(fast_linear, solver):
     """T0 = 0 is the greedy search of §6.1: every epoch lowers the energy E(t)."""
     # random blob centers: the class means differ, so the random initial assignment is not the
     # degenerate M = 0 optimum that equal class means give
     X, y = multimodal(6, n_per_mode=15, modes=3, circle=False)
     model = MultiPrototypeSVC(n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
-                              random_state=1, n_jobs=2, fast_linear=fast_linear).fit(X, y)
+                              random_state=1, n_jobs=2, fast_linear=fast_linear,
+                              solver=solver).fit(X, y)
     h = model.history_
     E = np.concatenate([[2.0 * len(y)], h["energy"]])       # E(1) = C n
     assert len(h["energy"]) >= 3
@@ -366,7 +370,7 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     # default tolerances: the search and the final solve stay clear of the floating-point end
     # game (selection values ~1e-13) where the last bits of the scores decide the next batch
     kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=12, batch_size=15,
-              batch_sweeps=1, random_state=3, n_jobs=2)
+              batch_sweeps=1, random_state=3, n_jobs=2, solver="rounds")
     fast = MultiPrototypeSVC(fast_linear=True, **kw).fit(Xi, y)
     kern = MultiPrototypeSVC(fast_linear=False, **kw).fit(Xi, y)
     assert fast.n_epochs_ == kern.n_epochs_ == 12

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..checkpoint import CheckpointSession
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec, row_norms_sq
-from ..solvers import pattern as pt
+from ..solvers import linear_cs, pattern as pt
 from ..solvers.multiclass import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
@@ -245,6 +245,8 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
+        if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
+            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx.astype(np.int64))
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)

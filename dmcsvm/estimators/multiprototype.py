@@ -18,8 +18,9 @@ from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
 from ..solvers import pattern as pt
 from ..solvers.linear_prototypes import linear_coefficients
 from ..solvers.multiclass import SolverSettings
-from ..solvers.multiprototype import (AnnealSettings, anneal, initial_assignment,
-                                      prototype_classes)
+from ..solvers import linear_cs as lcs
+from ..solvers.multiprototype import (AnnealSettings, anneal, anneal_sequential,
+                                      initial_assignment, prototype_classes)
 
 from ..engine.executor import partition_bounds
 from ._calibration import ProbabilityMixin
@@ -27,6 +28,7 @@ from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
 
 _PREDICT_CHUNK = 2048
+SOLVERS = ("auto", "sequential", "rounds")
 
 
 class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
@@ -73,6 +75,16 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
     fast_linear : bool, default=True
         Use the explicit-prototype path for linear kernels (False: the kernel path, as for any
         other kernel; the same model up to rounding).
+    solver : {'auto', 'sequential', 'rounds'}, default='auto'
+        How the explicit-prototype path optimizes each epoch.  'sequential': the sequential dual
+        method of Keerthi et al. (2008) on ``W`` in this process (random pass order over the
+        patterns, exact per-pattern solve, shrinking; :mod:`dmcsvm.solvers.linear_cs`), needs
+        in-memory rows (array / CSR) and no ``client``; ``max_iter`` then bounds the passes of
+        every solve, ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of a pass over
+        every pattern) and ``gap_tol``, ``optimizer``, ``selection``, ``threshold``,
+        ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
+        path Dask clusters and zarr stores use; in-process and Dask give the same model).
+        'auto': 'sequential' where it applies, else 'rounds'.
     optimizer, threshold, mu, tol, gap_tol, cache_size, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
         are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
@@ -141,7 +153,8 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
     """
 
     def __init__(self, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
-                 T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, optimizer="exact",
+                 T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
+                 optimizer="exact",
                  selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
                  cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
@@ -156,6 +169,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self.tau = tau
         self.max_epochs = max_epochs
         self.fast_linear = fast_linear
+        self.solver = solver
         self.optimizer = optimizer
         self.selection = selection
         self.threshold = threshold
@@ -205,6 +219,8 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
                                 shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
                                 verbose=False).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         return solver, schedule
 
     def _prototype_counts(self, classes, counts) -> np.ndarray:
@@ -258,14 +274,22 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
+        sequential = linear and self.solver != "rounds" and lcs.in_memory(self, td)
+        if self.solver == "sequential" and not sequential:
+            raise ValueError("solver='sequential' needs a linear kernel ('linear' or 'poly' of "
+                             "degree 1) with fast_linear=True and in-memory rows (an array or CSR "
+                             "matrix, no client, no checkpoint)")
+        pcls = prototype_classes(q)
+        rng = check_random_state(self.random_state)
+        yp0 = initial_assignment(y_idx, pcls, rng)
+        if sequential:
+            return self._fit_sequential(td, settings, schedule, spec, classes, q, pcls, y_idx,
+                                        yp0, rng)
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
                 settings = replace(settings, batch_size=int(td.n))
             final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
-        pcls = prototype_classes(q)
-        rng = check_random_state(self.random_state)
-        yp0 = initial_assignment(y_idx, pcls, rng)
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = PartitionSettings(
@@ -302,6 +326,34 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self.n_epochs_ = int(res.n_epochs)
         self.n_iter_ = int(state.rounds)
         self.converged_ = bool(res.final.converged)
+        self._spec = spec
+        return self
+
+    def _fit_sequential(self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng):
+        """The in-memory linear path: :func:`anneal_sequential` (no executor, no rounds)."""
+        a, c0 = linear_coefficients(spec)
+        prob = lcs.LinearProblem.of(td.source, a, c0)
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save
+            res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
+                                    lcs.seed_of(self.random_state),
+                                    progress=self._print_epoch if self.verbose else None)
+        st = res.state
+        sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
+        self.classes_ = classes
+        self.n_prototypes_ = q
+        self.prototype_class_ = classes[pcls]
+        self.assignment_ = st.yp.copy()
+        self.support_ = sv
+        self.support_vectors_ = td.source[sv]
+        self.dual_coef_ = st.B[sv].copy()
+        self.prototypes_, self.intercept_ = self._explicit(spec)
+        self.energy_ = float(res.energy)
+        self.history_ = res.epochs
+        self.round_history_ = res.passes
+        self.n_epochs_ = int(res.n_epochs)
+        self.n_iter_ = int(st.passes)
+        self.converged_ = bool(res.converged)
         self._spec = spec
         return self
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..engine.prototype_partition import LinearMessages, prototype_groups
 from ..kernels import KernelSpec
+from . import linear_cs as lcs
 from . import linear_prototypes as lp
 from .multiclass import CoordinatorState, SolveResult, SolverSettings, solve
 
@@ -94,6 +95,27 @@ def initial_assignment(cls, pcls, rng) -> np.ndarray:
         perm = rng.permutation(idx.shape[0])
         yp[idx[perm]] = first[c] + np.arange(idx.shape[0]) % count[c]
     return yp
+
+
+def _redraw(xi, yp, cls, first, rng, T, C, mM, B):
+    """The draw of Eq. 17 at temperature ``T`` from the slacks ``xi``: ``(new_yp, E(t+1),
+    re-assigned rows, those of them with coefficients)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i
+    xi_i^{new}`` (the new assignment's primal at the current alpha)."""
+    n = yp.shape[0]
+    u = rng.random_sample(n)
+    new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C, np.empty(n, dtype=np.int64))
+    new_yp = first[cls] + new_slot
+    E_new = 0.5 * mM + C * float(xi[np.arange(n), new_slot].sum())
+    changed = np.flatnonzero(new_yp != yp)
+    zero = changed[np.any(B[changed] != 0.0, axis=1)] if changed.size else changed
+    return new_yp, E_new, changed, zero
+
+
+def _record(hist, progress, **row):
+    for k in EPOCH_KEYS:
+        hist[k].append(row[k])
+    if progress is not None:
+        progress(row)
 
 
 def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
@@ -200,22 +222,13 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
         T = schedule.temperature(t)
-        u = rng.random_sample(n)
-        new_slot = lp.draw_assignment(xi, slot, u, T, C, np.empty(n, dtype=np.int64))
-        new_yp = first[cls] + new_slot
-        E_new = 0.5 * mM + C * float(xi[rows, new_slot].sum())      # E(t+1) = P_pi(t+1)(alpha)
+        new_yp, E_new, changed, zero = _redraw(xi, yp, cls, first, rng, T, C, mM, B)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point: no epoch can lower the energy
-        changed = np.flatnonzero(new_yp != yp)
-        zero = changed[np.any(B[changed] != 0.0, axis=1)] if changed.size else changed
-        row = dict(epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM, temperature=T,
-                   n_changed=int(changed.size), n_zeroed=int(zero.size),
-                   rounds=state.rounds - r0, inner_converged=bool(res.converged),
-                   elapsed=time.perf_counter() - t_start)
-        for k in EPOCH_KEYS:
-            hist[k].append(row[k])
-        if progress is not None:
-            progress(row)
+        _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM,
+                temperature=T, n_changed=int(changed.size), n_zeroed=int(zero.size),
+                rounds=state.rounds - r0, inner_converged=bool(res.converged),
+                elapsed=time.perf_counter() - t_start)
         E = E_new
         if changed.size == 0:
             if res.converged:
@@ -237,3 +250,73 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))
 
+
+
+@dataclass
+class SequentialAnnealResult:
+    """What :func:`anneal_sequential` leaves: the solver state (``B``, ``W``, ``s``, ``yp``),
+    the epochs' history, the passes' history and the final solve's outcome."""
+
+    state: "lcs.SequentialState"
+    epochs: dict
+    passes: dict
+    energy: float
+    dual: float
+    n_epochs: int
+    converged: bool
+
+
+def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
+                      rng, seed: int, progress=None,
+                      final_settings: SolverSettings | None = None) -> SequentialAnnealResult:
+    """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
+    and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
+    the sequential dual method of :mod:`dmcsvm.solvers.linear_cs` (explicit prototypes, no
+    rounds).  Every epoch runs passes until the exact primal beats the last energy ``E(t)``
+    (each check is one pass over the rows, n P d flops; see :func:`~dmcsvm.solvers.linear_cs.
+    solve_fixed` for when they are made), then draws the new
+    assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
+    re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
+    order.  ``prob`` is a :class:`~dmcsvm.solvers.linear_cs.LinearProblem`."""
+    C = float(settings.C)
+    pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+    cls = np.ascontiguousarray(cls, dtype=np.int64)
+    first, count = prototype_groups(pcls)
+    n = cls.shape[0]
+    st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed)
+    hist = {k: [] for k in EPOCH_KEYS}
+    passes = lcs.new_history()
+    t_start = time.perf_counter()
+    E = C * n            # E(1) = P_pi(1)(alpha = 0)
+    t = 0
+    search = schedule.max_epochs > 0 and int(count.max()) > 1
+    while search and t < schedule.max_epochs:
+        t += 1
+        p0 = st.passes
+        conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
+                                  stop=lcs.Below(E), warn=False)
+        xi, primal, dual, mM = st.last
+        T = schedule.temperature(t)
+        new_yp, E_new, changed, zero = _redraw(xi, st.yp, cls, first, rng, T, C, mM, st.B)
+        if T == 0.0 and E_new >= E:
+            break            # greedy search at a stationary point
+        _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
+                n_changed=int(changed.size), n_zeroed=int(zero.size), rounds=st.passes - p0,
+                inner_converged=bool(conv), elapsed=time.perf_counter() - t_start)
+        E = E_new
+        if changed.size == 0:
+            if conv:
+                break
+            continue
+        st.reassign(changed, new_yp[changed])
+    fs = final_settings or settings
+    st.tol = float(fs.tol)
+    st.ctl[1] = max(10.0 * st.tol, 1.0)
+    conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
+    if st.last is None or passes["round"][-1] != st.passes:
+        st.last = st.objective()
+    _, primal, dual, _ = st.last
+    return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
+                                  passes={k: np.asarray(v) for k, v in passes.items()},
+                                  energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
+                                  converged=bool(conv))
