@@ -123,8 +123,9 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
-                 gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=1000, batch_sweeps=1, shrinking=True,
+                 optimizer="exact", selection="bmg", threshold="max", mu=0.0, tol=1e-3,
+                 gap_tol=1e-2, cache_size=200, max_iter=-1, batch_size=2000, batch_sweeps=1,
+                 shrinking=True,
                  verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None,
                  checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
@@ -233,6 +234,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
             tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
+            near_tol=settings.near_frac * settings.tol if settings.inner_steps > 0 else None,
             shrinking=settings.shrinking, shrink_after=settings.shrink_after,
             cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
             kernel_dtype=str(td.dtype), disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
