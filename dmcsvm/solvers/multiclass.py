@@ -38,7 +38,7 @@ class SolverSettings:
     threshold: str = "max"
     mu: float = 0.0
     tol: float = 1e-3
-    gap_tol: float = 1e-2
+    gap_tol: float = 0.0
     max_iter: int = -1
     batch_size: int = 1000
     batch_sweeps: int = 1
