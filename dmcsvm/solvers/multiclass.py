@@ -42,12 +42,15 @@ class SolverSettings:
     max_iter: int = -1
     batch_size: int = 1000
     batch_sweeps: int = 1
+    # the coordinator's working-set solve (pattern.solve_working_set; 0 steps: one pass in order,
+    # pattern.solve_batch): at most inner_steps per-pattern optimizations per batch row; while
+    # violators are left out of the batch it stops at max psi <= max(tol, inner_frac * max psi of
+    # the round), once the batch holds every violator it goes on to inner_floor * tol; rows with
+    # psi in (near_frac * tol, tol] fill a batch that has room (they are about to violate)
     inner_steps: float = 20.0
     inner_frac: float = 0.3
-    inner_out: float = 0.0
     inner_floor: float = 0.5
     near_frac: float = 0.5
-    inner_by_psi: bool = False
     shrinking: bool = True
     shrink_after: int = 3
     shrink_cap: float = 0.1
@@ -317,9 +320,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 just_unshrunk = False
                 V = agg["cand_V"]
                 viol = agg["cand_psi"] > s.tol
-                # greedy working sets are ordered by psi, the value the inner solve re-selects by
-                key = agg["cand_psi"] if greedy and s.inner_by_psi else V
-                order = np.argsort(-key, kind="stable")
+                order = np.argsort(-V, kind="stable")
                 order = order[viol[order]]
                 elig = order[V[order] >= theta]
                 if elig.shape[0] == 0:          # threshold above every value: take the best
@@ -346,9 +347,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 if greedy:
                     rest = viol.copy()
                     rest[pick] = False
-                    psi_out = float(agg["cand_psi"][rest].max()) if rest.any() else 0.0
-                    inner_tol = max(s.tol, s.inner_frac * agg["max_psi"], s.inner_out * psi_out)
-                    if not rest.any():
+                    if rest.any() or agg["n_viol"] > int(np.count_nonzero(viol[pick])):
+                        # violators are left out: reduce the batch's violations, do not overfit it
+                        inner_tol = max(s.tol, s.inner_frac * agg["max_psi"])
+                    else:
                         inner_tol = s.inner_floor * s.tol
                     dB, gains, st = pt.solve_working_set(
                         opt_code, *args[:2], G, gpos, *args[3:-1],
