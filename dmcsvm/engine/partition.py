@@ -49,8 +49,9 @@ class PartitionSettings:
     kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
     extra: dict = field(default_factory=dict)
     #: rows with ``tol >= psi > near_tol`` are reported too (after every violator), so that the
-    #: coordinator's working set can hold the rows about to violate; None: violators only
-    near_tol: float | None = None
+    #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
+    #: violators only
+    near_tol: float | str | None = "auto"
 
 
 class Partition:
@@ -386,9 +387,10 @@ class Partition:
         if cand.shape[0] > s.n_candidates:
             top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
             cand = cand[top]
-        elif s.near_tol is not None and s.near_tol < s.tol:
+        elif s.near_tol is not None:
             room = s.n_candidates - cand.shape[0]
-            near = np.flatnonzero((psi > s.near_tol) & (psi <= s.tol))
+            near_tol = 0.5 * s.tol if s.near_tol == "auto" else min(float(s.near_tol), s.tol)
+            near = np.flatnonzero((psi > near_tol) & (psi <= s.tol))
             if near.shape[0] > room:
                 near = near[np.argpartition(-psi[near], room - 1)[:room]] if room else near[:0]
             cand = np.concatenate([cand, near])

@@ -48,12 +48,12 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         CS 2001 Fig. 3 / AS Fig. 4 / AS Fig. 5.
     selection : {'bmg', 'amg', 'kkt'}, default='bmg'
         Pattern selection value ``V_p`` (AS 2005 §5.3).
-    threshold : {'mean', 'max', 'exp', 'linear', 'log'}, default='max'
-        Which candidates may enter a round's working set, by their ``V_p``: AS's MEAN / MAX
-        (``mu * max``) or CS's cooling schemes.  The default (``'max'`` with ``mu=0``) lets every
-        candidate in, best first, up to ``batch_size``: the coordinator's working-set solve then
-        decides, step by step, which of them to optimize.
-    mu : float, default=0.0
+    threshold : {'mean', 'max', 'exp', 'linear', 'log'}, default='mean'
+        Per-round threshold on ``V_p`` of the one-pass batch solve (AS's MEAN / MAX
+        (``mu * max``) or CS's cooling schemes), used where the batch is optimized once in
+        order (the linear explicit-prototype path).  The kernel path's working set takes the
+        ``batch_size`` best candidates and its re-selection decides which to optimize.
+    mu : float, default=0.5
         Fraction of the largest value used by ``threshold='max'``.
     tol : float, default=1e-3
         The stopping rule: stop when every pattern's KKT violation ``psi`` (CS 2001 Eq. 32, in
@@ -70,7 +70,7 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         kernel values among recent working-set patterns within the same budget.
     max_iter : int, default=-1
         Maximum number of rounds, -1 for no limit; hitting it raises a ConvergenceWarning.
-    batch_size : int, default=2000
+    batch_size : int, default=5000
         Working-set size: patterns that may be optimized in one round (each partition reports
         up to this many candidates).  The coordinator solves the working set on its kernel
         block by re-selection (the most violated patterns first, again while they stay the
@@ -137,8 +137,8 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 optimizer="exact", selection="bmg", threshold="max", mu=0.0, tol=1e-3,
-                 gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=2000, batch_sweeps=1,
+                 optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
+                 gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True,
                  verbose=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None,
@@ -196,7 +196,8 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
                               batch_size=int(self.batch_size),
                               batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
                               cache_size=float(self.cache_size),
-                              verbose=bool(self.verbose), **getattr(self, '_extra', {})).check()
+                              verbose=bool(self.verbose),
+                              **{"inner_steps": 20.0, **getattr(self, '_extra', {})}).check()
 
     def _disk_cache_mb(self) -> float:
         """Disk budget (MB) of the zarr kernel-column cache; 'auto' is 4096 MB for the partitions
@@ -248,7 +249,6 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         psettings = PartitionSettings(
             kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
             tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
-            near_tol=settings.near_frac * settings.tol if settings.inner_steps > 0 else None,
             shrinking=settings.shrinking, shrink_after=settings.shrink_after,
             cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
             kernel_dtype=str(td.dtype), disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),

@@ -35,22 +35,23 @@ class SolverSettings:
     C: float = 1.0
     optimizer: str = "exact"
     selection: str = "bmg"
-    threshold: str = "max"
-    mu: float = 0.0
+    threshold: str = "mean"
+    mu: float = 0.5
     tol: float = 1e-3
     gap_tol: float = 0.0
     max_iter: int = -1
     batch_size: int = 1000
     batch_sweeps: int = 1
-    # the coordinator's working-set solve (pattern.solve_working_set; 0 steps: one pass in order,
-    # pattern.solve_batch): at most inner_steps per-pattern optimizations per batch row; while
+    # the coordinator's working-set solve (pattern.solve_working_set; MulticlassSVC uses 20; 0,
+    # the default here: one pass in order, pattern.solve_batch, as MultiPrototypeSVC's search
+    # needs to match its linear path round for round): at most inner_steps per-pattern optimizations per batch row; while
     # violators are left out of the batch it stops at max psi <= max(tol, inner_frac * max psi of
     # the round), once the batch holds every violator it goes on to inner_floor * tol; rows with
-    # psi in (near_frac * tol, tol] fill a batch that has room (they are about to violate)
-    inner_steps: float = 20.0
+    # psi in (tol / 2, tol] (PartitionSettings.near_tol) fill a batch that has room (they are
+    # about to violate)
+    inner_steps: float = 0.0
     inner_frac: float = 0.3
     inner_floor: float = 0.5
-    near_frac: float = 0.5
     shrinking: bool = True
     shrink_after: int = 3
     shrink_cap: float = 0.1
@@ -322,7 +323,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 viol = agg["cand_psi"] > s.tol
                 order = np.argsort(-V, kind="stable")
                 order = order[viol[order]]
-                elig = order[V[order] >= theta]
+                # the threshold picks a one-pass batch; a working set solved by re-selection
+                # takes the best candidates and decides itself which to optimize how often
+                elig = order if greedy else order[V[order] >= theta]
                 if elig.shape[0] == 0:          # threshold above every value: take the best
                     elig = order
                 pick = elig[: s.batch_size]
