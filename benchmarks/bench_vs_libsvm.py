@@ -265,7 +265,10 @@ def main(argv=None):
           f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['platform']}; numpy {m['numpy']}, "
           f"scikit-learn {m['sklearn']}, dmcsvm {m['dmcsvm']}. Same RBF kernel, C, gamma, "
           f"cache_size={CACHE_MB} MB; dmcsvm defaults otherwise, n_jobs={N_JOBS}, float32 input; "
-          f"SVC float64. One timed run each (`--repeat {a.repeat}`), after an untimed warm-up.", "",
+          f"SVC float64. One timed run each (`--repeat {a.repeat}`), after an untimed warm-up. "
+          f"dmcsvm stopping: tol={a.tol if a.tol is not None else 'default'}, "
+          f"gap_tol={a.gap_tol if a.gap_tol is not None else 'default'} (the rel. gap column is "
+          f"that of the last round, every row unshrunk).", "",
           tab, ""]
     for name, r in results.items():
         md.append(f"- {name}: {r['split']}; C={r['C']}, gamma={r['gamma']:.6g} ({r['gamma_note']}).")
