@@ -59,9 +59,9 @@ class MulticlassSVC(ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
         The stopping rule: stop when every pattern's KKT violation ``psi`` (CS 2001 Eq. 32, in
         margin units: how far a score is from satisfying the optimality conditions) is
         <= tol, checked with every row unshrunk.  Lower ``tol`` for a more precise solution;
-        nothing else needs changing.  Measured with the default (benchmarks/results/
-        vs_libsvm.md): relative duality gaps of about 1e-3 to 1e-2 on letter, usps,
-        satimage, pendigits and dna; ``tol=1e-4`` reaches gaps of about 1e-4 to 1e-3.
+        nothing else needs changing.  Measured with the default on letter, usps, satimage,
+        pendigits and dna (benchmarks/bench_vs_libsvm.py, RBF): relative duality gaps from
+        5e-4 to 7e-3; ``tol=1e-4`` gave 5e-5 to 8e-4.
     gap_tol : float, default=0.0
         Optional early stop: also stop when the relative duality gap ``(P - D) / P`` is
         <= gap_tol (0, the default, disables it, so that ``tol`` alone decides).
