@@ -154,3 +154,47 @@ def other_load() -> dict:
     except OSError:
         busy = None
     return {"loadavg_1m": os.getloadavg()[0], "pytest_running": busy}
+
+
+def _read_libsvm_dense(path, n_features):
+    """A LIBSVM text file ``label idx:value ...`` as a dense float64 matrix and integer labels."""
+    from sklearn.datasets import load_svmlight_file
+    X, y = load_svmlight_file(str(path), n_features=n_features)
+    return np.asarray(X.todense(), dtype=np.float64), y.astype(np.int64)
+
+
+def load_satimage(data_dir):
+    """Statlog satimage, UCI sat.trn (4435 train) / sat.tst (2000 test), 36 features scaled to
+    [-1, 1] with the training min/max; classes {1,2,3,4,5,7} -> 0..5."""
+    tr = np.loadtxt(Path(data_dir) / "satimage" / "sat.trn")
+    te = np.loadtxt(Path(data_dir) / "satimage" / "sat.tst")
+    classes = np.unique(tr[:, -1])
+    Xtr, Xte = scale_minmax(tr[:, :-1], te[:, :-1])
+    return (Xtr, np.searchsorted(classes, tr[:, -1]).astype(np.int64),
+            Xte, np.searchsorted(classes, te[:, -1]).astype(np.int64))
+
+
+def load_pendigits(data_dir):
+    """UCI pendigits, pendigits.tra (7494 train) / pendigits.tes (3498 test), 16 features scaled
+    to [-1, 1] with the training min/max; classes 0..9."""
+    tr = np.loadtxt(Path(data_dir) / "pendigits" / "pendigits.tra", delimiter=",")
+    te = np.loadtxt(Path(data_dir) / "pendigits" / "pendigits.tes", delimiter=",")
+    Xtr, Xte = scale_minmax(tr[:, :-1], te[:, :-1])
+    return Xtr, tr[:, -1].astype(np.int64), Xte, te[:, -1].astype(np.int64)
+
+
+def load_dna(data_dir):
+    """Statlog DNA (LIBSVM dna.scale 2000 train / dna.scale.t 1186 test), 180 binary features
+    scaled to [-1, 1] with the training min/max; labels 1..3 -> 0..2."""
+    Xtr, ytr = _read_libsvm_dense(Path(data_dir) / "dna" / "dna.scale", 180)
+    Xte, yte = _read_libsvm_dense(Path(data_dir) / "dna" / "dna.scale.t", 180)
+    Xtr, Xte = scale_minmax(Xtr, Xte)
+    return Xtr, ytr - 1, Xte, yte - 1
+
+
+def load_usps_scaled(data_dir):
+    """USPS 7291 / 2007 (:func:`load_usps`) with features scaled to [-1, 1] by the training
+    min/max (the ESL copy is already in [-1, 1]; this makes the scaling explicit)."""
+    Xtr, ytr, Xte, yte = load_usps(data_dir)
+    Xtr, Xte = scale_minmax(Xtr, Xte)
+    return Xtr, ytr, Xte, yte

@@ -341,16 +341,17 @@ def test_annealed_history_and_multimodal_fit():
 
 
 def test_single_prototype_equals_multiclass_svc():
-    """q = 1 is the Crammer-Singer model: the same coefficients as MulticlassSVC (kernel path:
-    the same rounds; fast path: the same optimum)."""
+    """q = 1 is the Crammer-Singer model: the same optimum as MulticlassSVC (whose kernel path
+    solves each round's working set to a tolerance, where MultiPrototypeSVC's rounds take one
+    pass: other rounds, the same scores at tol=1e-8)."""
     X, y = multimodal(8, n_per_mode=12, circle=False)
     kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
               selection="bmg", batch_size=9, n_jobs=2)
     ref = MulticlassSVC(**kw).fit(X, y)
     kern = MultiPrototypeSVC(n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
-    np.testing.assert_array_equal(kern.support_, ref.support_)
-    np.testing.assert_array_equal(kern.dual_coef_, ref.dual_coef_)
-    assert kern.n_iter_ == ref.n_iter_ and kern.n_epochs_ == 0
+    np.testing.assert_allclose(kern.decision_function(X), ref.decision_function(X), atol=1e-6)
+    np.testing.assert_array_equal(kern.predict(X), ref.predict(X))
+    assert kern.n_epochs_ == 0
     fast = MultiPrototypeSVC(n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
     W_ref = ref.dual_coef_.T @ ref.support_vectors_

@@ -78,6 +78,24 @@ def test_every_combination_reaches_exact_optimum(cs, problems, kernel, optimizer
     _check_optimal(cs, p, B, r, f"{kernel}/{optimizer}/{selection}/{threshold}")
 
 
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("kernel", ["poly", "rbf"])
+def test_working_set_solve_reaches_exact_optimum(cs, problems, kernel, optimizer, selection,
+                                                 threshold):
+    """MulticlassSVC's round: the batch solved on K_BB by re-selection (inner_steps > 0),
+    the kernel values kept between rounds."""
+    p = problems[kernel]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
+                             selection=selection, threshold=threshold, batch_size=7, tol=SOLVER_TOL,
+                             inner_steps=20.0)
+    _check_optimal(cs, p, B, r, f"working set {kernel}/{optimizer}/{selection}/{threshold}")
+    assert sum(r.history["steps"]) >= sum(r.history["batch"])
+
+
 @pytest.mark.parametrize("batch_size", [1, 7, 64])
 @pytest.mark.parametrize("optimizer", ["exact", "fixed_point", "basic"])
 def test_batch_size_does_not_change_the_optimum(cs, problems, optimizer, batch_size):

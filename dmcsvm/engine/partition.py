@@ -55,6 +55,10 @@ class PartitionSettings:
     x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
     kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
     extra: dict = field(default_factory=dict)
+    #: rows with ``tol >= psi > near_tol`` are reported too (after every violator), so that the
+    #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
+    #: violators only
+    near_tol: float | str | None = "auto"
 
 
 class Partition:
@@ -391,11 +395,19 @@ class Partition:
         sa, sbf, sxi, max_v, sum_v, max_psi, n_viol = pt.scan_rows(
             s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag, s.C, s.tol,
             rows, shrink_margin, self.calm, V, psi)
-        # candidates: the best n_candidates violators by selection value
+        # candidates: the best n_candidates violators by selection value, then (near_tol) the
+        # rows closest to violating by psi
         cand = np.flatnonzero(psi > s.tol)
         if cand.shape[0] > s.n_candidates:
             top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
             cand = cand[top]
+        elif s.near_tol is not None:
+            room = s.n_candidates - cand.shape[0]
+            near_tol = 0.5 * s.tol if s.near_tol == "auto" else min(float(s.near_tol), s.tol)
+            near = np.flatnonzero((psi > near_tol) & (psi <= s.tol))
+            if near.shape[0] > room:
+                near = near[np.argpartition(-psi[near], room - 1)[:room]] if room else near[:0]
+            cand = np.concatenate([cand, near])
         crow = rows[cand]
         new = ~self.shipped[crow]
         reply = {

@@ -513,3 +513,87 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
             if worst <= tol:
                 break
     return dB, gains
+
+
+@numba.njit(cache=True, nogil=True)
+def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
+    """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
+    every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed (``FT`` holds
+    the batch scores transposed, P x |B|, so that each update is one contiguous axpy).
+    Returns the gain and whether anything changed."""
+    nb, P = Bc.shape
+    b = Bc[j]
+    for r in range(P):
+        b0[r] = b[r]
+        f[r] = FT[r, j]
+    kpp = kdiag[j]
+    phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
+    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+    gj = G[gpos[j]]             # K_BB is symmetric: row j is the column, read contiguously
+    have = False
+    for r in range(P):
+        d = b[r] - b0[r]
+        if d == 0.0:
+            continue
+        if not have:
+            for k in range(nb):
+                kcol[k] = gj[gpos[k]]
+            have = True
+        Fr = FT[r]
+        for k in range(nb):
+            Fr[k] += kcol[k] * d
+    return g, have
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
+                      inner_tol):
+    """Coordinator's working-set solve on ``K_BB`` by re-selection (DESIGN §4: updates inside a
+    batch touch only batch rows): passes over the batch optimize, each exactly
+    (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW exceeds a
+    cut, the cut being half the largest violation at the start of the pass (never below
+    ``inner_tol``), until every batch row has ``psi <= inner_tol`` or ``max_steps`` steps were
+    taken.  The most violated rows are thus optimized first and again while they stay the most
+    violated (the papers' sequential algorithm restricted to the batch, with the threshold
+    cooling of CS 2001 §7 inside the round), each step costing ``O(|B|)`` score updates.
+
+    ``K_BB[j, k] = G[gpos[j], gpos[k]]`` (the coordinator's cached kernel values).
+    Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
+    optimizations of every batch row."""
+    nb, P = Bb.shape
+    Bc = Bb.copy()
+    FT = np.ascontiguousarray(Fb.T)
+    steps = np.zeros(nb, dtype=np.int64)
+    gains = np.zeros(nb)
+    b0 = np.empty(P)
+    f = np.empty(P)
+    kcol = np.empty(nb)
+    total = 0
+    first = True
+    for _ in range(_MAX_INNER):
+        mx = 0.0
+        for k in range(nb):
+            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, C)
+            if p > mx:
+                mx = p
+        # stop once below inner_tol; the first pass always runs while some row violates tol
+        if mx <= tol or (mx <= inner_tol and not first) or total >= max_steps:
+            break
+        first = False
+        cut = max(0.5 * mx, inner_tol) if mx > inner_tol else 0.5 * mx
+        moved = False
+        for j in range(nb):
+            if total >= max_steps:
+                break
+            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, C) <= cut:
+                continue
+            g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
+                              b0, f, kcol)
+            total += 1
+            steps[j] += 1
+            gains[j] += g
+            moved = moved or ch
+        if not moved:
+            break
+    dB = Bc - Bb
+    return dB, gains, steps

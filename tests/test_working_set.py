@@ -1,0 +1,198 @@
+"""The coordinator's working-set solve (issue 14): re-selection on K_BB, the kept Gram block, and
+the stopping rule (``tol`` alone decides the precision).
+
+* :func:`dmcsvm.solvers.pattern.solve_working_set` against a NumPy recomputation: every batch row
+  ends with ``psi <= inner_tol`` on the scores ``F_B + K_BB dB`` recomputed from scratch, the
+  rows stay feasible, the dual never drops, and reading ``K_BB`` through positions of a larger
+  Gram matrix gives the same result bit for bit;
+* :class:`dmcsvm.solvers.multiclass._GramCache` returns ``K(X_B, X_B)`` for overlapping batches,
+  also after it ran out of budget and started over;
+* ``tol`` binds: the relative dual error against the exact QP optimum shrinks with ``tol``
+  (default stopping, no second parameter) and stays below it;
+* every optimizer x selection x threshold reaches the QP optimum within the default ``tol``.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from dmcsvm import MulticlassSVC
+from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
+from dmcsvm.solvers import pattern as pt
+from dmcsvm.solvers.multiclass import SolverSettings, _GramCache
+from dmcsvm.solvers.selection import THRESHOLDS
+
+
+def _batch_problem(seed, nb=40, P=5, C=2.0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(nb, 4))
+    K = kernel_reference(KernelSpec("rbf", gamma=0.4), X, X)
+    y = rng.integers(0, P, nb).astype(np.int64)
+    # a feasible start: some rows with coefficients, scores of an outside part plus K B
+    B = np.zeros((nb, P))
+    for i in range(0, nb, 3):
+        a = rng.uniform(0, C)
+        r = (y[i] + 1 + rng.integers(0, P - 1)) % P
+        B[i, y[i]], B[i, r] = a, -a
+    F = K @ B + rng.normal(scale=0.3, size=(nb, P))
+    return B, F, K, y, np.diag(K).copy(), C
+
+
+def _psi_rows(B, F, y, pcls, C):
+    return np.array([pt.psi_value(B[k], F[k], y[k], y[k], pcls, C) for k in range(B.shape[0])])
+
+
+@pytest.mark.parametrize("code", sorted(set(pt.OPTIMIZERS.values())))
+@pytest.mark.parametrize("inner_tol", [1e-2, 1e-6])
+def test_working_set_solve_reaches_inner_tol(code, inner_tol):
+    B, F, K, y, kd, C = _batch_problem(3)
+    pcls = np.arange(B.shape[1])
+    gpos = np.arange(B.shape[0])
+    dB, gains, steps = pt.solve_working_set(code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10,
+                                            10 ** 6, inner_tol)
+    B1 = B + dB
+    F1 = F + K @ dB
+    assert _psi_rows(B1, F1, y, pcls, C).max() <= inner_tol * (1 + 1e-6) + 1e-12
+    # feasible: rows sum to zero, own coefficient in [0, C], others <= 0
+    n = B.shape[0]
+    assert np.abs(B1.sum(1)).max() <= 1e-9 * C
+    own = B1[np.arange(n), y]
+    assert own.min() >= -1e-12 and own.max() <= C * (1 + 1e-12)
+    other = B1.copy()
+    other[np.arange(n), y] = 0.0
+    assert other.max() <= 1e-12
+    # the batch's share of the dual (sum alpha_y - 1/2 ||M||^2 with F as the outside part) rises
+    F_out = F - K @ B
+
+    def dual(Bx):
+        return Bx[np.arange(n), y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+    assert dual(B1) >= dual(B) - 1e-12
+    assert steps.sum() >= 1 and np.all(steps >= 0)
+    assert np.all(steps[~np.any(dB != 0, axis=1)] >= 0)
+
+
+def test_working_set_reads_kbb_through_gram_positions():
+    B, F, K, y, kd, C = _batch_problem(5)
+    nb = B.shape[0]
+    pcls = np.arange(B.shape[1])
+    ref = pt.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(nb), y, y, pcls, kd, C, 1e-6,
+                               1e-8, 10 ** 6, 1e-6)
+    # the same K_BB inside a larger Gram matrix, rows shuffled
+    perm = np.random.default_rng(0).permutation(nb + 7)
+    G = np.zeros((nb + 7, nb + 7))
+    pos = perm[:nb]
+    G[np.ix_(pos, pos)] = K
+    out = pt.solve_working_set(pt.OPT_EXACT, B, F, G, pos, y, y, pcls, kd, C, 1e-6, 1e-8,
+                               10 ** 6, 1e-6)
+    for a, b in zip(ref, out):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_working_set_respects_max_steps():
+    B, F, K, y, kd, C = _batch_problem(7)
+    pcls = np.arange(B.shape[1])
+    _, _, steps = pt.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(B.shape[0]), y, y, pcls,
+                                       kd, C, 1e-8, 1e-10, 5, 1e-8)
+    assert steps.sum() == 5
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gram_cache_returns_the_batch_kernel(dtype):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 5)).astype(dtype)
+    spec = KernelSpec("rbf", gamma=0.3)
+    # budget for a 40 x 40 block: the third batch overflows it and the cache starts over
+    cache = _GramCache(spec, 40 * 40 * np.dtype(dtype).itemsize, dtype)
+    batches = [np.arange(0, 20), np.arange(10, 35), np.arange(30, 60), np.arange(25, 45)]
+    for ids in batches:
+        G, p = cache.block(ids, X[ids])
+        ref = kernel_block(spec, X[ids], X[ids])
+        tol = 1e-6 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(G[np.ix_(p, p)], ref, atol=tol)
+        assert np.array_equal(G[np.ix_(p, p)], G[np.ix_(p, p)].T)
+
+
+# ------------------------------------------------------------------------------------------------
+# the stopping rule
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def qp(cs):
+    X, y = cs.make_blobs_problem(61, 70, 4, 4, spread=1.3, scale=1.5)
+    spec = KernelSpec("rbf", gamma=0.3)
+    K = kernel_reference(spec, X, X)
+    D, _ = cs.cs_dual_qp(K, y, 4, 2.0)
+    return dict(X=X, y=y, K=K, D=D, C=2.0, gamma=0.3)
+
+
+def _model_B(m, n):
+    B = np.zeros((n, len(m.classes_)))
+    B[m.support_] = m.dual_coef_
+    return B
+
+
+def test_defaults_stop_by_tol_alone():
+    s = SolverSettings()
+    assert s.gap_tol == 0.0 and s.tol == 1e-3
+    m = MulticlassSVC()
+    assert m.gap_tol == 0.0 and m.tol == 1e-3
+
+
+def test_tol_binds(cs, qp):
+    """Only ``tol`` changes: the relative dual error to the QP optimum shrinks with it and the
+    last round's max psi (every row unshrunk) is within it."""
+    errs = []
+    for tol in (1e-1, 1e-3, 1e-5, 1e-8):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], tol=tol, n_jobs=2,
+                              batch_size=16).fit(qp["X"], qp["y"])
+        h = m.history_
+        assert m.converged_
+        assert h["max_psi"][-1] <= tol
+        assert h["n_active"][-1] == qp["X"].shape[0]
+        B = _model_B(m, qp["X"].shape[0])
+        cs.check_feasible(B, qp["y"], qp["C"], atol=1e-9)
+        D = cs.dual_value(B, qp["K"], qp["y"])
+        errs.append((qp["D"] - D) / abs(qp["D"]))
+    assert errs[-1] <= 1e-9
+    assert errs[1] <= 1e-2
+    assert all(b <= a for a, b in zip(errs, errs[1:])), errs
+    assert errs[0] > 10 * errs[2]
+
+
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+@pytest.mark.parametrize("selection", list(pt.SELECTIONS))
+@pytest.mark.parametrize("optimizer", list(pt.OPTIMIZERS))
+def test_every_combination_with_default_stopping(cs, qp, optimizer, selection, threshold):
+    """Default ``tol`` (1e-3, gap_tol off): converged, feasible, every recomputed KKT violation
+    (AS 2005 Eq. 15) within 2 tol and the dual within 1e-2 relative of the QP optimum."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], optimizer=optimizer, selection=selection,
+                          threshold=threshold, n_jobs=2, batch_size=16).fit(qp["X"], qp["y"])
+    assert m.converged_
+    B = _model_B(m, qp["X"].shape[0])
+    cs.check_feasible(B, qp["y"], qp["C"], atol=1e-9)
+    viol, _ = cs.kkt_violation(B, qp["K"] @ B, qp["y"], qp["C"])
+    assert viol <= 2e-3
+    D = cs.dual_value(B, qp["K"], qp["y"])
+    assert (qp["D"] - D) / abs(qp["D"]) <= 1e-2
+
+
+def test_dask_executor_equals_in_process_bit_for_bit(cs):
+    """The working-set solve and the kept Gram block live on the coordinator: a LocalCluster run
+    gives the very same rounds and coefficients as the in-process one."""
+    from distributed import Client, LocalCluster
+    X, y = cs.make_blobs_problem(71, 120, 5, 4, spread=1.3, scale=1.5)
+    kw = dict(C=2.0, gamma=0.3, tol=1e-6, batch_size=24, n_partitions=3)
+    a = MulticlassSVC(n_jobs=2, **kw).fit(X, y)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        b = MulticlassSVC(client=client, **kw).fit(X, y)
+    assert a.n_iter_ == b.n_iter_
+    np.testing.assert_array_equal(a.support_, b.support_)
+    np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
+    np.testing.assert_array_equal(a.history_["steps"], b.history_["steps"])
