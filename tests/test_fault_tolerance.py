@@ -459,7 +459,8 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
         linear = kind.endswith("linear")
         est = MultiPrototypeSVC(n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
                                 gamma=0.2 if not linear else 1.0, max_epochs=3, batch_size=6,
-                                shrinking=False, random_state=0, fast_linear=linear)
+                                shrinking=False, random_state=0, fast_linear=linear,
+                                solver="rounds")    # the partitions, not the in-memory solver
         rec = _fit_recorded(monkeypatch, emp, est, X, y)
     assert rec.providers
     for part in rec.parts:

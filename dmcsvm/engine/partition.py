@@ -80,9 +80,6 @@ class Partition:
     """
 
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
-        # BLAS on one thread for as long as the partition lives, wherever it lives (a worker
-        # without a nanny has no OMP_NUM_THREADS=1): the same rounding in every executor
-        self._blas = BlasThreadHold()
         self.part_id = int(part_id)
         self.lo, self.hi = int(lo), int(hi)
         self.data = make_rows(X)
@@ -131,6 +128,10 @@ class Partition:
         # are reported without their X row, which keeps the per-round reply small
         self.shipped = np.zeros(n, dtype=bool)
         self._kt_buf = None
+        # BLAS on one thread for as long as the partition lives, wherever it lives (a worker
+        # without a nanny has no OMP_NUM_THREADS=1): the same rounding in every executor.  Taken
+        # last, so a constructor that fails (non-finite rows) leaves no hold behind
+        self._blas = BlasThreadHold()
 
     # ---------------------------------------------------------------- kernel columns
     def _columns(self, ids, XB):
