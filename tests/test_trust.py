@@ -17,6 +17,7 @@ import pytest
 from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import load_model, save_model
 from dmcsvm.store import open_store, write_arrays
+from test_model_io import _rewrite_meta  # noqa: E402 - one helper that edits a model's JSON
 
 
 def _blobs(n=240, d=5, m=3, seed=0):
@@ -24,15 +25,6 @@ def _blobs(n=240, d=5, m=3, seed=0):
     centers = rng.normal(scale=3.0, size=(m, d))
     y = np.arange(n) % m
     return (centers[y] + rng.normal(size=(n, d))).astype(np.float32), y
-
-
-def _rewrite_meta(path, edit):
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(bytes(arrays["meta"]).decode())
-    edit(meta)
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **arrays)
 
 
 class _Listener:
