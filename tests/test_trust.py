@@ -405,7 +405,7 @@ def _digits(n=400):
     return X[:n] / 16.0, y[:n]
 
 
-RK = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=20)
+RK = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100)
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
@@ -416,7 +416,8 @@ def test_resumed_fit_is_the_uninterrupted_fit(tmp_path, n_jobs):
     import warnings
     X, y = _digits()
     full = MulticlassSVC(**RK, n_jobs=n_jobs).fit(X, y)
-    stop = int(np.flatnonzero(full.history_["n_active"] < X.shape[0])[0]) + 40
+    stop = int(np.flatnonzero(full.history_["n_active"] < X.shape[0])[0]) + 20
+    assert stop < full.n_iter_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         part = MulticlassSVC(**RK, n_jobs=n_jobs, max_iter=stop, checkpoint=str(tmp_path),
