@@ -318,7 +318,11 @@ def _in_fresh_interpreter(name):
     code = ("import sys; sys.path.insert(0, %r); import test_trust as t\n"
             "if max(t._blas_threads() or [1]) < 2: print('skip')\n"
             "else: t.%s(); print('ok')" % (os.path.dirname(__file__), name))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # a Dask nanny started earlier in this process may have left OMP_NUM_THREADS=1 in os.environ
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=env)
     if r.returncode == 0 and r.stdout.strip().endswith("skip"):
         pytest.skip("BLAS runs on one thread here anyway")
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
