@@ -45,7 +45,6 @@ class GradientPartition(Partition):
         self.with_own = bool(ex["with_own"])
         self.U = float(settings.C)
         self.k = int(settings.n_candidates)
-        n = hi - lo
         self.F = np.zeros((0, 0))       # not used: the scores are `tot` and `own`
         self.B = np.zeros((0, 0))       # not used: the coefficients are `a`
         self._set_problem(np.asarray(yp), self.cls)
