@@ -360,4 +360,6 @@ def test_resume_after_sigkill_gives_the_same_model(tmp_path):
     Bb = np.zeros((600, 10))
     Ba[a.support_] = a.dual_coef_
     Bb[b.support_] = b.dual_coef_
-    assert np.abs(Ba - Bb).max() <= 1e-4 * 10           # measured about 3e-5 (C = 10)
+    # the partitions' states were saved with the checkpoint: the same rounds, bit for bit
+    assert a.n_iter_ == b.n_iter_
+    assert np.array_equal(Ba, Bb)
