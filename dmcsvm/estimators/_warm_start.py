@@ -25,7 +25,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C) -> dict:
     this problem; ``{}`` silently when ``warm_start`` is off or there is no previous fit."""
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return {}
-    why = _mismatch(est, td, classes, y_idx)
+    why, XB = _mismatch(est, td, classes, y_idx)
     if why is not None:
         warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
                       f"starting from zero", UserWarning, stacklevel=3)
@@ -40,32 +40,33 @@ def warm_start_kwargs(est, td, classes, y_idx, C) -> dict:
     dB = coef * scale
     state = CoordinatorState.fresh(td.n, coef.shape[1])
     state.B[ids] = dB
-    XB = rows_of(td, ids)
     return {"state": state, "first_msg": {"ids": ids, "XB": XB, "dB": dB.copy()}}
 
 
 def _mismatch(est, td, classes, y_idx):
-    """Why the previous fit is no starting point for this data, or None."""
+    """``(why, rows)``: why the previous fit is no starting point for this data (None when it
+    is), and the support rows read from the new data (read once: a store's chunks cost I/O)."""
     if not np.array_equal(np.asarray(est.classes_), classes):
-        return f"classes {list(est.classes_)} before, {list(classes)} now"
+        return f"classes {list(est.classes_)} before, {list(classes)} now", None
     if est.n_features_in_ != td.d:
-        return f"{est.n_features_in_} features before, {td.d} now"
+        return f"{est.n_features_in_} features before, {td.d} now", None
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = np.asarray(est.dual_coef_)
     if coef.shape[1] != classes.shape[0]:
-        return "the previous coefficients have another number of prototypes"
+        return "the previous coefficients have another number of prototypes", None
     if ids.size and ids.max() >= td.n:
-        return f"a support row index {int(ids.max())} beyond the {td.n} rows given"
+        return f"a support row index {int(ids.max())} beyond the {td.n} rows given", None
+    new = None
     if ids.size:
         own = coef[np.arange(ids.shape[0]), y_idx[ids]]
         others = coef.copy()
         others[np.arange(ids.shape[0]), y_idx[ids]] = 0.0
         if np.any(own < 0) or np.any(others > 0):
-            return "the labels of the support rows changed"
+            return "the labels of the support rows changed", None
         old = est.support_vectors_
         new = rows_of(td, ids)
         a = old.toarray() if sp.issparse(old) else np.asarray(old)
         b = new.toarray() if sp.issparse(new) else np.asarray(new)
         if a.shape != b.shape or not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
-            return "the support rows are not the rows at the same indices of this data"
-    return None
+            return "the support rows are not the rows at the same indices of this data", None
+    return None, new
