@@ -186,7 +186,7 @@ def test_from_svmlight_handles_comments_qid_order_and_real_labels(tmp_path):
 
 
 def test_svmlight_fast_and_slow_parsers_agree():
-    from dmcsvm.store.writers import _parse_svmlight_fast, _parse_svmlight_slow
+    from dmcsvm.store.svmlight import _parse_svmlight_fast, _parse_svmlight_slow
 
     lines = [
         b"# comment only\n", b"1 qid:2 4:0.5 2:-1e-3\r\n", b"\n", b"  -3   7:+2.5\t9:1E2 # c\n",
@@ -255,9 +255,9 @@ def test_failure_after_chunks_were_written_leaves_nothing(tmp_path):
     # chunks already written must go
     src = tmp_path / "data.svm"
     src.write_text("".join(f"{i % 3} 1:{i} 2:1\n" for i in range(100)))
-    import dmcsvm.store.writers as writers
+    import dmcsvm.store._builder as builder_mod
 
-    real = writers._StoreBuilder.append
+    real = builder_mod._StoreBuilder.append
     calls = []
 
     def failing_append(self, X, y):
@@ -267,12 +267,12 @@ def test_failure_after_chunks_were_written_leaves_nothing(tmp_path):
             raise OSError("disk full")
         return real(self, X, y)
 
-    writers._StoreBuilder.append = failing_append
+    builder_mod._StoreBuilder.append = failing_append
     try:
         with pytest.raises(OSError, match="disk full"):
             from_svmlight(src, tmp_path / "out.zarr", buffer_rows=7, rows_per_chunk=4)
     finally:
-        writers._StoreBuilder.append = real
+        builder_mod._StoreBuilder.append = real
     assert _entries(tmp_path) == ["data.svm"]
 
 

@@ -157,7 +157,7 @@ def convert_file(src, dst, a, n_features=None, sparse=None, rows_per_chunk=None,
                  overwrite=False, progress=None):
     """Convert ``src`` (format from ``a.format`` / its extension) to the store ``dst``."""
     from ..store import from_csv, from_npy, from_svmlight
-    from ..store.writers import TextFormatError
+    from ..store.svmlight import TextFormatError
     fmt = detect_format(src, a.format, a.delimiter)
     if not os.path.exists(src):
         raise UsageError(f"{src} does not exist")

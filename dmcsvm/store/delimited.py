@@ -1,0 +1,214 @@
+"""Delimited text files (CSV, or columns separated by runs of whitespace) to a dense store:
+the two-pass streaming converter :func:`from_csv`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import numpy as np
+
+from ._builder import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_ROWS,
+    _first_nonfinite_row,
+    _LabelScan,
+    _prepare_target,
+    _StoreBuilder,
+)
+from .text import _check_source, _Meter, _open_binary
+
+__all__ = ["WHITESPACE", "from_csv"]
+
+
+WHITESPACE = "whitespace"
+"""``from_csv(delimiter=WHITESPACE)``: fields separated by any run of spaces or tabs."""
+
+
+def _check_delimiter(delimiter):
+    """The delimiter of :func:`from_csv`: one character, or ``"whitespace"`` / None."""
+    if delimiter is None or delimiter == WHITESPACE:
+        return WHITESPACE
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+        raise ValueError(f"delimiter must be one character (not a quote or a line break) or "
+                         f"'whitespace', got {delimiter!r}")
+    return delimiter
+
+
+def _whitespace_records(src, f):
+    """``(fields, line_number)`` of every line split at runs of whitespace (blank lines give an
+    empty list, as csv.reader's records)."""
+    line_num = 0
+    while True:
+        try:
+            line = next(f)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{src}, line {line_num + 1}: {exc}") from None
+        line_num += 1
+        yield line.split(), line_num
+
+
+def _csv_records(src, f, delimiter):
+    reader = csv.reader(f, delimiter=delimiter)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise ValueError(f"{src}, line {reader.line_num + 1}: {exc}") from None
+        yield row, reader.line_num
+
+
+def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=None):
+    """Yield ``(rows, line_numbers)`` buffers of non-empty CSV records from a text file."""
+    if int(buffer_rows) < 1:
+        raise ValueError(f"buffer_rows must be at least 1, got {buffer_rows}")
+    skip = int(skip_header)
+    raw = _open_binary(src, meter)
+    with io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
+        records = (_whitespace_records(src, f) if delimiter == WHITESPACE
+                   else _csv_records(src, f, delimiter))
+        rows, lines, size = [], [], 0
+        for k, (row, line_num) in enumerate(records, 1):
+            if k <= skip or not row:
+                continue
+            rows.append(row)
+            lines.append(line_num)
+            size += sum(map(len, row)) + len(row)
+            if len(rows) >= buffer_rows or size >= buffer_bytes:
+                yield rows, lines
+                rows, lines, size = [], [], 0
+        if rows:
+            yield rows, lines
+
+
+def _normalize_column(j, ncols, what, src):
+    j = int(j)
+    if not -ncols <= j < ncols:
+        raise ValueError(f"{src}: {what} {j} is out of range for {ncols} columns")
+    return j % ncols
+
+
+def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_columns=(),
+             rows_per_chunk=None, overwrite=False,
+             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None):
+    """Convert a delimited text file (numeric features, one label column) to a dense store.
+
+    Parameters
+    ----------
+    src : str or os.PathLike
+        The text file (UTF-8; ``.gz``, ``.bz2``, ``.xz`` decompressed on the fly).  Blank
+        lines are skipped; every other record must have the same number of fields.
+    path : str or os.PathLike
+        Target store directory.
+    label_column : int
+        Index of the label column; negative counts from the end (-1: last).  Labels that
+        are all numbers are stored as int64/float64; otherwise every label is a string
+        class (int64 codes into the sorted ``classes``).
+    delimiter : str or None
+        Field separator: one character, or ``"whitespace"`` (or None) for fields separated by
+        any run of spaces or tabs, leading and trailing blanks ignored (e.g. the USPS
+        ``zip.train.gz`` files).
+    skip_header : bool or int
+        Skip the first record (True) or this many records.
+    drop_columns : sequence of int
+        Columns that are neither features nor the label (ids, dates...).
+    rows_per_chunk, overwrite, buffer_rows, buffer_bytes, progress
+        As for :func:`from_svmlight`.
+
+    Returns
+    -------
+    StoreInfo
+
+    Raises
+    ------
+    ValueError
+        For a record with the wrong number of fields, a feature that is not a number,
+        NaN/inf features, a NaN label (naming the file and line), an empty file, or an
+        existing target.  Nothing is left on disk.
+    """
+    delimiter = _check_delimiter(delimiter)
+    target = _prepare_target(path, overwrite)
+    src = _check_source(src)
+
+    # pass 1: rows, columns, labels
+    n, ncols = 0, None
+    scan = _LabelScan()
+    nonfinite_label = None
+    meter = _Meter(progress, 2 * os.path.getsize(src)) if progress is not None else None
+    for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter):
+        if ncols is None:
+            ncols = len(rows[0])
+            label_col = _normalize_column(label_column, ncols, "label_column", src)
+            drops = {_normalize_column(j, ncols, "drop column", src) for j in drop_columns}
+            if label_col in drops:
+                raise ValueError(f"{src}: label_column {label_column} is also in drop_columns")
+            feature_cols = [j for j in range(ncols) if j != label_col and j not in drops]
+            if not feature_cols:
+                raise ValueError(f"{src} has no feature columns")
+        for row, ln in zip(rows, lines):
+            if len(row) != ncols:
+                raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
+        labels = [row[label_col].strip() for row in rows]
+        if scan.numeric:
+            try:
+                values = np.array(labels, dtype=str).astype(np.float64)
+            except ValueError:
+                scan.numeric = False
+            else:
+                bad = np.flatnonzero(~np.isfinite(values))
+                if bad.size and nonfinite_label is None:
+                    nonfinite_label = (lines[bad[0]], labels[bad[0]])
+                scan.add_numbers(values[np.isfinite(values)])
+        scan.add_strings(labels)
+        n += len(rows)
+    if n == 0:
+        raise ValueError(f"{src} contains no samples")
+    plan = scan.plan(src)
+    if plan.classes is None and nonfinite_label is not None:
+        raise ValueError(f"{src}, line {nonfinite_label[0]}: bad label {nonfinite_label[1]!r}")
+    d = len(feature_cols)
+
+    # pass 2: parse features and write
+    with _StoreBuilder(target, overwrite) as builder:
+        builder.create(n, d, False, rows_per_chunk, plan)
+        row0 = 0
+        for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes,
+                                        meter):
+            for row, ln in zip(rows, lines):
+                if len(row) != ncols:
+                    raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
+            table = np.array(rows, dtype=str)
+            try:
+                X = table[:, feature_cols].astype(np.float64).astype(np.float32)
+            except ValueError:
+                _locate_csv_error(src, rows, lines, feature_cols)
+            bad = _first_nonfinite_row(X)
+            if bad is not None:
+                raise ValueError(
+                    f"{src} contains NaN or infinity at row {row0 + bad} (line {lines[bad]})"
+                )
+            y = plan.encode_strings(np.char.strip(table[:, label_col]))
+            builder.append(X, y)
+            row0 += len(rows)
+        info = builder.commit()
+    if meter is not None:
+        meter.finish()
+    return info
+
+
+def _locate_csv_error(src, rows, lines, feature_cols):
+    """Raise ValueError naming the line and column of the first feature that is not a number."""
+    for row, ln in zip(rows, lines):
+        for j in feature_cols:
+            try:
+                float(row[j])
+            except ValueError:
+                raise ValueError(
+                    f"{src}, line {ln}: column {j} is not a number: {row[j]!r}"
+                ) from None
+    raise ValueError(f"{src}, line {lines[0]}: cannot parse the features of the lines from here")
