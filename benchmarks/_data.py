@@ -1,4 +1,5 @@
-"""Data loaders and machine description shared by the benchmark scripts.
+"""Data loaders shared by the benchmark scripts (what a result records and how it is written:
+:mod:`_report`).
 
 Every loader returns ``(X_train, y_train, X_test, y_test)`` as float64 arrays (callers cast to
 float32 for dmcsvm's fast path) and integer labels.  The real data sets live in the project's
@@ -9,16 +10,12 @@ train/test convention used here).
 from __future__ import annotations
 
 import gzip
-import os
-import platform
-import sys
 from pathlib import Path
 
 import numpy as np
 
 #: default data folder: ``../shared/data`` relative to the repository root (this file's parent's parent)
 DEFAULT_DATA_DIR = (Path(__file__).resolve().parent.parent / ".." / "shared" / "data").resolve()
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def scale_minmax(X_train, X_test, lo=-1.0, hi=1.0):
@@ -72,88 +69,6 @@ def stratified_subset(X, y, n, random_state=0):
         return X, y
     Xs, _, ys, _ = train_test_split(X, y, train_size=n, stratify=y, random_state=random_state)
     return Xs, ys
-
-
-def machine_info() -> dict:
-    """Platform, CPU model, core count, library versions and the BLAS seen by threadpoolctl."""
-    import numpy
-    import scipy
-    import sklearn
-    import dmcsvm
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-        blas = [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
-                                        "threading_layer", "architecture", "prefix")}
-                for d in threadpool_info()]
-    except Exception as exc:  # pragma: no cover - threadpoolctl is a dmcsvm dependency
-        blas = [{"error": repr(exc)}]
-    try:
-        import numba
-        numba_v = numba.__version__
-    except ImportError:  # pragma: no cover
-        numba_v = None
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        affinity = None
-    mem = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal"):
-                    mem = round(int(line.split()[1]) / 2 ** 20, 1)
-                    break
-    except OSError:
-        pass
-    return {
-        "dmcsvm_git": _git_state(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpu_model": cpu,
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": affinity,
-        "mem_gib": mem,
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-        "sklearn": sklearn.__version__,
-        "numba": numba_v,
-        "dmcsvm": getattr(dmcsvm, "__version__", None),
-        "blas": blas,
-    }
-
-
-def _git_state() -> dict | None:
-    """Commit of the repository holding dmcsvm and whether its library code differs from it."""
-    import subprocess
-    import dmcsvm
-    root = Path(dmcsvm.__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "dmcsvm"],
-                               capture_output=True, text=True, check=True).stdout.strip() != ""
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return {"commit": head, "library_modified": dirty}
-
-
-def other_load() -> dict:
-    """1-minute load average and whether a pytest process runs (timings share the cores)."""
-    import subprocess
-    try:
-        busy = subprocess.run(["pgrep", "-f", "pytest"], capture_output=True).returncode == 0
-    except OSError:
-        busy = None
-    return {"loadavg_1m": os.getloadavg()[0], "pytest_running": busy}
 
 
 def _read_libsvm_dense(path, n_features):

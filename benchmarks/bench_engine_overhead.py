@@ -65,10 +65,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
-import os
 import pickle
 import statistics
 import sys
@@ -80,6 +77,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report
 
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
@@ -516,9 +514,7 @@ def probe(client, X, y, sizes, iters):
 def plot(results, batch_sizes, path):
     """One panel per batch size, one stacked bar per mode: t_round = t_solve + t_parts + comm, the
     partition part split in proportion to the slowest partition's kernel / update / select."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _report.pyplot()
     fig, axes = plt.subplots(1, len(batch_sizes), figsize=(4.6 * len(batch_sizes), 5.0),
                              squeeze=False)
     segs = (("t_solve", "coordinator solve", "#4c72b0"), ("t_kernel", "partition: kernel columns",
@@ -552,21 +548,7 @@ def plot(results, batch_sizes, path):
                  "(partition part split in proportion to the slowest partition's items)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def library_source() -> dict:
-    """Where ``dmcsvm`` was imported from and its commit (git, or a ``COMMIT`` file next to the
-    package when the benchmark runs against an exported tree via ``PYTHONPATH``)."""
-    import dmcsvm
-    root = Path(dmcsvm.__file__).resolve().parent.parent
-    commit_file = root / "COMMIT"
-    git = _data._git_state()
-    if commit_file.exists():
-        git = {"commit": commit_file.read_text().strip(), "library_modified": False,
-               "exported_tree": str(root)}
-    return {"path": str(root), "git": git}
+    _report.save_figure(fig, path, dpi=100)
 
 
 def _fmt_packed(n):
@@ -577,25 +559,11 @@ def _fmt_b(n):
     return f"{n / 1e3:.0f} kB" if n < 1e6 else f"{n / 1e6:.2f} MB"
 
 
-def _commit(out) -> str:
-    g = out["library"]["git"] or {}
-    c = g.get("commit", "?")[:7]
-    if g.get("library_modified"):
-        c += " + uncommitted library changes"
-    if g.get("exported_tree"):
-        c += " (exported tree)"
-    return c
-
-
 def markdown(out) -> str:
-    res, bs, m = out["results"], out["batch_sizes"], out["machine"]
+    res, bs = out["results"], out["batch_sizes"]
     L = ["# dmcsvm engine overhead: in-process vs Dask LocalCluster (actors / pinned futures)", "",
-         f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['platform']}; numpy {m['numpy']}, "
-         f"numba {m['numba']}, dask/distributed {out['distributed']}; dmcsvm commit "
-         f"`{_commit(out)}`.  Load average at start "
-         f"{out['loadavg_at_start']} (1/5/15 min), at end {out['loadavg_at_end']}."
-         + ("  **Measured while other agents shared the 2 cores: re-run in a quiet window.**"
-            if out["loadavg_at_start"][0] > 0.7 else ""), "",
+         _report.machine_line(out) + f"  dask/distributed {out['distributed']}.  "
+         + _report.load_line(out), "",
          f"Data: {out['data']}.  Model: `MulticlassSVC(C={C:g}, gamma={GAMMA:g}, "
          f"batch_size=b, n_jobs={N_JOBS}"
          + "".join(f", {k}={v!r}" for k, v in out["model"]["extra_params"].items())
@@ -774,9 +742,7 @@ def goals(out):
 # ------------------------------------------------------------------------------------------------
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "engine_overhead.json"))
+    p = _report.parser(__doc__, "engine_overhead.json", data_dir=True)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: 1000 training rows, 40 rounds, batches 1000,200, 1 repeat, short probe")
     p.add_argument("--n-train", type=int, default=None, help="training rows (default all 15000)")
@@ -802,9 +768,8 @@ def main(argv=None):
     import dask
     import distributed
     from distributed import Client, LocalCluster
-    t0 = time.perf_counter()
-    load_start = list(os.getloadavg())
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "engine overhead: in-process vs LocalCluster actors vs pinned "
+                      "futures", _report.settings_of(a))
     Xtr, ytr, Xte, yte = _data.load_letter(a.data_dir)
     Xtr, ytr = Xtr[:n_train].astype(np.float32), ytr[:n_train]
     Xte = Xte.astype(np.float32)
@@ -833,12 +798,7 @@ def main(argv=None):
     results, agreement = {}, {}
     pr = disk_default = None
     meta = {
-        "_t0": t0,
-        "machine": _data.machine_info(),
-        "library": library_source(),
         "distributed": distributed.__version__,
-        "loadavg_at_start": [round(x, 2) for x in load_start],
-        "load_at_start": load0,
         "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
                 f"with the training min/max of the first 15000 rows, float32",
         "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults",
@@ -867,7 +827,7 @@ def main(argv=None):
             results[str(b)] = {mode: _summary(recs[mode]) for mode in MODES}
             agreement[str(b)] = {mode: _agreement(recs["inprocess"][0], recs[mode][0])
                                  for mode in MODES[1:]}
-            _output(a, meta, results, agreement, pr, disk_default, final=False)
+            _output(a, run, meta, results, agreement, pr, disk_default, final=False)
         pr = None if a.no_probe else probe(client, Xtr, ytr, probe_sizes, iters)
         ref = results.get("1000", {}).get("actor")
         if pr is not None and ref is not None:
@@ -882,7 +842,7 @@ def main(argv=None):
         for obj in (client2, cluster2, client, cluster):
             obj.close()
 
-    out = _output(a, meta, results, agreement, pr, disk_default, final=True)
+    out = _output(a, run, meta, results, agreement, pr, disk_default, final=True)
     print(markdown(out))
     outp = Path(a.out)
     print(f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "
@@ -890,27 +850,15 @@ def main(argv=None):
     return out
 
 
-def _output(a, meta, results, agreement, pr, disk_default, final):
+def _output(a, run, meta, results, agreement, pr, disk_default, final):
     """Assemble and write the JSON / markdown / PNG (also after every batch size, so that a run
     cut short leaves what it measured; ``complete`` says whether every batch size ran)."""
-    out = {
-        "benchmark": "engine overhead: in-process vs LocalCluster actors vs pinned futures",
-        **meta,
-        "complete": final,
-        "batch_sizes": [b for b in meta["batch_sizes"] if str(b) in results],
-        "results": results, "agreement": agreement, "probe": pr,
-        "inprocess_with_default_disk_cache": disk_default,
-    }
+    out = run.envelope(results, **dict(
+        meta, complete=final, batch_sizes=[b for b in meta["batch_sizes"] if str(b) in results],
+        agreement=agreement, probe=pr, inprocess_with_default_disk_cache=disk_default))
     out["goals"] = goals(out)
     out["verdict"] = verdict(out)
-    out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    out["load_at_end"] = _data.other_load()
-    out["script_runtime_s"] = time.perf_counter() - meta["_t0"]
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps({k: v for k, v in out.items() if not k.startswith("_")}, indent=1)
-                    + "\n")
-    outp.with_suffix(".md").write_text(markdown(out))
+    outp = _report.write(out, a.out, markdown(out))
     plot(results, out["batch_sizes"], outp.with_suffix(".png"))
     return out
 

@@ -22,7 +22,6 @@ average.  JSON to ``benchmarks/results/first_run.json`` (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from _data import RESULTS_DIR, machine_info
+import _report
 
 
 def _cpu_children():
@@ -82,15 +81,15 @@ def demo(cache_dir, mode, workers):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = _report.parser(__doc__, "first_run.json")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--local-workers", type=int, default=min(os.cpu_count() or 1, 4))
     ap.add_argument("--modes", nargs="+", default=["cluster-nowarmup", "cluster"],
                     choices=["cluster-nowarmup", "cluster", "inprocess"],
                     help="LocalCluster without / with the warm-up; in-process on 1 thread (one "
                          "process: what compiling everything once costs)")
-    ap.add_argument("--out", default=str(RESULTS_DIR / "first_run.json"))
     a = ap.parse_args(argv)
+    run = _report.Run(__file__, "first_run", _report.settings_of(a))
     rows = []
     for r in range(a.repeat):
         for mode in a.modes:
@@ -110,10 +109,20 @@ def main(argv=None):
                           f"load {row['loadavg_1min_before']}", flush=True)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
-    with open(a.out, "w") as fh:
-        json.dump({"benchmark": "first_run", "cores": os.cpu_count(), "machine": machine_info(),
-                   "rows": rows}, fh, indent=1)
+    _report.write(run.envelope(rows, cores=os.cpu_count()), a.out, markdown(rows))
     print(f"written {a.out}")
+
+
+def markdown(rows) -> str:
+    """One line per demo run: where its time went."""
+    head = ["state", "mode", "repeat", "wall s", "cpu s", "imports s", "cluster start s",
+            "cluster + warm-up s", "fit s", "numba compiled / loaded", "load 1m"]
+    body = [[r["state"], r["mode"], r["repeat"], r["wall_s"], r["cpu_s"], r["imports_s"],
+             r["cluster_start_s"], r["cluster_and_warmup_s"], r["fit_s"],
+             f"{r['numba_compiled']} / {r['numba_loaded']}", r["loadavg_1min_before"]]
+            for r in rows]
+    return "\n".join(["# First run of `dmcsvm demo`: cold vs warm numba cache", ""]
+                     + _report.md_table(head, body, "lll" + "r" * 8)) + "\n"
 
 
 if __name__ == "__main__":

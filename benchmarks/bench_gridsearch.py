@@ -14,19 +14,18 @@ threads *running* (state R) in the tree; and reports wall time, CPU time of the 
 ``benchmarks/results/gridsearch.json``.  Other load on the machine shows in the load averages
 (they are machine-wide); the running-thread samples count only this benchmark's threads.
 
-    python benchmarks/bench_gridsearch.py [--repeat 2]
+    python benchmarks/bench_gridsearch.py [--repeat 2] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-from _data import RESULTS_DIR, machine_info
+import _report
 
 CHILD = r"""
 import sys, time, json
@@ -130,11 +129,15 @@ def _task_states(pid):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = _report.parser(__doc__, "gridsearch.json")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--out", default=str(RESULTS_DIR / "gridsearch.json"))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: one repeat of GridSearchCV(n_jobs=1) only (~1 min)")
     a = ap.parse_args(argv)
-    configs = [(1, None), (2, None), (2, -1)]
+    run = _report.Run(__file__, "gridsearch", _report.settings_of(a))
+    configs = [(1, None)] if a.quick else [(1, None), (2, None), (2, -1)]
+    if a.quick:
+        a.repeat = 1
     rows = []
     for r in range(a.repeat):
         for gs_jobs, est_jobs in configs:
@@ -146,10 +149,20 @@ def main(argv=None):
                   f" p90 {row['running_threads_p90']} max {row['running_threads_max']}  "
                   f"alive max {row['threads_alive_max']}  load {row['loadavg_before'][0]} -> "
                   f"{row['loadavg_after'][0]}", flush=True)
-    with open(a.out, "w") as fh:
-        json.dump({"benchmark": "gridsearch", "cores": os.cpu_count(), "machine": machine_info(),
-                   "rows": rows}, fh, indent=1)
+    _report.write(run.envelope(rows, cores=os.cpu_count()), a.out, markdown(rows))
     print(f"written {a.out}")
+
+
+def markdown(rows) -> str:
+    """One line per GridSearchCV run: wall and CPU time, threads running."""
+    head = ["GridSearchCV n_jobs", "estimator n_jobs", "repeat", "wall s", "cpu s",
+            "running threads mean / p90 / max", "threads alive max", "load 1m before"]
+    body = [[r["gridsearch_n_jobs"], r["estimator_n_jobs"], r["repeat"], r["wall_s"], r["cpu_s"],
+             (f"{r['running_threads_mean']} / {r['running_threads_p90']} / "
+              f"{r['running_threads_max']}"), r["threads_alive_max"], r["loadavg_before"][0]]
+            for r in rows]
+    return "\n".join(["# GridSearchCV(MulticlassSVC()) on digits", ""]
+                     + _report.md_table(head, body)) + "\n"
 
 
 if __name__ == "__main__":

@@ -49,8 +49,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _data  # noqa: E402
-from bench_engine_overhead import _commit, library_source  # noqa: E402
+import _report
 
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.kernels import (KernelSpec, copy_gram, kernel_block, poly_from_gram,  # noqa: E402
@@ -173,9 +172,7 @@ def bench_columns(n, d, b, rng, threads=1):
 # ------------------------------------------------------------------------------------------------
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _report.pyplot()
     threads = sorted({r["threads"] for r in rows})
     dtypes = ["float32", "float64"]
     shapes = sorted({(r["n"], r["b"]) for r in rows})
@@ -207,8 +204,7 @@ def plot(rows, path):
     axes[0][0].legend(fontsize=7, ncol=2)
     fig.suptitle("kernel_block vs numpy GEMM of the same shape (dashed line: goal 0.7)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _report.save_figure(fig, path, dpi=100)
 
 
 def markdown(out) -> str:
@@ -218,10 +214,7 @@ def markdown(out) -> str:
          f"numba {m['numba']}, BLAS: " + ", ".join(f"{b.get('internal_api')} {b.get('version')} "
                                                    f"({b.get('architecture')})" for b in m["blas"]
                                                    if b.get("user_api") == "blas")
-         + f"; dmcsvm commit `{_commit(out)}`.  Load average "
-         f"at start {out['loadavg_at_start']}, at end {out['loadavg_at_end']}."
-         + ("  **Measured while other agents shared the 2 cores: re-run in a quiet window.**"
-            if out["loadavg_at_start"][0] > 0.7 else ""), "",
+         + f"; dmcsvm commit `{_report.commit_label(out)}`.  " + _report.load_line(out), "",
          *(["**Quick smoke run** (`--quick`): checks the script, not a measurement.", ""]
            if out["quick"] else []),
          f"Grid: partition rows n in {out['grid']['rows']}, batch b in {out['grid']['batches']}, "
@@ -311,8 +304,7 @@ def goal_by_d(rows):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "kernel_throughput.json"))
+    p = _report.parser(__doc__, "kernel_throughput.json")
     p.add_argument("--quick", action="store_true", help="smoke run: n=5000, b=100, d 16/256")
     p.add_argument("--no-columns", action="store_true", help="skip the Partition._columns timing")
     p.add_argument("--rows", help="partition rows n, comma separated (default 10000,50000)")
@@ -334,9 +326,7 @@ def main(argv=None):
         print(json.dumps([bench_columns(n, d, b, rng) for n, d, b in cols]))
         return None
     threads = ints(a.threads)
-    t0 = time.perf_counter()
-    load_start = [round(x, 2) for x in os.getloadavg()]
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "kernel_block throughput vs numpy GEMM", _report.settings_of(a))
     rng = np.random.default_rng(0)
     # compile / load the numba passes before timing
     for spec in KERNELS.values():
@@ -360,28 +350,12 @@ def main(argv=None):
     if not a.no_columns:
         columns = [bench_columns(n, d, b, np.random.default_rng(1)) for n, d, b in cols]
         columns_env = _columns_in_worker_env(a.quick)
-    out = {
-        "benchmark": "kernel_block throughput vs numpy GEMM",
-        "machine": _data.machine_info(),
-        "library": library_source(),
-        "loadavg_at_start": load_start, "load_at_start": load0,
-        "quick": bool(a.quick), "threads": threads,
-        "grid": {"rows": ns, "batches": bs, "dims": ds},
-        "kernels": {k: v.to_dict() for k, v in KERNELS.items()},
-        "goal_ratio": GOAL,
-        "results": rows,
-        "goal_by_d": goal_by_d(rows),
-        "columns": columns,
-        "columns_worker_env": columns_env,
-    }
-    out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    out["load_at_end"] = _data.other_load()
-    out["script_runtime_s"] = time.perf_counter() - t0
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(out, indent=1) + "\n")
+    out = run.envelope(rows, quick=bool(a.quick), threads=threads,
+                       grid={"rows": ns, "batches": bs, "dims": ds},
+                       kernels={k: v.to_dict() for k, v in KERNELS.items()}, goal_ratio=GOAL,
+                       goal_by_d=goal_by_d(rows), columns=columns, columns_worker_env=columns_env)
     md = markdown(out)
-    outp.with_suffix(".md").write_text(md)
+    outp = _report.write(out, a.out, md)
     plot(rows, outp.with_suffix(".png"))
     print(md)
     print(f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "

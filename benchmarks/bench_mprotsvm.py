@@ -58,6 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report
 
 PAPER_ERROR = {1: 21.36, 3: 9.64, 5: 6.42, 10: 4.84, 15: 3.16, 20: 2.94}   # Table 2b, %
 GOAL_POINTS = 1.5
@@ -230,10 +231,8 @@ def run_liblinear(a, Xtr, ytr, Xte, yte, C, log):
 
 
 def plot(results, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    final = results["table"]["final"]
+    plt = _report.pyplot()
+    final = _body(results)["table"]["final"]
     qs = sorted(int(q) for q in final)
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     ax[0].plot(qs, [final[q]["error_pct"] for q in qs], "o-", label="dmcsvm MultiPrototypeSVC")
@@ -255,18 +254,14 @@ def plot(results, path):
     ax[1].grid(alpha=0.3)
     ax[1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _report.save_figure(fig, path, dpi=110)
 
 
 def markdown(results) -> str:
-    t = results["table"]
-    m = results["machine"]
+    t = _body(results)["table"]
     lines = ["# MProtSVM on LETTER (Aiolli & Sperduti 2005, Table 2b)", "",
-             f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['platform']}; dmcsvm commit "
-             f"{(m.get('dmcsvm_git') or {}).get('commit', '?')[:10]}.  Load at start "
-             f"{results['load_at_start']}, at end {results['load_at_end']} (shared box: timings "
-             f"are inflated by other jobs).", "",
+             _report.machine_line(results),
+             _report.load_line(results) + "  (Shared box: timings are inflated by other jobs.)", "",
              f"Settings: {results['settings']}", ""] + [
                  f"Rows for q in {r['qs']}{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
                  f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
@@ -305,7 +300,7 @@ def markdown(results) -> str:
     lines += ["", "Goals: " + "; ".join(f"{k}: {v['value']} ({'met' if v['met'] else 'NOT met'})"
                                        for k, v in g.items())]
     if results.get("liblinear"):
-        L = results["liblinear"]
+        L = _body(results)["liblinear"]
         lines += ["", f"## q = 1 vs LIBLINEAR (Crammer-Singer, C={L['C']:g})", "",
                   "| solver | fit s | primal | test error % |", "|---|---:|---:|---:|",
                   f"| LIBLINEAR (LinearSVC crammer_singer, +1 feature) | "
@@ -322,13 +317,13 @@ def markdown(results) -> str:
 
 def goals(results):
     g = {}
-    final = results["table"]["final"]
+    final = _body(results)["table"]["final"]
     diffs = {q: final[q]["error_pct"] - PAPER_ERROR[q] for q in final if q in PAPER_ERROR}
     if diffs:
         worst = max(diffs.values())
         g["error_within_1.5_points_every_q"] = {"value": round(worst, 2),
                                                 "met": bool(worst <= GOAL_POINTS)}
-    L = results.get("liblinear")
+    L = _body(results).get("liblinear")
     if L:
         g["q1_primal_within_0.1pct_of_liblinear"] = {
             "value": round(100 * L["primal_rel_diff"], 4),
@@ -338,6 +333,12 @@ def goals(results):
     return g
 
 
+def _body(res):
+    """What a result file measured: its ``results`` (the envelope), or the file itself (files
+    written before the envelope kept ``table`` and ``liblinear`` at the top)."""
+    return res["results"] if "table" in (res.get("results") or {}) else res
+
+
 def merge_results(table, ll, prev, merged):
     """Add the q rows of an earlier run ``prev`` that ``table`` lacks (each marked with that
     run's commit, settings and load); returns the LIBLINEAR comparison to keep (this run's, else
@@ -345,26 +346,26 @@ def merge_results(table, ll, prev, merged):
     commit = ((prev.get("machine") or {}).get("dmcsvm_git") or {}).get("commit", "?")
     run = {"commit": commit, "settings": prev.get("settings"),
            "load_at_start": prev.get("load_at_start"), "qs": []}
-    for q, row in prev["table"]["final"].items():
+    for q, row in _body(prev)["table"]["final"].items():
         q = int(q)
         if q in table["final"]:
             # a row run at a given C: keep that run's row, but show the validation that chose C
-            pv = prev["table"]["validation"].get(str(q)) or {}
+            pv = _body(prev)["table"]["validation"].get(str(q)) or {}
             cur = table["validation"].get(q) or {}
             if pv.get("per_C") and not cur.get("per_C") and pv["C"] == table["final"][q]["C"]:
                 table["validation"][q] = pv
             continue
         table["final"][q] = dict(row, run=commit[:10])
-        if str(q) in prev["table"]["validation"]:
-            table["validation"][q] = prev["table"]["validation"][str(q)]
+        if str(q) in _body(prev)["table"]["validation"]:
+            table["validation"][q] = _body(prev)["table"]["validation"][str(q)]
         table["skipped"] = [sk for sk in table["skipped"] if sk["q"] != q]
         run["qs"].append(q)
-    table["skipped"] += [sk for sk in prev["table"]["skipped"]
+    table["skipped"] += [sk for sk in _body(prev)["table"]["skipped"]
                          if sk["q"] not in table["final"] and sk not in table["skipped"]]
     table["final"] = dict(sorted(table["final"].items()))
     table["validation"] = dict(sorted(table["validation"].items()))
-    if ll is None and prev.get("liblinear"):
-        ll = dict(prev["liblinear"], run=commit[:10])
+    if ll is None and _body(prev).get("liblinear"):
+        ll = dict(_body(prev)["liblinear"], run=commit[:10])
         run["liblinear"] = True
     merged.append(run)
     return ll
@@ -378,9 +379,7 @@ def warmup(a, Xtr, ytr):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "mprotsvm.json"))
+    p = _report.parser(__doc__, "mprotsvm.json", data_dir=True)
     p.add_argument("--qs", default="1,3,5,10,15,20")
     p.add_argument("--Cs", default="0.01,0.1,1,10,100")
     p.add_argument("--T0", type=float, default=10.0)
@@ -415,8 +414,9 @@ def main(argv=None):
     a.qs = [int(q) for q in a.qs.split(",") if q.strip()]     # empty: only --merge-from
     a.Cs = [float(c) for c in a.Cs.split(",")]
     a.val_epochs = min(a.val_epochs, a.max_epochs)
-    t0 = time.perf_counter()
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "MProtSVM on LETTER (AS 2005 Table 2b) + q=1 vs LIBLINEAR",
+                      _report.settings_of(a))
+    t0 = run.t0
 
     def log(msg):
         print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True)
@@ -428,23 +428,17 @@ def main(argv=None):
     merged = []
     for path in a.merge_from:
         ll = merge_results(table, ll, json.loads(Path(path).read_text()), merged)
-    settings = {k: v for k, v in vars(a).items() if k not in ("data_dir", "out")}
-    results = {"benchmark": "MProtSVM on LETTER (AS 2005 Table 2b) + q=1 vs LIBLINEAR",
-               "machine": _data.machine_info(), "load_at_start": load0,
-               "data": {"split": "UCI letter, first 15000 train / last 5000 test, [-1,1] "
-                                 "scaling with training min/max",
-                        "validation": f"stratified {a.val_size} held out of the 15000 "
-                                      f"(random_state={a.seed})"},
-               "settings": settings, "table": table, "liblinear": ll, "merged_runs": merged}
-    results["load_at_end"] = _data.other_load()
+    results = run.envelope(
+        {"table": table, "liblinear": ll},
+        data={"split": "UCI letter, first 15000 train / last 5000 test, [-1,1] "
+                       "scaling with training min/max",
+              "validation": f"stratified {a.val_size} held out of the 15000 "
+                            f"(random_state={a.seed})"},
+        merged_runs=merged)
     results["goals"] = goals(results)
-    results["script_runtime_s"] = time.perf_counter() - t0
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(results, indent=1, default=float) + "\n")
-    plot(results, outp.with_suffix(".png"))
+    plot(results, Path(a.out).with_suffix(".png"))
     md = markdown(results)
-    outp.with_suffix(".md").write_text(md)
+    _report.write(results, a.out, md)
     print(md)
     return results
 

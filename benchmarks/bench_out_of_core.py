@@ -26,8 +26,6 @@ The store is written under ``--tmp`` (default: the system temporary directory) a
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -39,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _data  # noqa: E402
+import _report
 
 M = 10            # classes
 K_DIM = 8         # intrinsic dimension: classes are Gaussian blobs in K_DIM dimensions ...
@@ -148,7 +146,7 @@ def _cache_share(est):
 
 def main(argv=None):
     global SPREAD
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _report.parser(__doc__, "out_of_core.json")
     p.add_argument("--n", type=int, default=1_050_000)
     p.add_argument("--d", type=int, default=2048)
     p.add_argument("--memory-limit", default="900MiB", help="per worker")
@@ -168,7 +166,6 @@ def main(argv=None):
                         "40%% of them still violated the margin after 200 rounds of batch 512, "
                         "in memory too)")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "out_of_core.json"))
     a = p.parse_args(argv)
     SPREAD = a.spread
     if a.quick:
@@ -180,8 +177,8 @@ def main(argv=None):
     from dmcsvm import MulticlassSVC
     from dmcsvm.store import default_rows_per_chunk
 
-    t0 = time.perf_counter()
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "out-of-core training from a zarr store larger than the workers' "
+                      "memory", _report.settings_of(a))
     tmp = tempfile.mkdtemp(prefix="dmcsvm-ooc-", dir=a.tmp)
     limit = parse_bytes(a.memory_limit)
     gamma = 1.0 / (2.0 * K_DIM)                   # about exp(-1) within a class
@@ -264,18 +261,12 @@ def main(argv=None):
                                                               and not res["memory_log_lines"]),
         "peak RSS per worker <= limit": res["peak_rss_over_limit"] <= 1.0,
     }
-    out = {"benchmark": "out-of-core training from a zarr store larger than the workers' memory",
-           "machine": _data.machine_info(), "load_at_start": load0,
-           "load_at_end": _data.other_load(), "results": res, "goals": goals,
-           "script_runtime_s": time.perf_counter() - t0}
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    out = run.envelope(res, goals=goals)
     r, c = res, res["cache"]
     md = [
         "# Out-of-core training (zarr store larger than the workers' memory)", "",
-        f"Machine: {out['machine']['cpu_model']}, {out['machine']['cpu_count']} cores, "
-        f"{out['machine']['mem_gib']} GiB. Load at start {load0}.", "",
+        _report.machine_line(out) + f"  {out['machine']['mem_gib']} GiB.  " + _report.load_line(out),
+        "",
         f"Store: {r['n']:,} x {r['d']} float32, {M} classes (centre spread {r['spread']:g}), {r['store_bytes_on_disk'] / 2**30:.2f} GiB "
         f"on disk; LocalCluster {r['workers']} workers x 1 thread x "
         f"{r['memory_limit_per_worker'] / 2**30:.2f} GiB -> store = "
@@ -287,7 +278,7 @@ def main(argv=None):
         f"| partitions streamed their rows | {r['all_partitions_streamed']} |",
         f"| workers restarted / memory warnings | {r['workers_restarted']} / "
         f"{len(r['memory_log_lines'])} |",
-        f"| peak RSS per worker | " + ", ".join(f"{v / 2**20:.0f} MiB" for v in
+        "| peak RSS per worker | " + ", ".join(f"{v / 2**20:.0f} MiB" for v in
                                                 r['peak_rss_per_worker'].values())
         + f" (limit {r['memory_limit_per_worker'] / 2**20:.0f} MiB) |",
         f"| ns per kernel entry x feature, streamed: kernel blocks (zarr-tier reads included) / all partition work | "
@@ -306,7 +297,7 @@ def main(argv=None):
         f"| compact copies of the active rows written / read from them | "
         f"{c['compact_copies_written']} / {c['compact_bytes_read'] / 2**30:.2f} GiB |",
         "", "Goals: " + "; ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in goals.items()), ""]
-    outp.with_suffix(".md").write_text("\n".join(md))
+    _report.write(out, a.out, "\n".join(md))
     print("\n".join(md))
     return out
 

@@ -21,14 +21,12 @@ the training rows (the test in tests/test_probability.py uses 1500 / 1000 rows).
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 import numpy as np
 
-from _data import (DEFAULT_DATA_DIR, RESULTS_DIR, load_letter, load_usps, machine_info,
-                   stratified_subset)
+import _report
+from _data import load_letter, load_usps, stratified_subset
 
 
 def _scores(y, P, classes):
@@ -98,14 +96,16 @@ def run_dataset(name, Xtr, ytr, Xte, yte, C, n_jobs):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    ap = _report.parser(__doc__, data_dir=True)
     ap.add_argument("--datasets", nargs="+", default=["letter", "usps"])
     ap.add_argument("--n-train", type=int, default=None, help="stratified training subset")
     ap.add_argument("--C", type=float, default=10.0)
     ap.add_argument("--n-jobs", type=int, default=2)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None,
+                    help="result JSON (default results/probability.json, or probability_nN.json "
+                         "with --n-train N); its markdown beside it")
     a = ap.parse_args(argv)
+    run = _report.Run(__file__, "probability", _report.settings_of(a))
     loaders = {"letter": load_letter, "usps": load_usps}
     results = []
     for name in a.datasets:
@@ -115,19 +115,32 @@ def main(argv=None):
         print(f"{name}: {len(ytr)} train / {len(yte)} test", flush=True)
         res = run_dataset(name, Xtr, ytr, Xte, yte, a.C, a.n_jobs)
         results.append(res)
-        print(f"| {'model':42s} | log-loss | vs CCV | Brier  | accuracy | fit s |")
-        for r in res["rows"]:
-            ll = "   -    " if r["log_loss"] is None else f"{r['log_loss']:.4f}  "
-            rel = "   -  " if r["log_loss_vs_ccv"] is None else f"{r['log_loss_vs_ccv']:.3f} "
-            br = "   -  " if r["brier"] is None else f"{r['brier']:.4f}"
-            print(f"| {r['model']:42s} | {ll} | {rel} | {br} | {r['accuracy']:.4f}   | "
-                  f"{r['fit_seconds']:6.1f} |", flush=True)
-    out = a.out or str(RESULTS_DIR / ("probability.json" if not a.n_train
-                                      else f"probability_n{a.n_train}.json"))
-    with open(out, "w") as fh:
-        json.dump({"benchmark": "probability", "machine": machine_info(), "results": results},
-                  fh, indent=1)
+        print("\n".join(table(res)), flush=True)
+    out = a.out or str(_report.RESULTS_DIR / ("probability.json" if not a.n_train
+                                              else f"probability_n{a.n_train}.json"))
+    env = run.envelope(results)
+    _report.write(env, out, markdown(env))
     print(f"written {out}")
+
+
+def table(res) -> list[str]:
+    """The rows of one data set: log-loss (and against CalibratedClassifierCV), Brier, accuracy."""
+    def dash(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    return _report.md_table(
+        ["model", "log-loss", "vs CCV", "Brier", "accuracy", "fit s"],
+        [[r["model"], dash(r["log_loss"], ".4f"), dash(r["log_loss_vs_ccv"], ".3f"),
+          dash(r["brier"], ".4f"), f"{r['accuracy']:.4f}", f"{r['fit_seconds']:.1f}"]
+         for r in res["rows"]])
+
+
+def markdown(out) -> str:
+    L = ["# Probability quality: MulticlassSVC(probability=True) vs scikit-learn", "",
+         _report.machine_line(out), _report.load_line(out), ""]
+    for res in out["results"]:
+        L += [(f"## {res['dataset']} ({res['n_train']} train / {res['n_test']} test, "
+               f"C={res['C']:g})"), "", *table(res), ""]
+    return "\n".join(L)
 
 
 if __name__ == "__main__":

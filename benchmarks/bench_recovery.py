@@ -30,6 +30,7 @@ Usage::
 
     python benchmarks/bench_recovery.py                      # 10000 x 2048, <= 350 rounds, kill at 200
     python benchmarks/bench_recovery.py --n 4000 --rounds 60 --kill-at 50    # a quick look
+    python benchmarks/bench_recovery.py --n 2000 --d 64 --rounds 40 --kill-at 20 --out /tmp/r.json
 """
 
 from __future__ import annotations
@@ -137,32 +138,35 @@ def growth_per_round(rss, lo, hi):
 
 
 def ensure_old(path):
+    """The tree of ``OLD_COMMIT`` at ``path``, exported with ``git archive`` when missing (a plain
+    directory: nothing is registered in the repository, unlike a worktree)."""
     if not os.path.isdir(os.path.join(path, "dmcsvm")):
-        subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", path, OLD_COMMIT],
-                       check=True)
+        os.makedirs(path, exist_ok=True)
+        archive = subprocess.run(["git", "-C", REPO, "archive", OLD_COMMIT], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", path], input=archive, check=True)
     return path
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sys.path.insert(0, HERE)
+    import _report
+    p = _report.parser(__doc__.split("\n")[0], "recovery.json")
     p.add_argument("--n", type=int, default=10000)
     p.add_argument("--d", type=int, default=2048)
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--rounds", type=int, default=350)
     p.add_argument("--kill-at", type=int, default=200)
     p.add_argument("--old", default="/tmp/dmcsvm-old-e32ede4",
-                   help="git worktree of the replaying engine (created when missing)")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "recovery.json"))
+                   help="the replaying engine's tree (exported from git when missing)")
     p.add_argument("--variant", choices=["before", "after"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.variant:
         print(json.dumps(run_variant(a)))
         return
-    sys.path.insert(0, HERE)
-    from _data import machine_info, other_load
-    res = {"machine": machine_info(), "load_before": other_load(),
-           "settings": {k: getattr(a, k) for k in ("n", "d", "batch", "rounds", "kill_at")},
-           "variants": {}}
+    run = _report.Run(__file__, "recovery: replayed log vs rebuild from state",
+                      {k: getattr(a, k) for k in ("n", "d", "batch", "rounds", "kill_at")})
+    variants = {}
     old = ensure_old(a.old)
     args = [sys.executable, os.path.abspath(__file__), "--n", str(a.n), "--d", str(a.d),
             "--batch", str(a.batch), "--rounds", str(a.rounds), "--kill-at", str(a.kill_at)]
@@ -176,20 +180,18 @@ def main():
         v["wall_s"] = time.perf_counter() - t
         v["rss_growth_mb_per_round"] = growth_per_round(v["rss"], 50, a.kill_at)
         v["recovery_s"] = max((t_ for *_, t_ in v["recoveries"]), default=float("nan"))
-        res["variants"][name] = v
+        variants[name] = v
         print(f"{name}: {v['rounds']} rounds, RSS {v['rss'][0][1]:.0f} -> "
               f"{v['rss_final_mb']:.0f} MB ({v['rss_growth_mb_per_round']:.3f} MB/round), "
               f"recovery {v['recovery_s']:.2f} s, dual {v['dual']:.9g}", flush=True)
-    res["load_after"] = other_load()
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
-    write_markdown(res, os.path.splitext(a.out)[0] + ".md")
+    res = run.envelope(variants, old_commit=OLD_COMMIT)
+    _report.write(res, a.out, markdown(res))
 
 
-def write_markdown(res, path):
-    s, b, f = res["settings"], res["variants"]["before"], res["variants"]["after"]
-    mi = res["machine"]
+def markdown(res) -> str:
+    import _report
+    variants = res.get("results") or res["variants"]       # "variants": before the envelope
+    s, b, f = res["settings"], variants["before"], variants["after"]
 
     def rss_at(v, r):
         return min(v["rss"], key=lambda p: abs(p[0] - r))[1]
@@ -220,21 +222,15 @@ def write_markdown(res, path):
          f"{s['rounds']} rounds, LocalCluster 2 workers x 1 thread, 3 partitions; the worker of "
          f"partition 1 killed (SIGKILL) after round {s['kill_at']}.  "
          f"`benchmarks/bench_recovery.py`; before = commit {OLD_COMMIT}.", "",
-         "| | before (replay) | after (state) |", "|---|---:|---:|"]
-    L += [f"| {a} | {x} | {y} |" for a, x, y in rows]
-    git = mi.get("dmcsvm_git") or {}
+         *_report.md_table(["", "before (replay)", "after (state)"], rows)]
     L += ["", "RSS growth after the change is the row bank (X rows of every pattern that entered a "
               "batch, which holds the support vectors: it follows the support set, at most n x d) "
               "and the history; before, each round also logged its message (the batch's X rows "
               "and dB) for the replay.", "",
-          f"Machine: {mi.get('cpu_model', '')}, {mi.get('cpu_count', '')} cores, "
-          f"{mi.get('mem_gib', '')} GiB, {mi.get('platform', '')}, numpy {mi.get('numpy', '')}; "
-          f"after = commit {str(git.get('commit', ''))[:7]}.  1-minute load average before "
-          f"{res['load_before'].get('loadavg_1m', float('nan')):.1f}, after "
-          f"{res['load_after'].get('loadavg_1m', float('nan')):.1f} (other engineers' tests share "
-          f"the 2 cores: times are indicative only, memory is not affected).", ""]
-    with open(path, "w") as fh:
-        fh.write("\n".join(L))
+          _report.machine_line(res) + "  " + _report.load_line(res)
+          + " (other engineers' tests share the 2 cores: times are indicative only, memory is "
+            "not affected).", ""]
+    return "\n".join(L)
 
 
 if __name__ == "__main__":

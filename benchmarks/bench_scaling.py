@@ -44,7 +44,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import scaling_model as sm  # noqa: E402
-from _data import DEFAULT_DATA_DIR, RESULTS_DIR, load_letter, machine_info  # noqa: E402
+import _report
+from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
 
 
 #: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them);
@@ -379,7 +380,7 @@ def main(argv=None):
     ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     ap.add_argument("--repeat", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=None)
-    ap.add_argument("--out", default=str(RESULTS_DIR / "scaling.json"))
+    ap.add_argument("--out", default=str(_report.RESULTS_DIR / "scaling.json"))
     ap.add_argument("--no-letter", action="store_true")
     ap.add_argument("--external", metavar="SCHEDULER",
                     help="only time Dask fits of the blobs problem on this scheduler's workers "
@@ -394,9 +395,9 @@ def main(argv=None):
     quick = a.quick
     repeat = a.repeat or (1 if quick else 2)
     b_max = a.batch_size or (200 if quick else 500)
-    t_start = time.perf_counter()
-    out = {"machine": machine_info(), "quick": quick, "repeat": repeat, "batch_size": b_max,
-           "load_start": load()}
+    run = _report.Run(__file__, "scaling model of a round: unit costs, validation, projection",
+                      _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")))
+    out = {}                 # the envelope's results
     print("unit costs ...", flush=True)
     uc = unit_costs(quick)
     out["unit_costs"] = uc
@@ -554,19 +555,22 @@ def main(argv=None):
                              "speedup_cap": ref["total"] / serial})
     out["projection"] = {"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
                          "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}
-    out["runtime_s"] = time.perf_counter() - t_start
-    out["load_end"] = load()
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     slim(out)
-    with open(a.out, "w") as fh:
-        json.dump(out, fh, indent=1, default=float)
-    print(f"wrote {a.out} ({out['runtime_s']:.0f} s)")
+    out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
+    _report.write(out, a.out)
+    print(f"wrote {a.out} ({out['script_runtime_s']:.0f} s)")
     report(out, Path(a.out))
 
 
 #: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
 KEEP = ("batch", "n_active", "n_viol", "rows_computed", "rows_cached", "t_round", "t_solve",
         "t_parts", "t_kernel", "t_update", "t_select", "dual", "steps")
+
+
+def _body(out):
+    """What a result file measured: the envelope's ``results``, or the file itself (files written
+    before the envelope kept everything at the top)."""
+    return out["results"] if "datasets" in (out.get("results") or {}) else out
 
 
 def slim(out):
@@ -593,7 +597,8 @@ def external(a):
     logs = install_recorder()
     path = Path(a.out)
     out = json.loads(path.read_text())
-    ds = out["datasets"]["blobs"]
+    body = _body(out)
+    ds = body["datasets"]["blobs"]
     b_max = out["batch_size"]
     X, y = blobs(ds["n"], ds["d"], ds["P"])
     client = Client(a.external)
@@ -611,7 +616,7 @@ def external(a):
     client.close()
     base = min(ds["runs"]["inprocess1"], key=lambda r: r["fit_s"])
     base["b_max"] = b_max
-    cd = sm.Costs(**{k: v for k, v in out["costs_dask_here"].items()})
+    cd = sm.Costs(**{k: v for k, v in body["costs_dask_here"].items()})
     bw = a.bw_mbit * 1e6 / 8 if a.bw_mbit else None
     rmed = min(runs, key=lambda r: r["fit_s"])
     pred = sm.predict_fit(cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"],
@@ -629,13 +634,14 @@ def external(a):
              "measured_comm_s": float(np.sum(rmed["history"]["t_round"]) - np.sum(rmed["history"]["t_solve"])
                                       - np.sum(rmed["history"]["t_parts"])),
              "load": [r["load_before"] for r in runs]}
-    out.setdefault("external", []).append(entry)
-    path.write_text(json.dumps(out, indent=1, default=float))
+    body.setdefault("external", []).append(entry)
+    _report.write(out, path)
     print(json.dumps({k: v for k, v in entry.items() if k != "pred_split"}, indent=1))
 
 
 def report(out, path):
     """The summary tables as markdown on stdout (scaling.md is written by hand from them)."""
+    out = _body(out)
     c = out["costs"]
     print("\nconstants:", json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v)
                                        for k, v in c.items()}))
@@ -662,9 +668,7 @@ def report(out, path):
 
 
 def plot(out, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _report.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     ax = axes[0]
     v = out["validation"]
@@ -696,7 +700,7 @@ def plot(out, path):
     ax.set_title("projection, 10 Gb/s, 0.1 ms (line style = design)", fontsize=10)
     ax.legend(fontsize=6, loc="upper left", ncol=1, framealpha=0.8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _report.save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ Run:  python benchmarks/bench_scatter.py [--quick] [--data-dir DIR] [--skip-real
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -45,7 +44,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _data import DEFAULT_DATA_DIR, RESULTS_DIR, machine_info, other_load, scale_minmax  # noqa: E402
+import _report
+from _data import scale_minmax  # noqa: E402
 
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.model_selection import StratifiedKFold, train_test_split  # noqa: E402
@@ -305,10 +305,10 @@ def run_real(names, data_dir):
 
 def markdown(res) -> str:
     out = ["# mScatter-SVM benchmark (bench_scatter.py)", "",
-           f"Machine: {res['machine']['cpu_model']}, {res['machine']['cpu_affinity']} cores usable, "
-           f"git {res['machine']['dmcsvm_git']}. Load at start: {res['load_start']}. "
-           "Timings are noisy (the machine is shared with other work); both sides of each "
-           "comparison ran in the same process.", ""]
+           _report.machine_line(res) + f"  {res['machine']['cpu_affinity']} cores usable.  "
+           + _report.load_line(res) + "  Timings are noisy (the machine is shared with other "
+           "work); both sides of each comparison ran in the same process.", ""]
+    res = dict(res, **(res.get("results") or {}))      # toy / real: in the envelope's results
     if res.get("toy"):
         out += ["## Table 1: toy data (error % / train+test seconds of the best model)", "",
                 "sigma^2 in {0.1, 1, 5} (gamma = 1/(2 sigma^2)); C in {1, 10, 100}; the paper's "
@@ -381,9 +381,8 @@ def markdown(res) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = _report.parser(__doc__.split("\n")[0], data_dir=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-toy", action="store_true")
     ap.add_argument("--classes", type=int, nargs="*", default=None)
@@ -392,33 +391,36 @@ def main():
     ap.add_argument("--narrow-ovr-max-classes", type=int, default=1000,
                     help="run the one-vs-rest grids' sigma^2 = 0.1 column only up to this many "
                          "classes (it is the slowest by far)")
-    ap.add_argument("--out", default="scatter")
+    ap.add_argument("--out", default="scatter",
+                    help="results/<OUT>.json (and .md), or a path ending in .json")
     ap.add_argument("--render", action="store_true",
-                    help="only rewrite results/<out>.md from results/<out>.json")
+                    help="only rewrite the markdown from the JSON of --out")
     args = ap.parse_args()
+    out_path = Path(args.out) if args.out.endswith(".json") else \
+        _report.RESULTS_DIR / f"{args.out}.json"
     if args.render:
-        res = json.loads((RESULTS_DIR / f"{args.out}.json").read_text())
-        (RESULTS_DIR / f"{args.out}.md").write_text(markdown(res))
+        res = json.loads(out_path.read_text())
+        _report.write_text(out_path.with_suffix(".md"), markdown(res))
         print(markdown(res))
         return
+    run = _report.Run(__file__, "mScatter-SVM: toy and real data",
+                      _report.settings_of(args, ("data_dir", "out", "render")))
     classes = args.classes or ([10, 100] if args.quick else [10, 100, 1000])
     real = ["iris", "wine", "glass", "vowel"] if args.quick else \
         ["iris", "wine", "glass", "vowel", "segment", "dna", "satimage"]
-    res = {"machine": machine_info(), "load_start": other_load(), "quick": args.quick,
-           "ours_ovr_max_classes": args.ours_ovr_max_classes,
-           "narrow_ovr_max_classes": args.narrow_ovr_max_classes}
     # warm the numba caches so that no timed fit pays for compilation
     Xw, yw = checkerboard(4)
     ScatterSVC(gamma=1.0).fit(Xw, yw)
     OneVsRestSVC(gamma=1.0).fit(Xw, yw)
+    results = {}
     if not args.skip_toy:
-        res["toy"] = run_toy(classes, args.ours_ovr_max_classes, args.narrow_ovr_max_classes)
+        results["toy"] = run_toy(classes, args.ours_ovr_max_classes, args.narrow_ovr_max_classes)
     if not args.skip_real:
-        res["real"] = run_real(real, args.data_dir)
-    res["load_end"] = other_load()
-    RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / f"{args.out}.json").write_text(json.dumps(res, indent=1, default=float))
-    (RESULTS_DIR / f"{args.out}.md").write_text(markdown(res))
+        results["real"] = run_real(real, args.data_dir)
+    res = run.envelope(results, quick=args.quick,
+                       ours_ovr_max_classes=args.ours_ovr_max_classes,
+                       narrow_ovr_max_classes=args.narrow_ovr_max_classes)
+    _report.write(res, out_path, markdown(res))
     print(markdown(res))
 
 

@@ -33,8 +33,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 import time
@@ -45,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report
 
 SELECTIONS = ("kkt", "amg", "bmg")
 THRESHOLDS = ("mean", "max", "log")
@@ -109,9 +108,7 @@ def run_one(X, y, Xte, yte, *, C, gamma, selection, threshold, cache, batch_size
 
 def plot(runs, batch_size, caches, path, n, dstar):
     """Two columns (full cache / small cache); top: dual vs time, bottom: D* - D vs time (log)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _report.pyplot()
     from matplotlib.ticker import NullFormatter
     colors = {"kkt": "tab:red", "amg": "tab:green", "bmg": "tab:blue"}
     styles = {"mean": "-", "max": "--", "log": ":"}
@@ -143,14 +140,11 @@ def plot(runs, batch_size, caches, path, n, dstar):
                  + (" (sequential; the three threshold curves of a selection are the same rounds)"
                     if batch_size == 1 else ""), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _report.save_figure(fig, path, dpi=100)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "selection.json"))
+    p = _report.parser(__doc__, "selection.json", data_dir=True)
     p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--n-jobs", type=int, default=2)
     p.add_argument("--C", type=float, default=10.0)
@@ -163,8 +157,8 @@ def main(argv=None):
     p.add_argument("--selections", default=",".join(SELECTIONS))
     p.add_argument("--thresholds", default=",".join(THRESHOLDS))
     a = p.parse_args(argv)
-    t0 = time.perf_counter()
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "pattern selection / threshold / cache (Aiolli & Sperduti 2005 "
+                      "Figs. 8-10)", _report.settings_of(a))
     out_path = Path(a.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -232,42 +226,44 @@ def main(argv=None):
                       "dual": [_g(v, 8) for v in r["_dual"][idx]]}
         del r["_elapsed"], r["_dual"]
 
-    out = {
-        "benchmark": "pattern selection / threshold / cache (Aiolli & Sperduti 2005 Figs. 8-10)",
-        "machine": _data.machine_info(),
-        "load_at_start": load0, "load_at_end": _data.other_load(),
-        "setup": {"data": f"USPS train, stratified subset of {n} (random_state=0); test: full "
-                          f"USPS test ({Xte.shape[0]})", "dtype": "float32", "kernel": "rbf",
-                  "C": a.C, "gamma": gamma, "gamma_note": "'scale' on the subset",
-                  "optimizer": a.optimizer, "tol": a.tol, "gap_tol": a.gap_tol,
-                  "max_iter": a.max_iter, "n_jobs": a.n_jobs, "n_partitions": n_parts,
-                  "caches_mb": dict(caches), "cache_note":
-                      f"small cache = {a.cache_rows} columns per partition of ceil(n/n_parts) "
-                      f"float32 rows each; full = every column (at least 200 MB)",
-                  "batch_sizes": batches, "mu": 0.5,
-                  "log_cooling": "theta_t = 0.999 / log10(t + 10)"},
-        "best_dual": dstar,
-        "thresholds_give_identical_dual_sequence": same,
-        "runs": runs,
-        "figures": pngs,
-        "script_runtime_s": time.perf_counter() - t0,
-    }
-    out_path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-
+    out = run.envelope(
+        runs,
+        setup={"data": f"USPS train, stratified subset of {n} (random_state=0); test: full "
+                       f"USPS test ({Xte.shape[0]})", "dtype": "float32", "kernel": "rbf",
+               "C": a.C, "gamma": gamma, "gamma_note": "'scale' on the subset",
+               "optimizer": a.optimizer, "tol": a.tol, "gap_tol": a.gap_tol,
+               "max_iter": a.max_iter, "n_jobs": a.n_jobs, "n_partitions": n_parts,
+               "caches_mb": dict(caches), "cache_note":
+                   f"small cache = {a.cache_rows} columns per partition of ceil(n/n_parts) "
+                   f"float32 rows each; full = every column (at least 200 MB)",
+               "batch_sizes": batches, "mu": 0.5,
+               "log_cooling": "theta_t = 0.999 / log10(t + 10)"},
+        best_dual=dstar, thresholds_give_identical_dual_sequence=same, figures=pngs)
+    md = markdown(out)
+    _report.write(out, out_path, md, compact=True)
     print()
-    print("| batch | cache | selection-threshold | fit s | rounds | t to 99.9% D* | t to 99.99% D* "
-          "| rows computed / cached | test acc |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
-    f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    for r in runs:
-        print(f"| {r['batch_size']} | {r['cache']} | {r['selection'].upper()}-{r['threshold'].upper()}"
-              f" | {r['fit_time_s']:.2f} | {r['rounds']} | {f(r['time_to_99.9pct_dual_s'])} | "
-              f"{f(r['time_to_99.99pct_dual_s'])} | {r['kernel_rows_computed']} / "
-              f"{r['kernel_rows_cached']} | {100 * r['test_accuracy']:.2f} |")
-    print(f"\nidentical dual sequences over thresholds: {same}")
+    print(md)
     print(f"wrote {out_path} ({out_path.stat().st_size / 1024:.0f} KB), {pngs}; "
           f"{out['script_runtime_s']:.0f} s")
     return out
+
+
+def markdown(out) -> str:
+    """The runs as a table: fit time, rounds, time to 99.9 / 99.99 % of the best dual."""
+    f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    rows = [[r["batch_size"], r["cache"], f"{r['selection'].upper()}-{r['threshold'].upper()}",
+             f"{r['fit_time_s']:.2f}", r["rounds"], f(r["time_to_99.9pct_dual_s"]),
+             f(r["time_to_99.99pct_dual_s"]),
+             f"{r['kernel_rows_computed']} / {r['kernel_rows_cached']}",
+             f"{100 * r['test_accuracy']:.2f}"] for r in out["results"]]
+    return "\n".join(
+        ["# Pattern selection, threshold and cache (USPS subset)", "",
+         _report.machine_line(out), _report.load_line(out), "",
+         *_report.md_table(["batch", "cache", "selection-threshold", "fit s", "rounds",
+                            "t to 99.9% D*", "t to 99.99% D*", "rows computed / cached",
+                            "test acc"], rows, "rll" + "r" * 6),
+         "", ("Identical dual sequences over thresholds: "
+              f"{out['thresholds_give_identical_dual_sequence']}"), ""])
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -34,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report
 from bench_mprotsvm import cs_primal  # noqa: E402
 
 GOAL_PRIMAL_REL = 1e-3
@@ -115,14 +114,10 @@ def run_set(name, a, log):
 
 
 def markdown(res):
-    m = res["machine"]
     lines = ["# Linear Crammer-Singer: dmcsvm vs LIBLINEAR (issue 14 item 3)", "",
-             f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['platform']}; dmcsvm commit "
-             f"{((m.get('dmcsvm_git') or {}).get('commit') or '?')[:10]}"
-             f"{' + local changes' if (m.get('dmcsvm_git') or {}).get('library_modified') else ''}; "
-             f"scikit-learn {m['sklearn']}.  Load at start {res['load_at_start']}, at end "
-             f"{res['load_at_end']} (a shared box: fit times are the minimum of "
-             f"{res['settings']['repeats']} interleaved runs).", "",
+             _report.machine_line(res, ("numpy", "sklearn")),
+             _report.load_line(res) + f"  (A shared box: fit times are the minimum of "
+             f"{res['settings']['repeats']} interleaved runs.)", "",
              "dmcsvm: `MulticlassSVC(kernel='linear', C)` at its defaults (tol=1e-3, sequential dual "
              "method on explicit prototypes).  LIBLINEAR: `LinearSVC(multi_class='crammer_singer', "
              f"fit_intercept=False, C, tol={res['settings']['ll_tol']}, "
@@ -130,7 +125,7 @@ def markdown(res):
              "| set | n x d | C | dmcsvm fit s | LIBLINEAR fit s | ratio | primal rel. diff | "
              "dmcsvm passes / gap | LIBLINEAR iter | test acc dmcsvm / LIBLINEAR | load 1m |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
-    for r in res["rows"]:
+    for r in res.get("results") or res["rows"]:          # "rows": before the envelope
         D, L = r["dmcsvm"], r["liblinear"]
         lines.append(f"| {r['set']} | {r['n']} x {r['d']} | {r['C']:g} | {D['fit_s']:.3f} | "
                      f"{L['fit_s']:.3f} | {r['ratio']:.2f} | {100 * r['primal_rel_diff']:+.4f} % | "
@@ -145,9 +140,7 @@ def markdown(res):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "vs_liblinear.json"))
+    p = _report.parser(__doc__, "vs_liblinear.json", data_dir=True)
     p.add_argument("--sets", default="digits,letter,usps,dna")
     p.add_argument("--C", action="append", default=[], metavar="SET=C",
                    help=f"C of a set (default {DEFAULT_C})")
@@ -165,23 +158,16 @@ def main(argv=None):
     from dmcsvm import MulticlassSVC      # warm-up: numba compilation / cache loading
     Xw, yw, _, _ = _data.load_digits_split()
     MulticlassSVC(kernel="linear", C=0.1).fit(Xw[:300], yw[:300])
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "linear Crammer-Singer vs LIBLINEAR", _report.settings_of(a))
     rows = [run_set(s, a, log) for s in a.sets.split(",") if s]
-    res = {"benchmark": "linear Crammer-Singer vs LIBLINEAR", "machine": _data.machine_info(),
-           "load_at_start": load0, "load_at_end": _data.other_load(),
-           "settings": {k: v for k, v in vars(a).items() if k not in ("data_dir", "out")},
-           "rows": rows}
+    res = run.envelope(rows)
     worst_p = max(r["primal_rel_diff"] for r in rows)
     worst_r = max(r["ratio"] for r in rows)
     res["goals"] = {"primal_within_0.1pct": {"value": round(100 * worst_p, 4),
                                              "met": bool(worst_p <= GOAL_PRIMAL_REL)},
                     "fit_ratio_le_1": {"value": round(worst_r, 2), "met": bool(worst_r <= GOAL_RATIO)}}
-    res["script_runtime_s"] = time.perf_counter() - t0
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(res, indent=1, default=float) + "\n")
     md = markdown(res)
-    outp.with_suffix(".md").write_text(md)
+    _report.write(res, a.out, md)
     print(md)
     return res
 

@@ -32,8 +32,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 import warnings
@@ -43,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report
 
 CACHE_MB = 200
 N_JOBS = 2
@@ -129,7 +128,7 @@ def run_dataset(name, cfg, repeat, extra):
     Xtr, ytr, Xte, yte = cfg["data"]
     C, gamma = cfg["C"], cfg["gamma"]
     _warmup(Xtr, ytr, C, gamma)
-    res = {"validation": cfg.get("validation"), "load_before": _data.other_load(),
+    res = {"validation": cfg.get("validation"), "load_before": _report.other_load(),
            "n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]),
            "n_features": int(Xtr.shape[1]), "n_classes": int(np.unique(ytr).shape[0]),
            "C": C, "gamma": gamma, "gamma_note": cfg["gamma_note"], "split": cfg["split"],
@@ -231,39 +230,25 @@ def table(results) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
-    p.add_argument("--out", default=str(_data.RESULTS_DIR / "vs_libsvm.json"))
+    p = _report.parser(__doc__, "vs_libsvm.json", data_dir=True)
     p.add_argument("--datasets", default="letter,usps,satimage,pendigits,dna",
                    help="comma separated: digits,letter,usps,satimage,pendigits,dna")
     p.add_argument("--tol", type=float, default=None, help="dmcsvm tol (default: its default)")
     p.add_argument("--gap-tol", type=float, default=None, help="dmcsvm gap_tol")
     p.add_argument("--repeat", type=int, default=1, help="timed runs per fit/predict (min is kept)")
     a = p.parse_args(argv)
-    t0 = time.perf_counter()
-    load0 = _data.other_load()
+    run = _report.Run(__file__, "dmcsvm vs scikit-learn SVC (LIBSVM)", _report.settings_of(a))
     results = {}
     for name, cfg in _datasets(a.data_dir, a.datasets.split(",")).items():
         print(f"[{name}] running ...", flush=True)
         extra = {k: v for k, v in (("tol", a.tol), ("gap_tol", a.gap_tol)) if v is not None}
         results[name] = run_dataset(name, cfg, a.repeat, extra)
-    out = {
-        "benchmark": "dmcsvm vs scikit-learn SVC (LIBSVM)",
-        "machine": _data.machine_info(),
-        "load_at_start": load0, "load_at_end": _data.other_load(),
-        "repeat": a.repeat,
-        "results": results,
-        "goals": goals(results),
-        "script_runtime_s": time.perf_counter() - t0,
-    }
-    outp = Path(a.out)
-    outp.parent.mkdir(parents=True, exist_ok=True)
-    outp.write_text(json.dumps(out, indent=1) + "\n")
+    out = run.envelope(results, repeat=a.repeat, goals=goals(results))
     tab = table(results)
-    m = out["machine"]
-    md = [f"# dmcsvm vs scikit-learn SVC (LIBSVM)", "",
-          f"Machine: {m['cpu_model']}, {m['cpu_count']} cores, {m['platform']}; numpy {m['numpy']}, "
-          f"scikit-learn {m['sklearn']}, dmcsvm {m['dmcsvm']}. Same RBF kernel, C, gamma, "
+    md = ["# dmcsvm vs scikit-learn SVC (LIBSVM)", "",
+          _report.machine_line(out, ("numpy", "sklearn", "dmcsvm")) + "  " + _report.load_line(out),
+          "",
+          f"Same RBF kernel, C, gamma, "
           f"cache_size={CACHE_MB} MB; dmcsvm defaults otherwise, n_jobs={N_JOBS}, float32 input; "
           f"SVC float64. One timed run each (`--repeat {a.repeat}`), after an untimed warm-up. "
           f"dmcsvm stopping: tol={a.tol if a.tol is not None else 'default'}, "
@@ -276,8 +261,8 @@ def main(argv=None):
         md += ["", "Goals (issue 14): " + "; ".join(
             f"{k}: " + ", ".join(f"{g} {'met' if ok else 'NOT met'}" for g, ok in v.items())
             for k, v in out["goals"].items())]
-    md += ["", f"Other load: {load0}. Script runtime {out['script_runtime_s']:.1f} s.", ""]
-    outp.with_suffix(".md").write_text("\n".join(md))
+    md += ["", f"Script runtime {out['script_runtime_s']:.1f} s.", ""]
+    outp = _report.write(out, a.out, "\n".join(md))
     print(tab)
     for k, v in out["goals"].items():
         print(f"goals {k}: {v}")
