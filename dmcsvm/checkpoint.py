@@ -49,7 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .file_modes import default_mode
-from .runtime_params import RUNTIME_PARAMS
+from .runtime_params import RESUME_MAY_CHANGE
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
            "load_checkpoint", "resume_state", "parse_every", "CheckpointSession",
@@ -59,10 +59,6 @@ CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
 CHECKPOINT_VERSION = 2
 """Version written: 2 adds a checksum of every array and the data's fingerprint; 1 is still read."""
 _GROUP = re.compile(r"^ckpt-(\d+)\.zarr$")
-
-# estimator parameters a run may resume with other values of: where it runs (the one list in
-# runtime_params) and the round limit
-RESUME_MAY_CHANGE = RUNTIME_PARAMS | {"max_iter", "warm_start"}
 
 
 def parse_every(every):

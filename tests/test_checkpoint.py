@@ -81,16 +81,40 @@ def test_resume_gives_the_same_model(digits, full, tmp_path):
     assert_same_model(full, resumed, [Xtr, Xte], KW["C"])
 
 
-def test_resume_from_a_store(digits, full, tmp_path):
+def _store_run(digits, tmp_path):
+    """A store of the digits, the model trained on it, and a checkpoint of a run of it cut
+    after 40 rounds: ``(store, model, checkpoint directory)``."""
     from dmcsvm.store import write_arrays
-    Xtr, ytr, Xte, _ = digits
+    Xtr, ytr, _, _ = digits
     store = tmp_path / "d.zarr"
     write_arrays(store, Xtr, ytr, rows_per_chunk=128)
     ref = MulticlassSVC(**KW).fit(str(store))
     ck = tmp_path / "ck"
     _interrupted(str(store), None, ck, rounds=40, every=10)
+    return store, ref, ck
+
+
+def test_resume_from_a_store(digits, full, tmp_path):
+    Xtr, _, Xte, _ = digits
+    store, ref, ck = _store_run(digits, tmp_path)
     resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10 ** 6,
                             resume=True).fit(str(store))
+    assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
+
+
+def test_resume_accepts_other_runtime_settings(digits, tmp_path):
+    """Where the data and the column cache live (runtime_params) is not part of a checkpoint: a
+    run resumes with another cache_dir, disk_cache_size and data_in_memory and ends as the
+    uninterrupted run."""
+    from dmcsvm.runtime_params import RESUME_MAY_CHANGE, RUNTIME_PARAMS
+    assert {"cache_dir", "disk_cache_size", "data_in_memory"} <= RUNTIME_PARAMS <= RESUME_MAY_CHANGE
+    Xtr, _, Xte, _ = digits
+    store, ref, ck = _store_run(digits, tmp_path)
+    (tmp_path / "cache").mkdir()
+    resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10 ** 6, resume=True,
+                            cache_dir=str(tmp_path / "cache"), disk_cache_size=1.0,
+                            data_in_memory=False).fit(str(store))
+    assert load_checkpoint(ck).rounds == 40
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 
 

@@ -199,6 +199,27 @@ def test_demo_still_runs():
     assert res["accuracy"] > 0.95 and res["executor"] == "in-process threads"
 
 
+def test_demo_options_follow_the_estimator():
+    """demo builds its options from MulticlassSVC's signature as train does: with no options its
+    model has the estimator's defaults but the documented DEMO_DEFAULTS."""
+    from dmcsvm import MulticlassSVC
+    from dmcsvm.cli import build_parser
+    from dmcsvm.cli.demo import DEMO_DEFAULTS, _model_from_args
+    a = build_parser(["demo"]).parse_args(["demo"])
+    got = _model_from_args(a).get_params()
+    want = dict(MulticlassSVC().get_params(), **{k: v for k, (v, _) in DEMO_DEFAULTS.items()})
+    assert got == want
+    a = build_parser(["demo"]).parse_args(["demo", "--gamma", "0.02", "--max-iter", "5",
+                                           "--no-shrinking", "--verbose"])
+    got = _model_from_args(a).get_params()
+    assert (got["gamma"], got["max_iter"], got["shrinking"], got["verbose"]) == (0.02, 5, False, True)
+    import argparse
+    sub = next(x for x in build_parser(["demo"])._actions
+               if isinstance(x, argparse._SubParsersAction)).choices["demo"]
+    helps = {x.dest: x.help for x in sub._actions}
+    assert "MulticlassSVC's is 1.0" in helps["est__C"]
+
+
 # ---------------------------------------------------------------------------------- bad input
 
 def test_missing_file(tmp_path):

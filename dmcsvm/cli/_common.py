@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
+import json
 import os
+import re
 import sys
 import tempfile
 
 import numpy as np
 
 from ..file_modes import current_umask, default_mode, give_default_mode  # noqa: F401
+from ..runtime_params import CLI_OPTIONS
 
 FORMATS = ("auto", "zarr", "svmlight", "csv", "npy")
 
@@ -337,3 +341,137 @@ def cluster_client(a):
         kw["memory_limit"] = a.memory_limit
     with LocalCluster(**kw) as cluster, Client(cluster) as client:
         yield client
+
+
+# ------------------------------------------------------------------ estimator parameters as options
+# (``dmcsvm train`` makes one option per constructor parameter of any estimator; ``dmcsvm demo``
+# the same for MulticlassSVC, with a few defaults of its own)
+
+def parse_value(text: str):
+    """A parameter value from the command line: int, float, true/false/none, JSON, else text."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    if t[:1] in "[{\"":
+        try:
+            return json.loads(t)
+        except ValueError:
+            pass
+    return t
+
+
+
+
+def param_defaults(cls) -> dict:
+    """``{parameter: default}`` of an estimator's constructor (its signature)."""
+    sig = inspect.signature(cls.__init__)
+    return {k: p.default for k, p in sig.parameters.items()
+            if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+# meanings of parameters whose docstring entry gives only the type
+_MEANINGS = {
+    "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
+              "linear <x, z>.",
+    "gamma": "Kernel coefficient of rbf and poly, resolved like scikit-learn's SVC "
+             "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
+    "degree": "Degree of the polynomial kernel.",
+    "coef0": "Independent term of the polynomial kernel.",
+    "verbose": f"Show the progress of the fit (set by {CLI_OPTIONS['verbose']}).",
+}
+_ENTRY = re.compile(r"^(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:\s*(?P<spec>.*)$")
+
+
+def param_docs(cls) -> dict:
+    """``{parameter: (allowed values, meaning)}`` from the numpydoc ``Parameters`` section of
+    an estimator's docstring (reST markup dropped)."""
+    doc = inspect.getdoc(cls) or ""
+    start = doc.find("Parameters\n----------")
+    if start < 0:
+        return {}
+    lines = doc[start:].splitlines()[2:]
+    out, current = {}, None
+    for line in lines:
+        if line and not line.startswith(" "):
+            m = _ENTRY.match(line)
+            if not m:
+                break                       # the next section
+            names = [n.strip() for n in m.group("names").split(",")]
+            spec = re.sub(r",?\s*default\s*=.*$", "", m.group("spec")).strip().rstrip(",")
+            current = {"names": names, "spec": spec, "text": []}
+            for n in names:
+                out[n] = current
+        elif current is not None and line.strip():
+            current["text"].append(line.strip())
+    plain = {}
+    for n, e in out.items():
+        text = " ".join(e["text"]).replace("``", "")
+        text = re.sub(r":(?:class|mod|func|meth|attr):`~?([^`]+)`", r"\1", text)
+        plain[n] = (e["spec"].replace("``", ""), text)
+    return plain
+
+
+def param_help(name, default, docs, fallback, note=None) -> str:
+    """The help of ``--NAME``: what it means, the values it takes, its default (and ``note`` on
+    it, where a command's default differs from the estimator's).  A parameter
+    documented only by its type, or "as in" another estimator, takes its meaning from
+    :data:`_MEANINGS` or the default estimator's docstring."""
+    spec, text = docs.get(name, ("", ""))
+    if not text or re.search(r"\bas in\b", text):
+        fspec, ftext = fallback.get(name, ("", ""))
+        text = _MEANINGS.get(name) or ftext or text
+        spec = spec or fspec
+    if name in _MEANINGS and _MEANINGS[name].split()[0] not in text:
+        text = f"{_MEANINGS[name]} {text}"
+    spec = re.sub(r"(,\s*)?\boptional\b", "", spec).strip(" ,")
+    flag = name.replace("_", "-")
+    if isinstance(default, bool):
+        allowed, dflt = f"--{flag} or --no-{flag}", f"--{flag}" if default else f"--no-{flag}"
+    else:
+        allowed = spec or "a number, true/false, none, JSON or text"
+        dflt = "none" if default is None else repr(default)
+    text = text.strip()
+    if text and not text.endswith("."):
+        text += "."
+    if note:
+        dflt = f"{dflt} ({note})"
+    return f"{text} Allowed: {allowed}. Default: {dflt}.".replace("%", "%%")
+
+
+def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=None):
+    """One option per constructor parameter of ``cls`` but ``skip`` (``--NAME``, also
+    ``--dashed-name``; booleans as ``--NAME/--no-NAME``; values by :func:`parse_value`) into
+    ``group``, stored as ``est__NAME`` (read back by :func:`estimator_params`).
+
+    Without an entry in ``defaults`` an option is only stored when given (the estimator's own
+    default applies); with one, that value is the command's default, shown in the help with
+    ``notes[NAME]``.  Parameters that ``cls`` documents only by type take their meaning from
+    ``fallback_cls``'s docstring."""
+    defaults, notes = defaults or {}, notes or {}
+    docs, fallback = param_docs(cls), param_docs(fallback_cls)
+    for p, default in param_defaults(cls).items():
+        if p in skip:
+            continue
+        flags = [f"--{p}"] + ([f"--{p.replace('_', '-')}"] if "_" in p else [])
+        shown = defaults.get(p, default)
+        text = param_help(p, shown, docs, fallback, notes.get(p))
+        value = defaults.get(p, argparse.SUPPRESS)
+        if isinstance(default, bool):
+            group.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
+                               default=value, help=text)
+        else:
+            group.add_argument(*flags, dest=f"est__{p}", type=parse_value, default=value,
+                               metavar="V", help=text)
+
+
+def estimator_params(a) -> dict:
+    """The estimator parameters that the options of :func:`add_param_options` hold."""
+    return {k[len("est__"):]: v for k, v in vars(a).items() if k.startswith("est__")}

@@ -7,53 +7,33 @@ import time
 
 import numpy as np
 
+from ..runtime_params import CLI_OPTIONS
+from ._common import add_param_options, estimator_params, param_defaults
+
+#: where the demo's defaults differ from MulticlassSVC's, and why (said in --help): a first run
+#: on digits should be quick and accurate
+DEMO_DEFAULTS = {
+    "C": (10.0, "digits wants a larger C"),
+    "gap_tol": (1e-2, "a first run stops at a 1% duality gap"),
+    "batch_size": (1000, "digits has 1347 training rows"),
+}
+
 
 def _model_from_args(a):
     from ..estimators import MulticlassSVC
-    gamma = a.gamma if a.gamma in ("scale", "auto") else float(a.gamma)
-    return MulticlassSVC(C=a.C, kernel=a.kernel, gamma=gamma, degree=a.degree, coef0=a.coef0,
-                         optimizer=a.optimizer, selection=a.selection, threshold=a.threshold,
-                         tol=a.tol, gap_tol=a.gap_tol, cache_size=a.cache_size,
-                         batch_size=a.batch_size, max_iter=a.max_iter, verbose=a.verbose,
-                         n_jobs=a.n_jobs)
+    return MulticlassSVC(**estimator_params(a), verbose=a.verbose)
 
 
 def _add_model_args(p):
-    g = p.add_argument_group("model (MulticlassSVC; see dmcsvm train --help for more)")
-    g.add_argument("--C", type=float, default=10.0,
-                   help="upper bound on every pattern's dual weight; a number > 0 (default 10)")
-    g.add_argument("--kernel", default="rbf", choices=["rbf", "poly", "linear"],
-                   help="kernel function: rbf, poly or linear (default rbf)")
-    g.add_argument("--gamma", default="scale",
-                   help="kernel coefficient of rbf and poly: 'scale', 'auto' or a number > 0 "
-                        "(default scale)")
-    g.add_argument("--degree", type=int, default=3,
-                   help="degree of the poly kernel; an integer >= 1 (default 3)")
-    g.add_argument("--coef0", type=float, default=0.0,
-                   help="independent term of the poly kernel; a number (default 0)")
-    g.add_argument("--optimizer", default="exact",
-                   choices=["exact", "opt_kkt", "fixed_point", "basic", "all_pairs"],
-                   help="per-pattern optimizer (default exact)")
-    g.add_argument("--selection", default="bmg", choices=["bmg", "amg", "kkt"],
-                   help="pattern selection value (default bmg)")
-    g.add_argument("--threshold", default="mean", choices=["mean", "max", "exp", "linear", "log"],
-                   help="per-round threshold on the selection value (default mean)")
-    g.add_argument("--tol", type=float, default=1e-3,
-                   help="stop when every pattern's KKT violation is <= tol; a number > 0 "
-                        "(default 0.001)")
-    g.add_argument("--gap-tol", dest="gap_tol", type=float, default=1e-2,
-                   help="also stop when the relative duality gap is <= this; a number >= 0, "
-                        "0 disables (default 0.01)")
-    g.add_argument("--cache-size", dest="cache_size", type=float, default=200.0,
-                   help="kernel-column cache in MB; a number >= 0 (default 200)")
-    g.add_argument("--batch-size", dest="batch_size", type=int, default=1000,
-                   help="patterns optimized per round; an integer >= 1 (default 1000)")
-    g.add_argument("--max-iter", dest="max_iter", type=int, default=-1,
-                   help="maximum number of rounds; an integer >= 1, or -1 for no limit "
-                        "(default -1)")
-    g.add_argument("--n-jobs", dest="n_jobs", type=int, default=None,
-                   help="threads of the in-process executor (with --in-process); a non-zero "
-                        "integer (default: every core)")
+    """One option per parameter of MulticlassSVC, as ``dmcsvm train`` makes them, but those of
+    where it runs (the demo starts its own cluster) and with :data:`DEMO_DEFAULTS`."""
+    from ..estimators import MulticlassSVC
+    sig = param_defaults(MulticlassSVC)
+    g = p.add_argument_group("parameters of MulticlassSVC (as in the Python API and dmcsvm train)")
+    add_param_options(g, MulticlassSVC, MulticlassSVC, skip=CLI_OPTIONS,
+                      defaults={k: v for k, (v, _) in DEMO_DEFAULTS.items()},
+                      notes={k: f"the demo's: {why}; MulticlassSVC's is {sig[k]!r}"
+                             for k, (_, why) in DEMO_DEFAULTS.items()})
     g.add_argument("--verbose", action="store_true",
                    help="show a progress bar of the rounds (default: off)")
 
@@ -117,6 +97,7 @@ def cmd_demo(a) -> int:
     else:
         # the product's main job: a LocalCluster of worker processes started for this run
         import os
+
         from distributed import Client, LocalCluster
         workers = a.local_workers or min(os.cpu_count() or 1, 4)
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,

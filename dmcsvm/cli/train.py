@@ -10,47 +10,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import math
 import os
-import re
 import time
 
 import numpy as np
 
-from ._common import (UsageError, add_cluster_options, add_input_options, as_store,
-                      atomic_file, check_cluster_options, check_output, cluster_client,
-                      fits_stores, give_default_mode, plural, read_arrays,
-                      stderr_is_tty)
+from ..runtime_params import CLI_OPTIONS
+from ._common import (UsageError, add_cluster_options, add_input_options, add_param_options,
+                      as_store, atomic_file, check_cluster_options, check_output, cluster_client,
+                      estimator_params, fits_stores, give_default_mode, param_defaults,
+                      parse_value, plural, read_arrays, stderr_is_tty)
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
-# parameters set by the dedicated options below, not by --NAME
-_DEDICATED = {"client": "--scheduler / --local-workers", "n_workers": "--local-workers",
-              "threads_per_worker": "--threads-per-worker", "memory_limit": "--memory-limit",
-              "verbose": "--progress / --no-progress", "checkpoint": "--checkpoint",
-              "checkpoint_every": "--checkpoint-every", "resume": "--resume"}
-
-
-def parse_value(text: str):
-    """A parameter value from the command line: int, float, true/false/none, JSON, else text."""
-    t = text.strip()
-    low = t.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    if t[:1] in "[{\"":
-        try:
-            return json.loads(t)
-        except ValueError:
-            pass
-    return t
+# the runtime parameters set by the dedicated options below, not by --NAME (one list:
+# runtime_params, which also tells model files and checkpoints to leave them out)
+_DEDICATED = CLI_OPTIONS
 
 
 def _estimator_class(name):
@@ -59,78 +35,6 @@ def _estimator_class(name):
     if name not in reg:
         raise UsageError(f"unknown estimator {name!r} (choose from {', '.join(sorted(reg))})")
     return reg[name]
-
-
-def _param_defaults(cls) -> dict:
-    sig = inspect.signature(cls.__init__)
-    return {k: p.default for k, p in sig.parameters.items()
-            if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-
-
-# meanings of parameters whose docstring entry gives only the type
-_MEANINGS = {
-    "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
-              "linear <x, z>.",
-    "gamma": "Kernel coefficient of rbf and poly, resolved like scikit-learn's SVC "
-             "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
-    "degree": "Degree of the polynomial kernel.",
-    "coef0": "Independent term of the polynomial kernel.",
-    "verbose": "Show the progress of the fit (set by --progress / --no-progress).",
-}
-_ENTRY = re.compile(r"^(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:\s*(?P<spec>.*)$")
-
-
-def _param_docs(cls) -> dict:
-    """``{parameter: (allowed values, meaning)}`` from the numpydoc ``Parameters`` section of
-    an estimator's docstring (reST markup dropped)."""
-    doc = inspect.getdoc(cls) or ""
-    start = doc.find("Parameters\n----------")
-    if start < 0:
-        return {}
-    lines = doc[start:].splitlines()[2:]
-    out, current = {}, None
-    for line in lines:
-        if line and not line.startswith(" "):
-            m = _ENTRY.match(line)
-            if not m:
-                break                       # the next section
-            names = [n.strip() for n in m.group("names").split(",")]
-            spec = re.sub(r",?\s*default\s*=.*$", "", m.group("spec")).strip().rstrip(",")
-            current = {"names": names, "spec": spec, "text": []}
-            for n in names:
-                out[n] = current
-        elif current is not None and line.strip():
-            current["text"].append(line.strip())
-    plain = {}
-    for n, e in out.items():
-        text = " ".join(e["text"]).replace("``", "")
-        text = re.sub(r":(?:class|mod|func|meth|attr):`~?([^`]+)`", r"\1", text)
-        plain[n] = (e["spec"].replace("``", ""), text)
-    return plain
-
-
-def _param_help(name, default, docs, fallback) -> str:
-    """The help of ``--NAME``: what it means, the values it takes, its default.  A parameter
-    documented only by its type, or "as in" another estimator, takes its meaning from
-    :data:`_MEANINGS` or the default estimator's docstring."""
-    spec, text = docs.get(name, ("", ""))
-    if not text or re.search(r"\bas in\b", text):
-        fspec, ftext = fallback.get(name, ("", ""))
-        text = _MEANINGS.get(name) or ftext or text
-        spec = spec or fspec
-    if name in _MEANINGS and _MEANINGS[name].split()[0] not in text:
-        text = f"{_MEANINGS[name]} {text}"
-    spec = re.sub(r"(,\s*)?\boptional\b", "", spec).strip(" ,")
-    flag = name.replace("_", "-")
-    if isinstance(default, bool):
-        allowed, dflt = f"--{flag} or --no-{flag}", f"--{flag}" if default else f"--no-{flag}"
-    else:
-        allowed = spec or "a number, true/false, none, JSON or text"
-        dflt = "none" if default is None else repr(default)
-    text = text.strip()
-    if text and not text.endswith("."):
-        text += "."
-    return f"{text} Allowed: {allowed}. Default: {dflt}.".replace("%", "%%")
 
 
 def add_parser(sub, argv=None):
@@ -166,19 +70,7 @@ def add_parser(sub, argv=None):
     add_input_options(t)
     g = t.add_argument_group(
         f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)")
-    docs = _param_docs(reg[name])
-    fallback = _param_docs(reg[DEFAULT_ESTIMATOR])
-    for p, default in _param_defaults(reg[name]).items():
-        if p in _DEDICATED:
-            continue
-        flags = [f"--{p}"] + ([f"--{p.replace('_', '-')}"] if "_" in p else [])
-        text = _param_help(p, default, docs, fallback)
-        if isinstance(default, bool):
-            g.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
-                           default=argparse.SUPPRESS, help=text)
-        else:
-            g.add_argument(*flags, dest=f"est__{p}", type=parse_value, default=argparse.SUPPRESS,
-                           metavar="V", help=text)
+    add_param_options(g, reg[name], reg[DEFAULT_ESTIMATOR], skip=_DEDICATED)
     t.set_defaults(func=run)
     return t
 
@@ -186,8 +78,8 @@ def add_parser(sub, argv=None):
 def build_estimator(a):
     """The estimator of ``a.estimator`` with the parameters of the command line."""
     cls = _estimator_class(a.estimator)
-    known = _param_defaults(cls)
-    params = {k[len("est__"):]: v for k, v in vars(a).items() if k.startswith("est__")}
+    known = param_defaults(cls)
+    params = estimator_params(a)
     for item in a.param:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
