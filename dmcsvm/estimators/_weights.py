@@ -1,0 +1,167 @@
+"""``class_weight`` and ``sample_weight``: per-pattern upper bounds of the duals.
+
+As in LIBSVM and scikit-learn's ``SVC``, a weight rescales ``C`` for one pattern: pattern ``i``
+gets the box
+
+    C_i = C * class_weight[y_i] * sample_weight_i
+
+in place of ``C`` (Crammer–Singer 2001 Eq. 5 / Aiolli–Sperduti 2005 Eq. 11:
+``alpha_i^{y_i} = sum_{r in N_i} alpha_i^r <= C_i``; Platt's binary box ``0 <= a_i <= C_i``).
+In the primal this is the slack term ``sum_i C_i xi_i``: a pattern of integer weight ``w`` is
+``w`` copies of it (the optimum's decision function is the same).
+
+A pattern of weight 0 has ``C_i = 0``: its coefficients are fixed at 0, it is never selected and
+adds nothing to the primal, so the optimum is that of the data without it (it may still be
+read and have its scores computed; it is never a support pattern).
+
+:func:`pattern_bounds` validates both weights and returns ``C_i``, or ``None`` when every weight
+is 1, so an unweighted fit runs exactly the code and arithmetic it runs without weights.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import NonFiniteError
+
+__all__ = ["check_sample_weight", "class_weights", "pattern_bounds"]
+
+#: numpydoc paragraphs shared by the estimators' docstrings
+CLASS_WEIGHT_DOC = """\
+    class_weight : dict, 'balanced' or None, default=None
+        Weight of each class, scikit-learn's meaning: pattern ``i``'s dual box becomes
+        ``C * class_weight[y_i]`` (times its ``sample_weight``), i.e. its slack counts that many
+        times in the primal.  A dict maps labels of the training data to weights >= 0 (labels
+        not in it weigh 1); ``'balanced'`` is ``n_samples / (n_classes * bincount(y))``."""
+
+SAMPLE_WEIGHT_DOC = """\
+        sample_weight : array-like of shape (n_samples,), optional
+            Per-row weights >= 0 (finite): row ``i``'s dual box is ``C * class_weight[y_i] *
+            sample_weight[i]``; an integer weight ``w`` acts as ``w`` copies of the row and a
+            weight 0 removes it (its coefficients stay 0).  With a zarr store and no
+            ``sample_weight``, the store's optional ``sample_weight`` array is used."""
+
+
+def class_weights(class_weight, classes, y_idx) -> np.ndarray:
+    """Weight of every class index (float64, shape ``(len(classes),)``) for ``class_weight``
+    None, ``'balanced'`` or a dict ``{label: weight}`` (labels must be in ``classes``)."""
+    m = len(classes)
+    classes = [_plain(c) for c in classes]
+    if class_weight is None:
+        return np.ones(m)
+    if isinstance(class_weight, str):
+        if class_weight != "balanced":
+            raise ValueError(f"class_weight must be a dict, 'balanced' or None, got "
+                             f"{class_weight!r}")
+        counts = np.bincount(np.asarray(y_idx, dtype=np.int64), minlength=m).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            return np.where(counts > 0, float(len(y_idx)) / (m * counts), 1.0)
+    if not isinstance(class_weight, dict):
+        raise ValueError(f"class_weight must be a dict, 'balanced' or None, got "
+                         f"{type(class_weight).__name__} {class_weight!r}")
+    cw = np.ones(m)
+    exact = {_plain(c): j for j, c in enumerate(classes)}
+    as_text = {str(_plain(c)): j for j, c in enumerate(classes)}
+    for label, w in class_weight.items():
+        j = exact.get(_plain(label))
+        if j is None and isinstance(label, str):
+            j = as_text.get(label)               # a JSON dict (CLI) has string keys
+        if j is None:
+            raise ValueError(f"class_weight has the label {label!r}, which is not a class of the "
+                             f"training data (classes: {list(classes)})")
+        if isinstance(w, bool) or not isinstance(w, numbers.Real):
+            raise ValueError(f"class_weight[{label!r}] must be a number, got {w!r}")
+        if not np.isfinite(w):
+            raise NonFiniteError(f"class_weight[{label!r}] is {float(w)!r}; weights must be "
+                                 f"finite")
+        if w < 0:
+            raise ValueError(f"class_weight[{label!r}] is {w!r}; weights must be >= 0")
+        cw[j] = float(w)
+    return cw
+
+
+def _plain(label):
+    """A label as a Python value (``np.int64(1)`` -> ``1``), so numpy and Python labels agree."""
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def check_sample_weight(sample_weight, n: int) -> np.ndarray | None:
+    """``sample_weight`` as a float64 vector of length ``n`` (None stays None), refusing a wrong
+    shape, non-numbers, NaN/inf (:class:`~dmcsvm.errors.NonFiniteError`, naming the row) and
+    negative weights (naming the row)."""
+    if sample_weight is None:
+        return None
+    if hasattr(sample_weight, "compute"):            # a dask array or series
+        sample_weight = sample_weight.compute()
+    try:
+        sw = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"sample_weight must hold numbers: {exc}") from None
+    if sw.ndim != 1:
+        raise ValueError(f"sample_weight must be 1-dimensional (one weight per row), got shape "
+                         f"{sw.shape}")
+    if sw.shape[0] != n:
+        raise ValueError(f"sample_weight has {sw.shape[0]} weights for {n} rows; it needs one per "
+                         f"row")
+    bad = ~np.isfinite(sw)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise NonFiniteError(f"sample_weight[{i}] is {float(sw[i])!r}; weights must be finite")
+    neg = sw < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise ValueError(f"sample_weight[{i}] is {float(sw[i])!r}; weights must be >= 0")
+    return sw
+
+
+def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
+    """Per-pattern dual upper bounds ``C_i = C * class_weight[y_i] * sample_weight_i``.
+
+    Parameters
+    ----------
+    C : float
+        The estimator's ``C`` (for ScatterSVC its ``mu``).
+    y_idx : ndarray of int, shape (n,)
+        Class index of every row (into ``classes``).
+    n_classes : int
+    classes : sequence
+        The labels (``classes[y_idx[i]]`` is row ``i``'s label); dict keys must be among them.
+    class_weight : dict, 'balanced' or None
+    sample_weight : array-like of shape (n,) or None
+
+    Returns
+    -------
+    ndarray of float64, shape (n,), or None
+        ``C_i``; None when every weight is 1 (the unweighted problem, bit for bit).
+
+    Raises
+    ------
+    ValueError
+        Unknown label in a dict, a weight < 0, a wrong shape or length, every weight 0, or a
+        class whose rows all weigh 0 (the dual of that class would be empty).
+    NonFiniteError
+        A NaN or infinite weight.
+    """
+    y_idx = np.asarray(y_idx, dtype=np.int64)
+    n = y_idx.shape[0]
+    classes = [_plain(c) for c in classes]
+    if len(classes) != n_classes:
+        raise ValueError(f"{len(classes)} class labels for {n_classes} classes")
+    cw = class_weights(class_weight, classes, y_idx)
+    sw = check_sample_weight(sample_weight, n)
+    if np.all(cw == 1.0) and (sw is None or np.all(sw == 1.0)):
+        return None
+    w = cw[y_idx] if sw is None else cw[y_idx] * sw
+    if not np.any(w > 0):
+        raise ValueError("class_weight and sample_weight give every row weight 0; at least one "
+                         "row of each class needs a positive weight")
+    per_class = np.bincount(y_idx, weights=w, minlength=n_classes)
+    present = np.bincount(y_idx, minlength=n_classes) > 0
+    empty = np.flatnonzero(present & ~(per_class > 0))
+    if empty.size:
+        label = classes[int(empty[0])]
+        raise ValueError(f"class {label!r} has weight 0 on every one of its rows (class_weight "
+                         f"and sample_weight); give it a positive weight or leave its rows out")
+    return float(C) * w
