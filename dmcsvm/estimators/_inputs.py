@@ -51,6 +51,8 @@ class TrainingData:
     dtype: np.dtype
     align: int = 1
     var: float | None = None         # X.var() over all entries, for gamma='scale'
+    #: the store's optional per-row weights (its ``sample_weight`` array), None otherwise
+    sample_weight: np.ndarray | None = None
 
     def gamma(self, gamma) -> float:
         """The kernel coefficient, resolved as scikit-learn's SVC does."""
@@ -101,8 +103,10 @@ def training_data(est, X, y) -> TrainingData:
         src = StoreSource(info.url, info.n_samples, info.n_features, info.rows_per_chunk,
                           row_bytes)
         var = _store_var(info) if getattr(est, "gamma", None) == "scale" else None
+        from ..store import read_sample_weight
         return TrainingData(src, labels, info.n_samples, info.n_features, info.sparse,
-                            np.dtype(np.float32), info.rows_per_chunk, var)
+                            np.dtype(np.float32), info.rows_per_chunk, var,
+                            read_sample_weight(info))
     if is_dask(X):
         import dask.array as da
         if X.ndim != 2:

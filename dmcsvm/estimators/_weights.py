@@ -26,22 +26,58 @@ import numpy as np
 
 from ..errors import NonFiniteError
 
-__all__ = ["check_sample_weight", "class_weights", "pattern_bounds"]
+__all__ = ["check_sample_weight", "class_weights", "fit_bounds", "pattern_bounds"]
 
-#: numpydoc paragraphs shared by the estimators' docstrings
-CLASS_WEIGHT_DOC = """\
-    class_weight : dict, 'balanced' or None, default=None
-        Weight of each class, scikit-learn's meaning: pattern ``i``'s dual box becomes
-        ``C * class_weight[y_i]`` (times its ``sample_weight``), i.e. its slack counts that many
-        times in the primal.  A dict maps labels of the training data to weights >= 0 (labels
-        not in it weigh 1); ``'balanced'`` is ``n_samples / (n_classes * bincount(y))``."""
+#: numpydoc descriptions shared by the estimators' docstrings (:func:`weights_doc`)
+CLASS_WEIGHT_DOC = (
+    "Weight of each class, scikit-learn's meaning: pattern ``i``'s dual box becomes ``{bound} * "
+    "class_weight[y_i]`` (times its ``sample_weight``), i.e. {meaning}.  A dict maps labels of "
+    "the training data to weights >= 0 (labels not in it weigh 1); ``'balanced'`` is "
+    "``n_samples / (n_classes * bincount(y))``.")
 
-SAMPLE_WEIGHT_DOC = """\
-        sample_weight : array-like of shape (n_samples,), optional
-            Per-row weights >= 0 (finite): row ``i``'s dual box is ``C * class_weight[y_i] *
-            sample_weight[i]``; an integer weight ``w`` acts as ``w`` copies of the row and a
-            weight 0 removes it (its coefficients stay 0).  With a zarr store and no
-            ``sample_weight``, the store's optional ``sample_weight`` array is used."""
+SAMPLE_WEIGHT_DOC = (
+    "Per-row weights >= 0 (finite): row ``i``'s dual box is ``{bound} * class_weight[y_i] * "
+    "sample_weight[i]`` ({where}); {meaning}.  A weight 0 removes the row (its coefficient stays "
+    "0).  With a zarr store and no ``sample_weight``, the store's optional ``sample_weight`` "
+    "array is used (``write_arrays(..., sample_weight=...)``).")
+
+_MEANINGS = {
+    "C": ("its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
+          "an integer weight ``w`` acts as ``w`` copies of the row"),
+    "mu": ("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)``",
+           "weights cap how much of its class mean a row may carry"),
+}
+
+
+def _para(head, text, indent):
+    import textwrap
+    body = textwrap.fill(text, width=96, initial_indent=" " * (indent + 4),
+                         subsequent_indent=" " * (indent + 4))
+    return " " * indent + head + "\n" + body + "\n"
+
+
+def weights_doc(where: str, bound: str = "C"):
+    """Class decorator: document ``class_weight`` (before ``Attributes`` in the class
+    docstring) and ``fit``'s ``sample_weight`` with what the weight means for the dual box
+    ``bound`` (``'C'`` or ``'mu'``) of the equation ``where``."""
+    cw_meaning, sw_meaning = _MEANINGS[bound]
+
+    def deco(cls):
+        doc = cls.__doc__ or ""
+        para = _para("class_weight : dict, 'balanced' or None, default=None",
+                     CLASS_WEIGHT_DOC.format(bound=bound, meaning=cw_meaning), 4)
+        mark = "\n    Attributes\n"
+        cls.__doc__ = doc.replace(mark, "\n" + para + mark, 1) if mark in doc else doc + para
+        fit = cls.__dict__.get("fit")
+        if fit is not None and fit.__doc__ and "sample_weight :" not in fit.__doc__:
+            sw = _para("sample_weight : array-like of shape (n_samples,), optional",
+                       SAMPLE_WEIGHT_DOC.format(bound=bound, where=where, meaning=sw_meaning), 8)
+            body = fit.__doc__.rstrip()
+            if "Parameters\n" not in body:
+                body += "\n\n        Parameters\n        ----------"
+            fit.__doc__ = body + "\n" + sw + "        "
+        return cls
+    return deco
 
 
 def class_weights(class_weight, classes, y_idx) -> np.ndarray:
@@ -165,3 +201,15 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
         raise ValueError(f"class {label!r} has weight 0 on every one of its rows (class_weight "
                          f"and sample_weight); give it a positive weight or leave its rows out")
     return float(C) * w
+
+
+def fit_bounds(est, td, C, y_idx, classes, sample_weight):
+    """``pattern_bounds`` for ``est.fit``: ``est.class_weight`` and the explicit
+    ``sample_weight``, else the training store's ``sample_weight`` array (``td.sample_weight``).
+    Sets ``est.class_weight_`` (the weight of every class, scikit-learn's attribute)."""
+    if sample_weight is None:
+        sample_weight = getattr(td, "sample_weight", None)
+    class_weight = getattr(est, "class_weight", None)
+    bounds = pattern_bounds(C, y_idx, len(classes), classes, class_weight, sample_weight)
+    est.class_weight_ = class_weights(class_weight, classes, y_idx)
+    return bounds
