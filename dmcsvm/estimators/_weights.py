@@ -44,8 +44,10 @@ SAMPLE_WEIGHT_DOC = (
 _MEANINGS = {
     "C": ("its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
           "an integer weight ``w`` acts as ``w`` copies of the row"),
-    "mu": ("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)``",
-           "weights cap how much of its class mean a row may carry"),
+    "mu": ("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)`` "
+           "(``sum_{i in c} a_i = 1``); class sizes in the range of ``mu`` are summed weights",
+           "an integer weight ``w`` acts as ``w`` copies of the row (copies of one point carry "
+           "their class mean together: only the sum of their ``a_i`` matters)"),
 }
 
 
@@ -56,10 +58,11 @@ def _para(head, text, indent):
     return " " * indent + head + "\n" + body + "\n"
 
 
-def weights_doc(where: str, bound: str = "C"):
+def weights_doc(where: str, bound: str = "C", class_doc: bool = True):
     """Class decorator: document ``class_weight`` (before ``Attributes`` in the class
     docstring) and ``fit``'s ``sample_weight`` with what the weight means for the dual box
-    ``bound`` (``'C'`` or ``'mu'``) of the equation ``where``."""
+    ``bound`` (``'C'`` or ``'mu'``) of the equation ``where`` (``class_doc=False``: ``fit``
+    only)."""
     cw_meaning, sw_meaning = _MEANINGS[bound]
 
     def deco(cls):
@@ -67,7 +70,8 @@ def weights_doc(where: str, bound: str = "C"):
         para = _para("class_weight : dict, 'balanced' or None, default=None",
                      CLASS_WEIGHT_DOC.format(bound=bound, meaning=cw_meaning), 4)
         mark = "\n    Attributes\n"
-        cls.__doc__ = doc.replace(mark, "\n" + para + mark, 1) if mark in doc else doc + para
+        if class_doc and "class_weight :" not in doc:
+            cls.__doc__ = doc.replace(mark, "\n" + para + mark, 1) if mark in doc else doc + para
         fit = cls.__dict__.get("fit")
         if fit is not None and fit.__doc__ and "sample_weight :" not in fit.__doc__:
             sw = _para("sample_weight : array-like of shape (n_samples,), optional",
@@ -206,10 +210,13 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
 def fit_bounds(est, td, C, y_idx, classes, sample_weight):
     """``pattern_bounds`` for ``est.fit``: ``est.class_weight`` and the explicit
     ``sample_weight``, else the training store's ``sample_weight`` array (``td.sample_weight``).
-    Sets ``est.class_weight_`` (the weight of every class, scikit-learn's attribute)."""
+    Sets ``est.class_weight_`` (the weight of every class, scikit-learn's attribute) and
+    ``td.sample_weight`` to the weights used (``gamma='scale'`` counts rows that many times).
+    Call it before ``td.gamma``."""
     if sample_weight is None:
         sample_weight = getattr(td, "sample_weight", None)
     class_weight = getattr(est, "class_weight", None)
     bounds = pattern_bounds(C, y_idx, len(classes), classes, class_weight, sample_weight)
+    td.sample_weight = check_sample_weight(sample_weight, len(y_idx))
     est.class_weight_ = class_weights(class_weight, classes, y_idx)
     return bounds

@@ -261,11 +261,11 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         if classes.shape[0] < 2:
             raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
                              f"the data contains only one class: {classes.tolist()[0]!r}")
+        row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
-        row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx.astype(np.int64),
                                             row_C)

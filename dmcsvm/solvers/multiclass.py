@@ -257,13 +257,13 @@ def primal_slack(agg, C) -> float:
     return agg["sum_Cxi"] if "sum_Cxi" in agg else C * agg["sum_xi"]
 
 
-def batch_bounds(agg, pick, C):
+def batch_bounds(agg, pick, C, key="cand_C"):
     """Dual upper bounds of the batch rows ``pick`` of the merged candidates: the scalar ``C``
     when every one of them has it (always without weights: the arithmetic of an unweighted
     solve), else their per-row ``C_i`` (``cand_C``, reported by the partitions that own them).
     Batch solvers (``pattern.solve_batch``, ``solve_working_set``, a ``batch_solver``) take
-    either."""
-    Cb = agg.get("cand_C")
+    either (as do the SMO decomposition's, whose partitions report ``cand_U``)."""
+    Cb = agg.get(key)
     if Cb is None:
         return float(C)
     Cb = np.ascontiguousarray(Cb[pick], dtype=np.float64)
