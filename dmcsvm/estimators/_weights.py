@@ -33,7 +33,8 @@ CLASS_WEIGHT_DOC = (
     "Weight of each class, scikit-learn's meaning: pattern ``i``'s dual box becomes ``{bound} * "
     "class_weight[y_i]`` (times its ``sample_weight``), i.e. {meaning}.  A dict maps labels of "
     "the training data to weights >= 0 (labels not in it weigh 1); ``'balanced'`` is "
-    "``n_samples / (n_classes * bincount(y))``.")
+    "``n_samples / (n_classes * bincount(y))``.  On the command line: ``--class-weight balanced`` "
+    "or a JSON object such as ``--class-weight '{{\"1\": 5}}'``.")
 
 SAMPLE_WEIGHT_DOC = (
     "Per-row weights >= 0 (finite): row ``i``'s dual box is ``{bound} * class_weight[y_i] * "
@@ -44,10 +45,10 @@ SAMPLE_WEIGHT_DOC = (
 _MEANINGS = {
     "C": ("its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
           "an integer weight ``w`` acts as ``w`` copies of the row"),
-    "mu": ("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)`` "
-           "(``sum_{i in c} a_i = 1``); class sizes in the range of ``mu`` are summed weights",
-           "an integer weight ``w`` acts as ``w`` copies of the row (copies of one point carry "
-           "their class mean together: only the sum of their ``a_i`` matters)"),
+    "mu": (("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)`` "
+            "(``sum_{i in c} a_i = 1``); class sizes in the range of ``mu`` are summed weights"),
+           ("an integer weight ``w`` acts as ``w`` copies of the row (copies of one point carry "
+            "their class mean together: only the sum of their ``a_i`` matters)")),
 }
 
 
@@ -108,6 +109,8 @@ def class_weights(class_weight, classes, y_idx) -> np.ndarray:
         j = exact.get(_plain(label))
         if j is None and isinstance(label, str):
             j = as_text.get(label)               # a JSON dict (CLI) has string keys
+            if j is None:
+                j = _numeric_key(label, exact)
         if j is None:
             raise ValueError(f"class_weight has the label {label!r}, which is not a class of the "
                              f"training data (classes: {list(classes)})")
@@ -120,6 +123,15 @@ def class_weights(class_weight, classes, y_idx) -> np.ndarray:
             raise ValueError(f"class_weight[{label!r}] is {w!r}; weights must be >= 0")
         cw[j] = float(w)
     return cw
+
+
+def _numeric_key(text, exact):
+    """Class index of a numeric class equal to the number ``text`` spells ('1' for 1.0)."""
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return exact.get(int(v) if v.is_integer() else v)
 
 
 def _plain(label):
@@ -195,14 +207,14 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
         return None
     w = cw[y_idx] if sw is None else cw[y_idx] * sw
     if not np.any(w > 0):
-        raise ValueError("class_weight and sample_weight give every row weight 0; at least one "
-                         "row of each class needs a positive weight")
+        raise ValueError("every row has weight zero (class_weight and sample_weight); at least "
+                         "one row of each class needs a positive weight")
     per_class = np.bincount(y_idx, weights=w, minlength=n_classes)
     present = np.bincount(y_idx, minlength=n_classes) > 0
     empty = np.flatnonzero(present & ~(per_class > 0))
     if empty.size:
         label = classes[int(empty[0])]
-        raise ValueError(f"class {label!r} has weight 0 on every one of its rows (class_weight "
+        raise ValueError(f"class {label!r} has weight zero on every one of its rows (class_weight "
                          f"and sample_weight); give it a positive weight or leave its rows out")
     return float(C) * w
 

@@ -159,12 +159,21 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not np.isfinite(mu):
             raise ValueError(f"mu must be 'auto' or a finite number, got {mu!r}")
 
-    def _check_mu(self, counts):
-        n_min = counts.min()            # (summed weights with sample/class weights)
+    def _check_mu(self, counts, weighted=False):
+        """``mu`` resolved and checked against the class sizes ``counts`` (with weights: the
+        summed weights ``W_c``; then ``mu`` has no upper limit, since caps ``mu w_i >= 1`` are
+        inactive, and 1/W_min may exceed 1 when weights are small)."""
+        n_min = counts.min()
         n_min = int(n_min) if float(n_min).is_integer() else float(n_min)
         lo = 1.0 / n_min
-        if isinstance(self.mu, str):          # 'auto': nu = 0.5
-            return float(min(1.0, max(lo, 2.0 * counts.shape[0] / counts.sum())))
+        if isinstance(self.mu, str):          # 'auto': nu = 0.5 (lo <= 1 without weights)
+            return float(max(lo, min(1.0, 2.0 * counts.shape[0] / counts.sum())))
+        if weighted:
+            if not lo * (1.0 - 1e-12) <= self.mu:
+                raise ValueError(f"mu must satisfy mu >= 1/W_min with weights; for this data "
+                                 f"(smallest summed class weight W_min = {n_min}) that is mu >= "
+                                 f"{lo:.6g}, got {self.mu!r}")
+            return float(max(self.mu, lo))
         if not (lo * (1.0 - 1e-12) <= self.mu <= 1.0):
             raise ValueError(f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
                              f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
@@ -186,7 +195,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         w = fit_bounds(self, td, 1.0, y_idx, classes, sample_weight)
         counts = np.bincount(y_idx, minlength=m) if w is None else \
             np.bincount(y_idx, weights=w, minlength=m)
-        mu = self._check_mu(counts)
+        mu = self._check_mu(counts, weighted=w is not None)
         row_mu = None if w is None else mu * w
         s = DecompositionSettings(U=mu, w_same=(m - 1) / m, w_diff=-1.0 / m, p=0.0, n_groups=m,
                                   tol=float(self.tol), selection=self.selection,
