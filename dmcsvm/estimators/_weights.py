@@ -39,8 +39,10 @@ CLASS_WEIGHT_DOC = (
 SAMPLE_WEIGHT_DOC = (
     "Per-row weights >= 0 (finite): row ``i``'s dual box is ``{bound} * class_weight[y_i] * "
     "sample_weight[i]`` ({where}); {meaning}.  A weight 0 removes the row (its coefficient stays "
-    "0).  With a zarr store and no ``sample_weight``, the store's optional ``sample_weight`` "
-    "array is used (``write_arrays(..., sample_weight=...)``).")
+    "0).  ``gamma='scale'`` takes the variance of X with rows counted by their weights (unlike "
+    "scikit-learn's SVC), so that integer weights and repeated rows give the same kernel.  With "
+    "a zarr store and no ``sample_weight``, the store's optional ``sample_weight`` array is "
+    "used (``write_arrays(..., sample_weight=...)``).")
 
 _MEANINGS = {
     "C": ("its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
