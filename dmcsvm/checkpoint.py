@@ -505,7 +505,7 @@ class CheckpointSession:
         self.first_msg = first_msg
 
     @classmethod
-    def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None):
+    def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None, row_C=None):
         directory = getattr(est, "checkpoint", None)
         resume = getattr(est, "resume", False)
         if resume not in (True, False):
@@ -522,6 +522,10 @@ class CheckpointSession:
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
         params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
         params["data_fingerprint"] = data_fingerprint(X, y_idx)
+        if row_C is not None:
+            # the per-pattern bounds C_i (class_weight, sample_weight): a resume with other
+            # weights is another problem (absent without weights: older checkpoints still match)
+            params["weights_crc32"] = int(_crc(np.ascontiguousarray(row_C, dtype=np.float64)))
         ckpt = Checkpointer(directory, rounds, seconds, settings=params)
         state, first_msg, resumed = None, None, None
         if resume and has_checkpoint(directory):

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["NonFiniteError", "check_finite_round", "check_finite_rows"]
+__all__ = ["NonFiniteError", "check_finite_round", "check_finite_rows", "check_sample_weight"]
 
 _CAUSE = ("the likely cause is non-finite or overflowing input (values so large that squared "
           "norms or kernel values overflow) or an extreme kernel parameter; scale the features "
@@ -42,3 +42,32 @@ def check_finite_rows(what: str, first_row: int, values: np.ndarray, rows=None) 
     j = int(np.flatnonzero(~ok)[0])
     r = int(rows[j]) if rows is not None else first_row + j
     raise NonFiniteError(f"training row {r}: {what} is {float(values[j])!r}; {_CAUSE}")
+
+
+def check_sample_weight(sample_weight, n: int) -> np.ndarray | None:
+    """``sample_weight`` as a float64 vector of length ``n`` (None stays None), refusing a wrong
+    shape, non-numbers, NaN/inf (:class:`~dmcsvm.errors.NonFiniteError`, naming the row) and
+    negative weights (naming the row)."""
+    if sample_weight is None:
+        return None
+    if hasattr(sample_weight, "compute"):            # a dask array or series
+        sample_weight = sample_weight.compute()
+    try:
+        sw = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"sample_weight must hold numbers: {exc}") from None
+    if sw.ndim != 1:
+        raise ValueError(f"sample_weight must be 1-dimensional (one weight per row), got shape "
+                         f"{sw.shape}")
+    if sw.shape[0] != n:
+        raise ValueError(f"sample_weight has {sw.shape[0]} weights for {n} rows; it needs one per "
+                         f"row")
+    bad = ~np.isfinite(sw)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise NonFiniteError(f"sample_weight[{i}] is {float(sw[i])!r}; weights must be finite")
+    neg = sw < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise ValueError(f"sample_weight[{i}] is {float(sw[i])!r}; weights must be >= 0")
+    return sw

@@ -8,8 +8,14 @@ uncentred data (``loc=100``, 2 features, random labels).  Without a bias the ker
 nearly rank one (condition number ~1e6) and the dual decomposition converges extremely slowly
 (~100k rounds reach less than 10 % of the optimal dual); the unbounded default ``max_iter=-1`` would
 run for minutes.  The check only needs two identical fits, which a bounded run still gives.
+
+``check_sample_weight_equivalence_*`` compares a weighted fit with a fit on repeated rows to
+``rtol=1e-7``: both must be the optimum, not two points within ``tol`` of it, so those checks run
+each configuration with ``tol=1e-10`` and no round limit (scikit-learn runs its own LinearSVC
+check with ``tol=1e-12`` for the same reason).
 """
 
+from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC,
@@ -35,11 +41,40 @@ ESTIMATORS = [
 
 
 def _expected_failed_checks(estimator):
-    """No check is expected to fail for any configuration."""
+    """``check_class_weight_classifiers`` (class 0 weighted 1000, the others 1e-4, on noisy blobs
+    around the origin; at least 87 % of test points must be predicted as class 0) is the only
+    check expected to fail, for two models whose ``class_weight`` cannot mean that:
+
+    * a linear Crammer–Singer machine has no bias: its class regions are cones at the origin,
+      and the optimum predicts class 0 for 54 % / 60 % of the test points (2 / 3 classes), as
+      LIBLINEAR does (``LinearSVC(multi_class='crammer_singer', fit_intercept=False)``: the
+      same 0.54 / 0.60);
+    * ScatterSVC's weights scale the caps ``mu_i`` of the class-mean weights (Jenssen et al.
+      Eq. 6): a heavy class may concentrate its mean on few points, a light one is pushed to
+      its centroid; no class's region grows with its weight.
+
+    Every other check passes (strict xfail: an entry here must really fail)."""
+    why = {"check_class_weight_classifiers": "class_weight does not favour a class in this "
+                                             "model (see _expected_failed_checks)"}
+    if isinstance(estimator, ScatterSVC):
+        return why
+    if isinstance(estimator, MulticlassSVC) and estimator.kernel == "linear":
+        return why
     return {}
+
+
+#: settings of the sample-weight equivalence checks (see the module docstring)
+_EXACT = {"tol": 1e-10, "max_iter": -1}
+
+
+def _check_name(check):
+    return getattr(getattr(check, "func", check), "__name__", "")
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks,
                          xfail_strict=True)
 def test_sklearn_compatible(estimator, check):
+    if _check_name(check).startswith("check_sample_weight_equivalence"):
+        estimator = clone(estimator).set_params(
+            **{k: v for k, v in _EXACT.items() if k in estimator.get_params()})
     check(estimator)

@@ -49,7 +49,10 @@ def add_parser(sub, argv=None):
         name = known.estimator
     t = sub.add_parser("train", help="train an estimator on a store or a LIBSVM/CSV/.npy file",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy file")
+    t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
+                                "file; a store's optional 'sample_weight' array (one weight per "
+                                "row, see write_arrays(sample_weight=...)) is used as "
+                                "fit(sample_weight=...) automatically")
     t.add_argument("-o", "--output", "--model", dest="output", required=True,
                    help="model to write: NAME.npz (one file) or a directory (zarr group)")
     t.add_argument("--estimator", default=DEFAULT_ESTIMATOR, metavar="NAME",
@@ -151,8 +154,8 @@ class _ProblemHistories:
     def __enter__(self):
         inner = self.est._fit_problems
 
-        def fit_problems(td, problems):
-            out = inner(td, problems)
+        def fit_problems(td, problems, *args, **kw):
+            out = inner(td, problems, *args, **kw)
             self.histories = [r[3].history for r in out]
             return out
         self.est._fit_problems = fit_problems
@@ -202,8 +205,10 @@ def run(a) -> int:
             if fits_stores(est):
                 est.fit(info.url)
             else:
+                from ..store import read_sample_weight
                 X, y = read_arrays(info)
-                est.fit(X, y)
+                sw = read_sample_weight(info)
+                est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
         fit_s = time.perf_counter() - t
         if "client" in est.get_params(deep=False):
             est.set_params(client=None)      # where it trained is not part of the model

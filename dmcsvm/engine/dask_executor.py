@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Future, futures_of, wait
 
-from .executor import partition_bounds
+from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
 from .partition import Partition, PartitionSettings, pack_message
 from .rows import DaskSource, StoreRows
@@ -256,8 +256,10 @@ class DaskExecutor:
         return snap
 
     # ---------------------------------------------------------------- start
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
-        """Create one partition per row block on its worker.
+    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition,
+              row_C=None):
+        """Create one partition per row block on its worker (with its rows' dual bounds
+        ``row_C[lo:hi]`` when ``row_C``, one per row, is given).
 
         ``X`` is an in-memory array (each block is scattered to its worker), a
         :class:`~dmcsvm.engine.rows.StoreSource` (each worker reads its own rows from the zarr
@@ -284,6 +286,8 @@ class DaskExecutor:
             else:
                 blocks = [X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi] for lo, hi in bounds]
             blocks, part_settings = self._plan_memory(blocks, bounds, placement, settings, X)
+            part_settings = [with_row_bounds(ps, row_C, lo, hi)
+                             for ps, (lo, hi) in zip(part_settings, bounds)]
             self._settings, self._partition_cls = part_settings, partition_cls
             futs = []
             for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):

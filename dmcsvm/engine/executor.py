@@ -27,6 +27,14 @@ def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, in
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
+def with_row_bounds(settings: PartitionSettings, row_C, lo: int, hi: int) -> PartitionSettings:
+    """``settings`` of the partition of rows ``[lo, hi)``, holding those rows' bounds ``C_i``
+    when there are per-row bounds (``row_C`` not None)."""
+    if row_C is None:
+        return settings
+    return replace(settings, row_C=np.ascontiguousarray(row_C[lo:hi], dtype=np.float64))
+
+
 class InProcessExecutor:
     """Partitions held in this process; a round runs them on a thread pool (numba and BLAS
     release the GIL).  BLAS is limited to one thread while partitions live (engine.threads) so that
@@ -48,9 +56,11 @@ class InProcessExecutor:
         self.parts: list[Partition] = []
         self._pool = None
 
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition):
+    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition,
+              row_C=None):
         """Create the partitions (``partition_cls``, :class:`Partition` or a subclass with the same
-        constructor) over rows of ``X`` (ndarray, CSR or a store row source)."""
+        constructor) over rows of ``X`` (ndarray, CSR or a store row source).  ``row_C``
+        (optional, one dual bound per row) is split so that each partition holds its rows'."""
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
         if sp.issparse(X):
@@ -61,7 +71,8 @@ class InProcessExecutor:
             rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
             if isinstance(rows, StoreRows) and settings.x_in_memory is False:
                 rows = replace(rows, stream=True)
-            self.parts.append(partition_cls(k, lo, hi, rows, yp[lo:hi], cls[lo:hi], settings))
+            self.parts.append(partition_cls(k, lo, hi, rows, yp[lo:hi], cls[lo:hi],
+                                            with_row_bounds(settings, row_C, lo, hi)))
         return self
 
     def step(self, msg: dict) -> list[dict]:

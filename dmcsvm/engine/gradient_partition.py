@@ -50,6 +50,12 @@ class GradientPartition(Partition):
         self._set_problem(np.asarray(yp), self.cls)
 
     # ---------------------------------------------------------------- problem state
+    def _bounds(self):
+        """The box of every row: the scalar ``U``, or the rows' own bounds ``U_i`` (weighted
+        patterns, ``settings.row_C``: they hold for every problem on these partitions and take
+        the place of ``U``)."""
+        return self.U if self.Crow is None else self.Crow
+
     def _set_problem(self, signs, grp):
         n = self.hi - self.lo
         self.y = np.ascontiguousarray(signs, dtype=np.float64)
@@ -159,7 +165,7 @@ class GradientPartition(Partition):
         gmax = np.empty(G)
         gmin = np.empty(G)
         obj2 = sc.scan(self.rows, self.y, self.grp, self.a, self.tot, self.own, self.w_same, self.w_diff,
-                       self.p, self.U, G, self.g, self.vup, self.vlow, gmax, gmin)
+                       self.p, self._bounds(), G, self.g, self.vup, self.vlow, gmax, gmin)
         up = _top_per_group(self.rows, self.grp, -self.vup, self.k)
         low = _top_per_group(self.rows, self.grp, self.vlow, self.k)
         cand = np.union1d(up, low)
@@ -177,6 +183,7 @@ class GradientPartition(Partition):
             "obj2": obj2,
             "rows_computed": self.rows_computed,
             "rows_cached": self.rows_cached,
+            **({} if self.Crow is None else {"cand_U": self.Crow[cand]}),
         }
 
     # ---------------------------------------------------------------- results
@@ -185,9 +192,10 @@ class GradientPartition(Partition):
         :func:`dmcsvm.solvers.scatter.class_sums` (test rules of mScatter)."""
         G = self.n_groups
         cs = np.zeros((G, 6))
-        sc.class_sums(self.rows, self.grp, self.a, self.g, self.tot, self.own, self.U, G, cs)
+        sc.class_sums(self.rows, self.grp, self.a, self.g, self.tot, self.own, self._bounds(), G,
+                      cs)
         rho = np.empty(4)
-        rho_parts(self.a, self.y, self.g, self.U, self.rows, rho)
+        rho_parts(self.a, self.y, self.g, self._bounds(), self.rows, rho)
         return {"class_sums": cs, "rho": rho, "g": self.g[self.rows], "ids": self.rows + self.lo}
 
     # ---------------------------------------------------------------- recovery

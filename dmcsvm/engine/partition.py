@@ -59,6 +59,10 @@ class PartitionSettings:
     #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
     #: violators only
     near_tol: float | str | None = "auto"
+    #: this partition's rows' dual upper bounds ``C_i`` (weighted patterns,
+    #: :func:`dmcsvm.estimators._weights.pattern_bounds`), set per partition by
+    #: ``executor.start(..., row_C=...)``; None: every row's bound is ``C``
+    row_C: np.ndarray | None = None
 
 
 class Partition:
@@ -101,6 +105,12 @@ class Partition:
             # they touch into NaN: refuse them here, naming the row
             check_finite_rows("its squared norm", self.lo + a, self.norms[a:b])
             check_finite_rows("its kernel value k(x, x)", self.lo + a, self.kdiag[a:b])
+        # per-row bounds (weighted patterns) or None (every row's bound is settings.C)
+        self.Crow = None
+        if settings.row_C is not None:
+            self.Crow = np.ascontiguousarray(settings.row_C, dtype=np.float64)
+            if self.Crow.shape != (n,):
+                raise ValueError(f"partition {part_id}: {self.Crow.shape} row bounds for {n} rows")
         self.B = np.zeros((n, P))
         self.F = np.zeros((n, P))
         self.active = np.arange(n, dtype=np.int64)
@@ -394,8 +404,8 @@ class Partition:
         V = np.empty(na)
         psi = np.empty(na)
         sa, sbf, sxi, max_v, sum_v, max_psi, n_viol = pt.scan_rows(
-            s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag, s.C, s.tol,
-            rows, shrink_margin, self.calm, V, psi)
+            s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag,
+            s.C if self.Crow is None else self.Crow, s.tol, rows, shrink_margin, self.calm, V, psi)
         # candidates: the best n_candidates violators by selection value, then (near_tol) the
         # rows closest to violating by psi
         cand = np.flatnonzero(psi > s.tol)
@@ -435,6 +445,11 @@ class Partition:
             "rows_cached": self.rows_cached,
             "rows_disk": self.rows_disk,
         }
+        if self.Crow is not None:
+            # weighted patterns: the coordinator needs the batch rows' bounds, and the primal
+            # weighs each slack by its own bound
+            reply["cand_C"] = self.Crow[crow]
+            reply["sum_Cxi"] = pt.weighted_slack(self.F, self.yp, self.cls, self.pcls, self.Crow)
         if s.shrinking:
             keep = self.calm[rows] < s.shrink_after
             # shrink in steps of >= 5% of the active set: every step re-packs the cached columns

@@ -227,6 +227,12 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
     if rs is None:
         rs = 0                               # deterministic without a seed, as LIBSVM's SVC
     skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=rs)
+    if is_store(X) and fit_kwargs.get("sample_weight") is None:
+        # the folds train on the store's rows as arrays: give them its weights explicitly
+        from ..store import read_sample_weight
+        sw = read_sample_weight(X)
+        if sw is not None:
+            fit_kwargs = {**fit_kwargs, "sample_weight": sw}
     D = None
     for tr, te in skf.split(np.zeros((n, 1)), y_idx):
         # the same parameters (a live Client is shared, not deep-copied as clone() would)

@@ -51,14 +51,50 @@ class TrainingData:
     dtype: np.dtype
     align: int = 1
     var: float | None = None         # X.var() over all entries, for gamma='scale'
+    #: the store's optional per-row weights (its ``sample_weight`` array), None otherwise
+    sample_weight: np.ndarray | None = None
 
     def gamma(self, gamma) -> float:
-        """The kernel coefficient, resolved as scikit-learn's SVC does."""
+        """The kernel coefficient, resolved as scikit-learn's SVC does; with a
+        ``sample_weight`` (not all ones) ``'scale'`` uses the variance of X with rows counted
+        that many times, so that integer weights and repeated rows give the same kernel."""
+        if isinstance(gamma, str) and gamma == "scale" and self.sample_weight is not None \
+                and not np.all(self.sample_weight == 1.0):
+            var = _weighted_var(self, self.sample_weight)
+            return 1.0 / (self.d * var) if var > 0 else 1.0
         if isinstance(self.source, np.ndarray) or sp.issparse(self.source):
             return resolve_gamma(gamma, self.source)
         if isinstance(gamma, str) and gamma == "scale":
             return 1.0 / (self.d * self.var) if self.var and self.var > 0 else 1.0
         return resolve_gamma(gamma, np.zeros((0, self.d)))
+
+
+def _weighted_var(td: TrainingData, w) -> float:
+    """Variance of all entries of X with row ``i`` counted ``w[i]`` times (float64 sums),
+    streamed by row blocks for a store or a dask array."""
+    def sums(X, wb):
+        X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
+        rs = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+        rq = np.asarray(X2.sum(axis=1), dtype=np.float64).ravel()
+        return float(wb @ rs), float(wb @ rq)
+
+    src = td.source
+    if isinstance(src, StoreSource):
+        from ..store import open_store, read_rows
+        info = open_store(src.url)
+        parts = [sums(read_rows(info, lo, hi), w[lo:hi]) for lo, hi in info.chunk_bounds]
+    elif isinstance(src, DaskSource):
+        import dask
+        X = src.array
+        parts = [tuple(float(v) for v in dask.compute(
+            (X.sum(axis=1) * w).sum(), ((X * X).sum(axis=1) * w).sum()))]
+    else:
+        X = src.tocsr() if sp.issparse(src) else src
+        parts = [sums(X, w)]
+    s, s2 = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    count = float(np.sum(w)) * td.d
+    mean = s / count
+    return s2 / count - mean * mean
 
 
 def _store_var(info) -> float:
@@ -101,8 +137,10 @@ def training_data(est, X, y) -> TrainingData:
         src = StoreSource(info.url, info.n_samples, info.n_features, info.rows_per_chunk,
                           row_bytes)
         var = _store_var(info) if getattr(est, "gamma", None) == "scale" else None
+        from ..store import read_sample_weight
         return TrainingData(src, labels, info.n_samples, info.n_features, info.sparse,
-                            np.dtype(np.float32), info.rows_per_chunk, var)
+                            np.dtype(np.float32), info.rows_per_chunk, var,
+                            read_sample_weight(info))
     if is_dask(X):
         import dask.array as da
         if X.ndim != 2:

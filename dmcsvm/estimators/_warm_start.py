@@ -19,10 +19,14 @@ import scipy.sparse as sp
 from ._inputs import rows_of
 
 
-def warm_start_kwargs(est, td, classes, y_idx, C) -> dict:
+def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
     """``state`` and ``first_msg`` for :func:`dmcsvm.solvers.multiclass.solve` continuing from
     ``est``'s previous fit, or ``{}`` (with a warning saying why) when that fit does not describe
-    this problem; ``{}`` silently when ``warm_start`` is off or there is no previous fit."""
+    this problem; ``{}`` silently when ``warm_start`` is off or there is no previous fit.
+
+    With per-pattern bounds ``row_C`` (class / sample weights, possibly other than the previous
+    fit's) the coefficients are scaled by ``min_i C_i / alpha_i^{y_i}`` (at most 1) so that
+    every pattern is inside its new box; rows whose new bound is 0 start at 0."""
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return {}
     why, XB = _mismatch(est, td, classes, y_idx)
@@ -36,7 +40,16 @@ def warm_start_kwargs(est, td, classes, y_idx, C) -> dict:
     if ids.shape[0] == 0:
         return {}
     alpha_y = coef[np.arange(ids.shape[0]), y_idx[ids]]
-    scale = min(1.0, C / float(alpha_y.max())) if alpha_y.max() > 0 else 1.0
+    Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
+    keep = Ci > 0                         # a weight-0 row's coefficients must be 0
+    if not keep.all():
+        coef, ids, alpha_y, Ci = coef[keep], ids[keep], alpha_y[keep], Ci[keep]
+        XB = XB[np.flatnonzero(keep)]
+        if ids.shape[0] == 0:
+            return {}
+    pos = alpha_y > 0
+    # min_i C_i / alpha_i = C / max alpha_i without weights (division is monotone)
+    scale = min(1.0, float(np.min(Ci[pos] / alpha_y[pos]))) if pos.any() else 1.0
     dB = coef * scale
     state = CoordinatorState.fresh(td.n, coef.shape[1])
     state.B[ids] = dB

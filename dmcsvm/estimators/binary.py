@@ -25,6 +25,7 @@ from ._calibration import ProbabilityMixin
 from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ..engine.executor import partition_bounds
+from ._weights import fit_bounds, weights_doc
 from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
                       is_store, rows_of, training_data)
 
@@ -52,9 +53,13 @@ class SMOEngine:
     settings : DecompositionSettings
     with_own : bool
         Whether the dual couples rows of the same group differently (mScatter).
+    row_U : ndarray (n,), optional
+        Per-row box bounds ``U_i`` (class / sample weights, :mod:`._weights`) in place of
+        ``settings.U`` for every problem; each partition holds its rows'.
     """
 
-    def __init__(self, est, td: TrainingData, signs, groups, spec, settings, with_own=False):
+    def __init__(self, est, td: TrainingData, signs, groups, spec, settings, with_own=False,
+                 row_U=None):
         self.X = RowsView(td)       # rows the coordinator needs (a dense start's batch)
         self.n = td.n
         self.spec = spec
@@ -72,7 +77,7 @@ class SMOEngine:
                 x_in_memory=True)
             self.executor.start(td.source, np.asarray(signs, dtype=np.int64), self.groups, ps,
                                 bounds=partition_bounds(td.n, n_parts, td.align),
-                                partition_cls=GradientPartition)
+                                partition_cls=GradientPartition, row_C=row_U)
         except BaseException:
             self.close()
             raise
@@ -160,7 +165,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
                  selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
                  probability=False, random_state=None, n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
-                 memory_limit=None, n_partitions=None):
+                 memory_limit=None, n_partitions=None, class_weight=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -180,6 +185,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -198,13 +204,15 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                                      max_iter=int(self.max_iter),
                                      verbose=bool(self.verbose)).check()
 
-    def _fit_problems(self, td, problems):
+    def _fit_problems(self, td, problems, row_C=None):
         """Solve the binary problems ``problems`` (list of sign vectors over all rows) on one set
-        of partitions.  Returns per problem ``(support, y*a of the support, intercept, result)``."""
+        of partitions, with per-row bounds ``row_C`` (weights) when given.  Returns per problem
+        ``(support, y*a of the support, intercept, result)``."""
         s = self._decomposition_settings()
         spec = kernel_of(self, td)
         self._spec = spec
-        engine = SMOEngine(self, td, problems[0], np.zeros(td.n, dtype=np.int64), spec, s)
+        engine = SMOEngine(self, td, problems[0], np.zeros(td.n, dtype=np.int64), spec, s,
+                           row_U=row_C)
         out = []
         try:
             for signs in problems:
@@ -272,6 +280,7 @@ _PARAMS_DOC = thread_policy_doc("""
 # BinarySVC
 # ------------------------------------------------------------------------------------------------
 
+@weights_doc("Platt 1998 / LIBSVM's C_i: 0 <= a_i <= C_i, y'a = 0")
 class BinarySVC(_SMOParams):
     """Binary C-SVM with bias trained by Platt's SMO (Platt 1998) with LIBSVM's working-set
     selection, on row partitions in batched rounds.
@@ -307,7 +316,7 @@ class BinarySVC(_SMOParams):
         tags.classifier_tags.multi_class = False
         return tags
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and two-class labels ``y``."""
         self._decomposition_settings()
@@ -316,8 +325,9 @@ class BinarySVC(_SMOParams):
             raise ValueError(f"Only binary classification is supported. The type of the target "
                              f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
                              f"OneVsOneSVC for more than two classes")
+        row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         signs = np.where(y_idx == 1, 1, -1)
-        ((sv, coef, b, r),) = self._fit_problems(td, [signs])
+        ((sv, coef, b, r),) = self._fit_problems(td, [signs], row_C)
         self.classes_ = classes
         self.support_ = sv
         self.support_vectors_ = rows_of(td, sv)
@@ -345,20 +355,23 @@ class BinarySVC(_SMOParams):
 # one-vs-rest and one-vs-one
 # ------------------------------------------------------------------------------------------------
 
+@weights_doc("Platt 1998 / LIBSVM's C_i in every binary problem: 0 <= a_i <= C_i",
+             class_doc=False)
 class _Decomposed(_SMOParams):
     """Several binary SMO problems sharing partitions and kernel cache."""
 
     def _problems(self, y_idx, m):
         raise NotImplementedError
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
         self._decomposition_settings()
         td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
+        row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         problems, pairs = self._problems(y_idx, m)
-        res = self._fit_problems(td, problems)
+        res = self._fit_problems(td, problems, row_C)
         sv = np.unique(np.concatenate([r[0] for r in res])) if res else np.zeros(0, np.int64)
         pos = np.full(td.n, -1, dtype=np.int64)
         pos[sv] = np.arange(sv.shape[0])
@@ -390,6 +403,7 @@ class _Decomposed(_SMOParams):
         return self._decision(X)
 
 
+@weights_doc("Platt 1998 / LIBSVM's C_i: 0 <= a_i <= C_i, in every binary problem")
 class OneVsRestSVC(_Decomposed):
     """One-vs-rest multiclass SVM: one :class:`BinarySVC` problem per class (class ``c`` against
     all others), solved in turn on the same partitions with one shared kernel cache; the class of
@@ -429,6 +443,7 @@ class OneVsRestSVC(_Decomposed):
         return D[:, 0] if len(self.classes_) == 2 else D
 
 
+@weights_doc("Platt 1998 / LIBSVM's C_i: 0 <= a_i <= C_i, in every binary problem")
 class OneVsOneSVC(_Decomposed):
     """One-vs-one multiclass SVM: one :class:`BinarySVC` problem per pair of classes ``(i, j)``,
     ``i < j`` (class ``i`` positive), on the rows of the two classes, solved in turn on the same

@@ -19,6 +19,7 @@ from ..engine.executor import partition_bounds
 from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ._warm_start import warm_start_kwargs
+from ._weights import fit_bounds, weights_doc
 from ._calibration import ProbabilityMixin
 from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
                       training_data)
@@ -26,6 +27,8 @@ from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, sc
 _PREDICT_CHUNK = 2048
 
 
+@weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: "
+             "alpha_i^{y_i} <= C_i")
 @thread_policy_doc
 class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
@@ -160,7 +163,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
                  client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
                  n_partitions=None,
                  checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
-                 disk_cache_size="auto", cache_dir=None, warm_start=False):
+                 disk_cache_size="auto", cache_dir=None, warm_start=False, class_weight=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -193,6 +196,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         self.disk_cache_size = disk_cache_size
         self.cache_dir = cache_dir
         self.warm_start = warm_start
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -238,7 +242,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         return X
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` and labels ``y``.
 
         Parameters
@@ -257,12 +261,14 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         if classes.shape[0] < 2:
             raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
                              f"the data contains only one class: {classes.tolist()[0]!r}")
+        row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
-            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx.astype(np.int64))
+            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx.astype(np.int64),
+                                            row_C)
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)
@@ -278,11 +284,11 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         y_idx = y_idx.astype(np.int64)
         bounds = partition_bounds(td.n, n_parts, td.align)
         try:
-            executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds)
-            ck = CheckpointSession.for_estimator(self, td.source, y_idx, settings)
+            executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds, row_C=row_C)
+            ck = CheckpointSession.for_estimator(self, td.source, y_idx, settings, row_C=row_C)
             kw = ck.solve_kwargs(td.n, m, td.sparse, td.dtype, executor)
             if "state" not in kw:                  # a resumed checkpoint wins over warm_start
-                kw.update(warm_start_kwargs(self, td, classes, y_idx, settings.C))
+                kw.update(warm_start_kwargs(self, td, classes, y_idx, settings.C, row_C))
             res = solve(executor, td.n, pcls, spec, ck.settings, td.d, td.sparse, td.dtype, **kw)
             self.engine_stats_ = executor.stats()
         finally:

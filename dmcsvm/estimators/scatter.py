@@ -14,9 +14,12 @@ from ..solvers.decomposition import DecompositionSettings
 from ._calibration import ProbabilityMixin
 from ._engine import thread_policy_doc
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of
+from ._weights import fit_bounds, weights_doc
 from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
 
 
+@weights_doc("the mScatter dual, Jenssen et al. 2009 Eq. 6, with a per-pattern cap: "
+             "0 <= a_i <= mu_i, sum_{i in c} a_i = 1", bound="mu")
 @thread_policy_doc
 class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
@@ -113,7 +116,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     def __init__(self, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
                  tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
                  class_batch=4, verbose=False, probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None):
+                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None):
         self.mu = mu
         self.kernel = kernel
         self.gamma = gamma
@@ -135,6 +138,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -155,11 +159,21 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not np.isfinite(mu):
             raise ValueError(f"mu must be 'auto' or a finite number, got {mu!r}")
 
-    def _check_mu(self, counts):
-        n_min = int(counts.min())
+    def _check_mu(self, counts, weighted=False):
+        """``mu`` resolved and checked against the class sizes ``counts`` (with weights: the
+        summed weights ``W_c``; then ``mu`` has no upper limit, since caps ``mu w_i >= 1`` are
+        inactive, and 1/W_min may exceed 1 when weights are small)."""
+        n_min = counts.min()
+        n_min = int(n_min) if float(n_min).is_integer() else float(n_min)
         lo = 1.0 / n_min
-        if isinstance(self.mu, str):          # 'auto': nu = 0.5
-            return float(min(1.0, max(lo, 2.0 * counts.shape[0] / counts.sum())))
+        if isinstance(self.mu, str):          # 'auto': nu = 0.5 (lo <= 1 without weights)
+            return float(max(lo, min(1.0, 2.0 * counts.shape[0] / counts.sum())))
+        if weighted:
+            if not lo * (1.0 - 1e-12) <= self.mu:
+                raise ValueError(f"mu must satisfy mu >= 1/W_min with weights; for this data "
+                                 f"(smallest summed class weight W_min = {n_min}) that is mu >= "
+                                 f"{lo:.6g}, got {self.mu!r}")
+            return float(max(self.mu, lo))
         if not (lo * (1.0 - 1e-12) <= self.mu <= 1.0):
             raise ValueError(f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
                              f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
@@ -167,14 +181,22 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         return float(max(self.mu, lo))
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
-        dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
+        dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``.
+
+        With weights ``w_i = class_weight[y_i] * sample_weight[i]`` the box of ``a_i`` is
+        ``mu_i = mu w_i`` and the class sizes in the range of ``mu`` (and in ``'auto'``) are the
+        summed weights ``W_c = sum_{i in c} w_i``: an integer weight is that many copies of the
+        row (copies share one class-mean weight, so only their sum matters)."""
         self._check_params()
         td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
-        counts = np.bincount(y_idx, minlength=m)
-        mu = self._check_mu(counts)
+        w = fit_bounds(self, td, 1.0, y_idx, classes, sample_weight)
+        counts = np.bincount(y_idx, minlength=m) if w is None else \
+            np.bincount(y_idx, weights=w, minlength=m)
+        mu = self._check_mu(counts, weighted=w is not None)
+        row_mu = None if w is None else mu * w
         s = DecompositionSettings(U=mu, w_same=(m - 1) / m, w_diff=-1.0 / m, p=0.0, n_groups=m,
                                   tol=float(self.tol), selection=self.selection,
                                   batch_size=int(self.batch_size),
@@ -182,8 +204,8 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                                   verbose=bool(self.verbose)).check()
         spec = kernel_of(self, td)
         signs = np.ones(td.n, dtype=np.int64)
-        a0 = sc.feasible_start(y_idx, m, mu)
-        engine = SMOEngine(self, td, signs, y_idx, spec, s, with_own=True)
+        a0 = sc.feasible_start(y_idx, m, mu if row_mu is None else row_mu)
+        engine = SMOEngine(self, td, signs, y_idx, spec, s, with_own=True, row_U=row_mu)
         try:
             r = engine.solve(signs, a0=a0)
             self.engine_stats_ = engine.stats()

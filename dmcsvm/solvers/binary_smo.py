@@ -18,6 +18,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .pattern import bound_at
+
 # Note: numba's on-disk cache (cache=True) of the functions in solvers/scatter.py that call these
 # does not notice edits made here; after changing this file remove
 # dmcsvm/solvers/__pycache__/scatter.*.nb[ic] (or touch scatter.py) so that they are recompiled.
@@ -28,7 +30,16 @@ TAU = 1e-12
 
 @numba.njit(cache=True, nogil=True)
 def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
-    """Platt's analytic solution of the two-variable problem on ``(a_i, a_j)``.
+    """Platt's analytic solution of the two-variable problem on ``(a_i, a_j)`` with one box
+    ``[0, U]`` for both (:func:`platt_step_box` with ``U_i = U_j = U``)."""
+    return platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, U, w)
+
+
+@numba.njit(cache=True, nogil=True)
+def platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj, w):
+    """Platt's analytic solution of the two-variable problem on ``(a_i, a_j)``, ``a_i`` in
+    ``[0, U_i]`` and ``a_j`` in ``[0, U_j]`` (per-pattern bounds of weighted patterns, as
+    LIBSVM's ``C_i``; equal bounds give exactly the arithmetic of one ``U``).
 
     Parameters
     ----------
@@ -40,8 +51,8 @@ def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
         Gradients of the dual ``g = Q a + p`` at ``i`` and ``j``.
     kii, kjj, kij : float
         Kernel values.
-    U : float
-        Upper bound of the box.
+    Ui, Uj : float
+        Upper bounds of ``a_i`` and ``a_j``.
     w : float
         Scale of ``Q`` inside the group (1 for the C-SVM).
 
@@ -49,8 +60,8 @@ def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
     -------
     (ai_new, aj_new) : tuple of float
         Platt 1998: ``a_j^new = a_j + y_j (E_i - E_j) / eta`` with ``eta = w (K_ii + K_jj - 2 K_ij)``
-        clipped to ``[L, H]`` (``L = max(0, a_i + a_j - U), H = min(U, a_i + a_j)`` when
-        ``y_i = y_j``, else ``L = max(0, a_j - a_i), H = min(U, U + a_j - a_i)``), then
+        clipped to ``[L, H]`` (``L = max(0, a_i + a_j - U_i), H = min(U_j, a_i + a_j)`` when
+        ``y_i = y_j``, else ``L = max(0, a_j - a_i), H = min(U_j, U_i + a_j - a_i)``), then
         ``a_i^new = a_i + y_i y_j (a_j - a_j^new)``.
     """
     eta = w * (kii + kjj - 2.0 * kij)
@@ -62,12 +73,13 @@ def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
     # 0, and such a variable would look movable while no step can move it)
     if yi == yj:
         s = ai + aj
-        L, ai_at_L = (s - U, U) if s - U > 0.0 else (0.0, -1.0)
-        H, ai_at_H = (s, 0.0) if s < U else (U, -1.0)
+        L, ai_at_L = (s - Ui, Ui) if s - Ui > 0.0 else (0.0, -1.0)
+        H, ai_at_H = (s, 0.0) if s < Uj else (Uj, -1.0)
     else:
         dd = aj - ai
         L, ai_at_L = (dd, 0.0) if dd > 0.0 else (0.0, -1.0)
-        H, ai_at_H = (U + dd, U) if dd < 0.0 else (U, -1.0)
+        # Uj - Ui is exactly 0 for equal bounds: the test is then dd < 0, as with one U
+        H, ai_at_H = (Ui + dd, Ui) if dd < Uj - Ui else (Uj, -1.0)
     aj_new = aj + yj * dE / eta
     ai_fixed = -1.0
     if aj_new <= L:
@@ -83,18 +95,25 @@ def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
         # keep the box exact against rounding in the last line
         if ai_new < 0.0:
             ai_new = 0.0
-        elif ai_new > U:
-            ai_new = U
+        elif ai_new > Ui:
+            ai_new = Ui
     return ai_new, aj_new
 
 
 @numba.njit(cache=True, nogil=True)
 def platt_bias(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U):
-    """Platt's bias update after a step on ``(i, j)`` (``f(x) = sum a y K + b``).
+    """:func:`platt_bias_box` with one bound ``U`` for both variables."""
+    return platt_bias_box(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U, U)
+
+
+@numba.njit(cache=True, nogil=True)
+def platt_bias_box(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj):
+    """Platt's bias update after a step on ``(i, j)`` (``f(x) = sum a y K + b``), ``a_i`` in
+    ``[0, U_i]``, ``a_j`` in ``[0, U_j]``.
 
     ``b_i = -E_i - y_i K_ii (a_i^new - a_i) - y_j K_ij (a_j^new - a_j) + b`` makes ``f(x_i) = y_i``,
-    likewise ``b_j``; the new bias is ``b_i`` when ``0 < a_i^new < U``, else ``b_j`` when
-    ``0 < a_j^new < U``, else their mean.  With ``E = y g + b`` the old ``b`` cancels.
+    likewise ``b_j``; the new bias is ``b_i`` when ``0 < a_i^new < U_i``, else ``b_j`` when
+    ``0 < a_j^new < U_j``, else their mean.  With ``E = y g + b`` the old ``b`` cancels.
     """
     Ei = yi * gi + b
     Ej = yj * gj + b
@@ -102,9 +121,9 @@ def platt_bias(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U):
     daj = aj_new - aj
     bi = -Ei - yi * kii * dai - yj * kij * daj + b
     bj = -Ej - yi * kij * dai - yj * kjj * daj + b
-    if 0.0 < ai_new < U:
+    if 0.0 < ai_new < Ui:
         return bi
-    if 0.0 < aj_new < U:
+    if 0.0 < aj_new < Uj:
         return bj
     return 0.5 * (bi + bj)
 
@@ -113,6 +132,8 @@ def platt_bias(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U):
 def rho_parts(a, y, g, U, rows, out):
     """LIBSVM's ``calculate_rho`` pieces over ``rows``: ``out = [sum_free y g, n_free, ub, lb]``.
 
+    ``U`` is a scalar or one bound per row (weighted patterns; a row whose bound is 0 is fixed
+    at 0 and bounds nothing).
     Free variables (``0 < a < U``) give ``rho = mean(y g)``; without any, ``rho = (ub + lb) / 2``
     with ``ub = min`` / ``lb = max`` of ``y g`` over the bounded variables on the respective side.
     The intercept is ``b = -rho``.  Partial results of several partitions combine by sum / sum /
@@ -124,8 +145,11 @@ def rho_parts(a, y, g, U, rows, out):
     lb = -np.inf
     for t in range(rows.shape[0]):
         i = rows[t]
+        Ui = bound_at(U, i)
+        if Ui <= 0.0:
+            continue
         yg = y[i] * g[i]
-        if a[i] >= U:
+        if a[i] >= Ui:
             if y[i] < 0:
                 ub = min(ub, yg)
             else:

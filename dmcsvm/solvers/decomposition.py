@@ -34,6 +34,7 @@ from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from . import scatter as sc
 from .binary_smo import rho_from_parts
+from .multiclass import batch_bounds
 
 HISTORY_KEYS = ("round", "objective", "violation", "batch", "steps", "elapsed",
                 "rows_computed", "rows_cached", "t_round", "t_solve", "t_parts")
@@ -227,7 +228,8 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 aB = a[ids].copy()
                 a_new = aB.copy()
                 steps, _, platt_b = sc.smo_subproblem(
-                    Kbb, yB, gl, a_new, gB, float(s.U), float(s.w_same), float(s.w_diff),
+                    Kbb, yB, gl, a_new, gB, batch_bounds(agg, pick, s.U, "cand_U"),
+                    float(s.w_same), float(s.w_diff),
                     int(ug.shape[0]), 0.5 * s.tol, sel_code, int(s.max_inner_steps), platt_b)
                 da = a_new - aB
                 check_finite_round(rounds, coefficients=da)

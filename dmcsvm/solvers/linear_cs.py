@@ -190,7 +190,8 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
     With ``stage`` the call also returns after a pass that re-activates everything (the end of
     a shrinking stage).
     ``rows`` are the X rows (``(Xd,)`` or ``(indptr, indices, data)``), ``xsq`` their squared
-    norms.
+    norms; ``C`` the bound of every row, or one per row (weighted patterns; a row with bound 0
+    keeps its coefficients at 0).
 
     Returns ``(passes run, converged, largest violation of the last pass, prototypes visited)``.
     """
@@ -214,20 +215,27 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
             i = order[j]
             Ai = a * xsq[i] + c0
             y = yp[i]
+            Ci = pt.bound_at(C, i)
+            if Ci <= 0.0:
+                # a weight-0 row: its coefficients stay 0; it leaves the pass
+                n_act -= 1
+                order[j] = order[n_act]
+                order[n_act] = i
+                continue
             if Ai <= 0.0:
                 # k(x_i, x_i) = 0: the row never changes a score and its dual term is linear,
-                # maximal at alpha_y = C against any negative prototype (the kernel path's
+                # maximal at alpha_y = Ci against any negative prototype (the kernel path's
                 # pair steps end there too).  Set once, then the row leaves the pass.
-                if B[i, y] < C:
+                if B[i, y] < Ci:
                     r = act[i, 1] if act[i, 0] == y else act[i, 0]
                     for t in range(nfull[i]):
                         q = act[i, t]
                         s[q] -= B[i, q]
                         B[i, q] = 0.0
-                    B[i, y] = C
-                    B[i, r] = -C
-                    s[y] += C
-                    s[r] -= C
+                    B[i, y] = Ci
+                    B[i, r] = -Ci
+                    s[y] += Ci
+                    s[r] -= Ci
                 n_act -= 1
                 order[j] = order[n_act]
                 order[n_act] = i
@@ -244,7 +252,7 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
                 G[t] = g
                 bt = B[i, r]
                 bb[t] = bt
-                bound = C if r == y else 0.0
+                bound = Ci if r == y else 0.0
                 if bt < bound and g < mn:
                     mn = g
                 if g > mxg:
@@ -253,7 +261,7 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
                 t = 0
                 while t < k:
                     r = act[i, t]
-                    bound = C if r == y else 0.0
+                    bound = Ci if r == y else 0.0
                     if bb[t] == bound and G[t] < mn:
                         k -= 1
                         act[i, t] = act[i, k]
@@ -283,20 +291,20 @@ def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, m
                 if act[i, t] == y:
                     ypos = t
                     break
-            subproblem(G, bb, k, ypos, Ai, C, work, nb)
+            subproblem(G, bb, k, ypos, Ai, Ci, work, nb)
             if ypos >= 0:
                 # rounding leaves no ~1e-17 coefficients (patterns that only look like support
-                # vectors) and alpha_y at C is exactly C (the bound tests compare with C)
+                # vectors) and alpha_y at Ci is exactly Ci (the bound tests compare with Ci)
                 tot = 0.0
                 for t in range(k):
                     if t != ypos:
-                        if nb[t] > -1e-14 * C:
+                        if nb[t] > -1e-14 * Ci:
                             nb[t] = 0.0
                         tot -= nb[t]
-                if nb[ypos] < C and tot < C * (1.0 - _C_REL):
+                if nb[ypos] < Ci and tot < Ci * (1.0 - _C_REL):
                     nb[ypos] = tot
                 else:
-                    nb[ypos] = C
+                    nb[ypos] = Ci
             for t in range(k):
                 dv = nb[t] - bb[t]
                 if dv != 0.0:
@@ -361,7 +369,8 @@ class SequentialState:
     """``B``, ``W``, ``s`` and the shrinking state of a sequential-dual solve (kept across the
     epochs of an MProtSVM search)."""
 
-    def __init__(self, prob: LinearProblem, yp, cls, pcls, C, tol, shrinking, seed_value):
+    def __init__(self, prob: LinearProblem, yp, cls, pcls, C, tol, shrinking, seed_value,
+                 row_C=None):
         n = prob.xsq.shape[0]
         P = pcls.shape[0]
         self.prob = prob
@@ -370,6 +379,8 @@ class SequentialState:
         self.pcls = np.ascontiguousarray(pcls, dtype=np.int64)
         self.first, self.count = prototype_groups(self.pcls)
         self.C, self.tol, self.shrinking = float(C), float(tol), bool(shrinking)
+        # per-pattern bounds C_i (class / sample weights) or None (every bound is C)
+        self.row_C = None if row_C is None else np.ascontiguousarray(row_C, dtype=np.float64)
         self.B = np.zeros((n, P))
         d = prob.X.shape[1]
         self.W = np.zeros((P, d))
@@ -388,8 +399,9 @@ class SequentialState:
 
     def run(self, max_passes, stage=False):
         p = self.prob
+        C = self.C if self.row_C is None else self.row_C
         k, conv, viol, vis = passes(p.rows, p.xsq, p.a, p.c0, self.yp, self.B, self.W, self.s,
-                                    self.C, self.act, self.asz, self.nfull, self.order, self.ctl,
+                                    C, self.act, self.asz, self.nfull, self.order, self.ctl,
                                     self.tol, int(max_passes), self.shrinking, bool(stage))
         self.passes += int(k)
         self.visited += int(vis)
@@ -424,9 +436,10 @@ class SequentialState:
         lp.positive_slacks(F, self.cls, self.pcls, self.first, self.count, xi)
         rows = np.arange(self.B.shape[0])
         sa = float(self.B[rows, self.yp].sum())
-        sxi = float(xi[rows, self.yp - self.first[self.cls]].sum())
+        xi_own = xi[rows, self.yp - self.first[self.cls]]
+        slack = self.C * float(xi_own.sum()) if self.row_C is None else float(self.row_C @ xi_own)
         mM = p.a * float(np.sum(self.W * self.W)) + p.c0 * float(self.s @ self.s)
-        return xi, 0.5 * mM + self.C * sxi, sa - 0.5 * mM, mM
+        return xi, 0.5 * mM + slack, sa - 0.5 * mM, mM
 
 
 def max_passes_of(max_iter) -> int:
@@ -541,7 +554,7 @@ def sequential_applies(est, td, spec) -> bool:
     return spec.name == "linear" and in_memory(est, td)
 
 
-def fit_multiclass(est, td, settings, classes, y_idx):
+def fit_multiclass(est, td, settings, classes, y_idx, row_C=None):
     """Fit :class:`~dmcsvm.MulticlassSVC` with a linear kernel by the sequential dual method and
     fill its fitted attributes as the batched solver does (``n_iter_`` and ``history_`` count
     passes instead of rounds; ``history_`` has a row per pass)."""
@@ -550,7 +563,7 @@ def fit_multiclass(est, td, settings, classes, y_idx):
     pcls = np.arange(m, dtype=np.int64)
     prob = LinearProblem.of(td.source, 1.0, 0.0)
     st = SequentialState(prob, y_idx, y_idx, pcls, settings.C, settings.tol, settings.shrinking,
-                         seed_of(est.random_state))
+                         seed_of(est.random_state), row_C=row_C)
     hist = new_history()
     from threadpoolctl import threadpool_limits
     with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save

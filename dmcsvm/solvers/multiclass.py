@@ -244,9 +244,30 @@ def _merge(replies):
     for k in ("sum_V", "n_viol", "n_active", "n_rows", "sum_alpha", "sum_BF", "sum_xi",
               "rows_computed", "rows_cached", "rows_disk"):
         out[k] = sum(r.get(k, 0) for r in replies)
+    if "sum_Cxi" in replies[0]:                # weighted patterns: sum_i C_i xi_i
+        out["sum_Cxi"] = sum(r["sum_Cxi"] for r in replies)
     for k in ("max_V", "max_psi", "t_kernel", "t_update", "t_select", "t_total"):
         out[k] = max(r[k] for r in replies)
     return out
+
+
+def primal_slack(agg, C) -> float:
+    """The primal's slack term from merged replies: ``C sum_i xi_i``, or ``sum_i C_i xi_i``
+    when the partitions hold per-pattern bounds (class / sample weights)."""
+    return agg["sum_Cxi"] if "sum_Cxi" in agg else C * agg["sum_xi"]
+
+
+def batch_bounds(agg, pick, C, key="cand_C"):
+    """Dual upper bounds of the batch rows ``pick`` of the merged candidates: the scalar ``C``
+    when every one of them has it (always without weights: the arithmetic of an unweighted
+    solve), else their per-row ``C_i`` (``cand_C``, reported by the partitions that own them).
+    Batch solvers (``pattern.solve_batch``, ``solve_working_set``, a ``batch_solver``) take
+    either (as do the SMO decomposition's, whose partitions report ``cand_U``)."""
+    Cb = agg.get(key)
+    if Cb is None:
+        return float(C)
+    Cb = np.ascontiguousarray(Cb[pick], dtype=np.float64)
+    return float(C) if np.all(Cb == C) else Cb
 
 
 def _progress(settings, n):
@@ -287,7 +308,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         in the state that row describes (the batch chosen in that round is dropped).
     batch_solver : callable, optional
         Replaces :func:`~dmcsvm.solvers.pattern.solve_batch` and is called with the same
-        arguments except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
+        arguments (the bound ``C``: a scalar, or one per batch row when patterns are weighted,
+        :func:`batch_bounds`) except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
         solve of linear kernels, :class:`~dmcsvm.solvers.linear_prototypes.LinearBatchSolver`).
     """
     s = settings
@@ -325,7 +347,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             t_solve0 = time.perf_counter()
             mM = agg["sum_BF"]                       # ||M||^2
             dual = agg["sum_alpha"] - 0.5 * mM
-            primal = 0.5 * mM + s.C * agg["sum_xi"]
+            primal = 0.5 * mM + primal_slack(agg, s.C)
             # a NaN primal would read as gap 0 and "converge": non-finite values end the solve
             check_finite_round(rounds, dual=dual, primal=primal, max_psi=agg["max_psi"])
             gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
@@ -370,7 +392,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     G, gpos = Kbb, np.arange(len(ids))
                 batch = pt.solve_batch if batch_solver is None else batch_solver
                 args = (B[ids], agg["cand_F"][pick], Kbb, agg["cand_yp"][pick],
-                        agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick], float(s.C),
+                        agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick],
+                        batch_bounds(agg, pick, s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
                 if greedy:
                     rest = viol.copy()

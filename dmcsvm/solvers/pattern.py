@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 # optimizer codes
 OPT_BASIC, OPT_ALL_PAIRS, OPT_KKT, OPT_FIXED_POINT, OPT_EXACT = 0, 1, 2, 3, 4
@@ -28,6 +30,20 @@ SELECTIONS = {"kkt": SEL_KKT, "amg": SEL_AMG, "bmg": SEL_BMG}
 
 _C_REL = 1e-12          # alpha_y within C * (1 - _C_REL) of C counts as "at the upper bound"
 _MAX_INNER = 100000     # guard on inner loops (never reached on sane inputs)
+
+
+def bound_at(C, i):
+    """Row ``i``'s upper bound: ``C`` itself when it is a scalar (every row has the same box),
+    else ``C[i]`` (per-pattern bounds ``C_i = C * class_weight[y_i] * sample_weight_i``,
+    :mod:`dmcsvm.estimators._weights`).  The functions over many rows take either."""
+    return C if np.ndim(C) == 0 else C[i]
+
+
+@overload(bound_at, jit_options={"cache": True})
+def _bound_at_nb(C, i):
+    if isinstance(C, types.Array):
+        return lambda C, i: C[i]
+    return lambda C, i: C
 
 
 @numba.njit(cache=True, nogil=True)
@@ -254,6 +270,8 @@ def theta_sorted(s):
 def opt_exact(b, f, y, c, pcls, kpp, C, phi):
     """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
     mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37), ``nu_r = min(theta, D_r)``."""
+    if C <= 0.0:                 # a weight-0 row: alpha fixed at 0
+        return 0.0
     if kpp <= 0.0:
         return opt_kkt(b, f, y, c, pcls, kpp, C, phi)
     P = b.shape[0]
@@ -328,7 +346,10 @@ def opt_fixed_point(b, f, y, c, pcls, kpp, C, eps):
 
 @numba.njit(cache=True, nogil=True)
 def optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps):
-    """Dispatch to the per-pattern optimizer ``code``; returns the Lagrangian gain."""
+    """Dispatch to the per-pattern optimizer ``code``; returns the Lagrangian gain.  A row whose
+    bound is ``C <= 0`` (weight 0) keeps its coefficients at 0: no step, no gain."""
+    if C <= 0.0:
+        return 0.0
     if code == OPT_BASIC:
         return opt_basic(b, f, y, c, pcls, kpp, C, phi)
     if code == OPT_ALL_PAIRS:
@@ -398,11 +419,13 @@ def row_value(sel, b, f, y, c, pcls, kpp, C, p, tol):
 
 @numba.njit(cache=True, nogil=True)
 def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
-    """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``."""
+    """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``
+    (``C``: a scalar or one bound per row of ``B``)."""
     for j in range(rows.shape[0]):
         i = rows[j]
-        psi[j] = psi_value(B[i], F[i], yp[i], cls[i], pcls, C)
-        V[j] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C, psi[j], 0.0)
+        Ci = bound_at(C, i)
+        psi[j] = psi_value(B[i], F[i], yp[i], cls[i], pcls, Ci)
+        V[j] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], Ci, psi[j], 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -428,8 +451,29 @@ def objective_parts(B, F, yp, cls, pcls):
 
 
 @numba.njit(cache=True, nogil=True)
+def weighted_slack(F, yp, cls, pcls, C):
+    """``sum_i C_i xi_i`` (the primal's slack term with per-pattern bounds ``C``, one per row;
+    ``xi_i = max(0, max_N F + 1 - F_y)``)."""
+    n, P = F.shape
+    s = 0.0
+    for i in range(n):
+        if C[i] == 0.0:
+            continue
+        th = -np.inf
+        for r in range(P):
+            if pcls[r] != cls[i] and F[i, r] > th:
+                th = F[i, r]
+        xi = th + 1.0 - F[i, yp[i]]
+        if xi > 0.0:
+            s += C[i] * xi
+    return s
+
+
+@numba.njit(cache=True, nogil=True)
 def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, calm, V, psi):
     """One fused pass over a partition (the per-round work of DESIGN §4):
+
+    ``C`` is a scalar or one bound per row of ``B`` (weighted patterns).
 
     * for every row: the pieces of the dual and primal (``sum alpha_y``, ``sum B*F``, ``sum xi``);
     * for every active row ``active[j]``: ``psi[j]`` and the selection value ``V[j]`` (only
@@ -448,11 +492,12 @@ def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, ca
     for j in range(active.shape[0]):
         i = active[j]
         y = yp[i]
-        p = psi_value(B[i], F[i], y, cls[i], pcls, C)
+        Ci = bound_at(C, i)
+        p = psi_value(B[i], F[i], y, cls[i], pcls, Ci)
         psi[j] = p
         if p > tol:
             nviol += 1
-        v = row_value(sel, B[i], F[i], y, cls[i], pcls, kdiag[i], C, p, tol)
+        v = row_value(sel, B[i], F[i], y, cls[i], pcls, kdiag[i], Ci, p, tol)
         V[j] = v
         sumv += v
         if v > maxv:
@@ -479,6 +524,7 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
     given order, each seeing the exact scores left by the earlier ones (``F_j += K_jk dB_k``), using
     only ``K_BB``.  With ``sweeps > 1`` the batch is swept again while any of its patterns still
     violates ``psi > tol`` (a working-set decomposition step); ``sweeps = 1`` is the papers' order.
+    ``C`` is a scalar or one bound per batch row.
     Returns ``dB`` (the change of every batch row) and the gains."""
     nb, P = Bb.shape
     dB = np.zeros((nb, P))
@@ -489,14 +535,15 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
         for j in range(nb):
             b = Bb[j] + dB[j]
             f = Fc[j].copy()
+            Cj = bound_at(C, j)
             if sweep > 0:
-                p = psi_value(b, f, yb[j], cb[j], pcls, C)
+                p = psi_value(b, f, yb[j], cb[j], pcls, Cj)
                 if p <= tol:
                     continue
             kpp = kdiag[j]
             phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
             b0 = b.copy()
-            g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+            g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
             gains[j] += g
             for r in range(P):
                 d = b[r] - b0[r]
@@ -506,7 +553,7 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
                         Fc[k, r] += Kbb[k, j] * d
         if sweeps > 1:
             for j in range(nb):
-                p = psi_value(Bb[j] + dB[j], Fc[j], yb[j], cb[j], pcls, C)
+                p = psi_value(Bb[j] + dB[j], Fc[j], yb[j], cb[j], pcls, bound_at(C, j))
                 if p > worst:
                     worst = p
             if worst <= tol:
@@ -527,7 +574,7 @@ def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0,
         f[r] = FT[r, j]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
     gj = G[gpos[j]]             # K_BB is symmetric: row j is the column, read contiguously
     have = False
     for r in range(P):
@@ -556,7 +603,8 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     violated (the papers' sequential algorithm restricted to the batch, with the threshold
     cooling of CS 2001 §7 inside the round), each step costing ``O(|B|)`` score updates.
 
-    ``K_BB[j, k] = G[gpos[j], gpos[k]]`` (the coordinator's cached kernel values).
+    ``K_BB[j, k] = G[gpos[j], gpos[k]]`` (the coordinator's cached kernel values); ``C`` is a
+    scalar or one bound per batch row.
     Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
     optimizations of every batch row."""
     nb, P = Bb.shape
@@ -572,7 +620,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     for _ in range(_MAX_INNER):
         mx = 0.0
         for k in range(nb):
-            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, C)
+            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, bound_at(C, k))
             if p > mx:
                 mx = p
         # stop once below inner_tol; the first pass always runs while some row violates tol
@@ -584,7 +632,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
         for j in range(nb):
             if total >= max_steps:
                 break
-            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, C) <= cut:
+            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
                 continue
             g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
                               b0, f, kcol)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .binary_smo import TAU, platt_bias, platt_step
+from .binary_smo import TAU, platt_bias_box, platt_step_box
+from .pattern import bound_at
 
 SEL_MVP = 0      # maximal violating pair (first order)
 SEL_WSS2 = 1     # LIBSVM's second-order rule (Fan, Chen, Lin 2005, WSS 2)
@@ -62,8 +63,10 @@ def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmi
         Signs (float +-1) and group index (int) of each variable.
     a, g : ndarray (nb,)
         Current values and gradient.
-    U, w_same : float
-        Box bound and in-group scale of ``Q``.
+    U : float or ndarray (nb,)
+        Box bound, or one per variable (weighted patterns).
+    w_same : float
+        In-group scale of ``Q``.
     n_groups : int
     selection : int
         :data:`SEL_WSS2` or :data:`SEL_MVP`.
@@ -85,10 +88,11 @@ def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmi
     for t in range(nb):
         c = grp[t]
         v = -y[t] * g[t]
-        if in_up(a[t], y[t], U) and v > gmax[c]:
+        Ut = bound_at(U, t)
+        if in_up(a[t], y[t], Ut) and v > gmax[c]:
             gmax[c] = v
             imax[c] = t
-        if in_low(a[t], y[t], U) and v < gmin[c]:
+        if in_low(a[t], y[t], Ut) and v < gmin[c]:
             gmin[c] = v
     viol = 0.0
     for c in range(n_groups):
@@ -100,7 +104,7 @@ def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmi
     for t in range(nb):
         c = grp[t]
         i = imax[c]
-        if i < 0 or not in_low(a[t], y[t], U):
+        if i < 0 or not in_low(a[t], y[t], bound_at(U, t)):
             continue
         b = gmax[c] + y[t] * g[t]
         if b <= 0.0:
@@ -135,7 +139,9 @@ def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection,
     grp : ndarray (nb,) int
     a, g : ndarray (nb,) float
         Values and gradients; updated in place.
-    U, w_same, w_diff : float
+    U : float or ndarray (nb,)
+        Box bound, or one per variable (weighted patterns).
+    w_same, w_diff : float
     n_groups : int
     tol : float
     selection : int
@@ -159,14 +165,16 @@ def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection,
         if i < 0 or viol <= tol or steps >= max_steps:
             break
         ai, aj = a[i], a[j]
-        ai_new, aj_new = platt_step(ai, aj, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j],
-                                    U, w_same)
+        Ui = bound_at(U, i)
+        Uj = bound_at(U, j)
+        ai_new, aj_new = platt_step_box(ai, aj, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j],
+                                        Ui, Uj, w_same)
         dai = ai_new - ai
         daj = aj_new - aj
         if dai == 0.0 and daj == 0.0:
             break
-        b = platt_bias(b, ai, aj, ai_new, aj_new, y[i], y[j], g[i], g[j], K[i, i], K[j, j],
-                       K[i, j], U)
+        b = platt_bias_box(b, ai, aj, ai_new, aj_new, y[i], y[j], g[i], g[j], K[i, i], K[j, j],
+                           K[i, j], Ui, Uj)
         a[i] = ai_new
         a[j] = aj_new
         ci = grp[i]
@@ -230,13 +238,14 @@ def scan(rows, y, grp, a, tot, own, w_same, w_diff, p, U, n_groups, g, vup, vlow
         g[i] = gi
         v = -y[i] * gi
         c = grp[i]
-        if in_up(a[i], y[i], U):
+        Ui = bound_at(U, i)
+        if in_up(a[i], y[i], Ui):
             vup[i] = v
             if v > gmax[c]:
                 gmax[c] = v
         else:
             vup[i] = -np.inf
-        if in_low(a[i], y[i], U):
+        if in_low(a[i], y[i], Ui):
             vlow[i] = v
             if v < gmin[c]:
                 gmin[c] = v
@@ -263,7 +272,7 @@ def class_sums(rows, grp, a, g, tot, own, U, n_groups, out):
             continue
         out[c, 0] += ai * own[i]
         out[c, 1] += ai * tot[i]
-        if ai < U:
+        if ai < bound_at(U, i):
             out[c, 2] += ai * g[i]
             out[c, 3] += ai
         out[c, 4] += ai * g[i]
@@ -271,9 +280,10 @@ def class_sums(rows, grp, a, g, tot, own, U, n_groups, out):
     return out
 
 
-def feasible_start(cls: np.ndarray, n_classes: int, mu: float) -> np.ndarray:
+def feasible_start(cls: np.ndarray, n_classes: int, mu) -> np.ndarray:
     """Sparse feasible start of the mScatter dual (DESIGN §2): in every class, its first points
-    (in row order) get ``mu`` until the class's weights sum to 1 (the last one gets the rest).
+    (in row order) get ``mu`` (or their own bound ``mu[i]``, weighted patterns) until the class's
+    weights sum to 1 (the last one gets the rest).
 
     Needs ``mu * N_c >= 1`` for every class (checked by the estimator).  Only ``ceil(1 / mu)``
     points per class are non-zero, so the initial gradient needs that many kernel columns instead of
@@ -284,7 +294,7 @@ def feasible_start(cls: np.ndarray, n_classes: int, mu: float) -> np.ndarray:
     for i in range(cls.shape[0]):
         c = cls[i]
         if left[c] > 0.0:
-            v = min(mu, left[c])
+            v = min(mu if np.ndim(mu) == 0 else mu[i], left[c])
             a[i] = v
             left[c] -= v
     return a

@@ -21,7 +21,7 @@ from .layout import (
     default_rows_per_chunk,
     open_store,
 )
-from .readers import iter_chunks, read_all, read_labels, read_rows
+from .readers import iter_chunks, read_all, read_labels, read_rows, read_sample_weight
 from .svmlight import from_svmlight
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "open_store",
     "read_rows",
     "read_labels",
+    "read_sample_weight",
     "read_all",
     "iter_chunks",
     "write_arrays",

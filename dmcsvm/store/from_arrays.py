@@ -8,7 +8,9 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import check_sample_weight
 from ._builder import (
+    _ALL_CHUNKS,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_ROWS,
     _as_float32_block,
@@ -24,9 +26,9 @@ from ._builder import (
 __all__ = ["from_dask", "from_npy", "write_arrays"]
 
 
-
 def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
-                 buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES):
+                 buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES,
+                 sample_weight=None):
     """Write in-memory arrays to a new store (dense numpy or scipy.sparse features).
 
     Parameters
@@ -46,12 +48,18 @@ def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
         Force the layout; default follows the type of ``X``.
     buffer_rows, buffer_bytes : int
         Rows (at most, and about that many bytes) converted and written at a time.
+    sample_weight : array_like, shape (n,), optional
+        Per-row weights (finite, >= 0), stored as the optional float64 array ``sample_weight``
+        chunked like ``y``; a fit on the store uses them as ``fit(..., sample_weight=...)``
+        does (:mod:`dmcsvm.estimators._weights`).
 
     Returns
     -------
     StoreInfo
         The new store, opened.
     """
+    if sample_weight is not None:
+        sample_weight = check_sample_weight(sample_weight, np.shape(y)[0] if np.ndim(y) else -1)
     target = _prepare_target(path, overwrite)
     is_sparse = sp.issparse(X)
     X = sp.csr_matrix(X) if is_sparse else np.asarray(X)
@@ -81,6 +89,9 @@ def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
             if bad is not None:
                 raise ValueError(f"X contains NaN or infinity at row {lo + bad}")
             builder.append(block, _encode_label_array(plan, y[lo:hi]))
+        if sample_weight is not None:
+            builder.group.create_array("sample_weight", shape=(n,), chunks=(builder.R,),
+                                       dtype="float64", config=_ALL_CHUNKS)[:] = sample_weight
         return builder.commit()
 
 

@@ -252,7 +252,7 @@ def missing_chunks(arr, lo=0, hi=None) -> list[int]:
 def _chunk_error(url, name, arr, i, what="is missing"):
     R = arr.chunks[0]
     lo, hi = i * R, min((i + 1) * R, arr.shape[0])
-    unit = "rows" if name in ("X", "y", "indptr") else "entries"
+    unit = "rows" if name in ("X", "y", "indptr", "sample_weight") else "entries"
     return ValueError(f"{url}: chunk file {_store_key(arr, i)[0]} ({unit} {lo} to {hi - 1} of "
                       f"{name}) {what}")
 

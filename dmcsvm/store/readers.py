@@ -14,7 +14,8 @@ import zarr
 from ..errors import NonFiniteError
 from .layout import StoreInfo, open_store, read_checked
 
-__all__ = ["read_rows", "read_labels", "read_all", "iter_chunks", "verify_store"]
+__all__ = ["read_rows", "read_labels", "read_sample_weight", "read_all", "iter_chunks",
+           "verify_store"]
 
 
 def _info(info_or_url) -> StoreInfo:
@@ -106,6 +107,34 @@ def read_labels(info_or_url, lo=0, hi=None):
         r = lo + int(np.flatnonzero(~np.isfinite(y))[0])
         raise NonFiniteError(f"{info.url}: the label of row {r} is {float(y[r - lo])!r}")
     return y
+
+
+def read_sample_weight(info_or_url):
+    """The store's optional per-row weights (the float64 array ``sample_weight``, one value
+    per row, chunked like ``y``), or None when the store has none.
+
+    Raises
+    ------
+    ValueError
+        A ``sample_weight`` of the wrong shape or dtype, or a missing or damaged chunk (named);
+        :class:`~dmcsvm.errors.NonFiniteError` for a NaN / infinite weight (naming the row).
+    """
+    info = _info(info_or_url)
+    group = zarr.open_group(info.url, mode="r")
+    if "sample_weight" not in group:
+        return None
+    arr = _array(info, "sample_weight")
+    if arr.ndim != 1 or arr.shape[0] != info.n_samples:
+        raise ValueError(f"{info.url}: sample_weight has shape {tuple(arr.shape)}; it needs one "
+                         f"value per row ({info.n_samples},)")
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"{info.url}: sample_weight has dtype {arr.dtype}; expected float64")
+    w = np.asarray(_read(info, "sample_weight", 0, info.n_samples), dtype=np.float64)
+    bad = ~np.isfinite(w)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise NonFiniteError(f"{info.url}: the sample_weight of row {r} is {float(w[r])!r}")
+    return w
 
 
 def _read(info, name, lo, hi):
