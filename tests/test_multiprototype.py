@@ -69,7 +69,7 @@ def primal_reference(B, K, yp, cls, pcls, C):
     F = K @ B
     first, _ = prototype_groups(pcls)
     xi = slacks_reference(F, cls, pcls)
-    return 0.5 * np.sum(B * F) + C * xi[np.arange(len(yp)), yp - first[cls]].sum()
+    return 0.5 * np.sum(B * F) + np.sum(C * xi[np.arange(len(yp)), yp - first[cls]])
 
 
 def dual_reference(B, K, yp):
@@ -80,7 +80,8 @@ def dual_reference(B, K, yp):
 def mprot_dual_qp(K, yp, cls, pcls, C):
     """Exact optimum of the dual with the assignment fixed (AS 2005 Eq. 11, DESIGN §1 units):
     ``max sum_i B[i, y_i] - 1/2 ||L^T B||^2`` s.t. rows sum to 0, ``0 <= B[i, y_i] <= C``,
-    ``B[i, r] <= 0`` on negative prototypes and ``B[i, r] = 0`` on the other positive ones."""
+    ``B[i, r] <= 0`` on negative prototypes and ``B[i, r] = 0`` on the other positive ones.
+    ``C`` is a scalar or one bound per pattern (class / sample weights)."""
     import cvxpy as cp
     n, P = len(yp), len(pcls)
     w, V = np.linalg.eigh(0.5 * (K + K.T))
@@ -248,13 +249,22 @@ FIXED_CASES = {
 }
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 @pytest.mark.parametrize("case", list(FIXED_CASES))
-def test_fixed_assignment_reaches_exact_qp_optimum(case):
+def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
+    """Weighted: class_weight and sample_weight make every pattern's bound its own C_i."""
     X, y = multimodal(5, n_per_mode=10)
     C = 0.8
     model = MultiPrototypeSVC(n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, gap_tol=0.0,
                               batch_size=7, random_state=0, n_jobs=2, **FIXED_CASES[case])
-    model.fit(X, y)
+    sw = None
+    if weighted:
+        sw = np.random.default_rng(3).uniform(0.2, 3.0, len(y))
+        sw[::9] = 0.0
+        model.set_params(class_weight={0: 0.5, 2: 2.0})
+    model.fit(X, y, sample_weight=sw)
+    if weighted:
+        C = C * sw * np.array([0.5, 1.0, 2.0])[np.searchsorted(model.classes_, y)]
     pcls = np.searchsorted(model.classes_, model.prototype_class_)
     cls = np.searchsorted(model.classes_, y)
     yp = model.assignment_
@@ -268,7 +278,7 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case):
     n = len(y)
     assert np.abs(B.sum(1)).max() <= 1e-10
     own = B[np.arange(n), yp]
-    assert own.min() >= -1e-12 and own.max() <= C * (1 + 1e-12)
+    assert own.min() >= -1e-12 and np.all(own <= C * (1 + 1e-12))
     other = B.copy()
     other[np.arange(n), yp] = 0.0
     assert np.all(other[pcls[None, :] != cls[:, None]] <= 1e-12)

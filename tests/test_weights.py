@@ -20,7 +20,8 @@ import shutil
 import numpy as np
 import pytest
 
-from dmcsvm import BinarySVC, MulticlassSVC, OneVsOneSVC, OneVsRestSVC, ScatterSVC
+from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC,
+                    ScatterSVC)
 from dmcsvm.errors import NonFiniteError
 from dmcsvm.estimators._weights import pattern_bounds
 from dmcsvm.kernels import KernelSpec, kernel_reference
@@ -430,3 +431,54 @@ def test_cli_class_weight_balanced_json_and_store_weights(tmp_path):
     for got, api in ((b, api_b), (j, api_j)):
         np.testing.assert_allclose(got.decision_function(X), api.decision_function(X),
                                    atol=1e-6)
+
+
+# ------------------------------------------------------------------------ MultiPrototypeSVC
+
+_MPROT_PATHS = {"sequential": dict(solver="sequential"),
+                "rounds": dict(solver="rounds", n_jobs=2),
+                "kernel": dict(kernel="rbf", gamma=GAMMA, n_jobs=2)}
+
+
+@pytest.mark.parametrize("path", list(_MPROT_PATHS))
+def test_mprot_unit_weights_are_bit_for_bit_no_weights(path):
+    """The annealed search too (draws, energies, zeroed patterns): weights of 1 are no weights."""
+    X, y = _blobs(seed=5, n=36)
+    make = lambda: MultiPrototypeSVC(n_prototypes=2, C=1.0, max_epochs=6, random_state=0,  # noqa: E731
+                                     **_MPROT_PATHS[path])
+    ref = make().fit(X, y)
+    ones = make().fit(X, y, sample_weight=np.ones(36))
+    unit = make().set_params(class_weight={c: 1.0 for c in np.unique(y)}).fit(X, y)
+    for other in (ones, unit):
+        assert np.array_equal(other.assignment_, ref.assignment_)
+        assert np.array_equal(other.dual_coef_, ref.dual_coef_)
+        assert other.energy_ == ref.energy_
+        for key in ("energy", "n_changed"):
+            assert np.array_equal(other.history_[key], ref.history_[key])
+
+
+@pytest.mark.parametrize("path", list(_MPROT_PATHS))
+def test_mprot_integer_weights_equal_repeated_rows(path):
+    """One prototype per class (a convex problem: no draws whose order depends on the rows):
+    weight w is the row repeated w times; weight 0 is the row left out."""
+    X, y = _blobs(seed=6, n=30)
+    w = np.random.default_rng(8).integers(0, 4, 30)
+    w[:3] = 1
+    kw = dict(n_prototypes=1, C=1.0, tol=TIGHT, gap_tol=0.0, random_state=0, **_MPROT_PATHS[path])
+    a = MultiPrototypeSVC(**kw).fit(X, y, sample_weight=w)
+    b = MultiPrototypeSVC(**kw).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=0,
+                               atol=1e-6)
+    assert a.energy_ == pytest.approx(b.energy_, rel=1e-7)
+
+
+def test_mprot_class_weight_moves_the_annealed_model():
+    """A heavier class weight makes that class's slacks dearer: fewer of its training patterns
+    are misclassified (here, all its errors go), for the same seed and schedule."""
+    X, y = _blobs(seed=11, n=90)
+    kw = dict(n_prototypes=2, C=0.05, max_epochs=10, random_state=0)
+    plain = MultiPrototypeSVC(**kw).fit(X, y)
+    heavy = MultiPrototypeSVC(class_weight={0: 20.0}, **kw).fit(X, y)
+    err = lambda m: int(np.sum((m.predict(X) != y) & (y == 0)))  # noqa: E731
+    assert err(heavy) < err(plain)
+    np.testing.assert_array_equal(heavy.class_weight_, [20.0, 1.0, 1.0])

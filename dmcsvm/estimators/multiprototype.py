@@ -26,11 +26,15 @@ from ..engine.executor import partition_bounds
 from ._calibration import ProbabilityMixin
 from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
+from ._weights import fit_bounds, weights_doc
 
 _PREDICT_CHUNK = 2048
 SOLVERS = ("auto", "sequential", "rounds")
 
 
+@weights_doc("Aiolli–Sperduti 2005 Eq. 8 / Eq. 11: the primal's slack term becomes "
+             "sum_i C_i xi_i, and the annealing's energy differences of Eq. 17 weigh each "
+             "pattern's slacks by its own C_i")
 class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
     """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
 
@@ -158,7 +162,8 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
                  selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
                  cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
-                 n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None):
+                 n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
+                 class_weight=None):
         self.n_prototypes = n_prototypes
         self.C = C
         self.kernel = kernel
@@ -190,6 +195,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -248,7 +254,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         return q
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` and labels ``y``.
 
         Parameters
@@ -271,6 +277,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         y_idx = y_idx.astype(np.int64)
         m = classes.shape[0]
         q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))
+        row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
@@ -284,7 +291,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         yp0 = initial_assignment(y_idx, pcls, rng)
         if sequential:
             return self._fit_sequential(td, settings, schedule, spec, classes, q, pcls, y_idx,
-                                        yp0, rng)
+                                        yp0, rng, row_C)
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
@@ -304,10 +311,11 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         try:
             executor.start(td.source, yp0, y_idx, psettings,
                            bounds=partition_bounds(td.n, n_parts, td.align),
-                           partition_cls=LinearPrototypePartition if linear else PrototypePartition)
+                           partition_cls=LinearPrototypePartition if linear else PrototypePartition,
+                           row_C=row_C)
             res = anneal(executor, td.n, y_idx, pcls, yp0, spec, settings, schedule,
                          td.d, td.sparse, rng, x_dtype=td.dtype, linear=linear,
-                         progress=progress, final_settings=final)
+                         progress=progress, final_settings=final, row_C=row_C)
         finally:
             release_executor(executor, owned)
         state = res.state
@@ -329,7 +337,8 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self._spec = spec
         return self
 
-    def _fit_sequential(self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng):
+    def _fit_sequential(self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng,
+                        row_C=None):
         """The in-memory linear path: :func:`anneal_sequential` (no executor, no rounds)."""
         a, c0 = linear_coefficients(spec)
         prob = lcs.LinearProblem.of(td.source, a, c0)
@@ -337,7 +346,8 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save
             res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
                                     lcs.seed_of(self.random_state),
-                                    progress=self._print_epoch if self.verbose else None)
+                                    progress=self._print_epoch if self.verbose else None,
+                                    row_C=row_C)
         st = res.state
         sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
         self.classes_ = classes

@@ -59,9 +59,11 @@ def draw_assignment(xi, cur, u, T, C, out):
 
     ``T = 0`` is the greedy step of §6.1: a slot of minimal slack, the current slot ``cur[i]`` when
     it is one of them (no needless re-assignment).  Unused slots hold ``+inf`` (probability 0).
+    ``C`` is a scalar or one bound per row (weighted patterns: ``Delta E_s = C_i (xi^s - xi^0)``).
     Returns ``out`` (the new slots)."""
     n, qmax = xi.shape
     for i in range(n):
+        Ci = pt.bound_at(C, i)
         x0 = np.inf
         arg = 0
         for s in range(qmax):
@@ -74,13 +76,13 @@ def draw_assignment(xi, cur, u, T, C, out):
         Z = 0.0
         for s in range(qmax):
             if xi[i, s] < np.inf:
-                Z += math.exp(-C * (xi[i, s] - x0) / T)
+                Z += math.exp(-Ci * (xi[i, s] - x0) / T)
         target = u[i] * Z
         acc = 0.0
         pick = arg
         for s in range(qmax):
             if xi[i, s] < np.inf:
-                acc += math.exp(-C * (xi[i, s] - x0) / T)
+                acc += math.exp(-Ci * (xi[i, s] - x0) / T)
                 pick = s
                 if acc > target:
                     break
@@ -183,8 +185,9 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                     if touched[r]:
                         fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
                     f[r] = fr
+            Cj = pt.bound_at(C, j)
             if sweep > 0:
-                p = pt.psi_value(b, f, yb[j], cb[j], pcls, C)
+                p = pt.psi_value(b, f, yb[j], cb[j], pcls, Cj)
                 if p > worst:
                     worst = p
                 if p <= tol:
@@ -192,7 +195,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
             kpp = kdiag[j]
             phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
             b0[:] = b
-            g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, C, phi, fp_eps)
+            g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
             gains[j] += g
             for r in range(P):
                 v = b[r] - b0[r]
@@ -216,7 +219,9 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
     x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per
     pattern instead of O(batch size), so a batch may hold every violator (LIBLINEAR-style passes).
-    ``XB`` is dense or CSR.  Returns ``(dB, gains)``."""
+    ``XB`` is dense or CSR; ``C`` a scalar or one bound per batch row (weighted patterns).
+    Returns ``(dB, gains)``."""
+    C = float(C) if np.ndim(C) == 0 else np.ascontiguousarray(C, dtype=np.float64)
     Bb = np.ascontiguousarray(Bb, dtype=np.float64)
     Fb = np.ascontiguousarray(Fb, dtype=np.float64)
     yb = np.ascontiguousarray(yb, dtype=np.int64)
@@ -228,12 +233,12 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
         Xc = XB.tocsr()
         return _batch_linear(code, Bb, Fb, np.zeros((0, d)), Xc.indptr.astype(np.int64),
                              Xc.indices.astype(np.int64), Xc.data.astype(np.float64), d, yb, cb,
-                             pcls, kdiag, float(C), float(tol), float(fp_eps), int(sweeps),
+                             pcls, kdiag, C, float(tol), float(fp_eps), int(sweeps),
                              float(a), float(c0))
     Xd = np.ascontiguousarray(XB, dtype=np.float64)
     empty_i = np.zeros(1, dtype=np.int64)
     return _batch_linear(code, Bb, Fb, Xd, empty_i, empty_i, np.zeros(1), d, yb, cb, pcls, kdiag,
-                         float(C), float(tol), float(fp_eps), int(sweeps), float(a), float(c0))
+                         C, float(tol), float(fp_eps), int(sweeps), float(a), float(c0))
 
 
 class LinearBatchSolver:

@@ -97,15 +97,25 @@ def initial_assignment(cls, pcls, rng) -> np.ndarray:
     return yp
 
 
-def _redraw(xi, yp, cls, first, rng, T, C, mM, B):
+def _slack_term(xi_own, C, row_C):
+    """The primal's slack term ``C sum_i xi_i``, or ``sum_i C_i xi_i`` with per-pattern bounds
+    (class / sample weights; rows of weight 0 count for nothing)."""
+    if row_C is None:
+        return C * float(xi_own.sum())
+    return float(row_C[row_C > 0.0] @ xi_own[row_C > 0.0])
+
+
+def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
     """The draw of Eq. 17 at temperature ``T`` from the slacks ``xi``: ``(new_yp, E(t+1),
     re-assigned rows, those of them with coefficients)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i
-    xi_i^{new}`` (the new assignment's primal at the current alpha)."""
+    xi_i^{new}`` (the new assignment's primal at the current alpha; ``C_i`` per pattern with
+    ``row_C``, also in the energy differences of Eq. 17)."""
     n = yp.shape[0]
     u = rng.random_sample(n)
-    new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C, np.empty(n, dtype=np.int64))
+    new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C if row_C is None else row_C,
+                                  np.empty(n, dtype=np.int64))
     new_yp = first[cls] + new_slot
-    E_new = 0.5 * mM + C * float(xi[np.arange(n), new_slot].sum())
+    E_new = 0.5 * mM + _slack_term(xi[np.arange(n), new_slot], C, row_C)
     changed = np.flatnonzero(new_yp != yp)
     zero = changed[np.any(B[changed] != 0.0, axis=1)] if changed.size else changed
     return new_yp, E_new, changed, zero
@@ -133,7 +143,7 @@ def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
 def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
            settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
            x_dtype=np.float64, linear: bool = False, progress=None,
-           final_settings: SolverSettings | None = None) -> AnnealResult:
+           final_settings: SolverSettings | None = None, row_C=None) -> AnnealResult:
     """Run the annealed MProtSVM search (AS 2005 Fig. 11) on ``executor``.
 
     Parameters
@@ -167,6 +177,9 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     final_settings : SolverSettings, optional
         Options of the final convex solve (default: ``settings``), e.g. more batch sweeps: the
         epochs check the primal after every round, the final solve only needs to converge.
+    row_C : ndarray of float, shape (n,), optional
+        Per-pattern bounds ``C_i`` (class / sample weights), also given to the partitions by
+        ``executor.start``; None: every pattern's bound is ``C``.
 
     Returns
     -------
@@ -190,7 +203,8 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     hist = {k: [] for k in EPOCH_KEYS}
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
-    E = C * n            # E(1) = P_pi(1)(alpha = 0): M = 0, so every slack is 1
+    # E(1) = P_pi(1)(alpha = 0): M = 0, so every slack is 1
+    E = C * n if row_C is None else float(row_C.sum())
     msg = None
     t = 0
     search = schedule.max_epochs > 0 and int(count.max()) > 1
@@ -209,7 +223,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         msg = None
         xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
         slot = yp - first[cls]
-        primal = 0.5 * mM + C * float(xi[rows, slot].sum())
+        primal = 0.5 * mM + _slack_term(xi[rows, slot], C, row_C)
         # with shrinking the rounds read the primal on stale scores of shrunk rows: go on until
         # the exact primal beats E(t), unless the solve ended for another reason (solved,
         # max_iter rounds, stalled in floating point)
@@ -218,11 +232,11 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             prev_dual = sa - 0.5 * mM
             res = solve(ex, *args, state=state, stop=stop, **kw)
             xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
-            primal = 0.5 * mM + C * float(xi[rows, slot].sum())
+            primal = 0.5 * mM + _slack_term(xi[rows, slot], C, row_C)
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
         T = schedule.temperature(t)
-        new_yp, E_new, changed, zero = _redraw(xi, yp, cls, first, rng, T, C, mM, B)
+        new_yp, E_new, changed, zero = _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point: no epoch can lower the energy
         _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM,
@@ -245,7 +259,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     fs = final_settings or settings
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
     xi, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
-    energy = 0.5 * mM + C * float(xi[rows, yp - first[cls]].sum())
+    energy = 0.5 * mM + _slack_term(xi[rows, yp - first[cls]], C, row_C)
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))
@@ -268,7 +282,8 @@ class SequentialAnnealResult:
 
 def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
                       rng, seed: int, progress=None,
-                      final_settings: SolverSettings | None = None) -> SequentialAnnealResult:
+                      final_settings: SolverSettings | None = None,
+                      row_C=None) -> SequentialAnnealResult:
     """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
     and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
     the sequential dual method of :mod:`dmcsvm.solvers.linear_cs` (explicit prototypes, no
@@ -277,17 +292,19 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     solve_fixed` for when they are made), then draws the new
     assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
     re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
-    order.  ``prob`` is a :class:`~dmcsvm.solvers.linear_cs.LinearProblem`."""
+    order.  ``prob`` is a :class:`~dmcsvm.solvers.linear_cs.LinearProblem`; ``row_C`` the
+    per-pattern bounds (class / sample weights) or None."""
     C = float(settings.C)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
     cls = np.ascontiguousarray(cls, dtype=np.int64)
     first, count = prototype_groups(pcls)
     n = cls.shape[0]
-    st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed)
+    st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed,
+                             row_C=row_C)
     hist = {k: [] for k in EPOCH_KEYS}
     passes = lcs.new_history()
     t_start = time.perf_counter()
-    E = C * n            # E(1) = P_pi(1)(alpha = 0)
+    E = C * n if row_C is None else float(row_C.sum())     # E(1) = P_pi(1)(alpha = 0)
     t = 0
     search = schedule.max_epochs > 0 and int(count.max()) > 1
     while search and t < schedule.max_epochs:
@@ -297,7 +314,8 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
                                   stop=lcs.Below(E), warn=False)
         xi, primal, dual, mM = st.last
         T = schedule.temperature(t)
-        new_yp, E_new, changed, zero = _redraw(xi, st.yp, cls, first, rng, T, C, mM, st.B)
+        new_yp, E_new, changed, zero = _redraw(xi, st.yp, cls, first, rng, T, C, mM, st.B,
+                                               row_C)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point
         _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
