@@ -433,6 +433,62 @@ def test_cli_class_weight_balanced_json_and_store_weights(tmp_path):
                                    atol=1e-6)
 
 
+def _csv(path, X, y, w):
+    """Rows ``label,weight,features...`` (weights as written, e.g. a bad value)."""
+    with open(path, "w") as f:
+        for xi, yi, wi in zip(X, y, w):
+            f.write(",".join([str(int(yi)), str(wi)] + [repr(float(v)) for v in xi]) + "\n")
+
+
+def test_csv_weight_column_becomes_the_store_sample_weight(tmp_path):
+    """``from_csv(weight_column=)`` / ``dmcsvm train --weight-column``: the column is not a
+    feature, the store keeps it as ``sample_weight``, and training uses it."""
+    from dmcsvm.model_io import load_model
+    from dmcsvm.store import from_csv, read_all, read_sample_weight
+    X, y = _blobs(seed=15, n=36)
+    X = X.astype(np.float32)
+    w = _weights(7, 36)
+    _csv(tmp_path / "d.csv", X, y, w)
+    info = from_csv(tmp_path / "d.csv", tmp_path / "d.zarr", weight_column=1)
+    assert info.n_features == X.shape[1]
+    np.testing.assert_array_equal(read_sample_weight(info), w)
+    np.testing.assert_array_equal(read_all(info)[0], X)
+    _cli("train", tmp_path / "d.csv", "--weight-column", 1, "-o", tmp_path / "m.npz",
+         "--gamma", GAMMA, "--n-jobs", 1)
+    api = MulticlassSVC(gamma=GAMMA, n_jobs=1).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(load_model(tmp_path / "m.npz").decision_function(X),
+                               api.decision_function(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("bad,msg", [("-1.0", "weight '-1.0' must be a finite number >= 0"),
+                                     ("nan", "weight 'nan' must be a finite number >= 0"),
+                                     ("heavy", "weight 'heavy' is not a number")])
+def test_csv_bad_weight_is_refused_naming_the_line(tmp_path, bad, msg):
+    X, y = _blobs(seed=16, n=8)
+    w = [1.0] * 8
+    w[5] = bad
+    _csv(tmp_path / "d.csv", X, y, w)
+    with pytest.raises(ValueError) as e:
+        from dmcsvm.store import from_csv
+        from_csv(tmp_path / "d.csv", tmp_path / "d.zarr", weight_column=1)
+    assert str(e.value) == f"{tmp_path / 'd.csv'}, line 6: {msg}"
+    assert not os.path.exists(tmp_path / "d.zarr")
+    assert [p for p in os.listdir(tmp_path) if p != "d.csv"] == []
+
+
+def test_weight_column_for_other_formats_is_a_usage_error(tmp_path, capsys):
+    from sklearn.datasets import dump_svmlight_file
+
+    from dmcsvm.cli import main
+    X, y = _blobs(seed=17, n=8)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"))
+    assert main(["convert", str(tmp_path / "d.svm"), str(tmp_path / "d.zarr"),
+                 "--weight-column", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--weight-column applies to CSV input" in err
+    assert not os.path.exists(tmp_path / "d.zarr")
+
+
 # ------------------------------------------------------------------------ MultiPrototypeSVC
 
 _MPROT_PATHS = {"sequential": dict(solver="sequential"),

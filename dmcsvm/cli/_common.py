@@ -139,6 +139,11 @@ def add_input_options(p, labels=True):
     g.add_argument("--drop-columns", default="", metavar="J,K,...",
                    help="CSV: comma-separated columns (counted from 0) that are neither "
                         "features nor the label, e.g. ids (default: none)")
+    g.add_argument("--weight-column", type=int, default=None, metavar="J",
+                   help="CSV: column of per-row weights (numbers >= 0; counted from 0, negative "
+                        "from the end), not a feature: stored as the store's sample_weight "
+                        "array, which training uses as fit(..., sample_weight=...) "
+                        "(default: none)")
     if labels:
         g.add_argument("--labels", metavar="Y.npy",
                        help=".npy input: the .npy file of the labels (required for .npy)")
@@ -169,6 +174,10 @@ def convert_file(src, dst, a, n_features=None, sparse=None, rows_per_chunk=None,
         raise UsageError(f"{src} is already a store (a directory); nothing to convert")
     if os.path.exists(dst) and not overwrite:
         raise UsageError(f"{dst} already exists; pass --overwrite to replace it")
+    weight_column = getattr(a, "weight_column", None)
+    if weight_column is not None and fmt != "csv":
+        raise UsageError(f"--weight-column applies to CSV input; {src} is read as {fmt} (give "
+                         f"a store with a sample_weight array, see dmcsvm.store.write_arrays)")
     if fmt == "svmlight":
         zb = {"auto": "auto", "true": True, "false": False}[a.zero_based]
         try:
@@ -185,7 +194,8 @@ def convert_file(src, dst, a, n_features=None, sparse=None, rows_per_chunk=None,
         return from_csv(src, dst, label_column=a.label_column, delimiter=delimiter,
                         skip_header=a.skip_header,
                         drop_columns=_int_list(a.drop_columns, "--drop-columns"),
-                        rows_per_chunk=rows_per_chunk, overwrite=overwrite, progress=progress)
+                        rows_per_chunk=rows_per_chunk, overwrite=overwrite, progress=progress,
+                        weight_column=weight_column)
     labels = getattr(a, "labels", None)
     if not labels:
         raise UsageError(f"{src}: .npy input needs --labels Y.npy (the labels)")

@@ -51,8 +51,8 @@ def add_parser(sub, argv=None):
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
                                 "file; a store's optional 'sample_weight' array (one weight per "
-                                "row, see write_arrays(sample_weight=...)) is used as "
-                                "fit(sample_weight=...) automatically")
+                                "row: write_arrays(sample_weight=...), or --weight-column of a "
+                                "CSV file) is used as fit(sample_weight=...) automatically")
     t.add_argument("-o", "--output", "--model", dest="output", required=True,
                    help="model to write: NAME.npz (one file) or a directory (zarr group)")
     t.add_argument("--estimator", default=DEFAULT_ESTIMATOR, metavar="NAME",

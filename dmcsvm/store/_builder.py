@@ -141,8 +141,9 @@ class _StoreBuilder:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
 
-    def create(self, n, d, sparse, rows_per_chunk, labels, nnz=None):
-        """Create the arrays of a store of ``n`` rows and ``d`` features in the temp directory."""
+    def create(self, n, d, sparse, rows_per_chunk, labels, nnz=None, weights=False):
+        """Create the arrays of a store of ``n`` rows and ``d`` features in the temp directory
+        (with ``weights``, also the optional per-row ``sample_weight`` array)."""
         if rows_per_chunk is None:
             rows_per_chunk = default_rows_per_chunk(d, n, sparse, nnz)
         rows_per_chunk = int(rows_per_chunk)
@@ -175,10 +176,20 @@ class _StoreBuilder:
                                                   config=_ALL_CHUNKS), R)
         self.y = _Appender(g.create_array("y", shape=(n,), chunks=(R,), dtype=labels.dtype,
                                             config=_ALL_CHUNKS), R)
+        self.w = None
+        if weights:
+            self.w = _Appender(g.create_array("sample_weight", shape=(n,), chunks=(R,),
+                                              dtype="float64", config=_ALL_CHUNKS), R)
         self.rows = 0
 
-    def append(self, X_block, y_block):
-        """Append validated rows: float32 dense array or canonical float32 CSR, encoded labels."""
+    def append(self, X_block, y_block, w_block=None):
+        """Append validated rows: float32 dense array or canonical float32 CSR, encoded labels
+        (and their checked weights when the store has them)."""
+        if (w_block is None) != (self.w is None):
+            raise ValueError("weights must be given for every block of a weighted store, and "
+                             "only for one")
+        if self.w is not None:
+            self.w.append(np.asarray(w_block, dtype=np.float64))
         if self.sparse:
             block = X_block if sp.issparse(X_block) else sp.csr_matrix(X_block)
             self.indices.append(np.asarray(block.indices, dtype=np.int32))
@@ -205,6 +216,8 @@ class _StoreBuilder:
         else:
             self.X.close()
         self.y.close()
+        if self.w is not None:
+            self.w.close()
         self.group.attrs.update(
             {
                 "format": FORMAT_NAME,

@@ -95,7 +95,8 @@ def _normalize_column(j, ncols, what, src):
 
 def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_columns=(),
              rows_per_chunk=None, overwrite=False,
-             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None):
+             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None,
+             weight_column=None):
     """Convert a delimited text file (numeric features, one label column) to a dense store.
 
     Parameters
@@ -117,6 +118,10 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
         Skip the first record (True) or this many records.
     drop_columns : sequence of int
         Columns that are neither features nor the label (ids, dates...).
+    weight_column : int, optional
+        Index of a column of per-row weights (numbers >= 0; negative index counts from the
+        end), stored as the store's ``sample_weight`` array: a fit on the store uses them as
+        ``fit(..., sample_weight=...)`` does.  Not a feature.
     rows_per_chunk, overwrite, buffer_rows, buffer_bytes, progress
         As for :func:`from_svmlight`.
 
@@ -147,6 +152,13 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
             drops = {_normalize_column(j, ncols, "drop column", src) for j in drop_columns}
             if label_col in drops:
                 raise ValueError(f"{src}: label_column {label_column} is also in drop_columns")
+            weight_col = None
+            if weight_column is not None:
+                weight_col = _normalize_column(weight_column, ncols, "weight_column", src)
+                if weight_col == label_col or weight_col in drops:
+                    raise ValueError(f"{src}: weight_column {weight_column} is also the label "
+                                     f"column or in drop_columns")
+                drops.add(weight_col)
             feature_cols = [j for j in range(ncols) if j != label_col and j not in drops]
             if not feature_cols:
                 raise ValueError(f"{src} has no feature columns")
@@ -175,7 +187,7 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
 
     # pass 2: parse features and write
     with _StoreBuilder(target, overwrite) as builder:
-        builder.create(n, d, False, rows_per_chunk, plan)
+        builder.create(n, d, False, rows_per_chunk, plan, weights=weight_col is not None)
         row0 = 0
         for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes,
                                         meter):
@@ -193,12 +205,29 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
                     f"{src} contains NaN or infinity at row {row0 + bad} (line {lines[bad]})"
                 )
             y = plan.encode_strings(np.char.strip(table[:, label_col]))
-            builder.append(X, y)
+            w = None if weight_col is None else _weights_of(src, table[:, weight_col], lines)
+            builder.append(X, y, w)
             row0 += len(rows)
         info = builder.commit()
     if meter is not None:
         meter.finish()
     return info
+
+
+def _weights_of(src, column, lines):
+    """The weight column of a block as float64, refusing a non-number, NaN/inf or a negative
+    weight with the file, line and value."""
+    w = np.empty(len(column))
+    for k, text in enumerate(column):
+        try:
+            w[k] = float(text)
+        except ValueError:
+            raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} is not a "
+                             f"number") from None
+        if not np.isfinite(w[k]) or w[k] < 0:
+            raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} must be a finite "
+                             f"number >= 0")
+    return w
 
 
 def _locate_csv_error(src, rows, lines, feature_cols):

@@ -10,7 +10,6 @@ import scipy.sparse as sp
 
 from ..errors import check_sample_weight
 from ._builder import (
-    _ALL_CHUNKS,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_ROWS,
     _as_float32_block,
@@ -81,17 +80,16 @@ def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
     plan = scan.plan("y")
     step = _block_rows(d, buffer_rows, buffer_bytes)
     with _StoreBuilder(target, overwrite) as builder:
-        builder.create(n, d, sparse, rows_per_chunk, plan, nnz=X.nnz if is_sparse else None)
+        builder.create(n, d, sparse, rows_per_chunk, plan, nnz=X.nnz if is_sparse else None,
+                       weights=sample_weight is not None)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             block = _as_float32_block(X[lo:hi])
             bad = _first_nonfinite_row(block)
             if bad is not None:
                 raise ValueError(f"X contains NaN or infinity at row {lo + bad}")
-            builder.append(block, _encode_label_array(plan, y[lo:hi]))
-        if sample_weight is not None:
-            builder.group.create_array("sample_weight", shape=(n,), chunks=(builder.R,),
-                                       dtype="float64", config=_ALL_CHUNKS)[:] = sample_weight
+            builder.append(block, _encode_label_array(plan, y[lo:hi]),
+                           None if sample_weight is None else sample_weight[lo:hi])
         return builder.commit()
 
 
