@@ -100,6 +100,17 @@ def linear_coefficients(spec) -> tuple[float, float]:
     return None
 
 
+def move_step(B, rows, old, new):
+    """``dB`` (len(rows) x P) moving each row's positive coefficient ``B[i, old_i]`` to its new
+    prototype ``new_i`` (the restore after a re-assignment, :mod:`dmcsvm.solvers.multiprototype`)."""
+    a = B[rows, old]
+    dB = np.zeros((rows.shape[0], B.shape[1]))
+    k = np.arange(rows.shape[0])
+    dB[k, old] = -a
+    dB[k, new] += a
+    return dB
+
+
 def prototype_step(dB, XB):
     """``(dW, ds) = (dB^T X_B, dB^T 1)``: the change of the explicit prototypes (P x d) and of their
     coefficient sums caused by the batch change ``dB`` (len(ids) x P) of rows ``X_B`` (dense/CSR)."""
