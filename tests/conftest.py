@@ -188,8 +188,8 @@ def run_solver(X, y, m, spec, C, optimizer="exact", selection="bmg", threshold="
     ``(B (n x m), SolveResult)``."""
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
     n, d = X.shape
     s = SolverSettings(C=C, optimizer=optimizer, selection=selection, threshold=threshold,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from dmcsvm.solvers import pattern as pt
+from dmcsvm.numerics import pattern as pt
 
 C_VALUES = (1.0, 0.3, 5.0)
 

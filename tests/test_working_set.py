@@ -20,9 +20,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.multiclass import SolverSettings, _GramCache
-from dmcsvm.solvers.selection import THRESHOLDS
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
+from dmcsvm.numerics.selection import THRESHOLDS
 
 
 def _batch_problem(seed, nb=40, P=5, C=2.0):
