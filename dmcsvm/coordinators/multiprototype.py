@@ -1,8 +1,8 @@
 """Multi-prototype SVM (Aiolli & Sperduti 2005, §4-6): the annealed search over assignments.
 
 With the assignment ``pi`` fixed the problem is the convex dual of Eq. 11 (DESIGN §1), solved by the
-core coordinator (:func:`dmcsvm.coordinators.crammer_singer.solve`) on ``P = sum_c q_c`` prototypes; the
-non-convex problem of Eq. 8 is then searched as in Fig. 11:
+core coordinator (:func:`dmcsvm.coordinators.crammer_singer.solve`) on ``P = sum_c q_c``
+prototypes; the non-convex problem of Eq. 8 is then searched as in Fig. 11:
 
     T := T0;  random pi(1);  E(1) := P_pi(1)(alpha = 0) = C n
     for t = 1 .. t_max:

@@ -20,9 +20,10 @@ import numpy as np
 
 from .pattern import bound_at
 
-# Note: numba's on-disk cache (cache=True) of the functions in numerics/grouped_smo.py that call these
-# does not notice edits made here; after changing this file remove
-# dmcsvm/numerics/__pycache__/grouped_smo.*.nb[ic] (or touch grouped_smo.py) so that they are recompiled.
+# Note: numba's on-disk cache (cache=True) of the functions in numerics/grouped_smo.py that call
+# these does not notice edits made here; after changing this file remove
+# dmcsvm/numerics/__pycache__/grouped_smo.*.nb[ic] (or touch grouped_smo.py) so that they are
+# recompiled.
 
 #: LIBSVM's TAU: the curvature used when ``K_ii + K_jj - 2 K_ij <= 0`` (non-PSD or duplicate points)
 TAU = 1e-12

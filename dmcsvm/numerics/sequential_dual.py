@@ -8,8 +8,9 @@ prototypes per class and a *fixed* assignment ``yp`` (the convex problem of one 
 
 * a *pass* visits the active patterns in a random order; pattern ``i`` gets its scores on its
   active prototypes (O(|A_i| d)), its KKT violation ``psi`` (CS 2001 Eq. 32, margin units), and
-  the exact solution of its reduced problem (sort-based, as :func:`dmcsvm.numerics.pattern.opt_exact`),
-  after which ``W`` and ``s`` are updated in place (O(changed d)): no score matrix, no rounds;
+  the exact solution of its reduced problem (sort-based, as
+  :func:`dmcsvm.numerics.pattern.opt_exact`), after which ``W`` and ``s`` are updated in place
+  (O(changed d)): no score matrix, no rounds;
 * shrinking (Keerthi et al. §4 / LIBLINEAR): a prototype at its bound whose score is below every
   free one leaves the pattern's active list, a pattern with one active prototype leaves the pass;
   once a pass's largest violation drops below ``eps_shrink`` everything is re-activated and
@@ -20,8 +21,9 @@ Stopping: ``MulticlassSVC`` stops on LIBLINEAR's rule alone, ``tol`` bounding th
 violation ``psi`` seen in a pass over every pattern and prototype (its ``gap_tol`` does not apply
 here: at the default ``tol=1e-3`` the relative duality gap ends between 4e-6 and 3e-4 on digits,
 letter, usps and dna, primal within 0.03 % of LIBLINEAR's at ``tol=1e-4``); ``max_iter`` counts
-passes (-1: :data:`~dmcsvm.coordinators.linear_cs.DEFAULT_MAX_PASSES`).  MProtSVM's epochs stop when the exact primal beats the
-last energy, its final solve on ``tol`` or ``gap_tol``, whichever comes first.
+passes (-1: :data:`~dmcsvm.coordinators.linear_cs.DEFAULT_MAX_PASSES`).  MProtSVM's epochs stop
+when the exact primal beats the last energy, its final solve on ``tol`` or ``gap_tol``, whichever
+comes first.
 
 The kernels here are plain functions on arrays (numba), tested alone against NumPy references;
 the orchestration (:class:`~dmcsvm.coordinators.linear_cs.SequentialState`,
