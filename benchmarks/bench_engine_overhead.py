@@ -82,7 +82,7 @@ import _report
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
-from dmcsvm.solvers import pattern as pt  # noqa: E402
+from dmcsvm.numerics import pattern as pt  # noqa: E402
 
 MODES = ("inprocess", "actor", "actor_relayed", "future", "actor_notrim")
 LABELS = {"inprocess": "in-process (2 threads)", "actor": "LocalCluster, actors",

@@ -54,7 +54,7 @@ import _report
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.kernels import (KernelSpec, copy_gram, kernel_block, poly_from_gram,  # noqa: E402
                             rbf_from_gram, row_norms_sq)
-from dmcsvm.solvers import pattern as pt  # noqa: E402
+from dmcsvm.numerics import pattern as pt  # noqa: E402
 
 KERNELS = {"rbf": KernelSpec("rbf", gamma=0.05), "poly": KernelSpec("poly", gamma=0.05, degree=3,
                                                                        coef0=1.0),

@@ -77,8 +77,8 @@ def run_variant(a) -> dict:
     from dmcsvm.engine.dask_executor import DaskExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
     X, y = make_data(a.n, a.d)
     m = int(y.max()) + 1

@@ -89,8 +89,8 @@ def blobs(n, d, P, seed=0):
 def unit_costs(quick):
     from threadpoolctl import threadpool_limits
     from dmcsvm.kernels import KernelSpec, kernel_block, row_norms_sq
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import _merge
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import _merge
     rng = np.random.default_rng(1)
     out = {"load_before": load()}
     na, b = (4096, 128) if quick else (8192, 256)
@@ -332,7 +332,7 @@ def dask_probe(client, quick, d=32, P=10):
     from dmcsvm.engine.dask_executor import DaskExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
-    from dmcsvm.solvers import pattern as pt
+    from dmcsvm.numerics import pattern as pt
     rng = np.random.default_rng(2)
     res = []
     reps = 10 if quick else 20

@@ -6,7 +6,7 @@ to [-1, 1] with the training min/max except digits: the same C on both sides, LI
 Crammer-Singer solver through ``sklearn.svm.LinearSVC(multi_class='crammer_singer',
 fit_intercept=False)`` at its default ``tol=1e-4`` with ``max_iter`` raised to 100000 so that it
 converges (its iteration count is reported), dmcsvm at its defaults (``tol=1e-3``: the
-sequential dual method on explicit prototypes, :mod:`dmcsvm.solvers.linear_cs`).
+sequential dual method on explicit prototypes, :mod:`dmcsvm.coordinators.linear_cs`).
 
 Both primal objectives ``1/2 ||W||^2 + C sum_i max(0, 1 + max_{r != y_i} w_r x_i - w_{y_i} x_i)``
 are recomputed from the weights by the same function.  Fit times are the minimum over

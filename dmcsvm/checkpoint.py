@@ -32,6 +32,10 @@ uninterrupted run.  With other bounds (another ``n_partitions``), or partition f
 coordinator cannot see (workers writing to disks of their own), the partitions are rebuilt from the
 support coefficients instead, ``F = K(X, X_SV) B_SV``: the same optimum to ``tol``, reached by
 other rounds (scores differ in the last bits and shrinking starts over), with a warning.
+
+This module is the file format (arrays, checksums, fingerprint, metadata) and knows no solver:
+:mod:`dmcsvm.coordinators.resume` rebuilds the coordinator's state from a checkpoint and
+:mod:`dmcsvm.estimators._checkpoint` (``CheckpointSession``) wires both into an estimator's fit.
 """
 
 from __future__ import annotations
@@ -42,18 +46,15 @@ import re
 import shutil
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from .file_modes import default_mode
-from .runtime_params import RESUME_MAY_CHANGE
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
-           "load_checkpoint", "resume_state", "parse_every", "CheckpointSession",
-           "data_fingerprint"]
+           "load_checkpoint", "has_checkpoint", "restore_rng", "parse_every", "data_fingerprint"]
 
 CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
 CHECKPOINT_VERSION = 2
@@ -119,7 +120,7 @@ def restore_rng(rng, saved):
 class Checkpointer:
     """Writes checkpoints of a solve every ``every_rounds`` rounds and/or ``every_seconds``.
 
-    Its ``__call__(rounds, state)`` fits :func:`dmcsvm.solvers.multiclass.solve`'s
+    Its ``__call__(rounds, state)`` fits :func:`dmcsvm.coordinators.crammer_singer.solve`'s
     ``on_round(rounds, B)`` hook: pass the :class:`CoordinatorState` itself, or bind one first
     with :meth:`bind` (then the ``B`` that ``solve`` passes is ignored in favour of the state).
 
@@ -422,180 +423,6 @@ def load_checkpoint(directory) -> Checkpoint:
                       partition_bounds=[tuple(b) for b in bounds] if bounds else None)
 
 
-def resume_state(ck: Checkpoint, X=None):
-    """The :class:`CoordinatorState` and first message that continue the checkpointed solve.
-
-    The first message sends every support pattern with its full coefficient row, so freshly
-    started partitions (``F = 0``, ``B = 0``) rebuild ``F_part = K(X_part, X_SV) @ B_SV`` and
-    their copy of ``B``.  When the training data ``X`` is given, the checkpoint's support rows
-    are checked against it (a resume on other data fails).
-    """
-    from .solvers.multiclass import CoordinatorState
-    if X is not None and not (isinstance(X, np.ndarray) or sp.issparse(X)):
-        # a store or dask row source: check the shape only, the support rows come from the file
-        if tuple(X.shape) != (ck.n, ck.n_features):
-            raise ValueError(f"{ck.path}: the checkpoint is of data of shape "
-                             f"({ck.n}, {ck.n_features}); the training data has shape "
-                             f"{tuple(X.shape)}")
-        X = None
-    if X is not None:
-        if X.shape != (ck.n, ck.n_features):
-            raise ValueError(f"{ck.path}: the checkpoint is of data of shape "
-                             f"({ck.n}, {ck.n_features}); the training data has shape {X.shape}")
-        if len(ck.ids):
-            mine = _take_rows(X, ck.ids)
-            a = mine.toarray() if sp.issparse(mine) else np.asarray(mine)
-            b = ck.X.toarray() if sp.issparse(ck.X) else np.asarray(ck.X)
-            if not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
-                raise ValueError(f"{ck.path}: the checkpoint's support patterns differ from "
-                                 "those rows of the training data (other data?)")
-    B = np.zeros((ck.n, ck.P))
-    B[ck.ids] = ck.B
-    state = CoordinatorState(B=B, rounds=ck.rounds)
-    n_hist = len(next(iter(ck.history.values()), []))
-    for k in state.history:                     # keys a newer solver records: NaN for old rounds
-        state.history[k] = list(ck.history.get(k, [float("nan")] * n_hist))
-    Xsv = ck.X
-    if X is not None and len(ck.ids):
-        Xsv = mine                # the training data's own dtype and layout
-    state.bank.add(ck.ids, Xsv)
-    first_msg = {"ids": ck.ids, "XB": Xsv, "dB": ck.B.copy()} if len(ck.ids) else None
-    return state, first_msg
-
-
-def _take_rows(X, ids):
-    """Rows ``ids`` (increasing) of the training data: an array / CSR matrix, a store row source
-    (``.url``; read chunk by chunk) or a dask row source (``.array``)."""
-    if isinstance(X, np.ndarray) or sp.issparse(X):
-        return X[ids]
-    if hasattr(X, "url"):
-        from .store import open_store, read_rows
-        info = open_store(X.url)
-        blocks = []
-        for lo, hi in info.chunk_bounds:
-            sel = ids[(ids >= lo) & (ids < hi)]
-            if len(sel):
-                blocks.append(read_rows(info, lo, hi)[sel - lo])
-        return sp.vstack(blocks).tocsr() if info.sparse else np.concatenate(blocks)
-    if hasattr(X, "array"):
-        import dask
-        out = dask.compute(X.array[ids])[0]
-        return out if sp.issparse(out) else np.asarray(out)
-    return X[ids]
-
-
-# ---------------------------------------------------------------------------------- estimators
-
-class CheckpointSession:
-    """What an estimator's ``fit`` needs for ``checkpoint`` / ``checkpoint_every`` / ``resume``.
-
-    ``CheckpointSession.for_estimator(est, X, y_idx, settings)`` reads those parameters; when
-    ``checkpoint`` is None it does nothing (``settings`` unchanged, no extra solve arguments).
-    Otherwise :meth:`solve_kwargs` gives ``on_round`` (a bound :class:`Checkpointer`) and, when
-    resuming from an existing checkpoint, ``state`` and ``first_msg``; :attr:`settings` then has
-    ``max_iter`` reduced by the rounds already run, so a resumed run stops where an
-    uninterrupted one would.
-    """
-
-    def __init__(self, settings, checkpointer=None, state=None, first_msg=None):
-        self._ck = None
-        self.settings = settings
-        self.checkpointer = checkpointer
-        self.state = state
-        self.first_msg = first_msg
-
-    @classmethod
-    def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None, row_C=None):
-        directory = getattr(est, "checkpoint", None)
-        resume = getattr(est, "resume", False)
-        if resume not in (True, False):
-            raise ValueError(f"resume must be True or False, got {resume!r}")
-        if directory is None:
-            if resume:
-                raise ValueError("resume=True needs checkpoint (the checkpoint directory)")
-            return cls(settings)
-        if not isinstance(directory, (str, os.PathLike)):
-            raise ValueError(f"checkpoint must be a directory path or None, got {directory!r}")
-        rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
-        params = {k: v for k, v in est.get_params(deep=False).items() if k not in RESUME_MAY_CHANGE}
-        params["estimator"] = type(est).__name__
-        params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
-        params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
-        params["data_fingerprint"] = data_fingerprint(X, y_idx)
-        if row_C is not None:
-            # the per-pattern bounds C_i (class_weight, sample_weight): a resume with other
-            # weights is another problem (absent without weights: older checkpoints still match)
-            params["weights_crc32"] = int(_crc(np.ascontiguousarray(row_C, dtype=np.float64)))
-        ckpt = Checkpointer(directory, rounds, seconds, settings=params)
-        state, first_msg, resumed = None, None, None
-        if resume and has_checkpoint(directory):
-            ck = load_checkpoint(directory)
-            diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
-                          if ck.settings.get(k) != ckpt.settings.get(k)
-                          and k != "data_fingerprint")
-            if diff:
-                shown = ", ".join(f"{k}={ck.settings.get(k)!r} (now {ckpt.settings.get(k)!r})"
-                                  for k in diff)
-                raise ValueError(f"{ck.path} was written with other settings or data: {shown}")
-            if ck.settings.get("data_fingerprint") != params["data_fingerprint"]:
-                raise ValueError(
-                    f"{ck.path} was written for other training data (data fingerprint "
-                    f"{ck.settings.get('data_fingerprint')}, this data "
-                    f"{params['data_fingerprint']}): refusing to resume onto it")
-            state, first_msg = resume_state(ck, X)
-            resumed = ck
-            if rng is not None:
-                restore_rng(rng, ck.rng)
-            if assign is not None and ck.assign is not None:
-                assign[:] = ck.assign
-            if settings.max_iter > 0:
-                left = settings.max_iter - ck.rounds
-                if left < 1:
-                    warnings.warn(f"{ck.path}: the checkpoint is already at max_iter="
-                                  f"{settings.max_iter}; running one more round", stacklevel=3)
-                settings = _replace(settings, max_iter=max(1, left))
-        elif resume:
-            warnings.warn(f"no checkpoint in {directory}: starting from scratch", stacklevel=3)
-        sess = cls(settings, ckpt, state, first_msg)
-        sess._ck = resumed
-        sess._X = X
-        sess._assign, sess._rng = assign, rng
-        return sess
-
-    def solve_kwargs(self, n, P, sparse, x_dtype, executor=None):
-        """Keyword arguments for :func:`solve`: ``on_round`` and, when resuming, the state.
-
-        With the ``executor`` (started on the partitions), checkpoints include the partitions'
-        own states, and a resume onto the same partition bounds loads them and continues
-        exactly; otherwise the partitions are rebuilt from the support coefficients."""
-        if self.checkpointer is None:
-            return {}
-        from .solvers.multiclass import CoordinatorState
-        if self.state is None:
-            self.state = CoordinatorState.fresh(n, P)
-        elif self._ck is not None and executor is not None:
-            self._resume_partitions(executor)
-        self.checkpointer.bind(self.state, n_features=self._X.shape[1], sparse=sparse,
-                               x_dtype=x_dtype, assign=self._assign, rng=self._rng,
-                               executor=executor)
-        kw = {"on_round": self.checkpointer, "state": self.state}
-        if self.first_msg is not None:
-            kw["first_msg"] = self.first_msg
-        return kw
-
-    def _resume_partitions(self, executor):
-        """Load the checkpointed partition states, or warn why the partitions are rebuilt."""
-        ck = self._ck
-        why = _partition_states_usable(ck, executor)
-        if why is None:
-            executor.call("load_state", ck.path)
-            # partitions are where the checkpointed round left them: send the batch it chose
-            self.first_msg = dict(ck.pending)
-            return
-        warnings.warn(f"{ck.path}: resuming from the support coefficients, not the partitions' "
-                      f"saved states, because {why}: the fit reaches the same optimum (to tol) by "
-                      f"other rounds than an uninterrupted one", stacklevel=4)
-
 
 def data_fingerprint(X, y_idx) -> str:
     """A hash (blake2b, 128 bits, hex) of the training rows and labels, read in row blocks.
@@ -633,28 +460,6 @@ def data_fingerprint(X, y_idx) -> str:
     return h.hexdigest()
 
 
-def _partition_states_usable(ck, executor) -> str | None:
-    """Why the checkpoint's partition states cannot be loaded into ``executor``'s partitions, or
-    None when they can."""
-    if ck.partition_bounds is None:
-        return "it holds no partition states (written by dmcsvm 0.1 or without partitions)"
-    bounds = [tuple(b) for b in executor.call("row_range")]
-    if bounds != [tuple(b) for b in ck.partition_bounds]:
-        return (f"its partitions own rows {ck.partition_bounds}, this run's {bounds} (another "
-                f"n_partitions or cluster size)")
-    missing = [k for k in range(len(bounds))
-               if not os.path.exists(os.path.join(ck.path, f"part-{k:05d}.npz"))]
-    if missing:
-        return (f"the state files of partitions {missing} are not in {ck.path} (workers that "
-                f"wrote to disks of their own?)")
-    return None
-
-
 def _crc(a):
     import zlib
     return zlib.crc32(np.ascontiguousarray(a))
-
-
-def _replace(settings, **kw):
-    import dataclasses
-    return dataclasses.replace(settings, **kw)

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.solvers.multiclass import SolverSettings
+from dmcsvm.coordinators.crammer_singer import SolverSettings
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from sklearn.svm import SVC
 
 from dmcsvm.estimators.binary import BinarySVC, OneVsOneSVC, OneVsRestSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
-from dmcsvm.solvers.binary_smo import platt_bias, platt_step, rho_from_parts, rho_parts
+from dmcsvm.numerics.binary_smo import platt_bias, platt_step, rho_from_parts, rho_parts
 
 
 def _binary(seed, n=60, d=3, noise=0.7):

@@ -13,8 +13,9 @@ import pytest
 from sklearn.datasets import load_digits
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.checkpoint import (Checkpointer, load_checkpoint, parse_every, resume_state)
-from dmcsvm.solvers.multiclass import CoordinatorState
+from dmcsvm.checkpoint import Checkpointer, load_checkpoint, parse_every
+from dmcsvm.coordinators.crammer_singer import CoordinatorState
+from dmcsvm.coordinators.resume import resume_state
 
 KW = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=20, n_jobs=1)
 

@@ -20,8 +20,8 @@ from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.partition import PartitionSettings, pack_message, unpack_message
 from dmcsvm.kernels import KernelSpec
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.multiclass import SolverSettings, solve
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
 OPTIMIZERS = list(pt.OPTIMIZERS)
 

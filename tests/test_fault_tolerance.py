@@ -28,8 +28,8 @@ from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.partition import Partition, PartitionSettings
 from dmcsvm.kernels import KernelSpec, kernel_block
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.multiclass import SolverSettings, solve
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
 #: predictions on held-out data that may differ after a recovery (the scores differ by rounding)
 MAX_DIFFERING = 0.01

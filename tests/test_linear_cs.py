@@ -1,4 +1,4 @@
-"""The sequential dual method on explicit prototypes (dmcsvm.solvers.linear_cs): kernels against
+"""The sequential dual method on explicit prototypes (dmcsvm.coordinators.linear_cs): kernels against
 NumPy references, the optimum against the exact QP, the kernel (batched-round) path and
 LIBLINEAR, and MulticlassSVC's fitted attributes / model files on the linear path."""
 
@@ -14,8 +14,9 @@ from dmcsvm import MulticlassSVC
 from dmcsvm.engine.prototype_partition import prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
 from dmcsvm.model_io import load_model, save_model
-from dmcsvm.solvers import linear_cs as L
-from dmcsvm.solvers import pattern as pt
+from dmcsvm.coordinators import linear_cs as L
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.numerics import sequential_dual as SD
 
 
 def _random_row(rng, P, C):
@@ -46,7 +47,7 @@ def test_subproblem_equals_exact_pattern_optimizer(seed):
         act = [y] + neg
         G = np.array([f[r] + (r != y) for r in act])
         out, work = np.empty(P), np.empty(P)
-        L.subproblem(G, b[act].copy(), P, 0, kpp, C, work, out)
+        SD.subproblem(G, b[act].copy(), P, 0, kpp, C, work, out)
         got = np.zeros(P)
         got[act] = out
         np.testing.assert_allclose(got, ref_b, atol=1e-10)
@@ -54,7 +55,7 @@ def test_subproblem_equals_exact_pattern_optimizer(seed):
     G = np.array([0.3, 1.2, -0.4])
     b = np.array([-0.5, -0.5, 0.0])
     out = np.empty(3)
-    L.subproblem(G, b, 3, -1, 1.5, 1.0, np.empty(3), out)
+    SD.subproblem(G, b, 3, -1, 1.5, 1.0, np.empty(3), out)
     assert out.sum() == pytest.approx(-1.0) and np.all(out <= 0.0)
 
 

@@ -14,9 +14,9 @@ import scipy.sparse as sp
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC
 from dmcsvm.engine.prototype_partition import encode_linear, prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
-from dmcsvm.solvers import linear_prototypes as lp
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.multiprototype import initial_assignment, prototype_classes
+from dmcsvm.numerics import linear_prototypes as lp
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.coordinators.multiprototype import initial_assignment, prototype_classes
 
 PAPER_KERNEL = KernelSpec("poly", gamma=1.0, degree=1, coef0=1.0)     # <x, z> + 1
 

@@ -1,4 +1,4 @@
-"""Per-pattern numba functions (dmcsvm.solvers.pattern) against independent references.
+"""Per-pattern numba functions (dmcsvm.numerics.pattern) against independent references.
 
 A *state* is one pattern's row: coefficients ``b`` (feasible), scores ``f = f_other + kpp b``,
 assigned prototype ``y``, class ``c`` and the class of every prototype ``pcls``.  The reduced
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from dmcsvm.solvers import pattern as pt
+from dmcsvm.numerics import pattern as pt
 
 C_VALUES = (1.0, 0.3, 5.0)
 

@@ -9,7 +9,7 @@ import pytest
 
 from dmcsvm.estimators.scatter import ScatterSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
-from dmcsvm.solvers import scatter as sc
+from dmcsvm.numerics import grouped_smo as sc
 
 
 def _blobs(seed=0, n=60, m=4, d=2, scale=1.5):

@@ -15,8 +15,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
 from dmcsvm.kernels import KernelSpec, kernel_reference
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.selection import THRESHOLDS
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.numerics.selection import THRESHOLDS
 
 OPTIMIZERS = list(pt.OPTIMIZERS)
 SELECTIONS = list(pt.SELECTIONS)

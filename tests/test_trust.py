@@ -120,8 +120,8 @@ def test_non_finite_scores_end_the_solve_instead_of_converging():
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     X, y = _blobs()
     spec = KernelSpec("rbf", 0.2)
     s = SolverSettings(C=1.0).check()
@@ -259,8 +259,8 @@ def _beside_scenario():
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     before = _blas_threads()
     X, y = _blobs(n=400)
     a_running, b_running, a_done = threading.Event(), threading.Event(), threading.Event()

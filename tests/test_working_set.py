@@ -1,11 +1,11 @@
 """The coordinator's working-set solve (issue 14): re-selection on K_BB, the kept Gram block, and
 the stopping rule (``tol`` alone decides the precision).
 
-* :func:`dmcsvm.solvers.pattern.solve_working_set` against a NumPy recomputation: every batch row
+* :func:`dmcsvm.numerics.pattern.solve_working_set` against a NumPy recomputation: every batch row
   ends with ``psi <= inner_tol`` on the scores ``F_B + K_BB dB`` recomputed from scratch, the
   rows stay feasible, the dual never drops, and reading ``K_BB`` through positions of a larger
   Gram matrix gives the same result bit for bit;
-* :class:`dmcsvm.solvers.multiclass._GramCache` returns ``K(X_B, X_B)`` for overlapping batches,
+* :class:`dmcsvm.coordinators.crammer_singer._GramCache` returns ``K(X_B, X_B)`` for overlapping batches,
   also after it ran out of budget and started over;
 * ``tol`` binds: the relative dual error against the exact QP optimum shrinks with ``tol``
   (default stopping, no second parameter) and stays below it;
@@ -20,9 +20,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
-from dmcsvm.solvers import pattern as pt
-from dmcsvm.solvers.multiclass import SolverSettings, _GramCache
-from dmcsvm.solvers.selection import THRESHOLDS
+from dmcsvm.numerics import pattern as pt
+from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
+from dmcsvm.numerics.selection import THRESHOLDS
 
 
 def _batch_problem(seed, nb=40, P=5, C=2.0):

@@ -3,7 +3,7 @@
 Same constructor as :class:`~dmcsvm.engine.partition.Partition`, so both executors build it
 (``executor.start(..., partition_cls=GradientPartition)``).  Instead of the Crammer-Singer scores it
 keeps, for its rows, ``tot = K (y o a)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j``, from
-which :func:`dmcsvm.solvers.scatter.scan` forms the gradient; it reports per group the best
+which :func:`dmcsvm.numerics.grouped_smo.scan` forms the gradient; it reports per group the best
 working-set candidates (the ``k`` largest ``-y g`` of ``I_up`` and the ``k`` smallest of ``I_low``,
 with gradient, sign, group and X row) and the per-group extremes that decide convergence.
 
@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from ..kernels import kernel_block
-from ..solvers import scatter as sc
-from ..solvers.binary_smo import rho_parts
+from ..numerics import grouped_smo as sc
+from ..numerics.binary_smo import rho_parts
 from .partition import Partition, take_rows
 
 
@@ -189,7 +189,7 @@ class GradientPartition(Partition):
     # ---------------------------------------------------------------- results
     def summary(self) -> dict:
         """End-of-solve quantities: LIBSVM's rho pieces (per group) and the per-class sums of
-        :func:`dmcsvm.solvers.scatter.class_sums` (test rules of mScatter)."""
+        :func:`dmcsvm.numerics.grouped_smo.class_sums` (test rules of mScatter)."""
         G = self.n_groups
         cs = np.zeros((G, 6))
         sc.class_sums(self.rows, self.grp, self.a, self.g, self.tot, self.own, self._bounds(), G,

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import check_finite_rows
 from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
-from ..solvers import pattern as pt
+from ..numerics import pattern as pt
 from .cache import ColumnCache
 from .disk_cache import ZarrColumnCache
 from .threads import BlasThreadHold

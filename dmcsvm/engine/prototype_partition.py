@@ -22,7 +22,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ..solvers import linear_prototypes as lp
+from ..numerics import linear_prototypes as lp
 from .partition import Partition, PartitionSettings
 
 

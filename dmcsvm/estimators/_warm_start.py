@@ -20,9 +20,10 @@ from ._inputs import rows_of
 
 
 def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
-    """``state`` and ``first_msg`` for :func:`dmcsvm.solvers.multiclass.solve` continuing from
-    ``est``'s previous fit, or ``{}`` (with a warning saying why) when that fit does not describe
-    this problem; ``{}`` silently when ``warm_start`` is off or there is no previous fit.
+    """``state`` and ``first_msg`` for :func:`dmcsvm.coordinators.crammer_singer.solve`
+    continuing from ``est``'s previous fit, or ``{}`` (with a warning saying why) when that fit
+    does not describe this problem; ``{}`` silently when ``warm_start`` is off or there is no
+    previous fit.
 
     With per-pattern bounds ``row_C`` (class / sample weights, possibly other than the previous
     fit's) the coefficients are scaled by ``min_i C_i / alpha_i^{y_i}`` (at most 1) so that
@@ -34,7 +35,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
         warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
                       f"starting from zero", UserWarning, stacklevel=3)
         return {}
-    from ..solvers.multiclass import CoordinatorState
+    from ..coordinators.crammer_singer import CoordinatorState
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = np.asarray(est.dual_coef_, dtype=np.float64)
     if ids.shape[0] == 0:

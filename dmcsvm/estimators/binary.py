@@ -1,6 +1,6 @@
 """Binary C-SVM with bias by Platt's SMO (DESIGN §3) and one-vs-rest / one-vs-one on top of it.
 
-All three estimators run the SMO decomposition of :mod:`dmcsvm.solvers.decomposition` on
+All three estimators run the SMO decomposition of :mod:`dmcsvm.coordinators.decomposition` on
 :class:`~dmcsvm.engine.gradient_partition.GradientPartition` row partitions, in-process or on Dask.
 One-vs-rest and one-vs-one keep the partitions alive across their binary problems (each problem is a
 ``reset`` of the partitions' signs and row subset), so one kernel-column cache keyed by global pattern
@@ -19,8 +19,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
-from ..solvers import scatter as sc
-from ..solvers.decomposition import DecompositionSettings, solve_decomposition
+from ..numerics import grouped_smo as sc
+from ..coordinators.decomposition import DecompositionSettings, solve_decomposition
 from ._calibration import ProbabilityMixin
 from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real

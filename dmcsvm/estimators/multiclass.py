@@ -9,11 +9,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..checkpoint import CheckpointSession
+from ._checkpoint import CheckpointSession
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec, row_norms_sq
-from ..solvers import linear_cs, pattern as pt
-from ..solvers.multiclass import SolverSettings, solve
+from ..coordinators import linear_cs
+from ..numerics import pattern as pt
+from ..coordinators.crammer_singer import SolverSettings, solve
 
 from ..engine.executor import partition_bounds
 from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc

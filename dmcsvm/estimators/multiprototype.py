@@ -15,11 +15,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..engine.partition import PartitionSettings
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
 from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
-from ..solvers import pattern as pt
-from ..solvers.linear_prototypes import linear_coefficients
-from ..solvers.multiclass import SolverSettings
-from ..solvers import linear_cs as lcs
-from ..solvers.multiprototype import (AnnealSettings, anneal, anneal_sequential,
+from ..numerics import pattern as pt
+from ..numerics.linear_prototypes import linear_coefficients
+from ..coordinators.crammer_singer import SolverSettings
+from ..coordinators import linear_cs as lcs
+from ..coordinators.multiprototype import (AnnealSettings, anneal, anneal_sequential,
                                       initial_assignment, prototype_classes)
 
 from ..engine.executor import partition_bounds
@@ -82,7 +82,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
     solver : {'auto', 'sequential', 'rounds'}, default='auto'
         How the explicit-prototype path optimizes each epoch.  'sequential': the sequential dual
         method of Keerthi et al. (2008) on ``W`` in this process (random pass order over the
-        patterns, exact per-pattern solve, shrinking; :mod:`dmcsvm.solvers.linear_cs`), needs
+        patterns, exact per-pattern solve, shrinking; :mod:`dmcsvm.coordinators.linear_cs`), needs
         in-memory rows (array / CSR) and no ``client``; ``max_iter`` then bounds the passes of
         every solve, ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of a pass over
         every pattern) and ``gap_tol``, ``optimizer``, ``selection``, ``threshold``,

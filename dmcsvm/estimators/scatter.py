@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..solvers import scatter as sc
-from ..solvers.decomposition import DecompositionSettings
+from ..numerics import grouped_smo as sc
+from ..coordinators.decomposition import DecompositionSettings
 from ._calibration import ProbabilityMixin
 from ._engine import thread_policy_doc
 from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of

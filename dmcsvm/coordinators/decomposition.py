@@ -9,8 +9,8 @@ coordinator
 2. builds a batched working set: the groups in order of decreasing violation, each with its ``k``
    top candidates of both sides, until ``batch_size`` variables;
 3. solves that subproblem exactly (to ``tol / 2``) by SMO on ``K_BB``
-   (:func:`dmcsvm.solvers.scatter.smo_subproblem`: WSS2 per group, the best group's pair each step,
-   Platt's analytic step) -- updates inside the batch touch only batch variables;
+   (:func:`dmcsvm.numerics.grouped_smo.smo_subproblem`: WSS2 per group, the best group's pair
+   each step, Platt's analytic step) -- updates inside the batch touch only batch variables;
 4. sends ``(ids, X_B, new a_B, da_B)`` to every partition, which applies it with one pass over
    ``K(X_part, X_B)``.
 
@@ -32,9 +32,9 @@ from sklearn.exceptions import ConvergenceWarning
 from ..engine.threads import BlasThreadHold
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
-from . import scatter as sc
-from .binary_smo import rho_from_parts
-from .multiclass import batch_bounds
+from ..numerics import grouped_smo as sc
+from ..numerics.binary_smo import rho_from_parts
+from .crammer_singer import batch_bounds
 
 HISTORY_KEYS = ("round", "objective", "violation", "batch", "steps", "elapsed",
                 "rows_computed", "rows_cached", "t_round", "t_solve", "t_parts")

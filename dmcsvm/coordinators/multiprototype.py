@@ -1,8 +1,8 @@
 """Multi-prototype SVM (Aiolli & Sperduti 2005, §4-6): the annealed search over assignments.
 
 With the assignment ``pi`` fixed the problem is the convex dual of Eq. 11 (DESIGN §1), solved by the
-core coordinator (:func:`dmcsvm.solvers.multiclass.solve`) on ``P = sum_c q_c`` prototypes; the
-non-convex problem of Eq. 8 is then searched as in Fig. 11:
+core coordinator (:func:`dmcsvm.coordinators.crammer_singer.solve`) on ``P = sum_c q_c``
+prototypes; the non-convex problem of Eq. 8 is then searched as in Fig. 11:
 
     T := T0;  random pi(1);  E(1) := P_pi(1)(alpha = 0) = C n
     for t = 1 .. t_max:
@@ -39,9 +39,9 @@ import numpy as np
 
 from ..engine.prototype_partition import LinearMessages, prototype_groups
 from ..kernels import KernelSpec
+from ..numerics import linear_prototypes as lp
 from . import linear_cs as lcs
-from . import linear_prototypes as lp
-from .multiclass import CoordinatorState, SolveResult, SolverSettings, solve
+from .crammer_singer import CoordinatorState, SolveResult, SolverSettings, solve
 
 EPOCH_KEYS = ("epoch", "energy", "primal", "dual", "temperature", "n_changed", "n_moved",
               "rounds", "inner_converged", "elapsed")
@@ -299,13 +299,13 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
                       row_C=None) -> SequentialAnnealResult:
     """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
     and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
-    the sequential dual method of :mod:`dmcsvm.solvers.linear_cs` (explicit prototypes, no
+    the sequential dual method of :mod:`dmcsvm.coordinators.linear_cs` (explicit prototypes, no
     rounds).  Every epoch runs passes until the exact primal beats the last energy ``E(t)``
-    (each check is one pass over the rows, n P d flops; see :func:`~dmcsvm.solvers.linear_cs.
+    (each check is one pass over the rows, n P d flops; see :func:`~dmcsvm.coordinators.linear_cs.
     solve_fixed` for when they are made), then draws the new
     assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
     re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
-    order.  ``prob`` is a :class:`~dmcsvm.solvers.linear_cs.LinearProblem`; ``row_C`` the
+    order.  ``prob`` is a :class:`~dmcsvm.coordinators.linear_cs.LinearProblem`; ``row_C`` the
     per-pattern bounds (class / sample weights) or None."""
     C = float(settings.C)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)

@@ -10,7 +10,7 @@ with gradient ``g = Q a + p``.  Platt's error ``E_i = f(x_i) - y_i`` (``f`` with
 The same step serves every dual of the form ``min 1/2 a'Qa + p'a`` with one equality constraint per
 group ``sum_{i in group} y_i a_i = const`` and a box ``[0, U]`` once ``Q`` inside a group is a positive
 multiple ``w`` of ``y_i y_j K_ij``: the mScatter dual (Jenssen et al. 2009, Eq. 6) is such a dual with
-``y = +1``, one group per class and ``w = (m - 1) / m`` (see :mod:`dmcsvm.solvers.scatter`).
+``y = +1``, one group per class and ``w = (m - 1) / m`` (see :mod:`dmcsvm.numerics.grouped_smo`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import numpy as np
 
 from .pattern import bound_at
 
-# Note: numba's on-disk cache (cache=True) of the functions in solvers/scatter.py that call these
-# does not notice edits made here; after changing this file remove
-# dmcsvm/solvers/__pycache__/scatter.*.nb[ic] (or touch scatter.py) so that they are recompiled.
+# Note: numba's on-disk cache (cache=True) of the functions in numerics/grouped_smo.py that call
+# these does not notice edits made here; after changing this file remove
+# dmcsvm/numerics/__pycache__/grouped_smo.*.nb[ic] (or touch grouped_smo.py) so that they are
+# recompiled.
 
 #: LIBSVM's TAU: the curvature used when ``K_ii + K_jj - 2 K_ij <= 0`` (non-PSD or duplicate points)
 TAU = 1e-12

@@ -13,7 +13,7 @@ Linear kernels ``k(x, z) = a <x, z> + c0`` (``'linear'``: ``a = 1, c0 = 0``; ``'
 the partitions score their rows with one ``X W^T`` GEMM and never compute a kernel row.
 
 Every kernel is a plain function on arrays, tested alone against a NumPy reference (the batch solve
-against the ``K_BB`` solve of :mod:`dmcsvm.solvers.pattern`).
+against the ``K_BB`` solve of :mod:`dmcsvm.numerics.pattern`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def linear_coefficients(spec) -> tuple[float, float]:
 
 def move_step(B, rows, old, new):
     """``dB`` (len(rows) x P) moving each row's positive coefficient ``B[i, old_i]`` to its new
-    prototype ``new_i`` (the restore after a re-assignment, :mod:`dmcsvm.solvers.multiprototype`)."""
+    prototype ``new_i`` (the restore after a re-assignment, :mod:`dmcsvm.coordinators.multiprototype`)."""
     a = B[rows, old]
     dB = np.zeros((rows.shape[0], B.shape[1]))
     k = np.arange(rows.shape[0])
@@ -225,7 +225,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
 
 
 def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0):
-    """The coordinator's batch solve (as :func:`dmcsvm.solvers.pattern.solve_batch`) for a linear
+    """The coordinator's batch solve (as :func:`dmcsvm.numerics.pattern.solve_batch`) for a linear
     kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
     x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per

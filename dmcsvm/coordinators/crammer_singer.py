@@ -6,13 +6,13 @@ rows about to violate) and its aggregates; the coordinator picks a batch and sol
 message.  Two batch solves:
 
 * ``inner_steps > 0`` (MulticlassSVC): the ``batch_size`` best candidates form a working set that
-  is solved by re-selection (:func:`~dmcsvm.solvers.pattern.solve_working_set`: the patterns
+  is solved by re-selection (:func:`~dmcsvm.numerics.pattern.solve_working_set`: the patterns
   most violated NOW first, again while they stay so) to ``max(tol, inner_frac * max psi)`` while
   violators are left out, to ``max(inner_floor * tol, inner_prog * max psi)`` once it holds them
   all; ``K_BB`` comes from a
   Gram block kept between rounds (:class:`_GramCache`);
 * ``inner_steps = 0``: the round's threshold picks the batch and its patterns are optimized once
-  in order (:func:`~dmcsvm.solvers.pattern.solve_batch`, or ``batch_solver``).
+  in order (:func:`~dmcsvm.numerics.pattern.solve_batch`, or ``batch_solver``).
 
 Batch size 1 is the papers' sequential algorithm (pick the pattern of largest ``V_p``, optimize
 it, update all scores).  The solve stops when every ``psi <= tol`` (checked with every row
@@ -32,8 +32,8 @@ from sklearn.exceptions import ConvergenceWarning
 from ..errors import check_finite_round
 from ..engine.threads import BlasThreadHold
 from ..kernels import KernelSpec, kernel_block
-from . import pattern as pt
-from .selection import THRESHOLDS, threshold_value
+from ..numerics import pattern as pt
+from ..numerics.selection import THRESHOLDS, threshold_value
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
@@ -307,10 +307,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False)
         in the state that row describes (the batch chosen in that round is dropped).
     batch_solver : callable, optional
-        Replaces :func:`~dmcsvm.solvers.pattern.solve_batch` and is called with the same
+        Replaces :func:`~dmcsvm.numerics.pattern.solve_batch` and is called with the same
         arguments (the bound ``C``: a scalar, or one per batch row when patterns are weighted,
         :func:`batch_bounds`) except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
-        solve of linear kernels, :class:`~dmcsvm.solvers.linear_prototypes.LinearBatchSolver`).
+        solve of linear kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`).
     """
     s = settings
     opt_code = pt.OPTIMIZERS[s.optimizer]
