@@ -167,6 +167,8 @@ def test_fitted_attributes_and_model_file(tmp_path):
     own = B[np.arange(len(sv)), y[sv] - 10]
     assert np.all(own > 0) and np.all(own <= m.C)
     assert set(L.PASS_KEYS) <= set(m.history_)
+    # the history's support count (read from alpha_y alone) is the model's
+    assert m.history_["n_sv"][-1] == len(sv)
     path = tmp_path / "linear.dmcsvm"
     save_model(m, path)
     back = load_model(path)
