@@ -77,10 +77,62 @@ def _mismatch(est, td, classes, y_idx):
         others[np.arange(ids.shape[0]), y_idx[ids]] = 0.0
         if np.any(own < 0) or np.any(others > 0):
             return "the labels of the support rows changed", None
-        old = est.support_vectors_
-        new = rows_of(td, ids)
-        a = old.toarray() if sp.issparse(old) else np.asarray(old)
-        b = new.toarray() if sp.issparse(new) else np.asarray(new)
-        if a.shape != b.shape or not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
-            return "the support rows are not the rows at the same indices of this data", None
+        return _same_rows(est, td, ids)
     return None, new
+
+
+def _same_rows(est, td, ids):
+    """``(why, rows)``: the rows ``ids`` of the new data, and None when they are the previous
+    fit's support vectors (else why not)."""
+    old = est.support_vectors_
+    new = rows_of(td, ids)
+    a = old.toarray() if sp.issparse(old) else np.asarray(old)
+    b = new.toarray() if sp.issparse(new) else np.asarray(new)
+    if a.shape != b.shape or not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
+        return "the support rows are not the rows at the same indices of this data", None
+    return None, new
+
+
+def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
+    """Starts ``a0`` (one length-n vector per binary problem) of an SMO fit
+    (:class:`~dmcsvm.BinarySVC`, :class:`~dmcsvm.OneVsRestSVC`, :class:`~dmcsvm.OneVsOneSVC`)
+    from ``est``'s previous fit, or None (with a warning saying why when the previous fit does
+    not describe these problems).  ``problems`` are the sign vectors (0: row not in the problem).
+
+    Each binary dual's constraints are ``sum_i y_i a_i = 0`` and ``0 <= a_i <= C_i``: the
+    previous ``a`` stays feasible for larger bounds, and ``a * min(1, min_i C_i / a_i)`` for
+    smaller ones (one factor per problem, so its equality constraint holds)."""
+    if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
+        return None
+    why = None
+    ids = np.asarray(est.support_, dtype=np.int64)
+    coef = est.dual_coef_
+    coef = coef.toarray() if sp.issparse(coef) else np.asarray(coef, dtype=np.float64)
+    signs = np.asarray(problems, dtype=np.float64)
+    if not np.array_equal(np.asarray(est.classes_), classes):
+        why = f"classes {list(est.classes_)} before, {list(classes)} now"
+    elif est.n_features_in_ != td.d:
+        why = f"{est.n_features_in_} features before, {td.d} now"
+    elif coef.shape[0] != signs.shape[0]:
+        why = f"{coef.shape[0]} binary problems before, {signs.shape[0]} now"
+    elif ids.size and ids.max() >= td.n:
+        why = f"a support row index {int(ids.max())} beyond the {td.n} rows given"
+    elif ids.size and np.any(coef * signs[:, ids] < 0) | np.any((coef != 0) & (signs[:, ids] == 0)):
+        why = "the labels of the support rows changed"
+    elif ids.size:
+        why, _ = _same_rows(est, td, ids)
+    Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
+    if why is None and np.any((Ci <= 0) & np.any(coef != 0, axis=0)):
+        why = "a support row now has weight 0"
+    if why is not None:
+        warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
+                      f"starting from zero", UserWarning, stacklevel=3)
+        return None
+    starts = []
+    for a in np.abs(coef):
+        pos = a > 0
+        scale = min(1.0, float(np.min(Ci[pos] / a[pos]))) if pos.any() else 1.0
+        a0 = np.zeros(td.n)
+        a0[ids] = a * scale
+        starts.append(a0)
+    return starts

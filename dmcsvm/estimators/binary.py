@@ -25,6 +25,7 @@ from ._calibration import ProbabilityMixin
 from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
 from ._validation import check_int, check_real
 from ..engine.executor import partition_bounds
+from ._warm_start import smo_starts
 from ._weights import fit_bounds, weights_doc
 from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
                       is_store, rows_of, training_data)
@@ -165,7 +166,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
                  selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
                  probability=False, random_state=None, n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
-                 memory_limit=None, n_partitions=None, class_weight=None):
+                 memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -186,6 +187,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
         self.class_weight = class_weight
+        self.warm_start = warm_start
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -204,10 +206,11 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                                      max_iter=int(self.max_iter),
                                      verbose=bool(self.verbose)).check()
 
-    def _fit_problems(self, td, problems, row_C=None):
+    def _fit_problems(self, td, problems, row_C=None, starts=None):
         """Solve the binary problems ``problems`` (list of sign vectors over all rows) on one set
-        of partitions, with per-row bounds ``row_C`` (weights) when given.  Returns per problem
-        ``(support, y*a of the support, intercept, result)``."""
+        of partitions, with per-row bounds ``row_C`` (weights) when given, each from its start
+        in ``starts`` (None: zero).  Returns per problem ``(support, y*a of the support,
+        intercept, result)``."""
         s = self._decomposition_settings()
         spec = kernel_of(self, td)
         self._spec = spec
@@ -215,8 +218,8 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                            row_U=row_C)
         out = []
         try:
-            for signs in problems:
-                r = engine.solve(signs)
+            for k, signs in enumerate(problems):
+                r = engine.solve(signs, a0=None if starts is None else starts[k])
                 sv = np.flatnonzero(r.a > 0)
                 out.append((sv, np.asarray(signs, dtype=np.float64)[sv] * r.a[sv], -r.rho, r))
             self.engine_stats_ = engine.stats()
@@ -273,6 +276,12 @@ _PARAMS_DOC = thread_policy_doc("""
         Size of the ``LocalCluster`` started for ``client='local'``.
     n_partitions : int, optional
         Row partitions (default: one per thread / worker thread).
+    warm_start : bool, default=False
+        Start every binary problem from the previous fit's coefficients when they describe the
+        new data (same classes, features and problems, support rows that are the rows at the
+        same indices with the same labels; more rows appended are fine), scaled into the new
+        boxes ``[0, C_i]`` when ``C`` or the weights shrank; otherwise warn and start from zero
+        (:func:`dmcsvm.estimators._warm_start.smo_starts`).
 """)
 
 
@@ -327,7 +336,8 @@ class BinarySVC(_SMOParams):
                              f"OneVsOneSVC for more than two classes")
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         signs = np.where(y_idx == 1, 1, -1)
-        ((sv, coef, b, r),) = self._fit_problems(td, [signs], row_C)
+        starts = smo_starts(self, td, classes, y_idx, float(self.C), [signs], row_C)
+        ((sv, coef, b, r),) = self._fit_problems(td, [signs], row_C, starts)
         self.classes_ = classes
         self.support_ = sv
         self.support_vectors_ = rows_of(td, sv)
@@ -371,7 +381,8 @@ class _Decomposed(_SMOParams):
         m = classes.shape[0]
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         problems, pairs = self._problems(y_idx, m)
-        res = self._fit_problems(td, problems, row_C)
+        starts = smo_starts(self, td, classes, y_idx, float(self.C), problems, row_C)
+        res = self._fit_problems(td, problems, row_C, starts)
         sv = np.unique(np.concatenate([r[0] for r in res])) if res else np.zeros(0, np.int64)
         pos = np.full(td.n, -1, dtype=np.int64)
         pos[sv] = np.arange(sv.shape[0])
