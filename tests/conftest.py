@@ -3,6 +3,10 @@ direct solver driver) live in ``tests/oracles.py``; import it as ``import oracle
 
 from __future__ import annotations
 
+import gc
+import os
+import time
+
 import pytest
 
 import oracles
@@ -13,3 +17,65 @@ def cs():
     """The helpers of ``tests/oracles.py`` as a namespace (``cs.cs_dual_qp``, ``cs.run_solver``,
     ...)."""
     return oracles
+
+
+# ------------------------------------------------------------------------------------------------
+# one Dask LocalCluster for the whole session
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def _session_cluster():
+    """Two single-threaded worker *processes* (nannies) and an in-process scheduler, started once
+    per session: each start costs seconds (worker interpreters importing dask, numpy, numba and
+    dmcsvm, and loading the numba cache).  Tests that must kill or restart workers, or that need
+    other worker settings (memory limits), start a cluster of their own.
+
+    As in ``distributed.utils_test``: the workers run without the statistical profiler (it samples
+    every worker thread every 10 ms and is only read by the dashboard), no dashboard, and at the
+    end the cluster is closed and its worker processes are gone."""
+    import dask
+    from distributed import Client, LocalCluster
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    with cluster, Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+        yield client
+    deadline = time.monotonic() + 30
+    while [p for p in pids if _running(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)], "the session cluster left worker processes"
+
+
+def _running(pid):
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def local_client(_session_cluster):
+    """The session's LocalCluster client.  Every test starts from an idle, whole cluster: the same
+    two workers and no task left by an earlier test, which this fixture checks before and after."""
+    client = _session_cluster
+    workers = set(client.scheduler_info()["workers"])
+    assert len(workers) == 2, "the session cluster lost a worker"
+    _wait_idle(client)
+    yield client
+    gc.collect()
+    _wait_idle(client)
+    assert set(client.scheduler_info()["workers"]) == workers, "a worker left the session cluster"
+
+
+def _wait_idle(client, timeout=30.0):
+    """Wait until the scheduler holds no task (futures of a finished test are released
+    asynchronously); fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+        if n == 0:
+            return
+        assert time.monotonic() < deadline, f"{n} tasks left on the session cluster"
+        time.sleep(0.05)

@@ -53,13 +53,6 @@ def _run(executor, X, y, optimizer, selection="bmg", batch=8, n_parts=3):
 
 
 @pytest.fixture(scope="module")
-def local_client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def reference():
     X, y = _problem()
     return X, y, {opt: _run(InProcessExecutor(2), X, y, opt) for opt in OPTIMIZERS}
@@ -250,6 +243,7 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     spec = KernelSpec("rbf", 0.2)
     ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,
                            n_candidates=8, pcls=np.arange(4))
+    # a cluster of its own, not the session's: this test kills one of its workers
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         ex = DaskExecutor(client, n_partitions=2, recover=False).start(X, y, y, ps)

@@ -394,6 +394,7 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
     with dask.config.set(scheduler="threads"):
         info = from_dask(da.concatenate(blocks), labels, url, rows_per_chunk=rows)
     assert info.n_samples * info.n_features * 4 > 1.5 * 2 * 600 * 2 ** 20
+    # a cluster of its own, not the session's: its workers have a 600 MiB memory limit
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="600MiB",
                       dashboard_address=None) as lc, Client(lc) as client:
         pids = client.run(os.getpid)

@@ -389,14 +389,6 @@ def test_fast_linear_path_equals_kernel_path(sparse):
 # Dask
 # ------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def local_client():
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
 @pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
 def test_dask_localcluster_equals_inprocess(local_client, kernel):
     X, y = multimodal(10, n_per_mode=15, modes=2, circle=False)

@@ -295,14 +295,6 @@ def test_one_class_is_rejected():
 # Dask executor: the same partition code gives the same coefficients
 # ------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def local_client():
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
 def test_dask_localcluster_matches_inprocess(local_client):
     from dmcsvm import BinarySVC, OneVsOneSVC, OneVsRestSVC
     X, y = _blobs(9, n=70, m=4)
