@@ -12,6 +12,14 @@ import pytest
 import oracles
 
 
+def pytest_collection_modifyitems(items):
+    """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
+    cluster of their own carry the mark themselves."""
+    for item in items:
+        if "local_client" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.fixture(scope="session")
 def cs():
     """The helpers of ``tests/oracles.py`` as a namespace (``cs.cs_dual_qp``, ``cs.run_solver``,
@@ -38,7 +46,9 @@ def _session_cluster():
     with dask.config.set({"distributed.worker.profile.enabled": False}):
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                dashboard_address=None)
-    with cluster, Client(cluster) as client:
+    # not the default client: it would send every dask computation of the session to this
+    # cluster (dask's scheduler setting), and `default_client()` would find it in every test
+    with cluster, Client(cluster, set_as_default=False) as client:
         pids = list(client.run(os.getpid).values())
         yield client
     deadline = time.monotonic() + 30

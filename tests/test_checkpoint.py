@@ -81,6 +81,7 @@ def test_resume_gives_the_same_model(digits, full, tmp_path):
     assert_same_model(full, resumed, [Xtr, Xte], KW["C"])
 
 
+@pytest.mark.slow
 def test_resume_from_a_store(digits, full, tmp_path):
     from dmcsvm.store import write_arrays
     Xtr, ytr, Xte, _ = digits

@@ -91,6 +91,7 @@ def test_convert_libsvm_and_info(dna):
     assert "300 rows x 180 features" in text and "5 chunks of 64 rows" in text
 
 
+@pytest.mark.slow
 def test_convert_csv_with_string_labels(tmp_path):
     src = head(LETTER, tmp_path / "letter.csv", 500)
     out = ok("convert", src, tmp_path / "l.zarr", "--no-progress")
@@ -103,6 +104,7 @@ def test_convert_csv_with_string_labels(tmp_path):
     assert np.array_equal(X, np.array([[float(v) for v in r[1:]] for r in rows], np.float32))
 
 
+@pytest.mark.slow
 def test_convert_sparse_npy_and_progress(tmp_path, dna):
     ok("convert", dna / "train.svm", tmp_path / "s.zarr", "--sparse", "--n-features", 180)
     assert open_store(tmp_path / "s.zarr").sparse
@@ -118,6 +120,7 @@ def test_convert_sparse_npy_and_progress(tmp_path, dna):
 
 # ---------------------------------------------------------------------------------- train/predict
 
+@pytest.mark.slow
 def test_train_predict_evaluate_equal_the_api(dna, tmp_path):
     ok("train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--C", 10, "--n-jobs", 1,
        "--log-json", tmp_path / "log.jsonl")
@@ -156,6 +159,7 @@ def test_train_predict_evaluate_equal_the_api(dna, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_train_on_a_csv_file_equals_training_on_its_store(tmp_path):
     src = head(LETTER, tmp_path / "letter.csv", 400)
     ok("convert", src, tmp_path / "l.zarr")
@@ -169,6 +173,7 @@ def test_train_on_a_csv_file_equals_training_on_its_store(tmp_path):
     assert a.get_params() == b.get_params()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(estimator_registry()))
 def test_every_registered_estimator_trains_from_the_command_line(name, tmp_path):
     from sklearn.datasets import load_iris
@@ -209,6 +214,7 @@ def test_missing_file(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_malformed_libsvm_line_names_its_line(tmp_path):
     lines = DNA.read_text().splitlines()[:20]
     lines[6] = "2 3:1 4:x 9:1"
@@ -221,6 +227,7 @@ def test_malformed_libsvm_line_names_its_line(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["bad.svm"]
 
 
+@pytest.mark.slow
 def test_mixed_feature_counts(tmp_path, dna):
     rows = LETTER.read_text().splitlines()[:10]
     rows[4] = ",".join(rows[4].split(",")[:-1])         # line 5 lost its last feature
@@ -286,6 +293,7 @@ def _edit_meta(src, dst, edit):
     np.savez(dst, **arrays)
 
 
+@pytest.mark.slow
 def test_edited_model_files_are_refused(dna, tmp_path):
     ok("train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--n-jobs", 1)
     _edit_meta(tmp_path / "m.npz", tmp_path / "v.npz", lambda m: m.update(format_version=99))
@@ -317,6 +325,7 @@ def test_unexpected_errors_exit_1_with_one_line(monkeypatch, capsys):
 
 # ---------------------------------------------------------------------------------- kill + resume
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_the_same_model(tmp_path):
     from sklearn.datasets import load_digits
     X, y = load_digits(return_X_y=True)

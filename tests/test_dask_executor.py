@@ -216,6 +216,7 @@ def real_cluster(tmp_path_factory):
                 p.kill()
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, optimizer):
     X, y, ref = reference
@@ -226,6 +227,7 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
     assert r.converged
 
 
+@pytest.mark.cluster
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
     a = MulticlassSVC(C=2.0, n_partitions=2, n_jobs=1).fit(X, y)
@@ -234,6 +236,8 @@ def test_estimator_with_scheduler_address(real_cluster):
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     """An actor call to a worker that died never returns; the executor notices the worker left
     the cluster and raises a clear error within a few polling periods."""

@@ -85,10 +85,12 @@ def test_dask_array_fit_and_lazy_predict(local_client):
     assert isinstance(pred, da.Array)
     keys = [str(k) for k in pred.__dask_graph__().keys()]
     assert any("dmcsvm-predict" in k for k in keys)
-    np.testing.assert_array_equal(pred.compute(), ref.predict(X))
+    # the session client is not the default one: compute on the cluster explicitly
+    np.testing.assert_array_equal(local_client.compute(pred).result(), ref.predict(X))
     dec = est.decision_function(Xd)
     # float32 kernels of 70-row blocks vs one 300-row block: equal to float32 precision
-    np.testing.assert_allclose(dec.compute(), ref.decision_function(X), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(local_client.compute(dec).result(), ref.decision_function(X),
+                               rtol=0, atol=1e-5)
     inproc = MulticlassSVC(n_jobs=2, **PARAMS).fit(Xd, y)
     _same_model(ref, inproc, atol=1e-9)
 
