@@ -7,9 +7,8 @@ import gc
 import os
 import time
 
-import pytest
-
 import oracles
+import pytest
 
 
 def pytest_collection_modifyitems(items):
