@@ -104,12 +104,16 @@ def check_feasible(B, y, C, atol=1e-10):
 # exact oracles
 # ------------------------------------------------------------------------------------------------
 
-def _clarabel(problem):
+def clarabel_solve(problem):
+    """Solve a cvxpy problem with CLARABEL at 1e-12 tolerances; asserts it is optimal."""
     import cvxpy as cp
     problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
                   max_iter=500)
     assert problem.status == "optimal", problem.status
     return problem.value
+
+
+_clarabel = clarabel_solve      # the name conftest.py used
 
 
 def cs_dual_qp(K, y, m, C):
@@ -123,7 +127,7 @@ def cs_dual_qp(K, y, m, C):
     cons = [cp.sum(Bv, axis=1) == 0, cp.multiply(1.0 - Y, Bv) <= 0,
             cp.sum(cp.multiply(Y, Bv), axis=1) <= C]
     obj = cp.Maximize(cp.sum(cp.multiply(Y, Bv)) - 0.5 * cp.sum_squares(L.T @ Bv))
-    val = _clarabel(cp.Problem(obj, cons))
+    val = clarabel_solve(cp.Problem(obj, cons))
     return val, Bv.value
 
 
@@ -135,7 +139,7 @@ def binary_svm_dual_qp(K, s, C):
     L = psd_factor(K)
     a = cp.Variable(n)
     obj = cp.Maximize(cp.sum(a) - 0.5 * cp.sum_squares(L.T @ cp.multiply(s, a)))
-    val = _clarabel(cp.Problem(obj, [a >= 0, a <= C]))
+    val = clarabel_solve(cp.Problem(obj, [a >= 0, a <= C]))
     return val, a.value
 
 
@@ -157,7 +161,7 @@ def reduced_pattern_qp(b0, f, y, c, pcls, kpp, C):
         else:
             cons.append(b[r] == 0)
     obj = cp.Maximize(2 * b[y] - kpp * cp.sum_squares(b) - 2 * (f_other @ b))
-    _clarabel(cp.Problem(obj, cons))
+    clarabel_solve(cp.Problem(obj, cons))
     bs = np.asarray(b.value, dtype=float)
     return bs, reduced_value(bs, f_other, y, kpp) - reduced_value(b0, f_other, y, kpp)
 

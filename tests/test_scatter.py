@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import clarabel_solve, psd_factor
 
 from dmcsvm.estimators.scatter import ScatterSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
@@ -22,21 +23,6 @@ def _blobs(seed=0, n=60, m=4, d=2, scale=1.5):
 
 def _Q(K, y, m):
     return K * ((m * (y[:, None] == y[None, :]) - 1.0) / m)
-
-
-def psd_factor(K):
-    w, V = np.linalg.eigh(0.5 * (K + K.T))
-    w = np.clip(w, 0.0, None)
-    keep = w > w.max() * 1e-14
-    return V[:, keep] * np.sqrt(w[keep])
-
-
-def clarabel_solve(problem):
-    import cvxpy as cp
-    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
-                  max_iter=500)
-    assert problem.status == "optimal", problem.status
-    return problem.value
 
 
 def scatter_qp(K, y, m, mu):
