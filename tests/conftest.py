@@ -13,10 +13,15 @@ import pytest
 
 def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
-    cluster of their own carry the mark themselves."""
+    cluster of their own carry the mark themselves.  A module whose test ids come from a helper
+    (scikit-learn's ``parametrize_with_checks``) lists its slow ones in ``SLOW_IDS``: tuples of
+    substrings that all occur in the test's id."""
     for item in items:
         if "local_client" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        slow_ids = getattr(getattr(item, "module", None), "SLOW_IDS", ())
+        if any(all(part in item.name for part in parts) for parts in slow_ids):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,15 @@ ESTIMATORS = [
 ]
 
 
+# checks over ~5 s on a quiet 2-core machine, marked ``slow`` by conftest.py (pairs of substrings of
+# the test id): the sparse-input checks fit every scipy sparse format, and with batch_size=1 each
+# fit takes ~1600 rounds
+SLOW_IDS = [
+    ("batch_size=1,", "check_estimator_sparse_array"),
+    ("batch_size=1,", "check_estimator_sparse_matrix"),
+]
+
+
 def _expected_failed_checks(estimator):
     """No check is expected to fail for any configuration."""
     return {}
