@@ -73,6 +73,7 @@ def dna(tmp_path_factory):
 
 # ---------------------------------------------------------------------------------- convert/info
 
+@pytest.mark.slow
 def test_convert_libsvm_and_info(dna):
     from sklearn.datasets import load_svmlight_file
     X_ref, y_ref = load_svmlight_file(str(dna / "train.svm"), n_features=180)

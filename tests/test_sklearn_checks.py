@@ -36,10 +36,11 @@ ESTIMATORS = [
 
 # checks over ~5 s on a quiet 2-core machine, marked ``slow`` by conftest.py (pairs of substrings of
 # the test id): the sparse-input checks fit every scipy sparse format, and with batch_size=1 each
-# fit takes ~1600 rounds
+# fit takes ~1600 rounds (the opt_kkt polynomial configuration: up to its max_iter=1000)
 SLOW_IDS = [
     ("batch_size=1,", "check_estimator_sparse_array"),
     ("batch_size=1,", "check_estimator_sparse_matrix"),
+    ("kernel='poly'", "optimizer='opt_kkt'", "check_estimator_sparse_"),
 ]
 
 
