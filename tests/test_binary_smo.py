@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import clarabel_solve, psd_factor
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.svm import SVC
 
@@ -127,22 +128,6 @@ def test_rho_parts_match_libsvm_rule(with_free):
 # ------------------------------------------------------------------------------------------------
 # BinarySVC vs the exact QP and vs LIBSVM
 # ------------------------------------------------------------------------------------------------
-
-def psd_factor(K):
-    """``L`` with ``K = L L^T`` (eigen-decomposition, exact for rank-deficient K)."""
-    w, V = np.linalg.eigh(0.5 * (K + K.T))
-    w = np.clip(w, 0.0, None)
-    keep = w > w.max() * 1e-14
-    return V[:, keep] * np.sqrt(w[keep])
-
-
-def clarabel_solve(problem):
-    import cvxpy as cp
-    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
-                  max_iter=500)
-    assert problem.status == "optimal", problem.status
-    return problem.value
-
 
 def _csvm_dual_qp(K, y, C):
     """Exact optimum of ``max sum a - 1/2 ||sum a_i y_i phi(x_i)||^2, y'a = 0, 0 <= a <= C``."""

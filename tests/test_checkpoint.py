@@ -95,6 +95,7 @@ def _store_run(digits, tmp_path):
     return store, ref, ck
 
 
+@pytest.mark.slow
 def test_resume_from_a_store(digits, full, tmp_path):
     Xtr, _, Xte, _ = digits
     store, ref, ck = _store_run(digits, tmp_path)
@@ -103,6 +104,7 @@ def test_resume_from_a_store(digits, full, tmp_path):
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 
 
+@pytest.mark.slow
 def test_resume_accepts_other_runtime_settings(digits, tmp_path):
     """Where the data and the column cache live (runtime_params) is not part of a checkpoint: a
     run resumes with another cache_dir, disk_cache_size and data_in_memory and ends as the

@@ -213,6 +213,7 @@ def _security(certs, role_cert="client", ca_dir=None):
                     require_encryption=True)
 
 
+@pytest.mark.cluster
 def test_workers_have_the_requested_memory_limit_and_listen_on_tls(tls_cluster):
     from distributed import Client
     with Client(tls_cluster["address"], security=_security(tls_cluster["certs"]),
@@ -225,6 +226,8 @@ def test_workers_have_the_requested_memory_limit_and_listen_on_tls(tls_cluster):
     assert all(w["nthreads"] == 1 for w in workers.values())
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_training_with_the_client_certificate_matches_in_process(tls_cluster):
     from distributed import Client
 
@@ -239,6 +242,8 @@ def test_training_with_the_client_certificate_matches_in_process(tls_cluster):
     np.testing.assert_array_equal(est.predict(X), ref.predict(X))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_dmcsvm_train_with_the_rendered_tls_config(tls_cluster, tmp_path):
     """The README's recipe: DASK_CONFIG=<certs>/dask-tls.yaml, dmcsvm train --scheduler tls://..."""
     from dmcsvm.model_io import load_model
@@ -275,6 +280,7 @@ def _assert_refused(ctx, raw, alert):
         assert alert in str(err.value), err.value
 
 
+@pytest.mark.cluster
 def test_client_without_certificates_is_refused(tls_cluster):
     # Dask's client has no TLS context without a certificate and does not even try
     r = _client_attempt(tls_cluster["address"], {})
@@ -291,6 +297,7 @@ def test_client_without_certificates_is_refused(tls_cluster):
         _assert_refused(ctx, raw, "TLSV13_ALERT_CERTIFICATE_REQUIRED")
 
 
+@pytest.mark.cluster
 def test_certificate_of_another_ca_is_refused(tls_cluster, tmp_path):
     """A stranger who made his own CA and certificates (with our script) does not get in."""
     stranger = tmp_path / "stranger"
@@ -313,6 +320,7 @@ def test_certificate_of_another_ca_is_refused(tls_cluster, tmp_path):
         _assert_refused(ctx, raw, "TLSV1_ALERT_UNKNOWN_CA")
 
 
+@pytest.mark.cluster
 def test_plain_tcp_to_the_tls_port_does_not_get_in(tls_cluster):
     port = tls_cluster["address"].rsplit(":", 1)[1]
     r = _client_attempt(f"tcp://127.0.0.1:{port}")
@@ -327,6 +335,7 @@ def test_plain_tcp_to_the_tls_port_does_not_get_in(tls_cluster):
     assert "encryption required" in r["message"], r
 
 
+@pytest.mark.cluster
 def test_starting_a_second_scheduler_in_the_same_run_dir_is_refused(tls_cluster):
     r = _run([CLUSTER / "start-scheduler.sh", "--tls-dir", tls_cluster["certs"], "--port",
               _free_port(), "--no-dashboard", "--run-dir", tls_cluster["run_dir"]])
@@ -334,6 +343,7 @@ def test_starting_a_second_scheduler_in_the_same_run_dir_is_refused(tls_cluster)
     assert "scheduler is already running" in r.stderr
 
 
+@pytest.mark.cluster
 def test_stop_sh_stops_everything(tls_cluster):
     """Last test of the cluster: stop.sh ends scheduler, nannies and workers (their process
     groups) and the port closes."""

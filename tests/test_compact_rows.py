@@ -59,6 +59,7 @@ def _problem(n=3000, d=24, m=5, seed=0):
     return (centres[y] + rng.normal(size=(n, d))).astype(np.float32), y
 
 
+@pytest.mark.slow
 def test_streamed_fit_reads_the_compact_copy_and_reaches_the_in_memory_model(tmp_path, monkeypatch):
     X, y = _problem()
     url = str(tmp_path / "train.zarr")

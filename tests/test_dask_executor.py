@@ -53,13 +53,6 @@ def _run(executor, X, y, optimizer, selection="bmg", batch=8, n_parts=3):
 
 
 @pytest.fixture(scope="module")
-def local_client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def reference():
     X, y = _problem()
     return X, y, {opt: _run(InProcessExecutor(2), X, y, opt) for opt in OPTIMIZERS}
@@ -223,6 +216,7 @@ def real_cluster(tmp_path_factory):
                 p.kill()
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, optimizer):
     X, y, ref = reference
@@ -233,6 +227,7 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
     assert r.converged
 
 
+@pytest.mark.cluster
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
     a = MulticlassSVC(C=2.0, n_partitions=2, n_jobs=1).fit(X, y)
@@ -241,6 +236,8 @@ def test_estimator_with_scheduler_address(real_cluster):
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     """An actor call to a worker that died never returns; the executor notices the worker left
     the cluster and raises a clear error within a few polling periods."""
@@ -250,6 +247,7 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     spec = KernelSpec("rbf", 0.2)
     ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,
                            n_candidates=8, pcls=np.arange(4))
+    # a cluster of its own, not the session's: this test kills one of its workers
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         ex = DaskExecutor(client, n_partitions=2, recover=False).start(X, y, y, ps)

@@ -1,7 +1,10 @@
 """client='local' starts a LocalCluster for the user and closes it afterwards (kept in its own
-module so that no other cluster of the test session is alive while it runs)."""
+module so that no other cluster of the test session is alive while it runs; the session's shared
+LocalCluster of ``conftest.local_client`` may be, but its client is not the default one, so
+``default_client()`` does not see it)."""
 
 import numpy as np
+import pytest
 from distributed import default_client
 
 from dmcsvm import MulticlassSVC
@@ -14,6 +17,8 @@ def _problem(seed=6, n=60, d=6, m=3):
     return centers[y] + rng.normal(size=(n, d)), y
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_client_local_starts_and_closes_cluster():
     X, y = _problem()
     clf = MulticlassSVC(C=1.0, client="local", n_workers=2, threads_per_worker=1,

@@ -9,7 +9,7 @@ import re
 import dask.array as da
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster, get_task_stream
+from distributed import get_task_stream
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.engine import dask_executor
@@ -34,13 +34,6 @@ def store(tmp_path_factory):
     url = str(tmp_path_factory.mktemp("inputs") / "train.zarr")
     write_arrays(url, X, y, rows_per_chunk=50)
     return url
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as lc, Client(lc) as c:
-        yield c
 
 
 def _same_model(a, b, atol=0.0):
@@ -74,36 +67,38 @@ def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path)
     assert list(tmp_path.iterdir()) == []                             # the disk tier is removed
 
 
-def test_store_on_dask_equals_in_process(store, cluster):
+def test_store_on_dask_equals_in_process(store, local_client):
     ref = MulticlassSVC(n_jobs=2, data_in_memory=False, **PARAMS).fit(store)
-    est = MulticlassSVC(client=cluster, data_in_memory=False, **PARAMS).fit(store)
+    est = MulticlassSVC(client=local_client, data_in_memory=False, **PARAMS).fit(store)
     _same_model(ref, est, atol=1e-9)
     assert not any(p["in_memory"] for p in est.engine_stats_)
     np.testing.assert_array_equal(est.predict(store), ref.predict(store))
 
 
-def test_dask_array_fit_and_lazy_predict(cluster):
+def test_dask_array_fit_and_lazy_predict(local_client):
     X, y = _data(1)
     Xd = da.from_array(X, chunks=(70, 4))                      # chunks split features too
     ref = MulticlassSVC(n_jobs=2, **PARAMS).fit(X, y)
-    est = MulticlassSVC(client=cluster, **PARAMS).fit(Xd, da.from_array(y, chunks=70))
+    est = MulticlassSVC(client=local_client, **PARAMS).fit(Xd, da.from_array(y, chunks=70))
     _same_model(ref, est, atol=1e-9)
     pred = est.predict(Xd)
     assert isinstance(pred, da.Array)
     keys = [str(k) for k in pred.__dask_graph__().keys()]
     assert any("dmcsvm-predict" in k for k in keys)
-    np.testing.assert_array_equal(pred.compute(), ref.predict(X))
+    # the session client is not the default one: compute on the cluster explicitly
+    np.testing.assert_array_equal(local_client.compute(pred).result(), ref.predict(X))
     dec = est.decision_function(Xd)
     # float32 kernels of 70-row blocks vs one 300-row block: equal to float32 precision
-    np.testing.assert_allclose(dec.compute(), ref.decision_function(X), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(local_client.compute(dec).result(), ref.decision_function(X),
+                               rtol=0, atol=1e-5)
     inproc = MulticlassSVC(n_jobs=2, **PARAMS).fit(Xd, y)
     _same_model(ref, inproc, atol=1e-9)
 
 
-def test_store_predict_runs_on_the_estimators_cluster(store, cluster):
+def test_store_predict_runs_on_the_estimators_cluster(store, local_client):
     X, y = read_all(store)
-    est = MulticlassSVC(client=cluster, **PARAMS).fit(X, y)
-    with get_task_stream(cluster) as ts:
+    est = MulticlassSVC(client=local_client, **PARAMS).fit(X, y)
+    with get_task_stream(local_client) as ts:
         pred = est.predict(store)
     np.testing.assert_array_equal(pred, MulticlassSVC(n_jobs=1, **PARAMS).fit(X, y).predict(X))
     names = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}

@@ -53,6 +53,8 @@ def test_out_of_core_store():
     assert accuracy(out) > 0.8
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_letter_localcluster():
     out = run_example("letter_localcluster.py", "--data-dir", DATA, "--n-train", 800,
                       "--n-test", 300, "--workers", 2)
@@ -61,6 +63,7 @@ def test_letter_localcluster():
     assert accuracy(out) > 0.5           # 26 classes from 800 rows
 
 
+@pytest.mark.slow
 def test_scatter_checkerboard():
     out = run_example("scatter_checkerboard.py")
     m = re.search(r"ScatterSVC \(mScatter\)\s+100 classes: error\s+([0-9.]+)%", out)
@@ -69,6 +72,7 @@ def test_scatter_checkerboard():
     assert float(m.group(1)) <= float(lib.group(1)) + 2.0      # the issue's bar vs one-vs-rest
 
 
+@pytest.mark.slow
 def test_one_vs_rest():
     out = run_example("one_vs_rest.py")
     for name in ("OneVsRestSVC", "OneVsOneSVC"):
@@ -77,6 +81,8 @@ def test_one_vs_rest():
     assert "served by the shared cache" in out
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_existing_scheduler_without_address_starts_a_stand_in():
     out = run_example("existing_scheduler.py")
     assert "no address given: started a LocalCluster" in out
@@ -141,6 +147,8 @@ def _worker_names(addr):
         return sorted(c.scheduler_info()["workers"])
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_existing_scheduler_with_address_starts_nothing(scheduler):
     before = _worker_names(scheduler)
     out = run_example("existing_scheduler.py", scheduler)
@@ -151,6 +159,8 @@ def test_existing_scheduler_with_address_starts_nothing(scheduler):
     assert _worker_names(scheduler) == before
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     """`dmcsvm train/predict --scheduler ADDRESS` use that cluster and equal the in-process run."""
     import numpy as np
@@ -179,6 +189,7 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     assert (tmp_path / "local.txt").read_text() == (tmp_path / "cluster.txt").read_text()
 
 
+@pytest.mark.slow
 def test_multiprototype_letter():
     if not (EXAMPLES / "multiprototype_letter.py").exists():
         pytest.skip("examples/multiprototype_letter.py is not in this checkout")

@@ -200,6 +200,7 @@ class _DieInRound(Partition):
         return super().restore(snapshot)
 
 
+@pytest.mark.cluster
 def test_worker_killed_mid_round_recovers(cluster, reference):
     """The worker dies while it computes a round: the partition is rebuilt from the
     coordinator's state (which holds that round's update) and answers the round."""
@@ -216,6 +217,7 @@ def test_worker_killed_mid_round_recovers(cluster, reference):
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
+@pytest.mark.cluster
 def test_worker_killed_between_rounds_recovers(cluster, reference):
     """The worker dies between two rounds and the scheduler notices before the next round is
     sent (on the replaying executor the next round raised "Worker holding Actor was lost")."""
@@ -245,6 +247,7 @@ def _kill_all_workers(c, client):
         _wait_removed(client, a)
 
 
+@pytest.mark.cluster
 def test_all_workers_killed_then_one_joins(tmp_path, reference):
     """Every worker dies between rounds; a new worker joins within ``recover_timeout``: every
     partition is rebuilt on it and the fit completes."""
@@ -266,6 +269,7 @@ def test_all_workers_killed_then_one_joins(tmp_path, reference):
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
+@pytest.mark.cluster
 def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
     """Every worker dies and none joins: the round waits ``recover_timeout`` for one, then fails
     with an error that says so (the replaying executor failed at once, with "Worker holding
@@ -288,6 +292,7 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
         c.close()
 
 
+@pytest.mark.cluster
 def test_scheduler_lost_says_so(tmp_path, monkeypatch):
     """The scheduler dies between rounds: the fit ends with an error naming the scheduler, in
     bounded time (the replaying executor said "Worker holding Actor was lost")."""
@@ -315,6 +320,7 @@ def test_scheduler_lost_says_so(tmp_path, monkeypatch):
         c.close()
 
 
+@pytest.mark.cluster
 def test_memory_limit_too_small_fails_clearly_and_cleans_up(tmp_path):
     """``dmcsvm train FILE --local-workers 2 --memory-limit 1MiB``: the nannies restart the
     workers for memory over and over; the command fails within a bounded time with the memory
@@ -375,6 +381,7 @@ def _wide_block(lo, hi, d, seed):
     return X + np.float32(0.01) * r.standard_normal(X.shape, dtype=np.float32), y
 
 
+@pytest.mark.cluster
 def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
     """2 GB of rows, two workers limited to 600 MiB each: the partitions stream their rows and
     training runs its rounds with no worker paused, restarted or killed for memory (the
@@ -394,6 +401,7 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
     with dask.config.set(scheduler="threads"):
         info = from_dask(da.concatenate(blocks), labels, url, rows_per_chunk=rows)
     assert info.n_samples * info.n_features * 4 > 1.5 * 2 * 600 * 2 ** 20
+    # a cluster of its own, not the session's: its workers have a 600 MiB memory limit
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="600MiB",
                       dashboard_address=None) as lc, Client(lc) as client:
         pids = client.run(os.getpid)

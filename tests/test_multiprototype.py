@@ -399,14 +399,6 @@ def test_fast_linear_path_equals_kernel_path(sparse):
 # Dask
 # ------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def local_client():
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
 @pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
 def test_dask_localcluster_equals_inprocess(local_client, kernel):
     X, y = multimodal(10, n_per_mode=15, modes=2, circle=False)
@@ -453,7 +445,8 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_clien
     assert on_store.score(url) == pytest.approx(ref.score(X, y))
     lazy = on_store.predict(da.from_array(X, chunks=25))
     assert isinstance(lazy, da.Array)
-    np.testing.assert_array_equal(lazy.compute(), expected)
+    # the session client is not the default one: compute on the cluster explicitly
+    np.testing.assert_array_equal(local_client.compute(lazy).result(), expected)
     np.testing.assert_allclose(on_store.decision_function(url), ref.decision_function(X),
                                rtol=0, atol=1e-5)
 

@@ -39,6 +39,7 @@ def test_bad_n_jobs_is_refused(bad):
         n_threads(bad)
 
 
+@pytest.mark.slow
 def test_gridsearch_parallel_and_pipeline():
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import make_pipeline

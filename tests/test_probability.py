@@ -208,7 +208,7 @@ def _load(name):
     return Xtr, ytr, Xte, yte
 
 
-@pytest.mark.parametrize("name", ["letter", "usps"])
+@pytest.mark.parametrize("name", [pytest.param("letter", marks=pytest.mark.slow), "usps"])
 def test_log_loss_within_5_percent_of_calibrated_svc(name):
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.svm import SVC

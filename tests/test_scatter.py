@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import clarabel_solve, psd_factor
 
 from dmcsvm.estimators.scatter import ScatterSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
@@ -22,21 +23,6 @@ def _blobs(seed=0, n=60, m=4, d=2, scale=1.5):
 
 def _Q(K, y, m):
     return K * ((m * (y[:, None] == y[None, :]) - 1.0) / m)
-
-
-def psd_factor(K):
-    w, V = np.linalg.eigh(0.5 * (K + K.T))
-    w = np.clip(w, 0.0, None)
-    keep = w > w.max() * 1e-14
-    return V[:, keep] * np.sqrt(w[keep])
-
-
-def clarabel_solve(problem):
-    import cvxpy as cp
-    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
-                  max_iter=500)
-    assert problem.status == "optimal", problem.status
-    return problem.value
 
 
 def scatter_qp(K, y, m, mu):
@@ -295,14 +281,6 @@ def test_one_class_is_rejected():
 # Dask executor: the same partition code gives the same coefficients
 # ------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def local_client():
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
 def test_dask_localcluster_matches_inprocess(local_client):
     from dmcsvm import BinarySVC, OneVsOneSVC, OneVsRestSVC
     X, y = _blobs(9, n=70, m=4)
@@ -372,4 +350,5 @@ def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_clie
                                    rtol=0, atol=1e-6)
         lazy = est.predict(da.from_array(X, chunks=25))
         assert isinstance(lazy, da.Array)
-        np.testing.assert_array_equal(lazy.compute(), expected)
+        # the session client is not the default one: compute on the cluster explicitly
+        np.testing.assert_array_equal(local_client.compute(lazy).result(), expected)

@@ -40,6 +40,16 @@ ESTIMATORS = [
 ]
 
 
+# checks over ~5 s on a quiet 2-core machine, marked ``slow`` by conftest.py (pairs of substrings of
+# the test id): the sparse-input checks fit every scipy sparse format, and with batch_size=1 each
+# fit takes ~1600 rounds (the opt_kkt polynomial configuration: up to its max_iter=1000)
+SLOW_IDS = [
+    ("batch_size=1,", "check_estimator_sparse_array"),
+    ("batch_size=1,", "check_estimator_sparse_matrix"),
+    ("kernel='poly'", "optimizer='opt_kkt'", "check_estimator_sparse_"),
+]
+
+
 def _expected_failed_checks(estimator):
     """``check_class_weight_classifiers`` (class 0 weighted 1000, the others 1e-4, on noisy blobs
     around the origin; at least 87 % of test points must be predicted as class 0) is the only

@@ -347,6 +347,7 @@ def _hold_scenario():
     assert [p for p in threadpool_info() if p["user_api"] == "blas"][0]["num_threads"] == start
 
 
+@pytest.mark.cluster
 def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
     """``dask worker --no-nanny`` sets no OMP_NUM_THREADS=1: partitions now hold BLAS at one
     thread themselves, so the model equals the in-process one bit for bit."""

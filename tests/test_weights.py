@@ -240,14 +240,6 @@ def test_weight_zero_rows_are_removed_rows(make):
 
 # ------------------------------------------------------------------------ Dask
 
-@pytest.fixture(scope="module")
-def local_client():
-    from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
 def test_localcluster_equals_inprocess(local_client, weighted_problem):
     p = weighted_problem
     kw = {"C": 1.5, "gamma": GAMMA, "tol": 1e-8, "batch_size": 6, "n_partitions": 2,
