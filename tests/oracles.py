@@ -55,6 +55,8 @@ def primal_from_scores(F, normM2, y, C):
     Fo = F.copy()
     Fo[np.arange(n), y] = -np.inf
     xi = np.maximum(0.0, 1.0 + Fo.max(axis=1) - F[np.arange(n), y])
+    if np.ndim(C):                       # per-pattern bounds C_i (class / sample weights)
+        return 0.5 * normM2 + float(np.dot(C, xi))
     return 0.5 * normM2 + C * xi.sum()
 
 
@@ -67,11 +69,14 @@ def kkt_violation(B, F, y, C, zero=1e-12, at_c=1e-9):
     (c) ``alpha_y > 0 and max_N F > min_{N, a_r > 0} F``    -> ``max_N F - min_{N, a_r > 0} F``
 
     ``alpha_r > 0`` is read as ``-B[i, r] > zero``, ``alpha_y < C`` as ``B[i, y] < C (1 - at_c)``.
+    ``C`` may be one bound per pattern (weights).
     Returns ``(max violation, per-pattern violations)``.
     """
     n, m = B.shape
     viol = np.zeros(n)
+    Cs = C
     for i in range(n):
+        C = Cs[i] if np.ndim(Cs) else Cs
         yi = y[i]
         neg = np.arange(m) != yi
         a_y = B[i, yi]
@@ -90,12 +95,13 @@ def kkt_violation(B, F, y, C, zero=1e-12, at_c=1e-9):
 
 
 def check_feasible(B, y, C, atol=1e-10):
-    """Feasibility of the Crammer-Singer dual (DESIGN §1) for one prototype per class."""
+    """Feasibility of the Crammer-Singer dual (DESIGN §1) for one prototype per class (``C`` a
+    scalar or one bound per pattern)."""
     n, m = B.shape
     own = B[np.arange(n), y]
     other = B.copy()
     other[np.arange(n), y] = 0.0
-    assert np.all(np.abs(B.sum(axis=1)) <= atol * max(1.0, C)), "row sums are not zero"
+    assert np.all(np.abs(B.sum(axis=1)) <= atol * max(1.0, np.max(C))), "row sums are not zero"
     assert np.all(own >= -atol) and np.all(own <= C * (1 + 1e-12) + atol), "alpha_y outside [0, C]"
     assert np.all(other <= atol), "a negative prototype has a positive coefficient"
 
@@ -117,7 +123,8 @@ _clarabel = clarabel_solve      # the name conftest.py used
 
 
 def cs_dual_qp(K, y, m, C):
-    """Exact optimum of the Crammer-Singer dual: ``(D*, B*)``."""
+    """Exact optimum of the Crammer-Singer dual: ``(D*, B*)``; ``C`` a scalar or one bound
+    ``C_i`` per pattern (class / sample weights: ``alpha_i^{y_i} <= C_i``)."""
     import cvxpy as cp
     n = len(y)
     L = psd_factor(K)
