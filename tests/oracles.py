@@ -187,12 +187,12 @@ def reduced_value(b, f_other, y, kpp):
 def run_solver(X, y, m, spec, C, optimizer="exact", selection="bmg", threshold="mean",
                batch_size=7, tol=1e-8, n_threads=2, n_partitions=None, max_iter=20000,
                shrinking=True, **extra):
-    """Run :func:`dmcsvm.solvers.multiclass.solve` on the in-process executor; returns
+    """Run :func:`dmcsvm.coordinators.crammer_singer.solve` on the in-process executor; returns
     ``(B (n x m), SolveResult)``."""
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
-    from dmcsvm.solvers import pattern as pt
-    from dmcsvm.solvers.multiclass import SolverSettings, solve
+    from dmcsvm.numerics import pattern as pt
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
     n, d = X.shape
     s = SolverSettings(C=C, optimizer=optimizer, selection=selection, threshold=threshold,
