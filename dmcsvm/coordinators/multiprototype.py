@@ -105,14 +105,6 @@ def initial_assignment(cls, pcls, rng) -> np.ndarray:
     return yp
 
 
-def _slack_term(xi_own, C, row_C):
-    """The primal's slack term ``C sum_i xi_i``, or ``sum_i C_i xi_i`` with per-pattern bounds
-    (class / sample weights; rows of weight 0 count for nothing)."""
-    if row_C is None:
-        return C * float(xi_own.sum())
-    return float(row_C[row_C > 0.0] @ xi_own[row_C > 0.0])
-
-
 def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
     """The draw of Eq. 17 at temperature ``T`` from the slacks ``xi``: ``(new_yp, E(t+1),
     re-assigned rows, those of them with a coefficient to move)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i
@@ -123,7 +115,7 @@ def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
     new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C if row_C is None else row_C,
                                   np.empty(n, dtype=np.int64))
     new_yp = first[cls] + new_slot
-    E_new = 0.5 * mM + _slack_term(xi[np.arange(n), new_slot], C, row_C)
+    E_new = 0.5 * mM + lcs.slack_term(xi[np.arange(n), new_slot], C, row_C)
     changed = np.flatnonzero(new_yp != yp)
     # a row's coefficients are all zero unless alpha_i^{y_i} > 0 (the row sums to zero and the
     # negative prototypes' are <= 0)
@@ -233,7 +225,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         msg = None
         xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
         slot = yp - first[cls]
-        primal = 0.5 * mM + _slack_term(xi[rows, slot], C, row_C)
+        primal = 0.5 * mM + lcs.slack_term(xi[rows, slot], C, row_C)
         # with shrinking the rounds read the primal on stale scores of shrunk rows: go on until
         # the exact primal beats E(t), unless the solve ended for another reason (solved,
         # max_iter rounds, stalled in floating point)
@@ -242,7 +234,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             prev_dual = sa - 0.5 * mM
             res = solve(ex, *args, state=state, stop=stop, **kw)
             xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
-            primal = 0.5 * mM + _slack_term(xi[rows, slot], C, row_C)
+            primal = 0.5 * mM + lcs.slack_term(xi[rows, slot], C, row_C)
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
         T = schedule.temperature(t)
@@ -272,7 +264,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     fs = final_settings or settings
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
     xi, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
-    energy = 0.5 * mM + _slack_term(xi[rows, yp - first[cls]], C, row_C)
+    energy = 0.5 * mM + lcs.slack_term(xi[rows, yp - first[cls]], C, row_C)
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))

@@ -60,17 +60,15 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
 def _mismatch(est, td, classes, y_idx):
     """``(why, rows)``: why the previous fit is no starting point for this data (None when it
     is), and the support rows read from the new data (read once: a store's chunks cost I/O)."""
-    if not np.array_equal(np.asarray(est.classes_), classes):
-        return f"classes {list(est.classes_)} before, {list(classes)} now", None
-    if est.n_features_in_ != td.d:
-        return f"{est.n_features_in_} features before, {td.d} now", None
+    why = _data_mismatch(est, td, classes)
+    if why is not None:
+        return why, None
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = np.asarray(est.dual_coef_)
     if coef.shape[1] != classes.shape[0]:
         return "the previous coefficients have another number of prototypes", None
     if ids.size and ids.max() >= td.n:
         return f"a support row index {int(ids.max())} beyond the {td.n} rows given", None
-    new = None
     if ids.size:
         own = coef[np.arange(ids.shape[0]), y_idx[ids]]
         others = coef.copy()
@@ -78,7 +76,16 @@ def _mismatch(est, td, classes, y_idx):
         if np.any(own < 0) or np.any(others > 0):
             return "the labels of the support rows changed", None
         return _same_rows(est, td, ids)
-    return None, new
+    return None, None
+
+
+def _data_mismatch(est, td, classes):
+    """Why the previous fit's classes or feature count are not this data's, or None."""
+    if not np.array_equal(np.asarray(est.classes_), classes):
+        return f"classes {list(est.classes_)} before, {list(classes)} now"
+    if est.n_features_in_ != td.d:
+        return f"{est.n_features_in_} features before, {td.d} now"
+    return None
 
 
 def _same_rows(est, td, ids):
@@ -104,23 +111,11 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
     smaller ones (one factor per problem, so its equality constraint holds)."""
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return None
-    why = None
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = est.dual_coef_
     coef = coef.toarray() if sp.issparse(coef) else np.asarray(coef, dtype=np.float64)
     signs = np.asarray(problems, dtype=np.float64)
-    if not np.array_equal(np.asarray(est.classes_), classes):
-        why = f"classes {list(est.classes_)} before, {list(classes)} now"
-    elif est.n_features_in_ != td.d:
-        why = f"{est.n_features_in_} features before, {td.d} now"
-    elif coef.shape[0] != signs.shape[0]:
-        why = f"{coef.shape[0]} binary problems before, {signs.shape[0]} now"
-    elif ids.size and ids.max() >= td.n:
-        why = f"a support row index {int(ids.max())} beyond the {td.n} rows given"
-    elif ids.size and np.any(coef * signs[:, ids] < 0) | np.any((coef != 0) & (signs[:, ids] == 0)):
-        why = "the labels of the support rows changed"
-    elif ids.size:
-        why, _ = _same_rows(est, td, ids)
+    why = _data_mismatch(est, td, classes) or _smo_mismatch(est, td, ids, coef, signs)
     Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
     if why is None and np.any((Ci <= 0) & np.any(coef != 0, axis=0)):
         why = "a support row now has weight 0"
@@ -136,3 +131,17 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
         a0[ids] = a * scale
         starts.append(a0)
     return starts
+
+
+def _smo_mismatch(est, td, ids, coef, signs):
+    """Why the previous SMO fit's problems (``coef``: one row of ``y_i a_i`` per problem) do not
+    describe the problems ``signs`` on this data, or None."""
+    if coef.shape[0] != signs.shape[0]:
+        return f"{coef.shape[0]} binary problems before, {signs.shape[0]} now"
+    if not ids.size:
+        return None
+    if ids.max() >= td.n:
+        return f"a support row index {int(ids.max())} beyond the {td.n} rows given"
+    if np.any(coef * signs[:, ids] < 0) or np.any((coef != 0) & (signs[:, ids] == 0)):
+        return "the labels of the support rows changed"
+    return _same_rows(est, td, ids)[0]

@@ -215,18 +215,23 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
 
 
 def _weights_of(src, column, lines):
-    """The weight column of a block as float64, refusing a non-number, NaN/inf or a negative
-    weight with the file, line and value."""
-    w = np.empty(len(column))
-    for k, text in enumerate(column):
-        try:
-            w[k] = float(text)
-        except ValueError:
-            raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} is not a "
-                             f"number") from None
-        if not np.isfinite(w[k]) or w[k] < 0:
-            raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} must be a finite "
-                             f"number >= 0")
+    """The weight column of a block as float64 (one conversion for the block), refusing a
+    non-number, NaN/inf or a negative weight with the file, line and value."""
+    try:
+        w = np.char.strip(column).astype(np.float64)
+    except ValueError:
+        for k, text in enumerate(column):          # only to name the first bad line
+            try:
+                float(text)
+            except ValueError:
+                raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} is not a "
+                                 f"number") from None
+        raise
+    bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(f"{src}, line {lines[k]}: weight {column[k].strip()!r} must be a finite "
+                         f"number >= 0")
     return w
 
 
