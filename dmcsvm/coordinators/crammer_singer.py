@@ -5,12 +5,14 @@ rows about to violate) and its aggregates; the coordinator picks a batch and sol
 ``K_BB`` and the reported scores, and sends ``(ids, X_B, dB_B)`` back to every partition in one
 message.  Two batch solves:
 
-* ``inner_steps > 0`` (MulticlassSVC): the ``batch_size`` best candidates form a working set that
+* ``inner_steps > 0`` (MulticlassSVC, MultiPrototypeSVC): the ``batch_size`` best candidates form
+  a working set that
   is solved by re-selection (:func:`~dmcsvm.numerics.pattern.solve_working_set`: the patterns
   most violated NOW first, again while they stay so) to ``max(tol, inner_frac * max psi)`` while
   violators are left out, to ``max(inner_floor * tol, inner_prog * max psi)`` once it holds them
   all; ``K_BB`` comes from a
-  Gram block kept between rounds (:class:`_GramCache`);
+  Gram block kept between rounds (:class:`_GramCache`), or a ``batch_solver``'s ``working_set``
+  does the same on explicit prototypes;
 * ``inner_steps = 0``: the round's threshold picks the batch and its patterns are optimized once
   in order (:func:`~dmcsvm.numerics.pattern.solve_batch`, or ``batch_solver``).
 
@@ -310,7 +312,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         Replaces :func:`~dmcsvm.numerics.pattern.solve_batch` and is called with the same
         arguments (the bound ``C``: a scalar, or one per batch row when patterns are weighted,
         :func:`batch_bounds`) except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
-        solve of linear kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`).
+        solve of linear kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`);
+        with ``inner_steps > 0`` its ``working_set`` method replaces
+        :func:`~dmcsvm.numerics.pattern.solve_working_set` the same way.
     """
     s = settings
     opt_code = pt.OPTIMIZERS[s.optimizer]
@@ -335,9 +339,11 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
     # (engine.threads: held by count, so a fit beside this one cannot change it half-way)
-    greedy = batch_solver is None and s.inner_steps > 0
+    # the working-set solve needs K_BB, or a batch_solver with a working_set method (explicit
+    # prototypes)
+    greedy = s.inner_steps > 0 and (batch_solver is None or hasattr(batch_solver, "working_set"))
     gram = (_GramCache(spec, s.cache_size * 2 ** 20, x_dtype)
-            if greedy and not sparse and s.cache_size > 0 else None)
+            if greedy and batch_solver is None and not sparse and s.cache_size > 0 else None)
     limits = BlasThreadHold()
     try:
         while True:
@@ -403,9 +409,13 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                         inner_tol = max(s.tol, s.inner_frac * agg["max_psi"])
                     else:
                         inner_tol = max(s.inner_floor * s.tol, s.inner_prog * agg["max_psi"])
-                    dB, gains, st = pt.solve_working_set(
-                        opt_code, *args[:2], G, gpos, *args[3:-1],
-                        int(max(1, s.inner_steps * len(ids))), inner_tol)
+                    max_steps = int(max(1, s.inner_steps * len(ids)))
+                    if batch_solver is None:
+                        dB, gains, st = pt.solve_working_set(
+                            opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol)
+                    else:
+                        dB, gains, st = batch_solver.working_set(
+                            opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol)
                     n_steps = int(st.sum())
                 else:
                     dB, gains = batch(opt_code, *args)

@@ -223,7 +223,10 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
                                 batch_size=int(self.batch_size or 1000),
                                 batch_sweeps=int(self.batch_sweeps or 1),
                                 shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
-                                verbose=False).check()
+                                # rounds solve their working set by re-selection, as
+                                # MulticlassSVC's (one pass in order took 20-1000x the rounds
+                                # on small weighted problems)
+                                inner_steps=20.0, verbose=False).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")

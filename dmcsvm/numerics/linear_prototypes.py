@@ -151,13 +151,72 @@ def _csr_row_axpy(dW, indptr, indices, data, j, r, v):
 
 
 @numba.njit(cache=True, nogil=True)
+def _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0, gx, f):
+    """Current scores of batch row ``j`` into ``f``: its reported scores plus the batch's change so
+    far, ``a dW x_j + c0 ds`` (only the prototypes the batch touched)."""
+    P = f.shape[0]
+    if dense:
+        gx[:] = 0.0
+        for k in range(Xd.shape[1]):
+            xk = Xd[j, k]
+            if xk != 0.0:
+                for r in range(P):
+                    gx[r] += dWT[k, r] * xk
+        for r in range(P):
+            fr = Fb[j, r]
+            if touched[r]:
+                fr += a * gx[r] + c0 * ds[r]
+            f[r] = fr
+    else:
+        for r in range(P):
+            fr = Fb[j, r]
+            if touched[r]:
+                fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
+            f[r] = fr
+
+
+@numba.njit(cache=True, nogil=True)
+def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT, ds, touched,
+                  yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0):
+    """Optimize batch row ``j`` exactly (``optimize_pattern``) at scores ``f`` and fold its change
+    into ``dB``, ``dW`` (or ``dWT``) and ``ds``.  Returns the gain and whether anything moved."""
+    P = f.shape[0]
+    for r in range(P):
+        b[r] = Bb[j, r] + dB[j, r]
+        b0[r] = b[r]
+    kpp = kdiag[j]
+    phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
+    g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
+    moved = False
+    for r in range(P):
+        v = b[r] - b0[r]
+        if v != 0.0:
+            moved = True
+            dB[j, r] += v
+            touched[r] = True
+            ds[r] += v
+            if dense:
+                for k in range(Xd.shape[1]):
+                    dWT[k, r] += v * Xd[j, k]
+            else:
+                _csr_row_axpy(dW, indptr, indices, data, j, r, v)
+    return g, moved
+
+
+@numba.njit(cache=True, nogil=True)
 def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdiag, C, tol,
-                  fp_eps, sweeps, a, c0):
-    """Shared body of :func:`solve_batch_linear_dense` / ``_csr`` (``Xd`` empty for CSR)."""
+                  fp_eps, sweeps, a, c0, max_steps, inner_tol):
+    """Shared body of the dense / CSR batch solves (``Xd`` empty for CSR).
+
+    ``max_steps == 0``: ``sweeps`` passes in order (:func:`dmcsvm.numerics.pattern.solve_batch`).
+    ``max_steps > 0``: the working-set solve by re-selection
+    (:func:`dmcsvm.numerics.pattern.solve_working_set`, same passes, cuts and stops) on explicit
+    prototypes.  Returns ``(dB, gains, steps)``."""
     nb, P = Bb.shape
     dense = Xd.shape[0] > 0
     dB = np.zeros((nb, P))
     gains = np.zeros(nb)
+    steps = np.zeros(nb, dtype=np.int64)
     # change of the prototypes by the batch so far, sum_k dB[k] x_k: P x d for CSR rows, d x P
     # for dense rows (all P scores of a row are then one pass over d with SIMD across P)
     dW = np.zeros((P, d)) if not dense else np.zeros((1, 1))
@@ -168,6 +227,44 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     f = np.empty(P)
     b = np.empty(P)             # the row's coefficients and their copy, reused (no allocation
     b0 = np.empty(P)            # per row visit)
+    bc = np.empty(P)
+    if max_steps > 0:
+        total = 0
+        first = True
+        for _ in range(pt._MAX_INNER):
+            mx = 0.0
+            for k in range(nb):
+                _row_scores(k, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0,
+                            gx, f)
+                for r in range(P):
+                    bc[r] = Bb[k, r] + dB[k, r]
+                p = pt.psi_value(bc, f, yb[k], cb[k], pcls, pt.bound_at(C, k))
+                if p > mx:
+                    mx = p
+            cut = pt.pass_cut(mx, tol, inner_tol, first, total, max_steps)
+            if cut < 0.0:
+                break
+            first = False
+            moved = False
+            for j in range(nb):
+                if total >= max_steps:
+                    break
+                _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0,
+                            gx, f)
+                for r in range(P):
+                    bc[r] = Bb[j, r] + dB[j, r]
+                Cj = pt.bound_at(C, j)
+                if pt.psi_value(bc, f, yb[j], cb[j], pcls, Cj) <= cut:
+                    continue
+                g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW,
+                                      dWT, ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0)
+                total += 1
+                steps[j] += 1
+                gains[j] += g
+                moved = moved or ch
+            if not moved:
+                break
+        return dB, gains, steps
     # A sweep after the first checks every row before optimizing it and skips rows with
     # psi <= tol, so a sweep that finds no violator changed nothing: it ends the solve.  That is
     # the same dB as checking the whole batch after every sweep (pattern.solve_batch), without a
@@ -175,63 +272,36 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     for sweep in range(sweeps):
         worst = 0.0
         for j in range(nb):
-            for r in range(P):
-                b[r] = Bb[j, r] + dB[j, r]
-            # current scores of row j: reported scores plus the batch's change, a dW x_j + c0 ds
-            if dense:
-                gx[:] = 0.0
-                for k in range(d):
-                    xk = Xd[j, k]
-                    if xk != 0.0:
-                        for r in range(P):
-                            gx[r] += dWT[k, r] * xk
-                for r in range(P):
-                    fr = Fb[j, r]
-                    if touched[r]:
-                        fr += a * gx[r] + c0 * ds[r]
-                    f[r] = fr
-            else:
-                for r in range(P):
-                    fr = Fb[j, r]
-                    if touched[r]:
-                        fr += a * _csr_row_dot(dW, indptr, indices, data, j, r) + c0 * ds[r]
-                    f[r] = fr
+            _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0, gx, f)
             Cj = pt.bound_at(C, j)
             if sweep > 0:
-                p = pt.psi_value(b, f, yb[j], cb[j], pcls, Cj)
+                for r in range(P):
+                    bc[r] = Bb[j, r] + dB[j, r]
+                p = pt.psi_value(bc, f, yb[j], cb[j], pcls, Cj)
                 if p > worst:
                     worst = p
                 if p <= tol:
                     continue
-            kpp = kdiag[j]
-            phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-            b0[:] = b
-            g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
+            g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
+                                  ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0)
             gains[j] += g
-            for r in range(P):
-                v = b[r] - b0[r]
-                if v != 0.0:
-                    dB[j, r] += v
-                    touched[r] = True
-                    ds[r] += v
-                    if dense:
-                        for k in range(d):
-                            dWT[k, r] += v * Xd[j, k]
-                    else:
-                        _csr_row_axpy(dW, indptr, indices, data, j, r, v)
+            steps[j] += 1
         if sweep > 0 and worst <= tol:
             break
-    return dB, gains
+    return dB, gains, steps
 
 
-def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0):
+def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0,
+                       max_steps=0, inner_tol=0.0):
     """The coordinator's batch solve (as :func:`dmcsvm.numerics.pattern.solve_batch`) for a linear
     kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
     x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per
     pattern instead of O(batch size), so a batch may hold every violator (LIBLINEAR-style passes).
+    With ``max_steps > 0`` it is the working-set solve of
+    :func:`dmcsvm.numerics.pattern.solve_working_set` instead (``sweeps`` unused).
     ``XB`` is dense or CSR; ``C`` a scalar or one bound per batch row (weighted patterns).
-    Returns ``(dB, gains)``."""
+    Returns ``(dB, gains, steps)``."""
     C = float(C) if np.ndim(C) == 0 else np.ascontiguousarray(C, dtype=np.float64)
     Bb = np.ascontiguousarray(Bb, dtype=np.float64)
     Fb = np.ascontiguousarray(Fb, dtype=np.float64)
@@ -240,25 +310,33 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
     kdiag = np.ascontiguousarray(kdiag, dtype=np.float64)
     d = XB.shape[1]
+    opts = (float(tol), float(fp_eps), int(sweeps), float(a), float(c0), int(max_steps),
+            float(inner_tol))
     if sp.issparse(XB):
         Xc = XB.tocsr()
         return _batch_linear(code, Bb, Fb, np.zeros((0, d)), Xc.indptr.astype(np.int64),
                              Xc.indices.astype(np.int64), Xc.data.astype(np.float64), d, yb, cb,
-                             pcls, kdiag, C, float(tol), float(fp_eps), int(sweeps),
-                             float(a), float(c0))
+                             pcls, kdiag, C, *opts)
     Xd = np.ascontiguousarray(XB, dtype=np.float64)
     empty_i = np.zeros(1, dtype=np.int64)
     return _batch_linear(code, Bb, Fb, Xd, empty_i, empty_i, np.zeros(1), d, yb, cb, pcls, kdiag,
-                         C, float(tol), float(fp_eps), int(sweeps), float(a), float(c0))
+                         C, *opts)
 
 
 class LinearBatchSolver:
-    """``solve(..., batch_solver=LinearBatchSolver(a, c0))``: the coordinator's batch solve with
-    explicit prototypes (called with the batch's X rows where the kernel solve takes ``K_BB``)."""
+    """``solve(..., batch_solver=LinearBatchSolver(a, c0))``: the coordinator's batch solves with
+    explicit prototypes (called with the batch's X rows where the kernel solves take ``K_BB``):
+    one pass in order (``__call__``) or the working-set solve (``working_set``)."""
 
     def __init__(self, a: float, c0: float):
         self.a, self.c0 = float(a), float(c0)
 
     def __call__(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
-        return solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps,
-                                  self.a, self.c0)
+        dB, gains, _ = solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps,
+                                          sweeps, self.a, self.c0)
+        return dB, gains
+
+    def working_set(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
+                    inner_tol):
+        return solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, 1,
+                                  self.a, self.c0, max(1, int(max_steps)), inner_tol)

@@ -592,6 +592,17 @@ def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0,
 
 
 @numba.njit(cache=True, nogil=True)
+def pass_cut(mx, tol, inner_tol, first, total, max_steps):
+    """The working-set solve's rule for its next pass, from the largest violation ``mx`` of the
+    batch now: -1 to stop (below ``inner_tol``, or ``tol`` on the first pass, which always runs
+    while some row violates ``tol``; or ``max_steps`` spent), else the pass's cut (optimize the
+    rows whose ``psi`` exceeds it): half the largest violation, never below ``inner_tol``."""
+    if mx <= tol or (mx <= inner_tol and not first) or total >= max_steps:
+        return -1.0
+    return max(0.5 * mx, inner_tol) if mx > inner_tol else 0.5 * mx
+
+
+@numba.njit(cache=True, nogil=True)
 def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
                       inner_tol):
     """Coordinator's working-set solve on ``K_BB`` by re-selection (DESIGN §4: updates inside a
@@ -623,11 +634,10 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
             p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, bound_at(C, k))
             if p > mx:
                 mx = p
-        # stop once below inner_tol; the first pass always runs while some row violates tol
-        if mx <= tol or (mx <= inner_tol and not first) or total >= max_steps:
+        cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
+        if cut < 0.0:
             break
         first = False
-        cut = max(0.5 * mx, inner_tol) if mx > inner_tol else 0.5 * mx
         moved = False
         for j in range(nb):
             if total >= max_steps:
