@@ -1,11 +1,30 @@
 """dmcsvm: multiclass kernel SVMs (Crammer-Singer family, multi-prototype, mScatter, binary SMO)
 trained in-process or on a Dask cluster, with data and kernel-row blocks in zarr."""
 
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
-from .estimators import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC,  # noqa: E402
-                         OneVsRestSVC, ScatterSVC)
+# Loaded on first use (PEP 562): `import dmcsvm` and the command line's `--help`, `--version`,
+# `info` and `convert` then skip scikit-learn, SciPy's statistics and numba (seconds per process)
+_LAZY = {"MulticlassSVC": "estimators", "MultiPrototypeSVC": "estimators",
+         "ScatterSVC": "estimators", "BinarySVC": "estimators", "OneVsRestSVC": "estimators",
+         "OneVsOneSVC": "estimators", "save": "model_io", "load": "model_io"}
+_RENAMED = {"save": "save_model", "load": "load_model"}
 
-from .model_io import load_model as load, save_model as save  # noqa: E402
+__all__ = ["save", "load", "MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC",
+           "OneVsRestSVC", "OneVsOneSVC", "__version__"]
 
-__all__ = ["save", "load", "MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC", "OneVsOneSVC", "__version__"]
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dmcsvm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

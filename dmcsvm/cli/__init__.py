@@ -24,6 +24,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: the sub-commands whose options are made from an estimator's signature
+_ESTIMATOR_COMMANDS = ("demo", "train")
+
+
+def _needs_estimators(argv) -> bool:
+    """Whether parsing ``argv`` needs the options made from the estimators' signatures: not for
+    another sub-command, nor for a bare ``--help`` / ``--version``.  Their parsers are then built
+    without those options, so such a command does not import scikit-learn and the estimators
+    (seconds per process)."""
+    argv = list(argv or [])
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd is not None:
+        return cmd in _ESTIMATOR_COMMANDS or argv.index(cmd) > 0
+    return not set(argv) <= {"-h", "--help", "--version"}
+
+
 def build_parser(argv=None) -> argparse.ArgumentParser:
     from . import data, demo, plot, predict, train
     from .. import __version__
@@ -32,9 +48,10 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"dmcsvm {__version__}",
                    help="print the version of dmcsvm and exit")
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
-    demo.add_parser(sub)
+    full = _needs_estimators(argv)
+    demo.add_parser(sub, full)
     data.add_parsers(sub)
-    train.add_parser(sub, argv)
+    train.add_parser(sub, argv, full)
     predict.add_parsers(sub)
     plot.add_parser(sub)
     return p

@@ -128,8 +128,11 @@ def cmd_demo(a) -> int:
     return 0
 
 
-def add_parser(sub):
+def add_parser(sub, full=True):
+    """The ``demo`` sub-command; ``full=False``: its name and help only (another command runs)."""
     d = sub.add_parser("demo", help="train and evaluate on scikit-learn's bundled digits")
+    if not full:
+        return d
     _add_model_args(d)
     d.add_argument("--json", action="store_true", help="also print the results as JSON")
     d.add_argument("--in-process", dest="in_process", action="store_true",

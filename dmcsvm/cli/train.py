@@ -37,8 +37,14 @@ def _estimator_class(name):
     return reg[name]
 
 
-def add_parser(sub, argv=None):
-    """The ``train`` sub-command, with one option per parameter of the chosen estimator."""
+_HELP = "train an estimator on a store or a LIBSVM/CSV/.npy file"
+
+
+def add_parser(sub, argv=None, full=True):
+    """The ``train`` sub-command, with one option per parameter of the chosen estimator;
+    ``full=False``: its name and help only (another command runs)."""
+    if not full:
+        return sub.add_parser("train", help=_HELP)
     from ..model_io import estimator_registry
     name = DEFAULT_ESTIMATOR
     pre = argparse.ArgumentParser(add_help=False)
@@ -47,7 +53,7 @@ def add_parser(sub, argv=None):
     reg = estimator_registry()
     if known.estimator in reg:
         name = known.estimator
-    t = sub.add_parser("train", help="train an estimator on a store or a LIBSVM/CSV/.npy file",
+    t = sub.add_parser("train", help=_HELP,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
                                 "file; a store's optional 'sample_weight' array (one weight per "
