@@ -522,3 +522,13 @@ def test_objective_parts_matches_numpy(cs):
     C = 0.7
     assert 0.5 * sbf + C * sxi == pytest.approx(cs.primal_from_scores(F, np.sum(B * F), y, C),
                                                 rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 16, 17, 40, 301])
+def test_sort_descending_equals_numpy(k):
+    """The exact optimizer's own sort (insertion sort up to 16 values, heapsort beyond) orders
+    like NumPy, ties and repeated values included."""
+    rng = np.random.default_rng(k)
+    v = np.round(rng.normal(size=k), 1)          # rounding makes ties
+    got = pt.sort_descending(v.copy())
+    np.testing.assert_array_equal(got, np.sort(v)[::-1])

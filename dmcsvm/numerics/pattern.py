@@ -251,6 +251,46 @@ def _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, exact):
 
 
 @numba.njit(cache=True, nogil=True)
+def _sift_down(v, root, end):
+    """Min-heap sift of ``v[root]`` within ``v[:end]`` (for :func:`sort_descending`)."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and v[child + 1] < v[child]:
+            child += 1
+        if v[child] < v[root]:
+            v[root], v[child] = v[child], v[root]
+            root = child
+        else:
+            return
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_descending(v):
+    """Sort ``v`` in place, largest first: insertion sort for the handful of values the exact
+    optimizer usually sorts, heapsort (O(k log k)) beyond.  Written out because numba's generic
+    ``np.sort`` costs seconds of compilation on every first run, more than all the rest of the
+    per-pattern optimizer."""
+    k = v.shape[0]
+    if k <= 16:
+        for i in range(1, k):
+            x = v[i]
+            j = i - 1
+            while j >= 0 and v[j] < x:
+                v[j + 1] = v[j]
+                j -= 1
+            v[j + 1] = x
+        return v
+    for root in range(k // 2 - 1, -1, -1):      # min-heap, then pop the minimum to the back
+        _sift_down(v, root, k)
+    for end in range(k - 1, 0, -1):
+        v[0], v[end] = v[end], v[0]
+        _sift_down(v, 0, end)
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
 def theta_sorted(s):
     """``theta`` solving ``sum_r max(s_r - theta, 0) = 1`` (CS 2001 Eq. 37) from the candidate
     values ``s`` in decreasing order (the sort-based method)."""
@@ -290,7 +330,7 @@ def opt_exact(b, f, y, c, pcls, kpp, C, phi):
         if (r == y or _is_neg(pcls, c, r)) and D[r] > lo:
             vals[k] = D[r]
             k += 1
-    theta = theta_sorted(np.sort(vals[:k])[::-1])
+    theta = theta_sorted(sort_descending(vals[:k]))
     tau = np.zeros(P)
     for r in range(P):
         if r == y or _is_neg(pcls, c, r):
