@@ -186,7 +186,7 @@ class Checkpointer:
         import zarr
         os.makedirs(self.directory, exist_ok=True)
         B = state.B
-        ids = np.flatnonzero(np.any(B != 0.0, axis=1)).astype(np.int64)
+        ids = state.support().astype(np.int64)
         Xsv = state.bank.stack(ids, self.n_features, self.sparse, self.x_dtype)
         name = f"ckpt-{int(rounds):09d}.zarr"
         final = os.path.join(self.directory, name)

@@ -35,6 +35,7 @@ from ..errors import check_finite_round
 from ..engine.threads import BlasThreadHold
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
+from .coefficients import CoefficientRows
 from ..numerics.selection import THRESHOLDS, threshold_value
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
@@ -117,7 +118,8 @@ class SolveResult:
 
 
 class _RowBank:
-    """X rows of every pattern that entered a batch: the support vectors are among them."""
+    """X rows of the patterns that entered a batch since the last :meth:`keep`, and of the support
+    patterns: the partitions ship a row's X once (``cand_new``) and the coordinator banks it."""
 
     def __init__(self):
         self.rows: dict[int, object] = {}
@@ -140,6 +142,12 @@ class _RowBank:
             out[j] = Xnew[r] if r >= 0 else self.rows[int(g)]
         return out
 
+    def keep(self, ids) -> None:
+        """Drop every banked row but those of ``ids`` (the partitions forget the same rows'
+        ``shipped`` marks with the message's ``reship``)."""
+        ids = set(np.asarray(ids, dtype=np.int64).tolist())
+        self.rows = {g: x for g, x in self.rows.items() if g in ids}
+
     def stack(self, ids, d, sparse, dtype):
         if len(ids) == 0:
             return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
@@ -154,7 +162,7 @@ class CoordinatorState:
     can continue where another stopped (MProtSVM epochs, resumed checkpoints): the coefficients
     ``B`` (n x P), the X rows of every pattern that entered a batch, the round counter, history."""
 
-    B: np.ndarray
+    B: CoefficientRows
     bank: _RowBank = field(default_factory=_RowBank)
     rounds: int = 0
     history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
@@ -166,10 +174,10 @@ class CoordinatorState:
 
     @classmethod
     def fresh(cls, n: int, P: int) -> "CoordinatorState":
-        return cls(B=np.zeros((n, P)))
+        return cls(B=CoefficientRows(n, P))
 
     def support(self) -> np.ndarray:
-        return np.flatnonzero(np.any(self.B != 0.0, axis=1))
+        return self.B.support()
 
 
 class _GramCache:
@@ -335,7 +343,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     converged = False
     just_unshrunk = False
     stalled = False
-    n_sv = state.n_sv if state.n_sv is not None else int(np.count_nonzero(np.any(B != 0.0, axis=1)))
+    n_sv = state.n_sv if state.n_sv is not None else B.count_support()
     # the coordinator's own BLAS calls run on one thread whatever the executor, so that its
     # floating-point results (and hence the whole trajectory) do not depend on where partitions run
     # (engine.threads: held by count, so a fit beside this one cannot change it half-way)
@@ -345,9 +353,17 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     gram = (_GramCache(spec, s.cache_size * 2 ** 20, x_dtype)
             if greedy and batch_solver is None and not sparse and s.cache_size > 0 else None)
     limits = BlasThreadHold()
+    prune = False
     try:
         while True:
             t_round = time.perf_counter()
+            if prune and msg.get("ids") is not None:
+                # the bank follows the support too: it keeps the support and the batch sent now,
+                # and the partitions keep the same marks when they apply this message (pruned
+                # here, at sending, since a solve that stops drops the batch it chose last)
+                bank.keep(np.union1d(B.support(), msg["ids"]))
+                msg["reship"] = True
+                prune = False
             replies = executor.step(msg)
             agg = _merge(replies)
             t_solve0 = time.perf_counter()
@@ -365,7 +381,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             msg = {}
             if done and agg["n_active"] < agg["n_rows"] and not just_unshrunk:
                 # converged on the active set: rebuild the shrunk rows' scores and check again
-                sv = np.flatnonzero(np.any(B != 0.0, axis=1))
+                sv = B.support()
                 msg = {"unshrink": {"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype), "B": B[sv]}}
                 just_unshrunk = True
             elif done:
@@ -438,8 +454,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     msg = {"ids": ids, "XB": XB, "dB": dB, "shrink_margin": min(agg["max_psi"], s.shrink_cap)}
                     batch_ids = ids
             t_end = time.perf_counter()
-            if rounds % 50 == 0 or converged:      # O(n P): refreshed now and then, and at the end
-                n_sv = state.n_sv if state.n_sv is not None else int(np.count_nonzero(np.any(B != 0.0, axis=1)))
+            if rounds % 50 == 0 or converged:      # O(stored rows): now and then, and at the end
+                B.compact()             # rows that left the support: the store follows it
+                n_sv = B.count_support()
+                prune = len(bank.rows) > n_sv + s.batch_size
             row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],
                        max_psi=agg["max_psi"], threshold=theta, n_active=agg["n_active"],
                        n_viol=agg["n_viol"], n_sv=n_sv,

@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checkpoint import Checkpoint
+from .coefficients import CoefficientRows
 
 __all__ = ["resume_state"]
 
@@ -39,7 +40,7 @@ def resume_state(ck: Checkpoint, X=None):
             if not np.array_equal(a.astype(np.float64), b.astype(np.float64)):
                 raise ValueError(f"{ck.path}: the checkpoint's support patterns differ from "
                                  "those rows of the training data (other data?)")
-    B = np.zeros((ck.n, ck.P))
+    B = CoefficientRows(ck.n, ck.P)
     B[ck.ids] = ck.B
     state = CoordinatorState(B=B, rounds=ck.rounds)
     n_hist = len(next(iter(ck.history.values()), []))

@@ -273,6 +273,8 @@ class Partition:
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
                 self.shipped[ids[own] - self.lo] = True
+            if msg.get("reship"):
+                self.reship(ids)
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
         reply = self._report(float(msg.get("shrink_margin", np.inf)))
@@ -477,6 +479,15 @@ class Partition:
                    0 if self._compact is None else self._compact.bytes_read)}
         out.update(self.disk.stats())
         return out
+
+    def reship(self, ids) -> None:
+        """The coordinator pruned its row bank to the support patterns and the batch ``ids`` it
+        sends with this message: only their X rows count as shipped now (the others' are sent
+        again if they enter a batch)."""
+        self.shipped[:] = np.any(self.B != 0.0, axis=1)
+        ids = np.asarray(ids, dtype=np.int64)
+        own = (ids >= self.lo) & (ids < self.hi)
+        self.shipped[ids[own] - self.lo] = True
 
     def step_packed(self, blob: bytes) -> bytes:
         """:meth:`step` with the message and the reply each packed into one pickle blob.

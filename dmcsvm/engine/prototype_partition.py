@@ -166,8 +166,11 @@ class LinearPrototypePartition(PrototypePartition):
                 shipped = getattr(self, "shipped", None)
                 if shipped is not None:       # the coordinator now holds these rows' X
                     shipped[ids[own] - self.lo] = True
+            if msg.get("reship"):
+                self.reship(ids)
             self._score_rows(None)
-            msg = {k: v for k, v in msg.items() if k not in ("ids", "dB", "dW", "ds", "XB")}
+            msg = {k: v for k, v in msg.items()
+                   if k not in ("ids", "dB", "dW", "ds", "XB", "reship")}
         t_update = time.perf_counter() - t0
         reply = super().step(msg)
         reply["t_update"] += t_update
