@@ -295,7 +295,8 @@ def test_usage_errors(tmp_path, dna, capsys):
     assert "unknown parameter 'flavour' for MulticlassSVC" in usage_error(
         "train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--param", "flavour=mint")
     assert usage_error("train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--C", -1) == \
-        "dmcsvm: error: C must be a positive finite number, got -1.0"
+        "dmcsvm: error: The 'C' parameter of MulticlassSVC must be a float in the range " \
+        "(0.0, inf). Got -1 instead."
     assert "--resume needs --checkpoint DIR" in usage_error(
         "train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--resume")
     assert "give either --scheduler or --local-workers" in usage_error(

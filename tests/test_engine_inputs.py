@@ -133,10 +133,12 @@ def test_store_input_errors(store):
             "X has 8 features, but MulticlassSVC is expecting 5 features as input.")):
         est.predict(store)
     with pytest.raises(ValueError, match=re.escape(
-            "data_in_memory must be 'auto', True or False, got 'yes'")):
+            "The 'data_in_memory' parameter of MulticlassSVC must be a str among {'auto'} or an "
+            "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead.")):
         MulticlassSVC(data_in_memory="yes").fit(store)
     with pytest.raises(ValueError, match=re.escape(
-            "disk_cache_size must be 'auto' or a number of MB >= 0, got -1")):
+            "The 'disk_cache_size' parameter of MulticlassSVC must be a str among {'auto'} or a "
+            "float in the range [0.0, inf). Got -1 instead.")):
         MulticlassSVC(disk_cache_size=-1).fit(store)
 
 

@@ -519,9 +519,14 @@ def small():
 @pytest.mark.parametrize("q", [0, -2, [2, 0, 1], 1.5, "3", True])
 def test_bad_prototype_count(small, q):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
-            f"n_prototypes must be an integer >= 1 or a list of such integers (one per class), "
-            f"got {q!r}")):
+    if isinstance(q, list):     # the entries are checked against the classes in fit
+        msg = (f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
+               f"class), got {q!r}")
+    else:
+        msg = (f"The 'n_prototypes' parameter of MultiPrototypeSVC must be an int in the range "
+               f"[1, inf), an instance of 'list', an instance of 'tuple' or an instance of "
+               f"'numpy.ndarray'. Got {q!r} instead.")
+    with pytest.raises(ValueError, match=re.escape(msg)):
         MultiPrototypeSVC(n_prototypes=q).fit(X, y)
 
 
@@ -546,14 +551,18 @@ def test_class_smaller_than_its_prototypes(small):
 @pytest.mark.parametrize("tau", [0.0, 1.0, -0.1, 1.5, "0.1"])
 def test_tau_outside_unit_interval(small, tau):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(f"tau must be in (0, 1), got {tau!r}")):
+    with pytest.raises(ValueError, match=re.escape(
+            f"The 'tau' parameter of MultiPrototypeSVC must be a float in the range "
+            f"(0.0, 1.0). Got {tau!r} instead.")):
         MultiPrototypeSVC(tau=tau).fit(X, y)
 
 
 @pytest.mark.parametrize("T0", [-1.0, -1e-9, float("nan"), None])
 def test_negative_T0(small, T0):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(f"T0 must be a number >= 0, got {T0!r}")):
+    with pytest.raises(ValueError, match=re.escape(
+            f"The 'T0' parameter of MultiPrototypeSVC must be a float in the range "
+            f"[0.0, inf). Got {T0!r} instead.")):
         MultiPrototypeSVC(T0=T0).fit(X, y)
 
 
@@ -561,5 +570,6 @@ def test_negative_T0(small, T0):
 def test_bad_max_epochs(small, epochs):
     X, y = small
     with pytest.raises(ValueError, match=re.escape(
-            f"max_epochs must be an integer >= 0, got {epochs!r}")):
+            f"The 'max_epochs' parameter of MultiPrototypeSVC must be an int in the range "
+            f"[0, inf). Got {epochs!r} instead.")):
         MultiPrototypeSVC(max_epochs=epochs).fit(X, y)

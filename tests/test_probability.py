@@ -9,6 +9,7 @@ subsets of letter and usps (the full-size table is benchmarks/bench_probability.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -82,7 +83,9 @@ def test_not_available_without_probability(iris):
     assert hasattr(est, "calibration_coef_")
     est.set_params(probability=False).fit(X, y)
     assert not hasattr(est, "calibration_coef_")
-    with pytest.raises(ValueError, match="probability must be True or False"):
+    with pytest.raises(ValueError, match=re.escape(
+            "The 'probability' parameter of MulticlassSVC must be an instance of 'bool' or an "
+            "instance of 'numpy.bool'. Got 'yes' instead.")):
         MulticlassSVC(probability="yes").fit(X, y)
 
 

@@ -248,19 +248,24 @@ def test_test_rules_follow_their_formulas():
 # bad input
 # ------------------------------------------------------------------------------------------------
 
+_BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
+
+
 @pytest.mark.parametrize("params,msg", [
     ({"mu": 0.1}, "mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: N_min = 5 "
                   "samples) that is 0.2 <= mu <= 1, got 0.1"),
     ({"mu": 1.5}, "mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: N_min = 5 "
                   "samples) that is 0.2 <= mu <= 1, got 1.5"),
-    ({"mu": "half"}, "mu must be 'auto' or a finite number, got 'half'"),
-    ({"test_rule": 3}, "test_rule must be 1 or 2, got 3"),
-    ({"test_rule": True}, "test_rule must be 1 or 2, got True"),
-    ({"class_batch": 0}, "class_batch must be an integer >= 1, got 0"),
-    ({"batch_size": 1}, "batch_size must be an integer >= 2, got 1"),
-    ({"tol": 0.0}, "tol must be a positive number, got 0.0"),
-    ({"selection": "wss3"}, "selection must be one of ('mvp', 'wss2'), got 'wss3'"),
-    ({"kernel": "cosine"}, "kernel must be one of ('linear', 'poly', 'rbf'), got 'cosine'"),
+    ({"mu": "half"}, _BAD.format("mu", "a str among {'auto'} or a float in the range (0.0, inf)",
+                                 "'half'")),
+    ({"test_rule": 3}, _BAD.format("test_rule", "an int among {1, 2}", 3)),
+    ({"test_rule": True}, _BAD.format("test_rule", "an int among {1, 2}", True)),
+    ({"class_batch": 0}, _BAD.format("class_batch", "an int in the range [1, inf)", 0)),
+    ({"batch_size": 1}, _BAD.format("batch_size", "an int in the range [2, inf)", 1)),
+    ({"tol": 0.0}, _BAD.format("tol", "a float in the range (0.0, inf)", 0.0)),
+    ({"selection": "wss3"}, _BAD.format("selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
+    ({"kernel": "cosine"}, _BAD.format("kernel", "a str among {'linear', 'poly', 'rbf'}",
+                                       "'cosine'")),
 ])
 def test_bad_parameters(params, msg):
     X = np.random.default_rng(0).normal(size=(17, 2))

@@ -310,7 +310,8 @@ _BAD = [
                                   "training data (classes: [0, 1, 2])")),
     ({1: -2.0}, None, ValueError, "class_weight[1] is -2.0; weights must be >= 0"),
     ("balance", None, ValueError,
-     "class_weight must be a dict, 'balanced' or None, got 'balance'"),
+     ("The 'class_weight' parameter of ESTIMATOR must be an instance of 'dict', a str among "
+      "{'balanced'} or None. Got 'balance' instead.")),
     (None, np.r_[1.0, -0.5, np.ones(28)], ValueError,
      "sample_weight[1] is -0.5; weights must be >= 0"),
     (None, np.ones(29), ValueError,
@@ -333,7 +334,7 @@ def test_bad_weights_are_refused_with_exact_messages(cls, cw, sw, exc, msg):
     X, y = _blobs(seed=12, n=30)
     with pytest.raises(exc) as info:
         cls(class_weight=cw).fit(X, y, sample_weight=sw)
-    assert str(info.value) == msg
+    assert str(info.value) == msg.replace("ESTIMATOR", cls.__name__)
 
 
 # ------------------------------------------------------------------------ checkpoints, files

@@ -269,9 +269,7 @@ def _calibrating(fit):
     def wrapper(self, X, y=None, **kwargs):
         if self.__dict__.get("_dmcsvm_in_fit"):          # a subclass's fit calling super().fit
             return fit(self, X, y, **kwargs)
-        prob = self.probability
-        if not isinstance(prob, (bool, np.bool_)):
-            raise ValueError(f"probability must be True or False, got {prob!r}")
+        prob = self.probability          # a bool: checked by fit's _parameter_constraints
         for name in CALIBRATION_ATTRS:
             self.__dict__.pop(name, None)
         self.__dict__["_dmcsvm_in_fit"] = True

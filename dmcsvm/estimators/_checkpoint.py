@@ -46,15 +46,11 @@ class CheckpointSession:
     @classmethod
     def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None, row_C=None):
         directory = getattr(est, "checkpoint", None)
-        resume = getattr(est, "resume", False)
-        if resume not in (True, False):
-            raise ValueError(f"resume must be True or False, got {resume!r}")
+        resume = getattr(est, "resume", False)     # both types: _parameter_constraints
         if directory is None:
             if resume:
                 raise ValueError("resume=True needs checkpoint (the checkpoint directory)")
             return cls(settings)
-        if not isinstance(directory, (str, os.PathLike)):
-            raise ValueError(f"checkpoint must be a directory path or None, got {directory!r}")
         rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
         params = {k: v for k, v in est.get_params(deep=False).items() if k not in RESUME_MAY_CHANGE}
         params["estimator"] = type(est).__name__

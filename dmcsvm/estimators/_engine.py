@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import numbers
-import re
 
 from ..engine.executor import InProcessExecutor
 
-
-#: The thread policy, shared by every estimator's ``n_jobs`` docstring and the README.
+#: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and the README.
 THREAD_POLICY = """\
     n_jobs : int or None, default=None
         Threads of the in-process executor (one row partition each unless ``n_partitions``
@@ -21,19 +19,6 @@ THREAD_POLICY = """\
         while predicting), so ``GridSearchCV(..., n_jobs=k)`` with the default ``n_jobs=None``
         runs k single-threaded fits and never oversubscribes.  Ignored with a ``client`` (a Dask
         cluster's worker threads are its parallelism)."""
-
-
-_N_JOBS_PARAGRAPH = re.compile(r"    n_jobs : int or None, default=None\n(?:        .*\n)*")
-
-
-def thread_policy_doc(obj):
-    """Put :data:`THREAD_POLICY` in place of the ``n_jobs`` paragraph of a docstring (a class,
-    used as a decorator, or a string), so every estimator documents the same policy."""
-    if isinstance(obj, str):
-        return _N_JOBS_PARAGRAPH.sub(lambda _: THREAD_POLICY + "\n", obj)
-    if obj.__doc__:
-        obj.__doc__ = thread_policy_doc(obj.__doc__)
-    return obj
 
 
 def n_threads(n_jobs) -> int:

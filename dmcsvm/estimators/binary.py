@@ -9,26 +9,33 @@ index serves every binary problem.
 
 from __future__ import annotations
 
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import _fit_context
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..coordinators.decomposition import DecompositionSettings, solve_decomposition
+from ..engine.executor import partition_bounds
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
+from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import grouped_smo as sc
-from ..coordinators.decomposition import DecompositionSettings, solve_decomposition
-from ._calibration import ProbabilityMixin
-from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
-from ._validation import check_int, check_real
-from ..engine.executor import partition_bounds
+from ._base import SVMEstimator, choices, integers, one_of, reals
+from ._engine import make_executor, release_executor, run_chunks
+from ._inputs import (
+    RowsView,
+    TrainingData,
+    chunked_method,
+    is_dask,
+    is_store,
+    rows_of,
+    training_data,
+)
 from ._warm_start import smo_starts
 from ._weights import fit_bounds, weights_doc
-from ._inputs import (ChunkedPredictMixin, RowsView, TrainingData, chunked_method, is_dask,
-                      is_store, rows_of, training_data)
 
 _PREDICT_CHUNK = 2048
 
@@ -99,25 +106,20 @@ class SMOEngine:
         release_executor(self.executor, self._owned)
 
 
-def check_common(est):
-    """Validation shared by the SMO estimators (kernel, tol, cache_size, max_iter, batch_size,
-    selection); errors name the parameter and the bad value."""
-    check_real(est, ("tol", "cache_size", "coef0"))
-    check_int(est, ("max_iter", "batch_size", "degree"))
-    if est.kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {est.kernel!r}")
-    if est.tol <= 0:
-        raise ValueError(f"tol must be a positive number, got {est.tol!r}")
-    if est.cache_size < 0:
-        raise ValueError(f"cache_size must be a number of MB >= 0, got {est.cache_size!r}")
-    if est.max_iter < 1 and est.max_iter != -1:
-        raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got "
-                         f"{est.max_iter!r}")
-    if est.batch_size < 2:
-        raise ValueError(f"batch_size must be an integer >= 2, got {est.batch_size!r}")
-    if est.selection not in sc.SELECTIONS:
-        raise ValueError(f"selection must be one of {tuple(sc.SELECTIONS)}, got "
-                         f"{est.selection!r}")
+#: Constraints of the SMO decomposition's options, shared by ScatterSVC.
+SMO_CONSTRAINTS = {
+    "tol": [reals(0)],
+    "selection": [choices(*sc.SELECTIONS)],
+    "max_iter": [integers(1), one_of(-1)],
+    "batch_size": [integers(2)],
+}
+
+#: Why the SMO estimators offer no checkpoints or out-of-core options (their class docstrings).
+NO_OUT_OF_CORE_DOC = """
+    Checkpoints and the out-of-core options (``checkpoint``, ``data_in_memory``,
+    ``disk_cache_size``, ``cache_dir``) are not offered: the SMO decomposition's coordinator
+    writes no checkpoint, and its partitions hold their rows in memory with no on-disk cache.
+"""
 
 
 def kernel_of(est, td: TrainingData) -> KernelSpec:
@@ -160,13 +162,20 @@ def fit_inputs(est, X, y, min_classes=2):
     return td, classes, y_idx.astype(np.int64)
 
 
-class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class _SMOParams(SVMEstimator):
     """Parameters shared by BinarySVC, OneVsRestSVC and OneVsOneSVC."""
 
-    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
+    _parameter_constraints: ClassVar[dict] = {
+        **SVMEstimator._parameter_constraints,
+        **SMO_CONSTRAINTS,
+        "C": [reals(0)],
+        "warm_start": ["boolean"],
+    }
+
+    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
                  selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
-                 probability=False, random_state=None, n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
-                 memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
+                 probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -189,16 +198,8 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         self.class_weight = class_weight
         self.warm_start = warm_start
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
     def _decomposition_settings(self) -> DecompositionSettings:
-        check_common(self)
-        check_real(self, ("C",))
-        if self.C <= 0:
-            raise ValueError(f"C must be a positive finite number, got {self.C!r}")
+        """The SMO settings (the parameters are checked by ``_parameter_constraints``)."""
         return DecompositionSettings(U=float(self.C), w_same=1.0, w_diff=1.0, p=-1.0, n_groups=1,
                                      tol=float(self.tol), selection=self.selection,
                                      batch_size=int(self.batch_size),
@@ -233,7 +234,7 @@ class _SMOParams(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
                              reset=False)
 
 
-_PARAMS_DOC = thread_policy_doc("""
+_PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
     Parameters
     ----------
     C : float, default=1.0
@@ -249,16 +250,12 @@ _PARAMS_DOC = thread_policy_doc("""
     selection : {'wss2', 'mvp'}, default='wss2'
         Pair selection inside a working set: LIBSVM's second-order rule (Fan, Chen, Lin 2005) or
         the maximal violating pair.
-    cache_size : float, default=200
-        Kernel-column cache in MB (shared by the partitions, and by all binary problems of one
-        fit).
     max_iter : int, default=-1
         Maximum number of decomposition rounds per binary problem, -1 for no limit
         (ConvergenceWarning when hit).
     batch_size : int, default=128
         Variables in each round's working set (the ``batch_size / 2`` top violators of each side);
         the subproblem is solved exactly by SMO on ``K_BB``.  2 is plain SMO.
-    verbose : bool, default=False
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -267,22 +264,14 @@ _PARAMS_DOC = thread_policy_doc("""
     random_state : int, RandomState or None, default=None
         Seeds the folds of the probability calibration (None: a fixed seed); SMO itself is
         deterministic.
-    n_jobs : int or None, default=None
-        Threads (and row partitions) of the in-process executor; None uses every core.
-    client : None, 'local', str or distributed.Client, default=None
-        None in-process; a ``distributed.Client`` or scheduler address; ``'local'`` starts a
-        ``LocalCluster``.
-    n_workers, threads_per_worker, memory_limit : optional
-        Size of the ``LocalCluster`` started for ``client='local'``.
-    n_partitions : int, optional
-        Row partitions (default: one per thread / worker thread).
     warm_start : bool, default=False
         Start every binary problem from the previous fit's coefficients when they describe the
         new data (same classes, features and problems, support rows that are the rows at the
         same indices with the same labels; more rows appended are fine), scaled into the new
         boxes ``[0, C_i]`` when ``C`` or the weights shrank; otherwise warn and start from zero
         (:func:`dmcsvm.estimators._warm_start.smo_starts`).
-""")
+    %(where_it_runs)s
+"""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,10 +314,10 @@ class BinarySVC(_SMOParams):
         tags.classifier_tags.multi_class = False
         return tags
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and two-class labels ``y``."""
-        self._decomposition_settings()
         td, classes, y_idx = fit_inputs(self, X, y)
         if classes.shape[0] != 2:
             raise ValueError(f"Only binary classification is supported. The type of the target "
@@ -373,10 +362,10 @@ class _Decomposed(_SMOParams):
     def _problems(self, y_idx, m):
         raise NotImplementedError
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
-        self._decomposition_settings()
         td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)

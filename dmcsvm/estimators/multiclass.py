@@ -2,36 +2,52 @@
 
 from __future__ import annotations
 
-import numbers
+from typing import ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import _fit_context
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._checkpoint import CheckpointSession
-from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, row_norms_sq
 from ..coordinators import linear_cs
-from ..numerics import pattern as pt
-from ..coordinators.crammer_singer import SolverSettings, solve
-
+from ..coordinators.crammer_singer import THRESHOLDS, SolverSettings, solve
 from ..engine.executor import partition_bounds
-from ._engine import make_executor, release_executor, run_chunks, thread_policy_doc
-from ._validation import check_int, check_real
+from ..engine.partition import PartitionSettings
+from ..kernels import KernelSpec, row_norms_sq
+from ..numerics import pattern as pt
+from ._base import (
+    OUT_OF_CORE_CONSTRAINTS,
+    SVMEstimator,
+    choices,
+    integers,
+    one_of,
+    reals,
+)
+from ._checkpoint import CheckpointSession
+from ._engine import make_executor, release_executor, run_chunks
+from ._inputs import chunked_method, is_dask, is_store, score_block, training_data
 from ._warm_start import warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
-from ._calibration import ProbabilityMixin
-from ._inputs import (ChunkedPredictMixin, chunked_method, is_dask, is_store, score_block,
-                      training_data)
 
 _PREDICT_CHUNK = 2048
+
+#: Constraints of the Crammer-Singer solver's options, shared with MultiPrototypeSVC.
+CS_SOLVER_CONSTRAINTS = {
+    "C": [reals(0)],
+    "optimizer": [choices(*pt.OPTIMIZERS)],
+    "selection": [choices(*pt.SELECTIONS)],
+    "threshold": [choices(*THRESHOLDS)],
+    "mu": [reals(0, 1, closed="both")],
+    "tol": [reals(0)],
+    "gap_tol": [reals(0, closed="left")],
+    "max_iter": [integers(1), one_of(-1)],
+    "shrinking": ["boolean"],
+}
 
 
 @weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: "
              "alpha_i^{y_i} <= C_i")
-@thread_policy_doc
-class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class MulticlassSVC(SVMEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
     Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
 
@@ -71,9 +87,6 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
     gap_tol : float, default=0.0
         Optional early stop: also stop when the relative duality gap ``(P - D) / P`` is
         <= gap_tol (0, the default, disables it, so that ``tol`` alone decides).
-    cache_size : float, default=200
-        Kernel-column cache budget in MB (shared by the partitions); the coordinator keeps the
-        kernel values among recent working-set patterns within the same budget.
     max_iter : int, default=-1
         Maximum number of rounds, -1 for no limit; hitting it raises a ConvergenceWarning.
     batch_size : int, default=5000
@@ -86,8 +99,6 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         explicit-prototype path); the kernel path's working-set solve ignores it.
     shrinking : bool, default=True
         Shrink the active set (CS 2001 §7), with a final unshrunk check.
-    verbose : bool, default=False
-        Show a progress bar (rounds, gap, active set, kernel rows computed / cached).
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC: five more trainings on 4/5 of
@@ -97,39 +108,13 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
     random_state : int, RandomState or None, default=None
         Seeds the folds of the probability calibration (None: a fixed seed); the
         single-prototype solver itself is deterministic.
-    n_jobs : int or None, default=None
-        Threads (and row partitions) of the in-process executor; None uses every core.
-    client : None, 'local', str or distributed.Client, default=None
-        Where training runs: None in-process; a ``distributed.Client`` or a scheduler address on
-        that Dask cluster; ``'local'`` starts (and afterwards closes) a ``LocalCluster``.
-    n_workers, threads_per_worker, memory_limit : optional
-        Size of the ``LocalCluster`` started for ``client='local'``.
-    n_partitions : int, optional
-        Row partitions (default: one per thread / worker thread).
-    checkpoint : str, optional
-        Directory for checkpoints of the solve (:mod:`dmcsvm.checkpoint`); None writes none.
-    checkpoint_every : int or str, default=10
-        Checkpoint every this many rounds, or every so many seconds given as ``'30s'``.
-    resume : bool, default=False
-        Continue from the newest checkpoint in ``checkpoint`` (when there is one).
-    data_in_memory : {'auto', True, False}, default='auto'
-        Whether partitions hold their rows of a zarr store in memory.  False re-reads them from
-        the store chunk by chunk every time (data larger than the workers' memory); 'auto'
-        streams when a worker's partitions would take over a quarter of its memory limit.
-    disk_cache_size : 'auto' or float, default='auto'
-        Budget (MB, shared by the partitions) of the on-disk zarr tier of the kernel-column
-        cache behind the in-memory LRU.  'auto': 4096 MB, used only by partitions that stream
-        their rows from a store (there a cached column saves a pass over X); a number: used by
-        every partition; 0 disables it.
     warm_start : bool, default=False
         Start ``fit`` from the previous fit's coefficients (scaled down when ``C`` shrank) when
         they fit the new data: same classes and features, support rows at the same indices
         (rows appended after them are fine).  Otherwise a warning says why and the fit starts
         from zero.  The optimum is the same; a path of ``C`` values takes fewer rounds.
-    cache_dir : str, optional
-        Directory for the on-disk column cache (a private temporary directory is made inside
-        and removed after training); default: the system temporary directory (on a Dask
-        worker, that machine's).
+    %(where_it_runs)s
+    %(out_of_core)s
 
     Attributes
     ----------
@@ -157,7 +142,16 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         or ``'multinomial'`` (``W`` of shape (n_classes, n_classes), ``b``).
     """
 
-    def __init__(self, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+    _parameter_constraints: ClassVar[dict] = {
+        **SVMEstimator._parameter_constraints,
+        **OUT_OF_CORE_CONSTRAINTS,
+        **CS_SOLVER_CONSTRAINTS,
+        "batch_size": [integers(1)],
+        "batch_sweeps": [integers(1)],
+        "warm_start": ["boolean"],
+    }
+
+    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
                  gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
@@ -199,21 +193,9 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         self.warm_start = warm_start
         self.class_weight = class_weight
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
     # ------------------------------------------------------------------ validation
     def _settings(self) -> SolverSettings:
-        check_real(self, ("C", "tol", "gap_tol", "cache_size", "mu"), finite=False)
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        check_int(self, ("max_iter", "batch_size", "batch_sweeps", "degree"))
-        if self.data_in_memory not in ("auto", True, False):
-            raise ValueError(f"data_in_memory must be 'auto', True or False, got "
-                             f"{self.data_in_memory!r}")
-        self._disk_cache_mb()
+        """The solver's settings (the parameters are checked by ``_parameter_constraints``)."""
         return SolverSettings(C=float(self.C), optimizer=self.optimizer, selection=self.selection,
                               threshold=self.threshold, mu=float(self.mu), tol=float(self.tol),
                               gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
@@ -227,11 +209,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         """Disk budget (MB) of the zarr kernel-column cache; 'auto' is 4096 MB for the partitions
         that stream their rows from a store and nothing for partitions holding them."""
         v = self.disk_cache_size
-        if isinstance(v, str) and v == "auto":
-            return 4096.0
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0:
-            raise ValueError(f"disk_cache_size must be 'auto' or a number of MB >= 0, got {v!r}")
-        return float(v)
+        return 4096.0 if isinstance(v, str) else float(v)
 
     def _kernel_spec(self) -> KernelSpec:
         spec = getattr(self, "_spec", None)
@@ -243,6 +221,7 @@ class MulticlassSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, Base
         return X
 
     # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` and labels ``y``.
 

@@ -4,29 +4,35 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import replace
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..coordinators import linear_cs as lcs
+from ..coordinators.crammer_singer import SolverSettings
+from ..coordinators.multiprototype import (
+    AnnealSettings,
+    anneal,
+    anneal_sequential,
+    initial_assignment,
+    prototype_classes,
+)
+from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
-from ..kernels import KERNELS, KernelSpec, kernel_block, row_norms_sq
+from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from ..numerics.linear_prototypes import linear_coefficients
-from ..coordinators.crammer_singer import SolverSettings
-from ..coordinators import linear_cs as lcs
-from ..coordinators.multiprototype import (AnnealSettings, anneal, anneal_sequential,
-                                      initial_assignment, prototype_classes)
-
-from ..engine.executor import partition_bounds
-from ._calibration import ProbabilityMixin
+from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, release_executor
-from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, training_data
+from ._inputs import chunked_method, is_dask, is_store, training_data
 from ._weights import fit_bounds, weights_doc
+from .multiclass import CS_SOLVER_CONSTRAINTS
 
 _PREDICT_CHUNK = 2048
 SOLVERS = ("auto", "sequential", "rounds")
@@ -35,7 +41,7 @@ SOLVERS = ("auto", "sequential", "rounds")
 @weights_doc("Aiolli–Sperduti 2005 Eq. 8 / Eq. 11: the primal's slack term becomes "
              "sum_i C_i xi_i, and the annealing's energy differences of Eq. 17 weigh each "
              "pattern's slacks by its own C_i")
-class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class MultiPrototypeSVC(SVMEstimator):
     """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
 
     Every class ``c`` has ``q_c`` prototypes; a pattern is classified by the class of the prototype
@@ -53,6 +59,11 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
     gamma=1, coef0=1``: a linear model with a bias).  Linear kernels (``'linear'`` or ``'poly'`` of
     degree 1) run on the explicit-prototype fast path: the prototypes ``W`` (P x d) are kept
     explicitly and scores are ``W x``, no kernel row is computed.
+
+    Checkpoints and the out-of-core options (``checkpoint``, ``data_in_memory``,
+    ``disk_cache_size``, ``cache_dir``) are not offered: the annealing's state (assignment,
+    temperature, random stream) is not checkpointed, the linear path holds every row in memory
+    and the kernel path streams a store's rows by the ``'auto'`` rule with no on-disk cache.
 
     Parameters
     ----------
@@ -89,7 +100,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
         path Dask clusters and zarr stores use; in-process and Dask give the same model).
         'auto': 'sequential' where it applies, else 'rounds'.
-    optimizer, threshold, mu, tol, gap_tol, cache_size, max_iter, shrinking :
+    optimizer, threshold, mu, tol, gap_tol, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
         are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
         the primal beats the last energy), ``max_iter`` bounds the rounds of every solve.
@@ -105,8 +116,6 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         Sweeps over a batch per round.  None: 1, except 20 for the final convex solve on the linear
         fast path (there a round's messages cost more than sweeping the batch again; the epochs
         keep 1 sweep because they stop at the first round whose primal beats the last energy).
-    verbose : bool, default=False
-        Print one line per epoch (energy, temperature, re-assignments).
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -116,8 +125,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         Seeds the initial assignment and the draws of Eq. 17 (done by the coordinator, so the
         in-process and Dask executors give the same model for the same seed), and the folds of
         the probability calibration.
-    n_jobs, client, n_workers, threads_per_worker, memory_limit, n_partitions :
-        Where training runs, as in :class:`~dmcsvm.MulticlassSVC`.
+    %(where_it_runs)s
 
     Attributes
     ----------
@@ -156,7 +164,20 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
     n_features_in_ : int
     """
 
-    def __init__(self, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
+    _parameter_constraints: ClassVar[dict] = {
+        **SVMEstimator._parameter_constraints,
+        **CS_SOLVER_CONSTRAINTS,
+        "n_prototypes": [integers(1), list, tuple, np.ndarray],   # entries: _prototype_counts
+        "T0": [reals(0, closed="left")],
+        "tau": [reals(0, 1)],
+        "max_epochs": [integers(0)],
+        "fast_linear": ["boolean"],
+        "solver": [choices(*SOLVERS)],
+        "batch_size": [integers(1), None],
+        "batch_sweeps": [integers(1), None],
+    }
+
+    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
                  optimizer="exact",
                  selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
@@ -197,25 +218,10 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         self.n_partitions = n_partitions
         self.class_weight = class_weight
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
     # ------------------------------------------------------------------ validation
     def _settings(self) -> tuple[SolverSettings, AnnealSettings]:
-        for name in ("C", "tol", "gap_tol", "cache_size", "mu"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise ValueError(f"{name} must be a number, got {v!r}")
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        for name in ("max_iter", "batch_size", "batch_sweeps", "degree"):
-            v = getattr(self, name)
-            if v is None and name in ("batch_size", "batch_sweeps"):
-                continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ValueError(f"{name} must be an integer, got {v!r}")
+        """The inner solver's settings and the annealing schedule (the parameters are checked
+        by ``_parameter_constraints``)."""
         solver = SolverSettings(C=float(self.C), optimizer=self.optimizer,
                                 selection=self.selection, threshold=self.threshold,
                                 mu=float(self.mu), tol=float(self.tol),
@@ -228,8 +234,6 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
                                 # on small weighted problems)
                                 inner_steps=20.0, verbose=False).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         return solver, schedule
 
     def _prototype_counts(self, classes, counts) -> np.ndarray:
@@ -257,6 +261,7 @@ class MultiPrototypeSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, 
         return q
 
     # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` and labels ``y``.
 

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import numbers
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import _fit_context
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..numerics import grouped_smo as sc
 from ..coordinators.decomposition import DecompositionSettings
-from ._calibration import ProbabilityMixin
-from ._engine import thread_policy_doc
-from ._inputs import ChunkedPredictMixin, chunked_method, is_dask, is_store, rows_of
+from ..numerics import grouped_smo as sc
+from ._base import SVMEstimator, choices, integers, one_of, reals
+from ._inputs import chunked_method, is_dask, is_store, rows_of
 from ._weights import fit_bounds, weights_doc
-from .binary import SMOEngine, check_common, check_int, fit_inputs, kernel_of, kernel_times
+from .binary import (
+    NO_OUT_OF_CORE_DOC,
+    SMO_CONSTRAINTS,
+    SMOEngine,
+    fit_inputs,
+    kernel_of,
+    kernel_times,
+)
 
 
 @weights_doc("the mScatter dual, Jenssen et al. 2009 Eq. 6, with a per-pattern cap: "
              "0 <= a_i <= mu_i, sum_{i in c} a_i = 1", bound="mu")
-@thread_policy_doc
-class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+class ScatterSVC(SVMEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
 
@@ -33,7 +38,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     i.e. the between-class scatter ``1/2 sum_c ||m_c - mbar||^2`` of the weighted class means
     ``m_c = sum_{i in c} a_i phi(x_i)`` around their mean ``mbar``.  With two classes it is the dual
     of the mu-SVM of the paper's Eq. 1 (objective halved).
-
+    %(no_out_of_core)s
     Parameters
     ----------
     mu : float or 'auto', default='auto'
@@ -57,8 +62,6 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     selection : {'wss2', 'mvp'}, default='wss2'
         Pair selection inside a working set: LIBSVM's second-order rule run per class, the pair
         of the class with the largest decrease taken each step; or the maximal violating pair.
-    cache_size : float, default=200
-        Kernel-column cache in MB (shared by the partitions).
     max_iter : int, default=-1
         Maximum number of decomposition rounds, -1 for no limit (ConvergenceWarning when hit).
     batch_size : int, default=1000
@@ -67,7 +70,6 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         SMO on ``K_BB``.
     class_batch : int, default=4
         Candidates per class and side in a working set.
-    verbose : bool, default=False
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -75,15 +77,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     random_state : int, RandomState or None, default=None
         Seeds the folds of the probability calibration (None: a fixed seed); the solver is
         deterministic.
-    n_jobs : int or None, default=None
-        Threads (and row partitions) of the in-process executor; None uses every core.
-    client : None, 'local', str or distributed.Client, default=None
-        None in-process; a ``distributed.Client`` or scheduler address; ``'local'`` starts a
-        ``LocalCluster``.
-    n_workers, threads_per_worker, memory_limit : optional
-        Size of the ``LocalCluster`` started for ``client='local'``.
-    n_partitions : int, optional
-        Row partitions (default: one per thread / worker thread).
+    %(where_it_runs)s
 
     Attributes
     ----------
@@ -113,9 +107,20 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
     n_features_in_ : int
     """
 
-    def __init__(self, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, test_rule=1,
-                 tol=1e-3, selection="wss2", cache_size=200, max_iter=-1, batch_size=1000,
-                 class_batch=4, verbose=False, probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
+    __doc__ = __doc__.replace("    %(no_out_of_core)s\n", NO_OUT_OF_CORE_DOC + "\n")
+
+    _parameter_constraints: ClassVar[dict] = {
+        **SVMEstimator._parameter_constraints,
+        **SMO_CONSTRAINTS,
+        "mu": [choices("auto"), reals(0)],       # its range by the data: _check_mu
+        "test_rule": [one_of(1, 2)],
+        "class_batch": [integers(1)],
+    }
+
+    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+                 test_rule=1, tol=1e-3, selection="wss2", cache_size=200, max_iter=-1,
+                 batch_size=1000, class_batch=4, verbose=False, probability=False,
+                 random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None):
         self.mu = mu
         self.kernel = kernel
@@ -140,25 +145,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         self.n_partitions = n_partitions
         self.class_weight = class_weight
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
     # ------------------------------------------------------------------ validation
-    def _check_params(self):
-        check_common(self)
-        check_int(self, ("class_batch",))
-        if self.class_batch < 1:
-            raise ValueError(f"class_batch must be an integer >= 1, got {self.class_batch!r}")
-        if isinstance(self.test_rule, bool) or self.test_rule not in (1, 2):
-            raise ValueError(f"test_rule must be 1 or 2, got {self.test_rule!r}")
-        mu = self.mu
-        if isinstance(mu, str) and mu == "auto":
-            return
-        if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not np.isfinite(mu):
-            raise ValueError(f"mu must be 'auto' or a finite number, got {mu!r}")
-
     def _check_mu(self, counts, weighted=False):
         """``mu`` resolved and checked against the class sizes ``counts`` (with weights: the
         summed weights ``W_c``; then ``mu`` has no upper limit, since caps ``mu w_i >= 1`` are
@@ -181,6 +168,7 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         return float(max(self.mu, lo))
 
     # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``.
@@ -189,7 +177,6 @@ class ScatterSVC(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEst
         ``mu_i = mu w_i`` and the class sizes in the range of ``mu`` (and in ``'auto'``) are the
         summed weights ``W_c = sum_{i in c} w_i``: an integer weight is that many copies of the
         row (copies share one class-mean weight, so only their sum matters)."""
-        self._check_params()
         td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         w = fit_bounds(self, td, 1.0, y_idx, classes, sample_weight)

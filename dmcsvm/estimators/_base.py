@@ -1,0 +1,189 @@
+"""SVMEstimator: what every dmcsvm estimator shares (issue 16, "one shape for every estimator").
+
+The tags, the "where it runs" parameters (their constraints and ONE docstring text), the kernel
+parameters' constraints, and hyper-parameter validation by declared constraints, scikit-learn's
+habit: each estimator lists ``_parameter_constraints`` (merged with this class's) and its ``fit``
+is wrapped by ``sklearn.base._fit_context``, so a bad value raises
+:class:`~sklearn.utils._param_validation.InvalidParameterError` (a ``ValueError`` and
+``TypeError``) naming the parameter and the estimator before any data is touched.
+"""
+
+from __future__ import annotations
+
+import os
+from numbers import Integral, Real
+from typing import ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import HasMethods, Interval, Options, StrOptions
+
+from ..kernels import KERNELS
+from ._calibration import ProbabilityMixin
+from ._engine import THREAD_POLICY
+from ._inputs import ChunkedPredictMixin
+
+__all__ = [
+    "OUT_OF_CORE_DOC",
+    "OUT_OF_CORE_MARK",
+    "WHERE_IT_RUNS_DOC",
+    "WHERE_IT_RUNS_MARK",
+    "SVMEstimator",
+    "integers",
+    "one_of",
+    "reals",
+]
+
+
+class _NoBool:
+    """Refuse ``bool`` / ``np.bool_``: scikit-learn's Interval and Options take ``True`` as the
+    integer 1, while dmcsvm has always refused a bool where a number is meant."""
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+class _Interval(_NoBool, Interval):
+    pass
+
+
+class _Options(_NoBool, Options):
+    def __str__(self):
+        vals = sorted(self.options)
+        return repr(vals[0]) if len(vals) == 1 else \
+            "an int among {" + ", ".join(map(repr, vals)) + "}"
+
+
+class _StrChoices(StrOptions):
+    """StrOptions that name the strings in a fixed order (a set's order varies per process)."""
+
+    def __init__(self, values):
+        super().__init__(set(values))
+        self._order = tuple(values)
+
+    def __str__(self):
+        return "a str among {" + ", ".join(map(repr, self._order)) + "}"
+
+
+def choices(*values):
+    """One of these strings; an error message lists them in this order."""
+    return _StrChoices(values)
+
+
+def integers(left=None, right=None, closed="left"):
+    """Integers (Python or numpy, never bool) in ``[left, right]`` (``closed`` as Interval's)."""
+    return _Interval(Integral, left, right, closed=closed)
+
+
+def reals(left=-np.inf, right=np.inf, closed="neither"):
+    """Real numbers (Python or numpy, never bool, never NaN) between ``left`` and ``right``;
+    the default bounds make it "any finite number"."""
+    return _Interval(Real, left, right, closed=closed)
+
+
+def one_of(*values):
+    """Exactly one of these integers (never bool)."""
+    return _Options(Integral, set(values))
+
+
+#: The line of a class docstring (Parameters section) that :data:`WHERE_IT_RUNS_DOC` replaces.
+WHERE_IT_RUNS_MARK = "    %(where_it_runs)s\n"
+#: The line that :data:`OUT_OF_CORE_DOC` replaces (estimators with checkpoints only).
+OUT_OF_CORE_MARK = "    %(out_of_core)s\n"
+
+#: numpydoc text of the parameters that choose where and how a fit runs, never its solution
+#: (:mod:`dmcsvm.runtime_params`); every estimator's docstring carries it verbatim.
+WHERE_IT_RUNS_DOC = THREAD_POLICY + """
+    client : None, 'local', str or distributed.Client, default=None
+        Where training runs: None in-process; a ``distributed.Client`` or a scheduler address on
+        that Dask cluster; ``'local'`` starts (and afterwards closes) a ``LocalCluster``.
+    n_workers, threads_per_worker, memory_limit : optional
+        Size of the ``LocalCluster`` started for ``client='local'``: workers, threads of each,
+        and each worker's memory limit (bytes, or a string such as ``'4GB'``).
+    n_partitions : int, optional
+        Row partitions (default: one per thread / worker thread).
+    cache_size : float, default=200
+        Kernel-column cache budget in MB, shared by the partitions (and by every binary problem
+        of one fit); explicit linear prototypes compute no kernel column and use none.
+    verbose : bool, default=False
+        Report the fit's progress (a bar of the solver's rounds: gap, active set, kernel rows
+        computed / cached; MultiPrototypeSVC prints one line per annealing epoch).
+"""
+
+#: numpydoc text of the checkpoint and out-of-core parameters.
+OUT_OF_CORE_DOC = """\
+    checkpoint : str, optional
+        Directory for checkpoints of the solve (:mod:`dmcsvm.checkpoint`); None writes none.
+    checkpoint_every : int or str, default=10
+        Checkpoint every this many rounds, or every so many seconds given as ``'30s'``.
+    resume : bool, default=False
+        Continue from the newest checkpoint in ``checkpoint`` (when there is one).
+    data_in_memory : {'auto', True, False}, default='auto'
+        Whether partitions hold their rows of a zarr store in memory.  False re-reads them from
+        the store chunk by chunk every time (data larger than the workers' memory); 'auto'
+        streams when a worker's partitions would take over a quarter of its memory limit.
+    disk_cache_size : 'auto' or float, default='auto'
+        Budget (MB, shared by the partitions) of the on-disk zarr tier of the kernel-column
+        cache behind the in-memory LRU.  'auto': 4096 MB, used only by partitions that stream
+        their rows from a store (there a cached column saves a pass over X); a number: used by
+        every partition; 0 disables it.
+    cache_dir : str, optional
+        Directory for the on-disk column cache (a private temporary directory is made inside
+        and removed after training); default: the system temporary directory (on a Dask
+        worker, that machine's).
+"""
+
+_PATH = [None, str, os.PathLike]
+
+#: Constraints of the checkpoint and out-of-core parameters (:data:`OUT_OF_CORE_DOC`);
+#: ``checkpoint_every``'s string form ('30s') is parsed by :func:`dmcsvm.checkpoint.parse_every`.
+OUT_OF_CORE_CONSTRAINTS = {
+    "checkpoint": _PATH,
+    "checkpoint_every": [integers(1), str],
+    "resume": ["boolean"],
+    "data_in_memory": [choices("auto"), "boolean"],
+    "disk_cache_size": [choices("auto"), reals(0, closed="left")],
+    "cache_dir": _PATH,
+}
+
+
+class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseEstimator):
+    """Base of the dmcsvm classifiers: tags, shared parameter constraints and docstring text.
+
+    A subclass writes :data:`WHERE_IT_RUNS_MARK` (and :data:`OUT_OF_CORE_MARK` where it has
+    those options) as a line of its Parameters section; the texts replace them at class
+    creation.
+    """
+
+    _parameter_constraints: ClassVar[dict] = {
+        # where it runs
+        "client": [None, str, HasMethods(["submit", "gather"])],
+        "n_workers": [integers(1), None],
+        "threads_per_worker": [integers(1), None],
+        "memory_limit": [None, str, reals(0, closed="left")],
+        "n_jobs": [integers(None, -1, closed="right"), integers(1), None],
+        "n_partitions": [integers(1), None],
+        "cache_size": [reals(0, closed="left")],
+        "verbose": ["verbose"],
+        # kernel (every estimator has the same four)
+        "kernel": [choices(*KERNELS)],
+        "gamma": [choices("scale", "auto"), reals(0)],
+        "degree": [integers(None, None, closed="neither")],    # >= 1 for 'poly': KernelSpec
+        "coef0": [reals()],
+        # the rest shared by all
+        "probability": ["boolean"],
+        "random_state": ["random_state"],
+        "class_weight": [dict, choices("balanced"), None],
+    }
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        doc = cls.__dict__.get("__doc__")
+        if doc:
+            cls.__doc__ = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
+                .replace(OUT_OF_CORE_MARK, OUT_OF_CORE_DOC)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True            # every estimator trains on CSR rows
+        return tags
