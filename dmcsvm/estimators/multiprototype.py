@@ -229,10 +229,13 @@ class MultiPrototypeSVC(SVMEstimator):
                                 batch_size=int(self.batch_size or 1000),
                                 batch_sweeps=int(self.batch_sweeps or 1),
                                 shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
-                                # rounds solve their working set by re-selection, as
-                                # MulticlassSVC's (one pass in order took 20-1000x the rounds
-                                # on small weighted problems)
-                                inner_steps=20.0, verbose=False).check()
+                                # kernel rows: the rounds solve their working set by
+                                # re-selection, as MulticlassSVC's (one pass in order took
+                                # 20-1000x the rounds on small weighted problems, and 1.3-1.5x
+                                # the time on satimage / pendigits, q=2, rbf); the linear fast
+                                # path resets it below
+                                verbose=False,
+                                **{"inner_steps": 20.0, **getattr(self, "_extra", {})}).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
         return solver, schedule
 
@@ -304,6 +307,11 @@ class MultiPrototypeSVC(SVMEstimator):
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
                 settings = replace(settings, batch_size=int(td.n))
+            if "inner_steps" not in getattr(self, "_extra", {}):
+                # one pass in order: the working set (LinearBatchSolver.working_set) rescores a
+                # row in O(P d) at every check and took 1.0-1.6x the time (benchmarks/results/
+                # mprot_working_set.md) for 20x fewer rounds
+                settings = replace(settings, inner_steps=0.0)
             final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
