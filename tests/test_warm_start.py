@@ -122,3 +122,52 @@ def test_smo_warm_start_on_other_data_says_why_and_starts_cold(digits, name):
     est.fit(X, y)
     with pytest.warns(UserWarning, match="the labels of the support rows changed"):
         est.fit(X, y2)
+
+
+@pytest.mark.parametrize("mu_from,mu_to", [(0.05, 0.2), (0.2, 0.03), (0.05, 0.05)])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_scatter_warm_start_reaches_the_cold_optimum(digits, mu_from, mu_to, weighted):
+    """ScatterSVC starts from its previous ``a``, clipped into the new boxes and each class's
+    lost mass given back (a feasible start, checked on the first round's objective), and reaches
+    the cold fit's optimum; with the same ``mu`` it starts at the optimum."""
+    from dmcsvm import ScatterSVC
+    from dmcsvm.estimators._warm_start import scatter_start
+    X, y = digits
+    sw = np.random.default_rng(0).uniform(0.5, 2.0, len(y)) if weighted else None
+    kw = dict(gamma=0.05, tol=1e-6, n_jobs=1)
+    cold = ScatterSVC(mu=mu_to, **kw).fit(X, y, sample_weight=sw)
+    warm = ScatterSVC(mu=mu_from, warm_start=True, **kw).fit(X, y, sample_weight=sw)
+    # the start itself: inside the new boxes, every class summing to 1
+    from dmcsvm.estimators.binary import fit_inputs
+    warm.set_params(mu=mu_to)
+    td, classes, y_idx = fit_inputs(warm, X, y)
+    box = mu_to * (np.ones(len(y)) if sw is None else sw)
+    a0 = scatter_start(warm, td, classes, y_idx, box)
+    assert a0.min() >= 0.0 and np.all(a0 <= box * (1 + 1e-12))
+    np.testing.assert_allclose(np.bincount(y_idx, weights=a0), 1.0, rtol=1e-12)
+    warm.fit(X, y, sample_weight=sw)
+    assert warm.converged_
+    assert warm.objective_ == pytest.approx(cold.objective_, rel=1e-5)
+    np.testing.assert_allclose(warm.decision_function(X), cold.decision_function(X), atol=1e-3)
+    if mu_from == mu_to:
+        assert warm.n_iter_ <= 2 < cold.n_iter_
+
+
+def test_scatter_warm_start_on_other_data_says_why_and_starts_cold(digits):
+    from dmcsvm import ScatterSVC
+    X, y = digits
+    est = ScatterSVC(mu=0.05, gamma=0.05, warm_start=True, n_jobs=1).fit(X, y)
+    X2 = X.copy()
+    X2[est.support_[0], 3] += 0.25
+    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
+                                         r"problem \(the support rows are not the rows at the "
+                                         r"same indices of this data\); starting from zero$"):
+        est.fit(X2, y)
+    cold = ScatterSVC(mu=0.05, gamma=0.05, n_jobs=1).fit(X2, y)
+    assert np.array_equal(est.dual_coef_, cold.dual_coef_)
+    y2 = y.copy()
+    i = est.support_[0]
+    y2[i] = (y2[i] + 1) % 10
+    est.fit(X, y)
+    with pytest.warns(UserWarning, match="the labels of the support rows changed"):
+        est.fit(X, y2)

@@ -145,3 +145,42 @@ def _smo_mismatch(est, td, ids, coef, signs):
     if np.any(coef * signs[:, ids] < 0) or np.any((coef != 0) & (signs[:, ids] == 0)):
         return "the labels of the support rows changed"
     return _same_rows(est, td, ids)[0]
+
+
+def scatter_start(est, td, classes, y_idx, box):
+    """Start ``a0`` of a :class:`~dmcsvm.ScatterSVC` fit from ``est``'s previous fit, or None
+    (with a warning saying why when that fit does not describe this data).  ``box`` is the new
+    bound of every ``a_i``: ``mu``, or one ``mu w_i`` per row (weights).
+
+    The mScatter dual's constraints are ``0 <= a_i <= mu_i`` and ``sum_{i in c} a_i = 1`` per
+    class (DESIGN §2).  The previous ``a`` stays feasible for larger bounds; for smaller ones it is
+    clipped to them, and each class's lost mass goes back to its rows with room, the previous
+    support rows first, then the others in row order (as the cold start fills them)."""
+    if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
+        return None
+    ids = np.asarray(est.support_, dtype=np.int64)
+    why = _data_mismatch(est, td, classes)
+    if why is None and ids.size and ids.max() >= td.n:
+        why = f"a support row index {int(ids.max())} beyond the {td.n} rows given"
+    if why is None and np.any(np.asarray(est.sv_class_) != y_idx[ids]):
+        why = "the labels of the support rows changed"
+    if why is None and ids.size:
+        why = _same_rows(est, td, ids)[0]
+    if why is not None:
+        warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
+                      f"starting from zero", UserWarning, stacklevel=3)
+        return None
+    bound = np.broadcast_to(np.asarray(box, dtype=np.float64), (td.n,))
+    a0 = np.zeros(td.n)
+    a0[ids] = np.minimum(np.asarray(est.dual_coef_, dtype=np.float64), bound[ids])
+    for c in range(classes.shape[0]):
+        rows = np.flatnonzero(y_idx == c)
+        lost = 1.0 - a0[rows].sum()
+        if lost <= 0.0:
+            continue
+        # the support rows first, then the others, each up to its room
+        order = np.concatenate([rows[np.isin(rows, ids)], rows[~np.isin(rows, ids)]])
+        room = bound[order] - a0[order]
+        before = np.cumsum(room) - room
+        a0[order] += np.clip(lost - before, 0.0, room)
+    return a0

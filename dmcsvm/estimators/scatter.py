@@ -13,6 +13,7 @@ from ..coordinators.decomposition import DecompositionSettings
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
 from ._inputs import chunked_method, is_dask, is_store, rows_of
+from ._warm_start import scatter_start
 from ._weights import fit_bounds, weights_doc
 from .binary import (
     NO_OUT_OF_CORE_DOC,
@@ -77,6 +78,12 @@ class ScatterSVC(SVMEstimator):
     random_state : int, RandomState or None, default=None
         Seeds the folds of the probability calibration (None: a fixed seed); the solver is
         deterministic.
+    warm_start : bool, default=False
+        Start from the previous fit's ``a`` when it describes the new data (same classes and
+        features, support rows that are the rows at the same indices with the same labels; more
+        rows appended are fine): clipped into the new boxes ``[0, mu_i]`` when ``mu`` or the
+        weights shrank, each class's lost mass given back to its rows with room; otherwise warn
+        and start cold (:func:`dmcsvm.estimators._warm_start.scatter_start`).
     %(where_it_runs)s
 
     Attributes
@@ -115,13 +122,15 @@ class ScatterSVC(SVMEstimator):
         "mu": [choices("auto"), reals(0)],       # its range by the data: _check_mu
         "test_rule": [one_of(1, 2)],
         "class_batch": [integers(1)],
+        "warm_start": ["boolean"],
     }
 
     def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  test_rule=1, tol=1e-3, selection="wss2", cache_size=200, max_iter=-1,
                  batch_size=1000, class_batch=4, verbose=False, probability=False,
                  random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None):
+                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None,
+                 warm_start=False):
         self.mu = mu
         self.kernel = kernel
         self.gamma = gamma
@@ -144,6 +153,7 @@ class ScatterSVC(SVMEstimator):
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
         self.class_weight = class_weight
+        self.warm_start = warm_start
 
     # ------------------------------------------------------------------ validation
     def _check_mu(self, counts, weighted=False):
@@ -191,7 +201,10 @@ class ScatterSVC(SVMEstimator):
                                   verbose=bool(self.verbose)).check()
         spec = kernel_of(self, td)
         signs = np.ones(td.n, dtype=np.int64)
-        a0 = sc.feasible_start(y_idx, m, mu if row_mu is None else row_mu)
+        box = mu if row_mu is None else row_mu
+        a0 = scatter_start(self, td, classes, y_idx, box)
+        if a0 is None:
+            a0 = sc.feasible_start(y_idx, m, box)
         engine = SMOEngine(self, td, signs, y_idx, spec, s, with_own=True, row_U=row_mu)
         try:
             r = engine.solve(signs, a0=a0)
