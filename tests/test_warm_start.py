@@ -102,16 +102,23 @@ def test_smo_warm_start_reaches_the_cold_optimum(digits, name, C_from, C_to):
         assert warm.objective_ == pytest.approx(cold.objective_, rel=1e-7)
 
 
-@pytest.mark.parametrize("name", ["binary", "ovo"])
-def test_smo_warm_start_on_other_data_says_why_and_starts_cold(digits, name):
-    X, y = _smo_data(digits, name)
-    est = _smo(name, C=1.0, warm_start=True).fit(X, y)
+def _refit_on_moved_support_row(est, X, y):
+    """Refit ``est`` (warm_start on) on ``X`` with one support row changed: it must warn that
+    the previous solution does not fit and start cold.  Returns the changed ``X``."""
     X2 = X.copy()
     X2[est.support_[0], 3] += 0.25
     with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
                                          r"problem \(the support rows are not the rows at the "
                                          r"same indices of this data\); starting from zero$"):
         est.fit(X2, y)
+    return X2
+
+
+@pytest.mark.parametrize("name", ["binary", "ovo"])
+def test_smo_warm_start_on_other_data_says_why_and_starts_cold(digits, name):
+    X, y = _smo_data(digits, name)
+    est = _smo(name, C=1.0, warm_start=True).fit(X, y)
+    X2 = _refit_on_moved_support_row(est, X, y)
     cold = _smo(name, C=1.0).fit(X2, y)
     a, b = est.dual_coef_, cold.dual_coef_
     a, b = (a.toarray(), b.toarray()) if hasattr(a, "toarray") else (a, b)
@@ -157,12 +164,7 @@ def test_scatter_warm_start_on_other_data_says_why_and_starts_cold(digits):
     from dmcsvm import ScatterSVC
     X, y = digits
     est = ScatterSVC(mu=0.05, gamma=0.05, warm_start=True, n_jobs=1).fit(X, y)
-    X2 = X.copy()
-    X2[est.support_[0], 3] += 0.25
-    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
-                                         r"problem \(the support rows are not the rows at the "
-                                         r"same indices of this data\); starting from zero$"):
-        est.fit(X2, y)
+    X2 = _refit_on_moved_support_row(est, X, y)
     cold = ScatterSVC(mu=0.05, gamma=0.05, n_jobs=1).fit(X2, y)
     assert np.array_equal(est.dual_coef_, cold.dual_coef_)
     y2 = y.copy()
