@@ -32,8 +32,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
         return {}
     why, XB = _mismatch(est, td, classes, y_idx)
     if why is not None:
-        warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
-                      f"starting from zero", UserWarning, stacklevel=3)
+        _say_cold(why)
         return {}
     from ..coordinators.crammer_singer import CoordinatorState
     ids = np.asarray(est.support_, dtype=np.int64)
@@ -67,16 +66,14 @@ def _mismatch(est, td, classes, y_idx):
     coef = np.asarray(est.dual_coef_)
     if coef.shape[1] != classes.shape[0]:
         return "the previous coefficients have another number of prototypes", None
-    if ids.size and ids.max() >= td.n:
-        return f"a support row index {int(ids.max())} beyond the {td.n} rows given", None
-    if ids.size:
+
+    def labels_changed():
         own = coef[np.arange(ids.shape[0]), y_idx[ids]]
         others = coef.copy()
         others[np.arange(ids.shape[0]), y_idx[ids]] = 0.0
-        if np.any(own < 0) or np.any(others > 0):
-            return "the labels of the support rows changed", None
-        return _same_rows(est, td, ids)
-    return None, None
+        return np.any(own < 0) or np.any(others > 0)
+
+    return _support_mismatch(est, td, ids, labels_changed)
 
 
 def _data_mismatch(est, td, classes):
@@ -86,6 +83,25 @@ def _data_mismatch(est, td, classes):
     if est.n_features_in_ != td.d:
         return f"{est.n_features_in_} features before, {td.d} now"
     return None
+
+
+def _say_cold(why):
+    """Warn that the previous solution is no start for this fit, and why."""
+    warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
+                  f"starting from zero", UserWarning, stacklevel=4)
+
+
+def _support_mismatch(est, td, ids, labels_changed):
+    """``(why, rows)`` for the previous support rows ``ids``: why they are not this data's (an
+    index beyond its rows, ``labels_changed()``, other rows at those indices), None when they
+    are; ``rows`` are those rows read from the new data (read once: a store's chunks cost I/O)."""
+    if not ids.size:
+        return None, None
+    if ids.max() >= td.n:
+        return f"a support row index {int(ids.max())} beyond the {td.n} rows given", None
+    if labels_changed():
+        return "the labels of the support rows changed", None
+    return _same_rows(est, td, ids)
 
 
 def _same_rows(est, td, ids):
@@ -120,8 +136,7 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
     if why is None and np.any((Ci <= 0) & np.any(coef != 0, axis=0)):
         why = "a support row now has weight 0"
     if why is not None:
-        warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
-                      f"starting from zero", UserWarning, stacklevel=3)
+        _say_cold(why)
         return None
     starts = []
     for a in np.abs(coef):
@@ -138,13 +153,9 @@ def _smo_mismatch(est, td, ids, coef, signs):
     describe the problems ``signs`` on this data, or None."""
     if coef.shape[0] != signs.shape[0]:
         return f"{coef.shape[0]} binary problems before, {signs.shape[0]} now"
-    if not ids.size:
-        return None
-    if ids.max() >= td.n:
-        return f"a support row index {int(ids.max())} beyond the {td.n} rows given"
-    if np.any(coef * signs[:, ids] < 0) or np.any((coef != 0) & (signs[:, ids] == 0)):
-        return "the labels of the support rows changed"
-    return _same_rows(est, td, ids)[0]
+    return _support_mismatch(
+        est, td, ids,
+        lambda: np.any(coef * signs[:, ids] < 0) or np.any((coef != 0) & (signs[:, ids] == 0)))[0]
 
 
 def scatter_start(est, td, classes, y_idx, box):
@@ -159,16 +170,10 @@ def scatter_start(est, td, classes, y_idx, box):
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return None
     ids = np.asarray(est.support_, dtype=np.int64)
-    why = _data_mismatch(est, td, classes)
-    if why is None and ids.size and ids.max() >= td.n:
-        why = f"a support row index {int(ids.max())} beyond the {td.n} rows given"
-    if why is None and np.any(np.asarray(est.sv_class_) != y_idx[ids]):
-        why = "the labels of the support rows changed"
-    if why is None and ids.size:
-        why = _same_rows(est, td, ids)[0]
+    why = _data_mismatch(est, td, classes) or _support_mismatch(
+        est, td, ids, lambda: np.any(np.asarray(est.sv_class_) != y_idx[ids]))[0]
     if why is not None:
-        warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
-                      f"starting from zero", UserWarning, stacklevel=3)
+        _say_cold(why)
         return None
     bound = np.broadcast_to(np.asarray(box, dtype=np.float64), (td.n,))
     a0 = np.zeros(td.n)
@@ -179,7 +184,8 @@ def scatter_start(est, td, classes, y_idx, box):
         if lost <= 0.0:
             continue
         # the support rows first, then the others, each up to its room
-        order = np.concatenate([rows[np.isin(rows, ids)], rows[~np.isin(rows, ids)]])
+        was_sv = np.isin(rows, ids)
+        order = np.concatenate([rows[was_sv], rows[~was_sv]])
         room = bound[order] - a0[order]
         before = np.cumsum(room) - room
         a0[order] += np.clip(lost - before, 0.0, room)
