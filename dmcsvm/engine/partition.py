@@ -480,10 +480,10 @@ class Partition:
         out.update(self.disk.stats())
         return out
 
-    def reship(self, ids) -> None:
-        """The coordinator pruned its row bank to the support patterns and the batch ``ids`` it
-        sends with this message: only their X rows count as shipped now (the others' are sent
-        again if they enter a batch)."""
+    def reship(self, ids=()) -> None:
+        """The coordinator's row bank holds the support patterns' X rows and those of the batch
+        ``ids`` only (it pruned them, or resumed from a checkpoint): only these rows count as
+        shipped now (the others' are sent again if they enter a batch)."""
         self.shipped[:] = np.any(self.B != 0.0, axis=1)
         ids = np.asarray(ids, dtype=np.int64)
         own = (ids >= self.lo) & (ids < self.hi)
@@ -550,8 +550,7 @@ class Partition:
         self.calm[:] = got["calm"]
         self.active = np.ascontiguousarray(got["active"], dtype=np.int64)
         self._X_active = None
-        # the coordinator's row bank holds the support rows only after a resume
-        self.shipped[:] = np.any(self.B != 0.0, axis=1)
+        self.reship()               # after a resume the coordinator banks the support only
         self.cache.clear()
         self.disk.clear()
         self._drop_compact()

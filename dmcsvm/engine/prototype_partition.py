@@ -163,9 +163,7 @@ class LinearPrototypePartition(PrototypePartition):
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
-                shipped = getattr(self, "shipped", None)
-                if shipped is not None:       # the coordinator now holds these rows' X
-                    shipped[ids[own] - self.lo] = True
+                self.shipped[ids[own] - self.lo] = True   # the coordinator now holds their X
             if msg.get("reship"):
                 self.reship(ids)
             self._score_rows(None)

@@ -229,6 +229,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     b0 = np.empty(P)            # per row visit)
     bc = np.empty(P)
     if max_steps > 0:
+        psi0 = np.empty(nb)     # every row's psi at the start of the pass
         total = 0
         first = True
         for _ in range(pt._MAX_INNER):
@@ -238,9 +239,9 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                             gx, f)
                 for r in range(P):
                     bc[r] = Bb[k, r] + dB[k, r]
-                p = pt.psi_value(bc, f, yb[k], cb[k], pcls, pt.bound_at(C, k))
-                if p > mx:
-                    mx = p
+                psi0[k] = pt.psi_value(bc, f, yb[k], cb[k], pcls, pt.bound_at(C, k))
+                if psi0[k] > mx:
+                    mx = psi0[k]
             cut = pt.pass_cut(mx, tol, inner_tol, first, total, max_steps)
             if cut < 0.0:
                 break
@@ -249,6 +250,8 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
             for j in range(nb):
                 if total >= max_steps:
                     break
+                if not moved and psi0[j] <= cut:
+                    continue        # nothing moved since the scan: its psi is still psi0[j]
                 _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0,
                             gx, f)
                 for r in range(P):
