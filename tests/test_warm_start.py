@@ -173,3 +173,93 @@ def test_scatter_warm_start_on_other_data_says_why_and_starts_cold(digits):
     est.fit(X, y)
     with pytest.warns(UserWarning, match="the labels of the support rows changed"):
         est.fit(X, y2)
+
+
+def test_linear_warm_start_reaches_the_cold_optimum(digits):
+    """kernel='linear' in memory runs the sequential dual method: it starts from the previous
+    coefficients too."""
+    X, y = digits
+    kw = dict(kernel="linear", tol=1e-6, n_jobs=1)
+    cold = MulticlassSVC(C=3.0, **kw).fit(X, y)
+    warm = MulticlassSVC(C=0.3, warm_start=True, **kw).fit(X, y)
+    warm.set_params(C=3.0).fit(X, y)
+    assert warm.engine_stats_[0]["solver"] == "sequential_dual"
+    d_cold, d_warm = cold.history_["dual"][-1], warm.history_["dual"][-1]
+    assert abs(d_cold - d_warm) <= 1e-6 * abs(d_cold)
+    assert warm.history_["dual"][0] > 0.5 * d_cold          # not a start from zero
+
+
+# ------------------------------------------------------------------------ MultiPrototypeSVC
+
+def _mprot(**kw):
+    from dmcsvm import MultiPrototypeSVC
+    return MultiPrototypeSVC(**{"n_prototypes": 2, "random_state": 0, "tol": 1e-6,
+                                "gap_tol": 1e-6, "n_jobs": 1, **kw})
+
+
+MPROT_PATHS = {"linear-sequential": dict(kernel="linear"),
+               "linear-rounds": dict(kernel="linear", solver="rounds"),
+               "rbf": dict(kernel="rbf", gamma=0.05)}
+
+
+@pytest.mark.parametrize("path", list(MPROT_PATHS))
+@pytest.mark.parametrize("C_from,C_to", [(1.0, 10.0), (10.0, 1.0)])
+def test_mprot_warm_start_reaches_the_cold_optimum(digits, path, C_from, C_to):
+    """max_epochs=0: the refit solves the convex problem of the previous assignment (the same
+    random draw as the cold fit's) from the previous coefficients, to the same optimum."""
+    X, y = digits
+    X, y = X[:300], y[:300]
+    cold = _mprot(C=C_to, max_epochs=0, **MPROT_PATHS[path]).fit(X, y)
+    warm = _mprot(C=C_from, max_epochs=0, warm_start=True, **MPROT_PATHS[path]).fit(X, y)
+    warm.set_params(C=C_to).fit(X, y)
+    assert np.array_equal(warm.assignment_, cold.assignment_)
+    assert warm.converged_
+    assert abs(warm.energy_ - cold.energy_) <= 1e-5 * cold.energy_
+    S_cold, S_warm = cold.prototype_scores(X), warm.prototype_scores(X)
+    assert np.abs(S_cold - S_warm).max() <= 1e-3
+
+
+@pytest.mark.parametrize("path", list(MPROT_PATHS))
+def test_mprot_warm_start_goes_on_with_the_search(digits, path):
+    """The refit starts at the previous solution (its first epoch's primal is the previous
+    energy, one round later) and the temperature where the search stopped."""
+    X, y = digits
+    X, y = X[:300], y[:300]
+    est = _mprot(C=3.0, max_epochs=4, warm_start=True, **MPROT_PATHS[path]).fit(X, y)
+    last, energy = int(est.history_["epoch"][-1]), est.energy_
+    est.fit(X, y)
+    assert est.history_["epoch"][0] == last + 1
+    assert est.history_["temperature"][0] == pytest.approx(10.0 * 0.95 ** (last + 1))
+    assert abs(est.history_["primal"][0] - energy) <= 1e-3 * energy
+
+
+def test_mprot_warm_start_says_why_and_starts_cold(digits):
+    X, y = digits
+    X, y = X[:300], y[:300]
+    est = _mprot(C=1.0, max_epochs=2, warm_start=True, kernel="linear").fit(X, y)
+    est.set_params(n_prototypes=3)
+    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
+                                         r"problem \(n_prototypes \[2, 2, 2, 2, 2, 2, 2, 2, 2, "
+                                         r"2\] before, \[3, 3, 3, 3, 3, 3, 3, 3, 3, 3\] now\); "
+                                         r"starting from zero$"):
+        est.fit(X, y)
+    cold = _mprot(C=1.0, max_epochs=2, kernel="linear", n_prototypes=3).fit(X, y)
+    assert np.array_equal(est.dual_coef_, cold.dual_coef_)
+    X2 = X.copy()
+    X2[est.support_[0], 3] += 0.25
+    with pytest.warns(UserWarning, match=r"the support rows are not the rows at the same "
+                                         r"indices of this data"):
+        est.fit(X2, y)
+
+
+def test_mprot_warm_start_with_rows_appended(digits):
+    """Rows appended are drawn an assignment; the previous rows keep theirs."""
+    X, y = digits
+    est = _mprot(C=1.0, max_epochs=0, warm_start=True, kernel="rbf", gamma=0.05)
+    est.fit(X[:250], y[:250])
+    before = est.assignment_.copy()
+    est.fit(X[:300], y[:300])
+    assert np.array_equal(est.assignment_[:250], before)
+    cold = _mprot(C=1.0, max_epochs=0, kernel="rbf", gamma=0.05).fit(X[:300], y[:300])
+    # the same convex problem but for the appended rows' assignment: both solved to 1e-6
+    assert est.converged_ and cold.converged_

@@ -98,6 +98,15 @@ class SequentialState:
         self.visited += int(vis)
         return bool(conv), float(viol)
 
+    def add(self, rows, dB):
+        """Add ``dB`` to the coefficients of ``rows`` (a warm start); ``W`` and ``s`` follow."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size:
+            dW, ds = lp.prototype_step(dB, self.prob.X[rows])
+            self.W += dW
+            self.s += ds
+            self.B[rows] += dB
+
     def reassign(self, rows, new_yp):
         """Give ``rows`` new positive prototypes: each row's positive coefficient moves to its
         new prototype (the restore of :mod:`dmcsvm.coordinators.multiprototype`; ``W``, ``s``
@@ -255,16 +264,19 @@ def sequential_applies(est, td, spec) -> bool:
     return spec.name == "linear" and in_memory(est, td)
 
 
-def fit_multiclass(est, td, settings, classes, y_idx, row_C=None):
+def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None):
     """Fit :class:`~dmcsvm.MulticlassSVC` with a linear kernel by the sequential dual method and
     fill its fitted attributes as the batched solver does (``n_iter_`` and ``history_`` count
-    passes instead of rounds; ``history_`` has a row per pass)."""
+    passes instead of rounds; ``history_`` has a row per pass).  ``start = (ids, X_ids, B_ids)``:
+    coefficients to start from (``warm_start``), or None."""
     t0 = time.perf_counter()
     m = classes.shape[0]
     pcls = np.arange(m, dtype=np.int64)
     prob = LinearProblem.of(td.source, 1.0, 0.0)
     st = SequentialState(prob, y_idx, y_idx, pcls, settings.C, settings.tol, settings.shrinking,
                          seed_of(est.random_state), row_C=row_C)
+    if start is not None:
+        st.add(start[0], start[2])
     hist = new_history()
     from threadpoolctl import threadpool_limits
     with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save

@@ -123,6 +123,17 @@ def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
     return new_yp, E_new, changed, moved
 
 
+def _first_energy(C, n, row_C, start):
+    """``E(1)`` and the first message: from zero, ``E(1) = P(alpha = 0) = C n`` (every slack is
+    1, ``M = 0``) and no message; from ``start = (ids, X_ids, B_ids)`` (a warm start) the first
+    message installs those coefficients and ``E(1) = inf``, so the first epoch stops after one
+    round and draws from the slacks of the start."""
+    if start is None:
+        return (C * n if row_C is None else float(row_C.sum())), None
+    ids, XB, dB = start
+    return np.inf, {"ids": ids, "XB": XB, "dB": dB.copy()}
+
+
 def _record(hist, progress, **row):
     for k in EPOCH_KEYS:
         hist[k].append(row[k])
@@ -145,7 +156,8 @@ def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
 def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
            settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
            x_dtype=np.float64, linear: bool = False, progress=None,
-           final_settings: SolverSettings | None = None, row_C=None) -> AnnealResult:
+           final_settings: SolverSettings | None = None, row_C=None, start=None,
+           epoch0: int = 0) -> AnnealResult:
     """Run the annealed MProtSVM search (AS 2005 Fig. 11) on ``executor``.
 
     Parameters
@@ -182,6 +194,12 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     row_C : ndarray of float, shape (n,), optional
         Per-pattern bounds ``C_i`` (class / sample weights), also given to the partitions by
         ``executor.start``; None: every pattern's bound is ``C``.
+    start : tuple, optional
+        ``(ids, X_ids, B_ids)``: coefficients to start from (a warm start, feasible for
+        ``yp0``), sent to the partitions in the first round; None: from zero.
+    epoch0 : int
+        Epochs already searched (a warm start goes on at the temperature ``T(epoch0 + 1)``, for
+        at most ``max_epochs`` more epochs).
 
     Returns
     -------
@@ -205,12 +223,12 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     hist = {k: [] for k in EPOCH_KEYS}
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
-    # E(1) = P_pi(1)(alpha = 0): M = 0, so every slack is 1
-    E = C * n if row_C is None else float(row_C.sum())
-    msg = None
-    t = 0
+    E, msg = _first_energy(C, n, row_C, start)
+    if start is not None:
+        B[start[0]] = start[2]
+    t = int(epoch0)
     search = schedule.max_epochs > 0 and int(count.max()) > 1
-    while search and t < schedule.max_epochs:
+    while search and t < epoch0 + schedule.max_epochs:
         t += 1
         r0 = state.rounds
         fired = []
@@ -288,7 +306,7 @@ class SequentialAnnealResult:
 def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
                       rng, seed: int, progress=None,
                       final_settings: SolverSettings | None = None,
-                      row_C=None) -> SequentialAnnealResult:
+                      row_C=None, start=None, epoch0: int = 0) -> SequentialAnnealResult:
     """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
     and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
     the sequential dual method of :mod:`dmcsvm.coordinators.linear_cs` (explicit prototypes, no
@@ -298,7 +316,8 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
     re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
     order.  ``prob`` is a :class:`~dmcsvm.coordinators.linear_cs.LinearProblem`; ``row_C`` the
-    per-pattern bounds (class / sample weights) or None."""
+    per-pattern bounds (class / sample weights) or None; ``start`` and ``epoch0`` a warm start
+    as in :func:`anneal`."""
     C = float(settings.C)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
     cls = np.ascontiguousarray(cls, dtype=np.int64)
@@ -309,10 +328,12 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     hist = {k: [] for k in EPOCH_KEYS}
     passes = lcs.new_history()
     t_start = time.perf_counter()
-    E = C * n if row_C is None else float(row_C.sum())     # E(1) = P_pi(1)(alpha = 0)
-    t = 0
+    E, _ = _first_energy(C, n, row_C, start)
+    if start is not None:
+        st.add(start[0], start[2])
+    t = int(epoch0)
     search = schedule.max_epochs > 0 and int(count.max()) > 1
-    while search and t < schedule.max_epochs:
+    while search and t < epoch0 + schedule.max_epochs:
         t += 1
         p0 = st.passes
         conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,

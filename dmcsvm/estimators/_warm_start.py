@@ -23,54 +23,66 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
     """``state`` and ``first_msg`` for :func:`dmcsvm.coordinators.crammer_singer.solve`
     continuing from ``est``'s previous fit, or ``{}`` (with a warning saying why) when that fit
     does not describe this problem; ``{}`` silently when ``warm_start`` is off or there is no
-    previous fit.
-
-    With per-pattern bounds ``row_C`` (class / sample weights, possibly other than the previous
-    fit's) the coefficients are scaled by ``min_i C_i / alpha_i^{y_i}`` (at most 1) so that
-    every pattern is inside its new box; rows whose new bound is 0 start at 0."""
-    if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
-        return {}
-    why, XB = _mismatch(est, td, classes, y_idx)
-    if why is not None:
-        _say_cold(why)
+    previous fit."""
+    start = cs_start(est, td, classes, y_idx, classes.shape[0], C, row_C)
+    if start is None or not start[0].size:
         return {}
     from ..coordinators.crammer_singer import CoordinatorState
-    ids = np.asarray(est.support_, dtype=np.int64)
-    coef = np.asarray(est.dual_coef_, dtype=np.float64)
-    if ids.shape[0] == 0:
-        return {}
-    alpha_y = coef[np.arange(ids.shape[0]), y_idx[ids]]
-    Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
-    keep = Ci > 0                         # a weight-0 row's coefficients must be 0
-    if not keep.all():
-        coef, ids, alpha_y, Ci = coef[keep], ids[keep], alpha_y[keep], Ci[keep]
-        XB = XB[np.flatnonzero(keep)]
-        if ids.shape[0] == 0:
-            return {}
-    pos = alpha_y > 0
-    # min_i C_i / alpha_i = C / max alpha_i without weights (division is monotone)
-    scale = min(1.0, float(np.min(Ci[pos] / alpha_y[pos]))) if pos.any() else 1.0
-    dB = coef * scale
-    state = CoordinatorState.fresh(td.n, coef.shape[1])
+    ids, XB, dB = start
+    state = CoordinatorState.fresh(td.n, dB.shape[1])
     state.B[ids] = dB
     return {"state": state, "first_msg": {"ids": ids, "XB": XB, "dB": dB.copy()}}
 
 
-def _mismatch(est, td, classes, y_idx):
+def cs_start(est, td, classes, yp, P, C, row_C=None):
+    """``(ids, rows, B_ids)``: the previous fit's support rows, read from the new data, and their
+    coefficients as a feasible start of the new Crammer–Singer dual on ``P`` prototypes (one per
+    class, ``yp`` the class index of every row, or MProtSVM's, ``yp`` the start assignment: the
+    positive prototype of every row), or None (with a warning saying why when the previous fit
+    does not describe this problem; silently when ``warm_start`` is off or there is no previous
+    fit).
+
+    With per-pattern bounds ``row_C`` (class / sample weights, possibly other than the previous
+    fit's) the coefficients are scaled by ``min_i C_i / alpha_i^{y_i}`` (at most 1) so that
+    every pattern is inside its new box; rows whose new bound is 0 start at 0 (and are left
+    out: ``ids`` may be empty)."""
+    if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
+        return None
+    why, XB = _mismatch(est, td, classes, yp, P)
+    if why is not None:
+        _say_cold(why)
+        return None
+    ids = np.asarray(est.support_, dtype=np.int64)
+    coef = np.asarray(est.dual_coef_, dtype=np.float64)
+    alpha_y = coef[np.arange(ids.shape[0]), yp[ids]]
+    Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
+    keep = Ci > 0                         # a weight-0 row's coefficients must be 0
+    if not keep.all():
+        coef, ids, alpha_y, Ci = coef[keep], ids[keep], alpha_y[keep], Ci[keep]
+        XB = XB[np.flatnonzero(keep)] if XB is not None else None
+    pos = alpha_y > 0
+    # min_i C_i / alpha_i = C / max alpha_i without weights (division is monotone)
+    scale = min(1.0, float(np.min(Ci[pos] / alpha_y[pos]))) if pos.any() else 1.0
+    return ids, XB, coef * scale
+
+
+def _mismatch(est, td, classes, yp, P):
     """``(why, rows)``: why the previous fit is no starting point for this data (None when it
-    is), and the support rows read from the new data (read once: a store's chunks cost I/O)."""
+    is), and the support rows read from the new data (read once: a store's chunks cost I/O).
+    ``yp``: the positive prototype of every new row (its class, or MProtSVM's assignment)."""
     why = _data_mismatch(est, td, classes)
     if why is not None:
         return why, None
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = np.asarray(est.dual_coef_)
-    if coef.shape[1] != classes.shape[0]:
+    if coef.shape[1] != P:
         return "the previous coefficients have another number of prototypes", None
 
     def labels_changed():
-        own = coef[np.arange(ids.shape[0]), y_idx[ids]]
+        # a row's positive coefficient sits on its positive prototype, every other is <= 0
+        own = coef[np.arange(ids.shape[0]), yp[ids]]
         others = coef.copy()
-        others[np.arange(ids.shape[0]), y_idx[ids]] = 0.0
+        others[np.arange(ids.shape[0]), yp[ids]] = 0.0
         return np.any(own < 0) or np.any(others > 0)
 
     return _support_mismatch(est, td, ids, labels_changed)
@@ -190,3 +202,35 @@ def scatter_start(est, td, classes, y_idx, box):
         before = np.cumsum(room) - room
         a0[order] += np.clip(lost - before, 0.0, room)
     return a0
+
+
+def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
+    """Where a :class:`~dmcsvm.MultiPrototypeSVC` fit starts from ``est``'s previous fit:
+    ``(yp, start, epoch)`` — the assignment (the previous one for every row whose class is
+    unchanged, ``yp0``'s draw for the others), the coefficients of :func:`cs_start` on it (or
+    None when there are none) and the last epoch of the previous search, at whose temperature
+    the new search goes on.  None (with a warning saying why, unless ``warm_start`` is off or
+    there is no previous fit) when the previous fit does not describe this problem.
+
+    Any assignment of every row to a prototype of its own class is admissible (AS 2005 Eq. 11),
+    so only the coefficients need the checks of the Crammer–Singer start."""
+    if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
+        return None
+    why = _data_mismatch(est, td, classes)
+    if why is None and not np.array_equal(np.asarray(est.n_prototypes_), q):
+        why = f"n_prototypes {np.asarray(est.n_prototypes_).tolist()} before, {q.tolist()} now"
+    if why is not None:
+        _say_cold(why)
+        return None
+    prev = np.asarray(est.assignment_, dtype=np.int64)
+    yp = np.array(yp0, dtype=np.int64, copy=True)
+    k = min(prev.shape[0], td.n)
+    same = pcls[prev[:k]] == y_idx[:k]
+    yp[:k][same] = prev[:k][same]
+    start = cs_start(est, td, classes, yp, pcls.shape[0], C, row_C)
+    if start is None:
+        return None             # warned: the support rows are not this data's
+    if not start[0].size:
+        start = None
+    epochs = np.asarray(est.history_.get("epoch", ())) if isinstance(est.history_, dict) else ()
+    return yp, start, int(epochs[-1]) if len(epochs) else 0

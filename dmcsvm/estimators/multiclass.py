@@ -26,7 +26,7 @@ from ._base import (
 from ._checkpoint import CheckpointSession
 from ._engine import make_executor, release_executor, run_chunks
 from ._inputs import chunked_method, is_dask, is_store, score_block, training_data
-from ._warm_start import warm_start_kwargs
+from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
 
 _PREDICT_CHUNK = 2048
@@ -247,8 +247,9 @@ class MulticlassSVC(SVMEstimator):
         self._spec = spec
         m = classes.shape[0]
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
-            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx.astype(np.int64),
-                                            row_C)
+            y_idx = y_idx.astype(np.int64)
+            start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
+            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start)
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)

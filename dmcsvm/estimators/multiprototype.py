@@ -31,6 +31,7 @@ from ..numerics.linear_prototypes import linear_coefficients
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import chunked_method, is_dask, is_store, training_data
+from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS
 
@@ -125,6 +126,15 @@ class MultiPrototypeSVC(SVMEstimator):
         Seeds the initial assignment and the draws of Eq. 17 (done by the coordinator, so the
         in-process and Dask executors give the same model for the same seed), and the folds of
         the probability calibration.
+    warm_start : bool, default=False
+        Start ``fit`` from the previous fit: its assignment (rows whose class changed, and rows
+        appended, are drawn afresh), its coefficients (scaled down when ``C`` shrank, as in
+        :class:`~dmcsvm.MulticlassSVC`) and its temperature, the search going on for up to
+        ``max_epochs`` more epochs from where it stopped (``T(t)`` with ``t`` after the last
+        epoch of ``history_``).  Needs the same classes, features and ``n_prototypes``, and the
+        support rows at the same indices; otherwise a warning says why and the fit starts from
+        a random assignment.  With ``max_epochs=0`` a refit solves the convex problem of the
+        previous assignment, to the optimum a cold fit of that assignment reaches.
     %(where_it_runs)s
 
     Attributes
@@ -150,7 +160,8 @@ class MultiPrototypeSVC(SVMEstimator):
     history_ : dict of ndarray
         Per epoch: ``epoch``, ``energy`` (the primal ``E(t+1)`` after the epoch's re-assignment),
         ``primal`` and ``dual`` (before it), ``temperature``, ``n_changed`` (re-assigned
-        patterns), ``n_zeroed`` (of which had coefficients), ``rounds``, ``inner_converged``,
+        patterns), ``n_moved`` (of which had coefficients, moved to the new prototype),
+        ``rounds``, ``inner_converged``,
         ``elapsed``.
     round_history_ : dict of ndarray
         Per solver round (all epochs and the final solve), as ``MulticlassSVC.history_``.
@@ -175,6 +186,7 @@ class MultiPrototypeSVC(SVMEstimator):
         "solver": [choices(*SOLVERS)],
         "batch_size": [integers(1), None],
         "batch_sweeps": [integers(1), None],
+        "warm_start": ["boolean"],
     }
 
     def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
@@ -184,7 +196,7 @@ class MultiPrototypeSVC(SVMEstimator):
                  cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
                  n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
-                 class_weight=None):
+                 class_weight=None, warm_start=False):
         self.n_prototypes = n_prototypes
         self.C = C
         self.kernel = kernel
@@ -217,6 +229,7 @@ class MultiPrototypeSVC(SVMEstimator):
         self.memory_limit = memory_limit
         self.n_partitions = n_partitions
         self.class_weight = class_weight
+        self.warm_start = warm_start
 
     # ------------------------------------------------------------------ validation
     def _settings(self) -> tuple[SolverSettings, AnnealSettings]:
@@ -300,9 +313,13 @@ class MultiPrototypeSVC(SVMEstimator):
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
         yp0 = initial_assignment(y_idx, pcls, rng)
+        warm = {}
+        ws = mprot_start(self, td, classes, y_idx, q, pcls, yp0, settings.C, row_C)
+        if ws is not None:
+            yp0, warm["start"], warm["epoch0"] = ws
         if sequential:
             return self._fit_sequential(td, settings, schedule, spec, classes, q, pcls, y_idx,
-                                        yp0, rng, row_C)
+                                        yp0, rng, row_C, warm)
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
@@ -331,7 +348,7 @@ class MultiPrototypeSVC(SVMEstimator):
                            row_C=row_C)
             res = anneal(executor, td.n, y_idx, pcls, yp0, spec, settings, schedule,
                          td.d, td.sparse, rng, x_dtype=td.dtype, linear=linear,
-                         progress=progress, final_settings=final, row_C=row_C)
+                         progress=progress, final_settings=final, row_C=row_C, **warm)
         finally:
             release_executor(executor, owned)
         state = res.state
@@ -354,7 +371,7 @@ class MultiPrototypeSVC(SVMEstimator):
         return self
 
     def _fit_sequential(self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng,
-                        row_C=None):
+                        row_C=None, warm=None):
         """The in-memory linear path: :func:`anneal_sequential` (no executor, no rounds)."""
         a, c0 = linear_coefficients(spec)
         prob = lcs.LinearProblem.of(td.source, a, c0)
@@ -363,7 +380,7 @@ class MultiPrototypeSVC(SVMEstimator):
             res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
                                     lcs.seed_of(self.random_state),
                                     progress=self._print_epoch if self.verbose else None,
-                                    row_C=row_C)
+                                    row_C=row_C, **(warm or {}))
         st = res.state
         sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
         self.classes_ = classes
