@@ -43,7 +43,7 @@ def _fit(params, inner_steps, Xtr, ytr, Xte, yte):
     t = time.perf_counter()
     model.fit(Xtr, ytr)
     fit_s = time.perf_counter() - t
-    rh = getattr(model, "round_history_", None) or {}
+    rh = model.history_
     steps = int(np.sum(rh.get("steps", [0])))
     return dict(fit_s=fit_s, rounds=int(model.n_iter_), optimizations=steps,
                 epochs=int(model.n_epochs_), energy=float(model.energy_),

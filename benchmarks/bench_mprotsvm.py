@@ -101,8 +101,8 @@ def timed_fit(model, X, y):
 
 
 def fit_summary(model, t_fit, err, warn):
-    h = model.history_
-    rh = model.round_history_
+    h = model.epoch_history_
+    rh = model.history_
     split = {}
     if "t_pass" in rh:        # sequential solver: passes vs primal checks (a pass over the rows each)
         split = {"checks": int(len(rh["round"])), "t_pass_s": float(np.sum(rh["t_pass"])),

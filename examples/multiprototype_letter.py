@@ -51,7 +51,7 @@ def main():
         print(f"      prototypes_ {model.prototypes_.shape}, classes of the first prototypes: "
               f"{model.prototype_class_[:7].tolist()}")
         if model.n_epochs_:
-            h = model.history_
+            h = model.epoch_history_
             step = max(1, len(h["epoch"]) // 6)
             print("      epoch  temperature  energy  re-assigned")
             for i in range(0, len(h["epoch"]), step):

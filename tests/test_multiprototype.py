@@ -353,7 +353,7 @@ def test_greedy_energy_never_increases(fast_linear, solver):
     model = MultiPrototypeSVC(n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
                               random_state=1, n_jobs=2, fast_linear=fast_linear,
                               solver=solver).fit(X, y)
-    h = model.history_
+    h = model.epoch_history_
     E = np.concatenate([[2.0 * len(y)], h["energy"]])       # E(1) = C n
     assert len(h["energy"]) >= 3
     assert np.all(np.diff(E) <= 0.0), np.diff(E)
@@ -381,7 +381,7 @@ def test_annealed_history_and_multimodal_fit():
     one = MultiPrototypeSVC(n_prototypes=1, C=1.0, n_jobs=2, random_state=0).fit(X, y)
     model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=60,
                               random_state=0, n_jobs=2, batch_size=50).fit(X, y)
-    h = model.history_
+    h = model.epoch_history_
     t = h["epoch"]
     np.testing.assert_allclose(h["temperature"], 2.0 * 0.9 ** t, rtol=1e-12)
     assert h["n_changed"][:5].mean() > h["n_changed"][-5:].mean()
@@ -439,9 +439,9 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     fast.fit(Xi, y)
     kern.fit(Xi, y)
     assert fast.n_epochs_ == kern.n_epochs_ == 12
-    np.testing.assert_array_equal(fast.history_["n_changed"], kern.history_["n_changed"])
-    np.testing.assert_array_equal(fast.history_["rounds"], kern.history_["rounds"])
-    np.testing.assert_allclose(fast.history_["energy"], kern.history_["energy"], rtol=1e-9)
+    np.testing.assert_array_equal(fast.epoch_history_["n_changed"], kern.epoch_history_["n_changed"])
+    np.testing.assert_array_equal(fast.epoch_history_["rounds"], kern.epoch_history_["rounds"])
+    np.testing.assert_allclose(fast.epoch_history_["energy"], kern.epoch_history_["energy"], rtol=1e-9)
     np.testing.assert_array_equal(fast.assignment_, kern.assignment_)
     assert fast.n_iter_ == kern.n_iter_
     np.testing.assert_allclose(full_coef(fast, len(y)), full_coef(kern, len(y)), atol=1e-10)
@@ -463,7 +463,7 @@ def test_dask_localcluster_equals_inprocess(local_client, kernel):
     dsk = MultiPrototypeSVC(client=local_client, **kw).fit(X, y)
     assert ref.n_epochs_ == dsk.n_epochs_ == 8
     np.testing.assert_array_equal(dsk.assignment_, ref.assignment_)
-    np.testing.assert_array_equal(dsk.history_["n_changed"], ref.history_["n_changed"])
+    np.testing.assert_array_equal(dsk.epoch_history_["n_changed"], ref.epoch_history_["n_changed"])
     assert dsk.n_iter_ == ref.n_iter_
     np.testing.assert_allclose(full_coef(dsk, len(y)), full_coef(ref, len(y)), rtol=0,
                                atol=1e-9)
@@ -585,3 +585,28 @@ def test_bad_max_epochs(small, epochs):
             f"The 'max_epochs' parameter of MultiPrototypeSVC must be an int in the range "
             f"[0, inf). Got {epochs!r} instead.")):
         MultiPrototypeSVC(max_epochs=epochs).fit(X, y)
+
+
+@pytest.mark.parametrize("solver", ["rounds", "sequential"])
+def test_history_is_per_round_with_its_epoch(solver):
+    """history_ has one row per solver round (per pass on the sequential path), as every other
+    estimator's, tagged with its epoch; the per-epoch summary is epoch_history_."""
+    X, y = multimodal(7, n_per_mode=20, modes=2)
+    model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=6,
+                              kernel="linear", solver=solver, random_state=0, n_jobs=1,
+                              batch_size=50).fit(X, y)
+    h, e = model.history_, model.epoch_history_
+    assert len(h["round"]) == len(h["dual"]) == len(h["epoch"])
+    if solver == "rounds":
+        assert len(h["round"]) == model.n_iter_
+    ep = h["epoch"]
+    searched = ep[ep > 0]
+    assert np.all(np.diff(searched) >= 0) and np.all(ep[len(searched):] == 0)
+    # every epoch of epoch_history_ has its rounds in history_ (the sequential path: at least
+    # the primal check that ended it; its epoch_history_ counts passes, not checks)
+    for t, r in zip(e["epoch"], e["rounds"]):
+        if solver == "rounds":
+            assert np.count_nonzero(ep == t) == r
+        else:
+            assert np.count_nonzero(ep == t) >= 1
+    assert model.n_epochs_ == len(e["epoch"])

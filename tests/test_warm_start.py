@@ -228,11 +228,11 @@ def test_mprot_warm_start_goes_on_with_the_search(digits, path):
     X, y = digits
     X, y = X[:150], y[:150]
     est = _mprot(C=3.0, max_epochs=4, warm_start=True, **MPROT_PATHS[path]).fit(X, y)
-    last, energy = int(est.history_["epoch"][-1]), est.energy_
+    last, energy = int(est.epoch_history_["epoch"][-1]), est.energy_
     est.fit(X, y)
-    assert est.history_["epoch"][0] == last + 1
-    assert est.history_["temperature"][0] == pytest.approx(10.0 * 0.95 ** (last + 1))
-    assert abs(est.history_["primal"][0] - energy) <= 1e-3 * energy
+    assert est.epoch_history_["epoch"][0] == last + 1
+    assert est.epoch_history_["temperature"][0] == pytest.approx(10.0 * 0.95 ** (last + 1))
+    assert abs(est.epoch_history_["primal"][0] - energy) <= 1e-3 * energy
 
 
 def test_mprot_warm_start_says_why_and_starts_cold(digits):

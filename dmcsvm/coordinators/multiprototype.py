@@ -83,6 +83,7 @@ class AnnealResult:
     energy: float
     dual: float
     n_epochs: int          # epochs that ended with a re-assignment (rows of ``epochs``)
+    round_epoch: np.ndarray  # the epoch of every round of ``state.history`` (0: the final solve)
 
 
 def prototype_classes(q_per_class) -> np.ndarray:
@@ -132,6 +133,11 @@ def _first_energy(C, n, row_C, start):
         return (C * n if row_C is None else float(row_C.sum())), None
     ids, XB, dB = start
     return np.inf, {"ids": ids, "XB": XB, "dB": dB.copy()}
+
+
+def _tag_rounds(tags, history, epoch):
+    """Extend ``tags`` with ``epoch`` for every round ``history`` gained since the last call."""
+    tags.extend([epoch] * (len(next(iter(history.values()))) - len(tags)))
 
 
 def _record(hist, progress, **row):
@@ -221,6 +227,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         executor.set_snapshot(lambda lo, hi: {"yp": yp[lo:hi].copy()}, "assignment")
     rows = np.arange(n)
     hist = {k: [] for k in EPOCH_KEYS}
+    round_epoch = []
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
     E, msg = _first_energy(C, n, row_C, start)
@@ -255,6 +262,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             primal = 0.5 * mM + lcs.slack_term(xi[rows, slot], C, row_C)
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
+        _tag_rounds(round_epoch, state.history, t)
         T = schedule.temperature(t)
         new_yp, E_new, changed, moved = _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C)
         if T == 0.0 and E_new >= E:
@@ -281,11 +289,13 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     # the convex problem of the final assignment, to the solver's tolerances
     fs = final_settings or settings
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
+    _tag_rounds(round_epoch, state.history, 0)
     xi, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
     energy = 0.5 * mM + lcs.slack_term(xi[rows, yp - first[cls]], C, row_C)
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
-                        dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]))
+                        dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]),
+                        round_epoch=np.asarray(round_epoch, dtype=np.int64))
 
 
 
@@ -301,6 +311,7 @@ class SequentialAnnealResult:
     dual: float
     n_epochs: int
     converged: bool
+    round_epoch: np.ndarray  # the epoch of every row of ``passes`` (0: the final solve)
 
 
 def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
@@ -327,6 +338,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
                              row_C=row_C)
     hist = {k: [] for k in EPOCH_KEYS}
     passes = lcs.new_history()
+    round_epoch = []
     t_start = time.perf_counter()
     E, _ = _first_energy(C, n, row_C, start)
     if start is not None:
@@ -339,6 +351,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
         conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
                                   stop=lcs.Below(E), warn=False)
         xi, primal, dual, mM = st.last
+        _tag_rounds(round_epoch, passes, t)
         T = schedule.temperature(t)
         new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, rng, T, C, mM, st.B,
                                                 row_C)
@@ -357,10 +370,12 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     st.tol = float(fs.tol)
     st.ctl[1] = max(10.0 * st.tol, 1.0)
     conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
+    _tag_rounds(round_epoch, passes, 0)
     if st.last is None or passes["round"][-1] != st.passes:
         st.last = st.objective()
     _, primal, dual, _ = st.last
     return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
                                   passes={k: np.asarray(v) for k, v in passes.items()},
                                   energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
-                                  converged=bool(conv))
+                                  converged=bool(conv),
+                                  round_epoch=np.asarray(round_epoch, dtype=np.int64))

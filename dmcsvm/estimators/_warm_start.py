@@ -232,5 +232,6 @@ def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
         return None             # warned: the support rows are not this data's
     if not start[0].size:
         start = None
-    epochs = np.asarray(est.history_.get("epoch", ())) if isinstance(est.history_, dict) else ()
+    # a model file from before epoch_history_ (0.1.0) carries no epochs: start at T0 again
+    epochs = np.asarray(getattr(est, "epoch_history_", {}).get("epoch", ()))
     return yp, start, int(epochs[-1]) if len(epochs) else 0

@@ -131,7 +131,7 @@ class MultiPrototypeSVC(SVMEstimator):
         appended, are drawn afresh), its coefficients (scaled down when ``C`` shrank, as in
         :class:`~dmcsvm.MulticlassSVC`) and its temperature, the search going on for up to
         ``max_epochs`` more epochs from where it stopped (``T(t)`` with ``t`` after the last
-        epoch of ``history_``).  Needs the same classes, features and ``n_prototypes``, and the
+        epoch of ``epoch_history_``).  Needs the same classes, features and ``n_prototypes``, and the
         support rows at the same indices; otherwise a warning says why and the fit starts from
         a random assignment.  With ``max_epochs=0`` a refit solves the convex problem of the
         previous assignment, to the optimum a cold fit of that assignment reaches.
@@ -158,15 +158,16 @@ class MultiPrototypeSVC(SVMEstimator):
     energy_ : float
         Primal value (Eq. 8) of the final model and assignment.
     history_ : dict of ndarray
+        Per solver round (every epoch's and the final solve's), as ``MulticlassSVC.history_``
+        (per pass of the sequential solver), with ``epoch``: the epoch each round belongs to
+        (1, 2, ...; 0 for the final convex solve).
+    epoch_history_ : dict of ndarray
         Per epoch: ``epoch``, ``energy`` (the primal ``E(t+1)`` after the epoch's re-assignment),
         ``primal`` and ``dual`` (before it), ``temperature``, ``n_changed`` (re-assigned
         patterns), ``n_moved`` (of which had coefficients, moved to the new prototype),
-        ``rounds``, ``inner_converged``,
-        ``elapsed``.
-    round_history_ : dict of ndarray
-        Per solver round (all epochs and the final solve), as ``MulticlassSVC.history_``.
+        ``rounds``, ``inner_converged``, ``elapsed``.
     n_epochs_ : int
-        Epochs that ended with a re-assignment (rows of ``history_``).
+        Epochs that ended with a re-assignment (rows of ``epoch_history_``).
     n_iter_ : int
         Solver rounds in total.
     converged_ : bool
@@ -362,8 +363,9 @@ class MultiPrototypeSVC(SVMEstimator):
         self.dual_coef_ = state.B[sv].copy()
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
-        self.history_ = res.epochs
-        self.round_history_ = {k: np.asarray(v) for k, v in state.history.items()}
+        self.history_ = {"epoch": res.round_epoch,
+                         **{k: np.asarray(v) for k, v in state.history.items()}}
+        self.epoch_history_ = res.epochs
         self.n_epochs_ = int(res.n_epochs)
         self.n_iter_ = int(state.rounds)
         self.converged_ = bool(res.final.converged)
@@ -392,8 +394,8 @@ class MultiPrototypeSVC(SVMEstimator):
         self.dual_coef_ = st.B[sv].copy()
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
-        self.history_ = res.epochs
-        self.round_history_ = res.passes
+        self.history_ = {"epoch": res.round_epoch, **res.passes}
+        self.epoch_history_ = res.epochs
         self.n_epochs_ = int(res.n_epochs)
         self.n_iter_ = int(st.passes)
         self.converged_ = bool(res.converged)
