@@ -11,7 +11,7 @@ thresholds MEAN / MAX / logarithmic cooling, first with a kernel cache holding e
   is measured on the full USPS test set (2007 digits);
 * model: RBF kernel, C=10, gamma='scale' resolved once on the subset; optimizer ``all_pairs``
   (the paper's SMO-like "ALL", AllPairsOptimizeOnPatterns); ``tol=1e-3``, ``gap_tol=1e-3``;
-* selection in {kkt, amg, bmg} x threshold in {mean, max (mu=0.5), log} x cache in
+* selection in {kkt, amg, bmg} x threshold in {mean, max (threshold_fraction=0.5), log} x cache in
   {full: every kernel column fits, 100 rows: ``cache_size`` = 100 columns of every partition};
 * ``batch_size=1`` is the papers' sequential algorithm (one pattern per round, all scores updated
   after it).  In dmcsvm a round with ``batch_size=1`` always optimizes the pattern of largest
@@ -236,7 +236,7 @@ def main(argv=None):
                "caches_mb": dict(caches), "cache_note":
                    f"small cache = {a.cache_rows} columns per partition of ceil(n/n_parts) "
                    f"float32 rows each; full = every column (at least 200 MB)",
-               "batch_sizes": batches, "mu": 0.5,
+               "batch_sizes": batches, "threshold_fraction": 0.5,
                "log_cooling": "theta_t = 0.999 / log10(t + 10)"},
         best_dual=dstar, thresholds_give_identical_dual_sequence=same, figures=pngs)
     md = markdown(out)

@@ -89,7 +89,7 @@ def run_set(name, a, log):
         dm = MulticlassSVC(kernel="linear", C=C, n_jobs=a.n_jobs)
         t, _, dm_warn = timed(lambda: dm.fit(Xtr, ytr))
         dm_t.append(t)
-    W_dm = dm.dual_coef_.T @ np.asarray(dm.support_vectors_, dtype=np.float64)
+    W_dm = dm.dual_coef_ @ np.asarray(dm.support_vectors_, dtype=np.float64)
     p_ll = cs_primal(ll.coef_, Xtr, yi, C)
     p_dm = cs_primal(W_dm, Xtr, yi, C)
     h = dm.history_

@@ -41,13 +41,20 @@ import numpy as np
 import scipy.sparse as sp
 
 from .file_modes import default_mode
+from .param_history import upgrade_params
 from .runtime_params import RUNTIME_PARAMS, split_runtime
 
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "save_model", "load_model", "estimator_registry"]
 
 MODEL_FORMAT = "dmcsvm-model"
-MODEL_VERSION = 2
-"""Version written; versions 1 (MulticlassSVC npz of dmcsvm 0.1) and 2 are read."""
+MODEL_VERSION = 3
+"""Version written; versions 1 (MulticlassSVC npz of dmcsvm 0.1), 2 and 3 are read.  3: every
+``dual_coef_`` is (outputs, n_SV) as scikit-learn's SVC (2 wrote MulticlassSVC's and
+MultiPrototypeSVC's as (n_SV, P), ScatterSVC's as (n_SV,)) and ``mu`` of MulticlassSVC /
+MultiPrototypeSVC is ``threshold_fraction`` (:mod:`dmcsvm.param_history`)."""
+
+#: estimators whose ``dual_coef_`` format 2 wrote with one row per support vector
+_COEF_BY_ROW_V2 = ("MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC")
 
 _ATTR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*_$")
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -161,8 +168,8 @@ class _Encoder:
 class _Decoder:
     """Rebuilds values from the JSON tree, reading arrays through ``get(key)``."""
 
-    def __init__(self, path, get):
-        self.path, self.get = path, get
+    def __init__(self, path, get, version=MODEL_VERSION):
+        self.path, self.get, self.version = path, get, version
 
     def bad(self, msg):
         return ValueError(f"{self.path} is not a valid dmcsvm model file: {msg}")
@@ -245,6 +252,7 @@ class _Decoder:
         attrs = node.get("attrs")
         if not isinstance(params, dict) or not isinstance(attrs, dict):
             raise self.bad(f"the {name} entry lacks its params or attrs")
+        params = upgrade_params(name, params)      # names of an older dmcsvm: today's
         known = set(cls._get_param_names())
         unknown = sorted(set(params) - known)
         if unknown:
@@ -257,6 +265,9 @@ class _Decoder:
             if not _ATTR_NAME.match(k):
                 raise self.bad(f"attribute name {k!r} is not a fitted attribute")
             setattr(est, k, self.value(x))
+        if self.version < 3 and name in _COEF_BY_ROW_V2 and hasattr(est, "dual_coef_"):
+            coef = np.asarray(est.dual_coef_)
+            est.dual_coef_ = np.ascontiguousarray(coef.T if coef.ndim == 2 else coef[None, :])
         return est
 
 
@@ -455,7 +466,7 @@ def load_model(path):
         tree = meta.get("model")
         if not isinstance(tree, dict):
             raise ValueError(f"{path} is not a valid dmcsvm model file: no model entry")
-        return _check_consistent(path, _Decoder(path, get).estimator(tree))
+        return _check_consistent(path, _Decoder(path, get, version).estimator(tree))
     finally:
         close()
 
@@ -491,7 +502,8 @@ def _load_v1(path, meta, get):
     if name != "MulticlassSVC" or name not in reg:
         raise ValueError(f"{path}: unknown estimator {name!r} in the model file "
                          f"(this dmcsvm knows {', '.join(sorted(reg))})")
-    m = reg[name](**{k: v for k, v in meta["params"].items() if k not in RUNTIME_PARAMS})
+    params = upgrade_params(name, meta["params"])
+    m = reg[name](**{k: v for k, v in params.items() if k not in RUNTIME_PARAMS})
 
     def need(key):
         a = get(key)
@@ -503,7 +515,7 @@ def _load_v1(path, meta, get):
     else:
         m.support_vectors_ = sp.csr_matrix((need("sv_data"), need("sv_indices"),
                                             need("sv_indptr")), shape=tuple(need("sv_shape")))
-    m.dual_coef_ = need("dual_coef")
+    m.dual_coef_ = np.ascontiguousarray(need("dual_coef").T)    # 0.1 wrote (n_SV, P)
     m.support_ = need("support")
     m.classes_ = need("classes")
     m.gamma_ = meta["gamma_"]

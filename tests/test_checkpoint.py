@@ -42,7 +42,7 @@ def _interrupted(X, y, directory, rounds, every=5, **extra):
 
 def _B(est, n):
     B = np.zeros((n, len(est.classes_)))
-    B[est.support_] = est.dual_coef_
+    B[est.support_] = est.dual_coef_.T
     return B
 
 
@@ -61,7 +61,7 @@ def test_checkpoint_holds_the_solver_state(digits, tmp_path):
     ck = load_checkpoint(tmp_path)
     assert ck.rounds == 37 == part.n_iter_
     assert np.array_equal(ck.ids, part.support_)
-    assert np.array_equal(ck.B, part.dual_coef_)
+    assert np.array_equal(ck.B, part.dual_coef_.T)
     assert np.array_equal(ck.X, Xtr[ck.ids])
     assert np.array_equal(ck.history["dual"], part.history_["dual"])
     assert ck.settings["C"] == KW["C"] and ck.settings["estimator"] == "MulticlassSVC"

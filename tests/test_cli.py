@@ -391,8 +391,8 @@ def test_resume_after_sigkill_gives_the_same_model(tmp_path):
     assert abs(da - db) <= 1e-6 * abs(da)
     Ba = np.zeros((600, 10))
     Bb = np.zeros((600, 10))
-    Ba[a.support_] = a.dual_coef_
-    Bb[b.support_] = b.dual_coef_
+    Ba[a.support_] = a.dual_coef_.T
+    Bb[b.support_] = b.dual_coef_.T
     # the partitions' states were saved with the checkpoint: the same rounds, bit for bit
     assert a.n_iter_ == b.n_iter_
     assert np.array_equal(Ba, Bb)

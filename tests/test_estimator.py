@@ -41,7 +41,7 @@ def _dual_from_model(model, X, y_idx):
     """Dual value recomputed from the fitted attributes (DESIGN §1)."""
     spec = KernelSpec(model.kernel, model.gamma_, model.degree, model.coef0)
     B = np.zeros((X.shape[0], len(model.classes_)))
-    B[model.support_] = model.dual_coef_
+    B[model.support_] = model.dual_coef_.T
     K = kernel_reference(spec, X, X)
     return B[np.arange(X.shape[0]), y_idx].sum() - 0.5 * np.sum(B * (K @ B))
 
@@ -97,9 +97,10 @@ def test_fitted_attributes(iris, iris_model):
     assert m.n_support_.shape == (3,)
     assert m.n_support_.sum() == sv.shape[0]
     np.testing.assert_array_equal(m.n_support_, np.bincount(y[sv], minlength=3))
-    # signed coefficients: own class in [0, C], others <= 0, every row sums to 0, none all-zero
-    B = m.dual_coef_
-    assert B.shape == (sv.shape[0], 3)
+    # signed coefficients: own class in [0, C], others <= 0, every SV's column sums to 0, none
+    # all-zero; one row per class, one column per support vector (scikit-learn's SVC layout)
+    assert m.dual_coef_.shape == (3, sv.shape[0])
+    B = m.dual_coef_.T
     np.testing.assert_allclose(B.sum(axis=1), 0.0, atol=1e-12)
     own = B[np.arange(len(sv)), y[sv]]
     assert np.all(own > 0) and np.all(own <= m.C)
@@ -108,7 +109,7 @@ def test_fitted_attributes(iris, iris_model):
     assert np.all(other <= 0)
     # gamma resolved like sklearn's SVC
     assert m.gamma_ == pytest.approx(SVC(gamma="scale").fit(X, y)._gamma, rel=1e-12)
-    # decision function = kernel(X, SV) @ dual_coef_
+    # decision function = kernel(X, SV) @ dual_coef_.T
     K = kernel_reference(KernelSpec("rbf", m.gamma_), X, m.support_vectors_)
     np.testing.assert_allclose(m.decision_function(X), K @ B, rtol=1e-10, atol=1e-10)
     # iterations and history
@@ -264,11 +265,11 @@ def test_binary_decision_function(iris):
     assert d.shape == (100,)
     np.testing.assert_array_equal(m.predict(Xb), np.where(d > 0, "pos", "neg"))
     K = kernel_reference(KernelSpec("rbf", m.gamma_), Xb, m.support_vectors_)
-    S = K @ m.dual_coef_
+    S = K @ m.dual_coef_.T
     np.testing.assert_allclose(d, S[:, 1] - S[:, 0], atol=1e-10)
     assert m.score(Xb, yb) >= 0.9
-    # two classes: dual_coef_ rows are (-alpha, +alpha) or (+alpha, -alpha)
-    np.testing.assert_allclose(m.dual_coef_[:, 0], -m.dual_coef_[:, 1], atol=1e-14)
+    # two classes: dual_coef_ columns are (-alpha, +alpha) or (+alpha, -alpha)
+    np.testing.assert_allclose(m.dual_coef_[0], -m.dual_coef_[1], atol=1e-14)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,6 +324,6 @@ def test_prediction_in_chunks_on_threads(iris, iris_model):
     D = m.decision_function(Xbig)
     assert D.shape == (2250, 3)
     K = kernel_reference(KernelSpec("rbf", m.gamma_), Xbig, m.support_vectors_)
-    np.testing.assert_allclose(D, K @ m.dual_coef_, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(D, K @ m.dual_coef_.T, rtol=1e-10, atol=1e-10)
     m.set_params(n_jobs=1)
     np.testing.assert_array_equal(m.decision_function(Xbig), D)

@@ -28,7 +28,7 @@ OUT_OF_CORE = ("checkpoint", "checkpoint_every", "resume", "data_in_memory", "di
 # a value outside every constraint of the parameter (per estimator where they differ)
 BAD = {
     "C": -1.0, "kernel": "sigmoid", "gamma": "bogus", "degree": 2.5, "coef0": np.inf,
-    "optimizer": "newton", "selection": "random", "threshold": "cosine", "mu": 1.5,
+    "optimizer": "newton", "selection": "random", "threshold": "cosine", "threshold_fraction": 1.5,
     "tol": 0.0, "gap_tol": -0.1, "cache_size": -1, "max_iter": 0, "batch_size": 0,
     "batch_sweeps": 0, "shrinking": "yes", "verbose": "loud", "probability": "yes",
     "random_state": "seed", "n_jobs": 0, "client": 42, "n_workers": 0,
@@ -53,7 +53,8 @@ def _cases():
 
 @pytest.mark.parametrize("cls,name", list(_cases()))
 def test_bad_value_of_every_parameter_names_it_and_the_estimator(cls, name):
-    bad = BAD_FOR.get(cls, {}).get(name, BAD[name])
+    own = BAD_FOR.get(cls, {})
+    bad = own[name] if name in own else BAD[name]
     X, y = (X3, Y3 % 2) if cls is BinarySVC else (X3, Y3)
     with pytest.raises(InvalidParameterError,
                        match=f"^The '{name}' parameter of {cls.__name__} must be .* "
@@ -100,7 +101,7 @@ def test_bools_are_not_numbers_but_numpy_numbers_are(cls):
 def test_values_accepted_as_before():
     MulticlassSVC(data_in_memory=False, disk_cache_size=0, checkpoint_every="30s",
                   memory_limit="2GB", client="local", n_workers=2, threads_per_worker=1,
-                  n_jobs=-1, class_weight={0: 2.0}, mu=0, gap_tol=0)._validate_params()
+                  n_jobs=-1, class_weight={0: 2.0}, threshold_fraction=0, gap_tol=0)._validate_params()
     MultiPrototypeSVC(n_prototypes=[1, 2, 3], batch_size=None, batch_sweeps=None, T0=0,
                       max_epochs=0)._validate_params()
     MultiPrototypeSVC(n_prototypes=np.array([2, 2]))._validate_params()

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dmcsvm"
 
 #: modules every layer may import: no imports of their own from dmcsvm
-FOUNDATION = ("errors", "file_modes", "runtime_params", "kernels")
+FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "kernels")
 
 #: top-down: package or top-level module -> (what it holds, the layers it may import besides
 #: itself and FOUNDATION)
@@ -44,6 +44,7 @@ LAYERS = {
     "errors": ("foundation: error types and finiteness checks", ()),
     "file_modes": ("foundation: permissions of the files written", ()),
     "runtime_params": ("foundation: parameters that do not change a fit", ()),
+    "param_history": ("foundation: parameters renamed between versions", ()),
     "kernels": ("foundation: kernel functions and blocks", ()),
 }
 

@@ -113,9 +113,9 @@ def test_linear_path_equals_kernel_path(cs, sparse):
     assert "solver" not in kern.engine_stats_[0]
     K = kernel_reference(KernelSpec("linear"), X, X)
     B_f = np.zeros((len(y), 3))
-    B_f[fast.support_] = fast.dual_coef_
+    B_f[fast.support_] = fast.dual_coef_.T
     B_k = np.zeros((len(y), 3))
-    B_k[kern.support_] = kern.dual_coef_
+    B_k[kern.support_] = kern.dual_coef_.T
     D_f, D_k = dual_reference_cs(B_f, K, y), dual_reference_cs(B_k, K, y)
     assert D_f == pytest.approx(D_k, rel=1e-6)
     assert fast.history_["primal"][-1] == pytest.approx(kern.history_["primal"][-1], rel=1e-6)
@@ -145,7 +145,7 @@ def test_primal_within_0_1_percent_of_liblinear(sparse):
     ours = MulticlassSVC(kernel="linear", C=C).fit(Xi, y)          # defaults: tol=1e-3
     ll = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-5,
                    max_iter=100000).fit(X, y)
-    W = ours.dual_coef_.T @ np.asarray(ours.support_vectors_.todense() if sparse
+    W = ours.dual_coef_ @ np.asarray(ours.support_vectors_.todense() if sparse
                                        else ours.support_vectors_)
     p_ours, p_ll = _cs_primal(W, X, y, C), _cs_primal(ll.coef_, X, y, C)
     assert abs(p_ours - p_ll) <= 1e-3 * p_ll, (p_ours, p_ll)
@@ -162,7 +162,7 @@ def test_fitted_attributes_and_model_file(tmp_path):
     assert np.all(np.diff(sv) > 0)
     np.testing.assert_array_equal(m.support_vectors_, X[sv])
     np.testing.assert_array_equal(m.n_support_, np.bincount(y[sv] - 10, minlength=10))
-    B = m.dual_coef_
+    B = m.dual_coef_.T
     np.testing.assert_allclose(B.sum(1), 0.0, atol=1e-12)
     own = B[np.arange(len(sv)), y[sv] - 10]
     assert np.all(own > 0) and np.all(own <= m.C)

@@ -234,8 +234,44 @@ def test_reads_version_1_files(iris, tmp_path):
             "params": {"C": est.C, "kernel": est.kernel, "gamma": est.gamma}, "gamma_": est.gamma_,
             "n_features_in_": est.n_features_in_, "n_iter_": est.n_iter_, "classes_kind": "i"}
     path = tmp_path / "v1.npz"
-    np.savez(path, dual_coef=est.dual_coef_, support=est.support_, classes=est.classes_,
+    np.savez(path, dual_coef=est.dual_coef_.T, support=est.support_, classes=est.classes_,
              sv=est.support_vectors_, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
     assert zipfile.is_zipfile(path)
     back = load_model(path)
+    assert np.array_equal(back.decision_function(X), est.decision_function(X))
+
+
+def _as_format_2(path, rename):
+    """Rewrite a model file as format 2 wrote it: ``dual_coef_`` one row per support vector
+    (1-D for ScatterSVC) and the renamed parameters by their old names."""
+    import zlib
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    node = meta["model"]
+    ref = node["attrs"]["dual_coef_"]
+    a = arrays[ref["__array__"]]
+    old = np.ascontiguousarray(a.T if a.shape[0] > 1 else a[0])
+    arrays[ref["__array__"]] = old
+    ref.update(shape=list(old.shape), crc32=zlib.crc32(old))
+    node["params"] = {rename.get(k, k): v for k, v in node["params"].items()}
+    meta["format_version"] = 2
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("name", ["MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC"])
+def test_reads_format_2_files(iris, tmp_path, name):
+    """dmcsvm 0.1.0 wrote dual_coef_ with one row per support vector and called
+    threshold_fraction mu: such a file loads with today's layout and names."""
+    X, y = iris
+    est, _ = _fit(name, X, y)
+    path = tmp_path / "m.npz"
+    save_model(est, path)
+    _as_format_2(path, {} if name == "ScatterSVC" else {"threshold_fraction": "mu"})
+    back = load_model(path)
+    assert back.get_params(deep=False) == {
+        k: type(est)().get_params()[k] if k in RUNTIME_PARAMS else v
+        for k, v in est.get_params(deep=False).items()}
+    assert np.array_equal(back.dual_coef_, est.dual_coef_)
     assert np.array_equal(back.decision_function(X), est.decision_function(X))

@@ -48,8 +48,8 @@ def multimodal(seed, n_per_mode=12, m=3, modes=2, d=2, spread=0.35, circle=True)
 
 def full_coef(model, n):
     """``B`` (n x P) of a fitted model."""
-    B = np.zeros((n, model.dual_coef_.shape[1]))
-    B[model.support_] = model.dual_coef_
+    B = np.zeros((n, model.dual_coef_.shape[0]))
+    B[model.support_] = model.dual_coef_.T
     return B
 
 
@@ -394,7 +394,7 @@ def test_annealed_history_and_multimodal_fit():
     np.testing.assert_array_equal(model.classes_[D.argmax(1)], model.predict(X))
     # explicit prototypes reproduce the kernel scores
     K = kernel_reference(model._spec, X, model.support_vectors_)
-    np.testing.assert_allclose(S, K @ model.dual_coef_, atol=1e-9)
+    np.testing.assert_allclose(S, K @ model.dual_coef_.T, atol=1e-9)
     assert model.prototypes_.shape == (6, 2) and model.intercept_.shape == (6,)
 
 
@@ -412,9 +412,9 @@ def test_single_prototype_equals_multiclass_svc():
     assert kern.n_epochs_ == 0
     fast = MultiPrototypeSVC(n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
-    W_ref = ref.dual_coef_.T @ ref.support_vectors_
+    W_ref = ref.dual_coef_ @ ref.support_vectors_
     np.testing.assert_allclose(fast.prototypes_, W_ref, atol=1e-6)
-    np.testing.assert_allclose(fast.intercept_, ref.dual_coef_.sum(0), atol=1e-6)
+    np.testing.assert_allclose(fast.intercept_, ref.dual_coef_.sum(1), atol=1e-6)
     np.testing.assert_allclose(fast.decision_function(X), ref.decision_function(X), atol=1e-6)
     np.testing.assert_array_equal(fast.predict(X), ref.predict(X))
 

@@ -42,7 +42,7 @@ def scatter_qp(K, y, m, mu):
 
 def _alpha(clf, n):
     a = np.zeros(n)
-    a[clf.support_] = clf.dual_coef_
+    a[clf.support_] = clf.dual_coef_[0]
     return a
 
 

@@ -47,8 +47,8 @@ def _weights(seed, n, zeros=True):
 
 
 def _full_B(est, n):
-    B = np.zeros((n, est.dual_coef_.shape[1]))
-    B[est.support_] = est.dual_coef_
+    B = np.zeros((n, est.dual_coef_.shape[0]))
+    B[est.support_] = est.dual_coef_.T
     return B
 
 
@@ -503,7 +503,7 @@ def test_mprot_unit_weights_are_bit_for_bit_no_weights(path):
         assert np.array_equal(other.dual_coef_, ref.dual_coef_)
         assert other.energy_ == ref.energy_
         for key in ("energy", "n_changed"):
-            assert np.array_equal(other.history_[key], ref.history_[key])
+            assert np.array_equal(other.epoch_history_[key], ref.epoch_history_[key])
 
 
 @pytest.mark.parametrize("path", list(_MPROT_PATHS))

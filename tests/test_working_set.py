@@ -129,7 +129,7 @@ def qp(cs):
 
 def _model_B(m, n):
     B = np.zeros((n, len(m.classes_)))
-    B[m.support_] = m.dual_coef_
+    B[m.support_] = m.dual_coef_.T
     return B
 
 

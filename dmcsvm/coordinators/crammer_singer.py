@@ -52,7 +52,7 @@ class SolverSettings:
     optimizer: str = "exact"
     selection: str = "bmg"
     threshold: str = "mean"
-    mu: float = 0.5
+    threshold_fraction: float = 0.5
     tol: float = 1e-3
     gap_tol: float = 0.0
     max_iter: int = -1
@@ -87,8 +87,9 @@ class SolverSettings:
             raise ValueError(f"selection must be one of {tuple(pt.SELECTIONS)}, got {self.selection!r}")
         if self.threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
-        if not (0.0 <= self.mu <= 1.0):
-            raise ValueError(f"mu must be in [0, 1], got {self.mu!r}")
+        if not (0.0 <= self.threshold_fraction <= 1.0):
+            raise ValueError(f"threshold_fraction must be in [0, 1], got "
+                             f"{self.threshold_fraction!r}")
         if not (np.isfinite(self.tol) and self.tol > 0):
             raise ValueError(f"tol must be a positive number, got {self.tol!r}")
         if not (np.isfinite(self.gap_tol) and self.gap_tol >= 0):
@@ -374,7 +375,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             check_finite_round(rounds, dual=dual, primal=primal, max_psi=agg["max_psi"])
             gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
             mean_v = agg["sum_V"] / max(agg["n_active"], 1)
-            theta = threshold_value(s.threshold, rounds, agg["max_V"], mean_v, s.mu)
+            theta = threshold_value(s.threshold, rounds, agg["max_V"], mean_v, s.threshold_fraction)
             done = agg["max_psi"] <= s.tol or (s.gap_tol > 0 and gap <= s.gap_tol)
             batch_ids = np.zeros(0, dtype=np.int64)
             n_steps = 0

@@ -286,7 +286,7 @@ def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None):
     est.classes_ = classes
     est.support_ = sv
     est.support_vectors_ = X[sv]
-    est.dual_coef_ = st.B[sv].copy()
+    est.dual_coef_ = np.ascontiguousarray(st.B[sv].T)     # (n_classes, n_SV), as SVC
     est.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
     est.n_iter_ = int(st.passes)
     est.converged_ = bool(conv)

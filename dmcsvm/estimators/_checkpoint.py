@@ -20,6 +20,7 @@ from ..checkpoint import (
     restore_rng,
 )
 from ..coordinators.resume import resume_state
+from ..param_history import upgrade_params
 from ..runtime_params import RESUME_MAY_CHANGE
 
 __all__ = ["CheckpointSession"]
@@ -65,6 +66,8 @@ class CheckpointSession:
         state, first_msg, resumed = None, None, None
         if resume and has_checkpoint(directory):
             ck = load_checkpoint(directory)
+            # a checkpoint of an older dmcsvm names renamed parameters by their old names
+            ck.settings = upgrade_params(params["estimator"], ck.settings)
             diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
                           if ck.settings.get(k) != ckpt.settings.get(k)
                           and k != "data_fingerprint")

@@ -53,7 +53,7 @@ def cs_start(est, td, classes, yp, P, C, row_C=None):
         _say_cold(why)
         return None
     ids = np.asarray(est.support_, dtype=np.int64)
-    coef = np.asarray(est.dual_coef_, dtype=np.float64)
+    coef = np.asarray(est.dual_coef_, dtype=np.float64).T          # (n_SV, P): B of the SVs
     alpha_y = coef[np.arange(ids.shape[0]), yp[ids]]
     Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
     keep = Ci > 0                         # a weight-0 row's coefficients must be 0
@@ -74,7 +74,7 @@ def _mismatch(est, td, classes, yp, P):
     if why is not None:
         return why, None
     ids = np.asarray(est.support_, dtype=np.int64)
-    coef = np.asarray(est.dual_coef_)
+    coef = np.asarray(est.dual_coef_).T
     if coef.shape[1] != P:
         return "the previous coefficients have another number of prototypes", None
 
@@ -189,7 +189,7 @@ def scatter_start(est, td, classes, y_idx, box):
         return None
     bound = np.broadcast_to(np.asarray(box, dtype=np.float64), (td.n,))
     a0 = np.zeros(td.n)
-    a0[ids] = np.minimum(np.asarray(est.dual_coef_, dtype=np.float64), bound[ids])
+    a0[ids] = np.minimum(np.asarray(est.dual_coef_, dtype=np.float64).ravel(), bound[ids])
     for c in range(classes.shape[0]):
         rows = np.flatnonzero(y_idx == c)
         lost = 1.0 - a0[rows].sum()

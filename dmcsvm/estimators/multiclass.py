@@ -37,7 +37,7 @@ CS_SOLVER_CONSTRAINTS = {
     "optimizer": [choices(*pt.OPTIMIZERS)],
     "selection": [choices(*pt.SELECTIONS)],
     "threshold": [choices(*THRESHOLDS)],
-    "mu": [reals(0, 1, closed="both")],
+    "threshold_fraction": [reals(0, 1, closed="both")],
     "tol": [reals(0)],
     "gap_tol": [reals(0, closed="left")],
     "max_iter": [integers(1), one_of(-1)],
@@ -72,11 +72,12 @@ class MulticlassSVC(SVMEstimator):
         Pattern selection value ``V_p`` (AS 2005 §5.3).
     threshold : {'mean', 'max', 'exp', 'linear', 'log'}, default='mean'
         Per-round threshold on ``V_p`` of the one-pass batch solve (AS's MEAN / MAX
-        (``mu * max``) or CS's cooling schemes), used where the batch is optimized once in
+        (``threshold_fraction * max``) or CS's cooling schemes), used where the batch is optimized once in
         order (the linear explicit-prototype path).  The kernel path's working set takes the
         ``batch_size`` best candidates and its re-selection decides which to optimize.
-    mu : float, default=0.5
-        Fraction of the largest value used by ``threshold='max'``.
+    threshold_fraction : float, default=0.5
+        Fraction of the largest value used by ``threshold='max'`` (AS 2005 §5.3's ``mu``;
+        named apart from :class:`~dmcsvm.ScatterSVC`'s ``mu``, a bound on the coefficients).
     tol : float, default=1e-3
         The stopping rule: stop when every pattern's KKT violation ``psi`` (CS 2001 Eq. 32, in
         margin units: how far a score is from satisfying the optimality conditions) is
@@ -122,9 +123,10 @@ class MulticlassSVC(SVMEstimator):
     support_ : ndarray of shape (n_SV,)
         Indices of the support patterns (rows with a non-zero coefficient).
     support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
-    dual_coef_ : ndarray of shape (n_SV, n_classes)
-        Signed coefficients ``B`` of the support patterns (``+alpha^y`` for the own class,
-        ``-alpha^r`` for the others; every row sums to zero).
+    dual_coef_ : ndarray of shape (n_classes, n_SV)
+        Signed coefficients ``B^T`` of the support patterns, one row per class, one column per
+        support vector as in scikit-learn's SVC (``+alpha^y`` for the own class, ``-alpha^r``
+        for the others; every column sums to zero).  Scores: ``K(X, SV) @ dual_coef_.T``.
     n_support_ : ndarray of shape (n_classes,)
         Support patterns per class.
     n_iter_ : int
@@ -152,7 +154,7 @@ class MulticlassSVC(SVMEstimator):
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 optimizer="exact", selection="bmg", threshold="mean", mu=0.5, tol=1e-3,
+                 optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
                  gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
                  client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
@@ -167,7 +169,7 @@ class MulticlassSVC(SVMEstimator):
         self.optimizer = optimizer
         self.selection = selection
         self.threshold = threshold
-        self.mu = mu
+        self.threshold_fraction = threshold_fraction
         self.tol = tol
         self.gap_tol = gap_tol
         self.cache_size = cache_size
@@ -197,8 +199,9 @@ class MulticlassSVC(SVMEstimator):
     def _settings(self) -> SolverSettings:
         """The solver's settings (the parameters are checked by ``_parameter_constraints``)."""
         return SolverSettings(C=float(self.C), optimizer=self.optimizer, selection=self.selection,
-                              threshold=self.threshold, mu=float(self.mu), tol=float(self.tol),
-                              gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
+                              threshold=self.threshold,
+                              threshold_fraction=float(self.threshold_fraction),
+                              tol=float(self.tol), gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
                               batch_size=int(self.batch_size),
                               batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
                               cache_size=float(self.cache_size),
@@ -277,7 +280,7 @@ class MulticlassSVC(SVMEstimator):
         self.classes_ = classes
         self.support_ = res.support
         self.support_vectors_ = res.X_sv
-        self.dual_coef_ = res.coef
+        self.dual_coef_ = np.ascontiguousarray(res.coef.T)   # (n_classes, n_SV), as SVC
         self.n_support_ = np.bincount(y_idx[res.support], minlength=m).astype(np.int32)
         self.n_iter_ = res.n_iter
         self.converged_ = res.converged
@@ -286,19 +289,20 @@ class MulticlassSVC(SVMEstimator):
 
     # ------------------------------------------------------------------ predict
     def _scores(self, X) -> np.ndarray:
-        """Prototype scores ``K(X, SV) @ dual_coef_`` in row chunks, on ``n_jobs`` threads."""
+        """Prototype scores ``K(X, SV) @ dual_coef_.T`` in row chunks, on ``n_jobs`` threads."""
         n = X.shape[0]
-        out = np.zeros((n, self.dual_coef_.shape[1]))
+        out = np.zeros((n, self.dual_coef_.shape[0]))
         if self.support_vectors_.shape[0] == 0 or n == 0:
             return out
         spec = self._kernel_spec().to_dict()
         SV = self.support_vectors_
         sv_norms = row_norms_sq(SV)
+        coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
         chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
 
         def work(ab):
             a, b = ab
-            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, self.dual_coef_)
+            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef)
 
         run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
         return out

@@ -101,7 +101,7 @@ class MultiPrototypeSVC(SVMEstimator):
         ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
         path Dask clusters and zarr stores use; in-process and Dask give the same model).
         'auto': 'sequential' where it applies, else 'rounds'.
-    optimizer, threshold, mu, tol, gap_tol, max_iter, shrinking :
+    optimizer, threshold, threshold_fraction, tol, gap_tol, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
         are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
         the primal beats the last energy), ``max_iter`` bounds the rounds of every solve.
@@ -153,8 +153,10 @@ class MultiPrototypeSVC(SVMEstimator):
         The ``coef0`` part of the linear scores (``coef0 * sum_i B[i, r]``).
     support_ : ndarray of shape (n_SV,)
     support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
-    dual_coef_ : ndarray of shape (n_SV, n_prototypes_total)
-        Signed coefficients ``B`` of the support patterns; ``f_r(x) = sum_i B[i, r] k(x_i, x)``.
+    dual_coef_ : ndarray of shape (n_prototypes_total, n_SV)
+        Signed coefficients ``B^T`` of the support patterns, one row per prototype, one column
+        per support vector as in scikit-learn's SVC: ``f_r(x) = sum_i dual_coef_[r, i]
+        k(x_i, x)``.
     energy_ : float
         Primal value (Eq. 8) of the final model and assignment.
     history_ : dict of ndarray
@@ -193,7 +195,8 @@ class MultiPrototypeSVC(SVMEstimator):
     def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
                  optimizer="exact",
-                 selection="kkt", threshold="mean", mu=0.5, tol=1e-3, gap_tol=1e-2,
+                 selection="kkt", threshold="mean", threshold_fraction=0.5, tol=1e-3,
+                 gap_tol=1e-2,
                  cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
                  n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
@@ -212,7 +215,7 @@ class MultiPrototypeSVC(SVMEstimator):
         self.optimizer = optimizer
         self.selection = selection
         self.threshold = threshold
-        self.mu = mu
+        self.threshold_fraction = threshold_fraction
         self.tol = tol
         self.gap_tol = gap_tol
         self.cache_size = cache_size
@@ -238,7 +241,8 @@ class MultiPrototypeSVC(SVMEstimator):
         by ``_parameter_constraints``)."""
         solver = SolverSettings(C=float(self.C), optimizer=self.optimizer,
                                 selection=self.selection, threshold=self.threshold,
-                                mu=float(self.mu), tol=float(self.tol),
+                                threshold_fraction=float(self.threshold_fraction),
+                                tol=float(self.tol),
                                 gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
                                 batch_size=int(self.batch_size or 1000),
                                 batch_sweeps=int(self.batch_sweeps or 1),
@@ -360,7 +364,7 @@ class MultiPrototypeSVC(SVMEstimator):
         self.assignment_ = res.yp
         self.support_ = sv
         self.support_vectors_ = state.bank.stack(sv, td.d, td.sparse, td.dtype)
-        self.dual_coef_ = state.B[sv].copy()
+        self.dual_coef_ = np.ascontiguousarray(state.B[sv].T)    # (P, n_SV), as SVC
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
         self.history_ = {"epoch": res.round_epoch,
@@ -391,7 +395,7 @@ class MultiPrototypeSVC(SVMEstimator):
         self.assignment_ = st.yp.copy()
         self.support_ = sv
         self.support_vectors_ = td.source[sv]
-        self.dual_coef_ = st.B[sv].copy()
+        self.dual_coef_ = np.ascontiguousarray(st.B[sv].T)
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
         self.history_ = {"epoch": res.round_epoch, **res.passes}
@@ -409,7 +413,7 @@ class MultiPrototypeSVC(SVMEstimator):
         if ac is None:
             return None, None
         a, c0 = ac
-        SV, Bs = self.support_vectors_, self.dual_coef_
+        SV, Bs = self.support_vectors_, np.asarray(self.dual_coef_, dtype=np.float64).T
         W = np.asarray(SV.T @ Bs).T if sp.issparse(SV) else Bs.T @ np.asarray(SV, np.float64)
         return np.ascontiguousarray(a * W), c0 * Bs.sum(axis=0)
 
@@ -440,17 +444,18 @@ class MultiPrototypeSVC(SVMEstimator):
             S = X @ self.prototypes_.T
             return np.asarray(S, dtype=np.float64) + self.intercept_
         n = X.shape[0]
-        out = np.zeros((n, self.dual_coef_.shape[1]))
+        out = np.zeros((n, self.dual_coef_.shape[0]))
         if self.support_vectors_.shape[0] == 0 or n == 0:
             return out
         spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
                                                           int(self.degree), float(self.coef0))
         sv_norms = row_norms_sq(self.support_vectors_)
+        coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
         for a in range(0, n, _PREDICT_CHUNK):
             b = min(a + _PREDICT_CHUNK, n)
             K = kernel_block(spec, X[a:b], self.support_vectors_, norms_b=sv_norms,
                              dtype=np.float64)
-            out[a:b] = K @ self.dual_coef_
+            out[a:b] = K @ coef
         return out
 
     def decision_function(self, X):

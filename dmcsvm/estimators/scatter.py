@@ -92,8 +92,9 @@ class ScatterSVC(SVMEstimator):
     support_ : ndarray of shape (n_SV,)
         Rows with ``a_i > 0``.
     support_vectors_ : ndarray or CSR of shape (n_SV, n_features)
-    dual_coef_ : ndarray of shape (n_SV,)
-        ``a_i`` of the support vectors.
+    dual_coef_ : ndarray of shape (1, n_SV)
+        ``a_i`` of the support vectors (one row, as in scikit-learn's SVC; the class of each
+        column is ``sv_class_``).
     sv_class_ : ndarray of shape (n_SV,)
         Class index of every support vector.
     class_norms_ : ndarray of shape (n_classes,)
@@ -216,7 +217,7 @@ class ScatterSVC(SVMEstimator):
         self.classes_ = classes
         self.support_ = sv
         self.support_vectors_ = rows_of(td, sv)
-        self.dual_coef_ = r.a[sv]
+        self.dual_coef_ = r.a[sv][None, :]          # (1, n_SV), as SVC
         self.sv_class_ = y_idx[sv]
         self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
         # ||m_c||^2 = sum_{i in c} a_i own_i ;  m_c' mbar = (1/m) sum_{i in c} a_i tot_i
@@ -243,8 +244,8 @@ class ScatterSVC(SVMEstimator):
         X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                           reset=False)
         m = self.classes_.shape[0]
-        A = sp.csr_matrix((self.dual_coef_, (np.arange(self.dual_coef_.shape[0]), self.sv_class_)),
-                          shape=(self.dual_coef_.shape[0], m))
+        a = np.asarray(self.dual_coef_).ravel()
+        A = sp.csr_matrix((a, (np.arange(a.shape[0]), self.sv_class_)), shape=(a.shape[0], m))
         return kernel_times(self, X, self.support_vectors_, A)
 
     def decision_function(self, X):

@@ -8,15 +8,16 @@ THRESHOLDS = ("max", "mean", "exp", "linear", "log")
 EPS0 = 0.999   # CS 2001 §7: initial accuracy of every cooling scheme
 
 
-def threshold_value(kind: str, t: int, max_v: float, mean_v: float, mu: float = 0.5) -> float:
+def threshold_value(kind: str, t: int, max_v: float, mean_v: float,
+                    fraction: float = 0.5) -> float:
     """Threshold ``theta_V`` for round ``t`` given this round's max and mean selection value.
 
-    ``max``: ``mu * max_p V_p``; ``mean``: ``mean_p V_p`` (AS 2005 §5.3);
+    ``max``: ``fraction * max_p V_p``; ``mean``: ``mean_p V_p`` (AS 2005 §5.3);
     ``exp``: ``eps0 exp(-t)``; ``linear``: ``eps0 / (t + 1)``; ``log``: ``eps0 / log10(t + 10)``
     (the cooling schemes of CS 2001 §7, ``eps0 = 0.999``).
     """
     if kind == "max":
-        return mu * max_v
+        return fraction * max_v
     if kind == "mean":
         return mean_v
     if kind == "exp":
