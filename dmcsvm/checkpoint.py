@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .file_modes import default_mode
+from .file_modes import atomic_file, default_mode
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
            "load_checkpoint", "has_checkpoint", "restore_rng", "parse_every", "data_fingerprint"]
@@ -268,19 +268,8 @@ def _put(g, name, a, checksums=None):
 
 
 def _write_text_atomic(path, text):
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".LATEST.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), default_mode())
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as fh:
+        fh.write(text)
 
 
 # ---------------------------------------------------------------------------------- reading

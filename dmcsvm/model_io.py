@@ -40,7 +40,7 @@ import zlib
 import numpy as np
 import scipy.sparse as sp
 
-from .file_modes import default_mode
+from .file_modes import atomic_file, default_mode
 from .param_history import upgrade_params
 from .runtime_params import RUNTIME_PARAMS, split_runtime
 
@@ -311,18 +311,8 @@ def save_model(model, path) -> None:
     if os.path.lexists(path):
         _check_replaceable(path)
     if _is_npz(path):
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), default_mode())       # not mkstemp's private 0600
-                np.savez(fh, meta=np.frombuffer(text.encode(), dtype=np.uint8), **enc.arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_file(path, "wb") as fh:
+            np.savez(fh, meta=np.frombuffer(text.encode(), dtype=np.uint8), **enc.arrays)
         return
     import zarr
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")

@@ -14,6 +14,7 @@ import tempfile
 
 import numpy as np
 
+from ..file_modes import atomic_file as write_atomically
 from ..file_modes import current_umask, default_mode, give_default_mode  # noqa: F401
 from ..runtime_params import CLI_OPTIONS
 
@@ -260,21 +261,9 @@ def atomic_file(path, mode="w"):
     """Write to a temporary file beside ``path`` and rename it into place on success; on any
     error the temporary file is removed and ``path`` is left as it was.  The file gets the
     mode of a newly created file (0666 less the umask), not ``mkstemp``'s 0600."""
-    path = os.path.abspath(path)
     check_output(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
-                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            os.fchmod(fh.fileno(), default_mode())
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with write_atomically(path, mode) as fh:
+        yield fh
 
 
 # ---------------------------------------------------------------------------------- clusters

@@ -176,6 +176,13 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         "class_weight": [dict, choices("balanced"), None],
     }
 
+    def _keep_params(self, args: dict) -> None:
+        """Store every ``__init__`` argument unchanged under its own name (scikit-learn's rule:
+        no logic in ``__init__``; the values are checked in ``fit``).  ``args`` is the
+        ``locals()`` of ``__init__``."""
+        for name in self._get_param_names():
+            setattr(self, name, args[name])
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         doc = cls.__dict__.get("__doc__")

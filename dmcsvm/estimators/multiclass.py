@@ -161,39 +161,7 @@ class MulticlassSVC(SVMEstimator):
                  n_partitions=None,
                  checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
                  disk_cache_size="auto", cache_dir=None, warm_start=False, class_weight=None):
-        self.C = C
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.optimizer = optimizer
-        self.selection = selection
-        self.threshold = threshold
-        self.threshold_fraction = threshold_fraction
-        self.tol = tol
-        self.gap_tol = gap_tol
-        self.cache_size = cache_size
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.batch_sweeps = batch_sweeps
-        self.shrinking = shrinking
-        self.verbose = verbose
-        self.probability = probability
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.client = client
-        self.n_workers = n_workers
-        self.threads_per_worker = threads_per_worker
-        self.memory_limit = memory_limit
-        self.n_partitions = n_partitions
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.resume = resume
-        self.data_in_memory = data_in_memory
-        self.disk_cache_size = disk_cache_size
-        self.cache_dir = cache_dir
-        self.warm_start = warm_start
-        self.class_weight = class_weight
+        self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
     def _settings(self) -> SolverSettings:

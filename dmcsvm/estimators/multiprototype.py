@@ -201,39 +201,7 @@ class MultiPrototypeSVC(SVMEstimator):
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
                  n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
                  class_weight=None, warm_start=False):
-        self.n_prototypes = n_prototypes
-        self.C = C
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.T0 = T0
-        self.tau = tau
-        self.max_epochs = max_epochs
-        self.fast_linear = fast_linear
-        self.solver = solver
-        self.optimizer = optimizer
-        self.selection = selection
-        self.threshold = threshold
-        self.threshold_fraction = threshold_fraction
-        self.tol = tol
-        self.gap_tol = gap_tol
-        self.cache_size = cache_size
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.batch_sweeps = batch_sweeps
-        self.shrinking = shrinking
-        self.verbose = verbose
-        self.probability = probability
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.client = client
-        self.n_workers = n_workers
-        self.threads_per_worker = threads_per_worker
-        self.memory_limit = memory_limit
-        self.n_partitions = n_partitions
-        self.class_weight = class_weight
-        self.warm_start = warm_start
+        self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
     def _settings(self) -> tuple[SolverSettings, AnnealSettings]:

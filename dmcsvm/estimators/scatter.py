@@ -132,29 +132,7 @@ class ScatterSVC(SVMEstimator):
                  random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None,
                  warm_start=False):
-        self.mu = mu
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.test_rule = test_rule
-        self.tol = tol
-        self.selection = selection
-        self.cache_size = cache_size
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.class_batch = class_batch
-        self.verbose = verbose
-        self.probability = probability
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.client = client
-        self.n_workers = n_workers
-        self.threads_per_worker = threads_per_worker
-        self.memory_limit = memory_limit
-        self.n_partitions = n_partitions
-        self.class_weight = class_weight
-        self.warm_start = warm_start
+        self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
     def _check_mu(self, counts, weighted=False):
