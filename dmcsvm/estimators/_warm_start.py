@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from ..engine.messages import RoundMessage
 from ._inputs import rows_of
 
 
@@ -53,7 +54,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
     dB = coef * scale
     state = CoordinatorState.fresh(td.n, coef.shape[1])
     state.B[ids] = dB
-    return {"state": state, "first_msg": {"ids": ids, "XB": XB, "dB": dB.copy()}}
+    return {"state": state, "first_msg": RoundMessage(ids=ids, XB=XB, dB=dB.copy())}
 
 
 def _mismatch(est, td, classes, y_idx):
