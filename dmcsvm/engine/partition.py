@@ -94,7 +94,6 @@ class Partition(PartitionBase):
         t3 = time.perf_counter()
         return self._timed(self._report(float(msg.shrink_margin)), t0, tk, tu, t3)
 
-
     def _apply_streamed(self, ids, XB, dB):
         """``F += K(X_active, X_B) @ dB`` when the rows are re-read from the store: the cached
         columns are applied in bounded groups, and all missing columns are computed in ONE pass
@@ -143,7 +142,6 @@ class Partition(PartitionBase):
                 if self.disk.capacity:
                     self.disk.put(g, KT[j], self.active)
         return tk, tu
-
 
     def _unshrink(self, sv: dict) -> float:
         """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
@@ -234,7 +232,6 @@ class Partition(PartitionBase):
         own = (ids >= self.lo) & (ids < self.hi)
         self.shipped[ids[own] - self.lo] = True
 
-
     # ---------------------------------------------------------------- checkpoints
     def state_file(self, directory) -> str:
         return os.path.join(os.fspath(directory), f"part-{self.part_id:05d}.npz")
@@ -287,7 +284,6 @@ class Partition(PartitionBase):
         self.disk.clear()
         self._drop_compact()
         self._refresh_compact()
-
 
     # ---------------------------------------------------------------- recovery
     def restore(self, snapshot: dict) -> bool:

@@ -127,6 +127,7 @@ class PartitionBase:
 
     @property
     def n_rows(self) -> int:
+        """Rows this partition owns."""
         return self.hi - self.lo
 
     # ---------------------------------------------------------------- kernel columns
@@ -227,7 +228,6 @@ class PartitionBase:
         starts = np.array([a for a, _ in self.data.bounds])
         return np.unique(np.searchsorted(starts, self.active, side="right") - 1)
 
-
     def _lookup(self, ids):
         """Cached columns of ``ids`` (memory LRU, then the zarr tier): ``{j: column}`` and the
         positions ``j`` of the misses."""
@@ -251,14 +251,12 @@ class PartitionBase:
         self.kernel_elements += len(miss) * int(self.active.shape[0])
         return hits, miss
 
-
     def _group_size(self, n_cols: int, block_bytes: int | None = None) -> int:
         """Batch columns per kernel block so that one block stays within ``block_bytes``
         (default ``kernel_block_bytes``)."""
         per_col = max(1, self.active.shape[0]) * self.kdtype.itemsize
         limit = self.s.kernel_block_bytes if block_bytes is None else block_bytes
         return int(min(n_cols, max(1, limit // per_col)))
-
 
     def _timed(self, reply, t0, tk, tu, t_select0):
         """``reply`` with the round's timings (kernel blocks ``tk``, update ``tu``, selection
@@ -287,6 +285,8 @@ class PartitionBase:
 
     # ---------------------------------------------------------------- results
     def stats(self) -> dict:
+        """Counters of the column caches, kernel work, row reads and compact copies (what an
+        estimator's ``engine_stats_`` shows per partition)."""
         out = {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
                "in_memory": bool(self.data.in_memory),
                "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
@@ -303,11 +303,9 @@ class PartitionBase:
         out.update(self.disk.stats())
         return out
 
-
     def row_range(self) -> tuple:
         """``(lo, hi)``: the global rows this partition owns."""
         return self.lo, self.hi
-
 
     def close(self) -> None:
         """Release what the partition holds outside Python objects (the on-disk column cache,
