@@ -66,6 +66,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pickle
 import statistics
 import sys
@@ -81,6 +82,7 @@ import _report
 
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
+from dmcsvm.engine.messages import CSReply, RoundMessage  # noqa: E402
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402
 
@@ -111,6 +113,8 @@ def _nbytes(obj) -> int:
         return int(obj.nbytes)
     if isinstance(obj, dict):
         return sum(_nbytes(v) for v in obj.values())
+    if dataclasses.is_dataclass(obj):                        # round messages and replies
+        return sum(_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     if isinstance(obj, (list, tuple)):
         return sum(_nbytes(v) for v in obj)
     if hasattr(obj, "data") and hasattr(obj, "indices"):     # CSR
@@ -148,8 +152,8 @@ class _Recorder:
         # second pickling inside the timed round); none for in-process and pinned futures
         if sent is not None and self._ex.mode == "actor":
             self.wire_out.append(self._ex.bytes_sent - sent)
-        self.cand_X_bytes.append(sum(_nbytes(r.get("cand_X")) for r in replies))
-        dB = msg.get("dB")
+        self.cand_X_bytes.append(sum(_nbytes(r.cand_X) for r in replies))
+        dB = getattr(msg, "dB", None)
         if dB is not None:
             self.dB_nnz += int(np.count_nonzero(dB))
             self.dB_size += int(dB.size)
@@ -289,27 +293,26 @@ def _agreement(ref, other):
 
 class ProbePartition(Partition):
     """A partition that can answer a round without working: :meth:`probe` ignores its payload
-    and returns a dict shaped like a real reply with ``n`` candidates."""
+    and returns a reply with ``n`` candidates."""
 
     def probe(self, payload, n, packed=False):
         if packed:                 # the message came as one pickled blob; answer with one too
             pickle.loads(payload)
             return pickle.dumps(self.probe(None, n), protocol=5)
         crow = np.arange(min(n, self.F.shape[0]))
-        return {"part": self.part_id, "cand_ids": (crow + self.lo).astype(np.int64),
-                "cand_V": self.kdiag[crow].copy(), "cand_psi": self.kdiag[crow].copy(),
-                "cand_F": self.F[crow], "cand_X": self.X[crow], "cand_kdiag": self.kdiag[crow],
-                "cand_yp": self.yp[crow], "cand_cls": self.cls[crow], "max_V": 0.0, "sum_V": 0.0,
-                "max_psi": 0.0, "n_viol": 0, "n_active": 0, "n_rows": 0, "sum_alpha": 0.0,
-                "sum_BF": 0.0, "sum_xi": 0.0, "rows_computed": 0, "rows_cached": 0,
-                "t_kernel": 0.0, "t_update": 0.0, "t_select": 0.0, "t_total": 0.0}
+        return CSReply(part=self.part_id, cand_ids=(crow + self.lo).astype(np.int64),
+                       cand_V=self.kdiag[crow].copy(), cand_psi=self.kdiag[crow].copy(),
+                       cand_F=self.F[crow], cand_X=self.X[crow], cand_new=np.ones(crow.shape[0],
+                                                                               dtype=bool),
+                       cand_kdiag=self.kdiag[crow], cand_yp=self.yp[crow],
+                       cand_cls=self.cls[crow])
 
 
 def _payload(b, d, P, rng):
     """A round message of a batch of ``b`` patterns (the arrays the coordinator sends)."""
-    return {"ids": rng.integers(0, 10 ** 5, b).astype(np.int64),
-            "XB": rng.uniform(-1, 1, (b, d)).astype(np.float32),
-            "dB": rng.normal(size=(b, P)), "shrink_margin": 0.1}
+    return RoundMessage(ids=rng.integers(0, 10 ** 5, b).astype(np.int64),
+                        XB=rng.uniform(-1, 1, (b, d)).astype(np.float32),
+                        dB=rng.normal(size=(b, P)), shrink_margin=0.1)
 
 
 def _echo_child(port, reply_bytes):

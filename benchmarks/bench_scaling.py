@@ -90,7 +90,7 @@ def unit_costs(quick):
     from threadpoolctl import threadpool_limits
     from dmcsvm.kernels import KernelSpec, kernel_block, row_norms_sq
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.coordinators.crammer_singer import _merge
+    from dmcsvm.engine.messages import CSReply, merge as merge_replies
     rng = np.random.default_rng(1)
     out = {"load_before": load()}
     na, b = (4096, 128) if quick else (8192, 256)
@@ -155,25 +155,22 @@ def unit_costs(quick):
                 reps = []
                 for k in range(Np):
                     new = rng.random(c) < 0.5
-                    reps.append({"part": k, "cand_ids": np.arange(c) + k * c,
-                                 "cand_V": rng.random(c), "cand_psi": rng.random(c),
-                                 "cand_F": rng.random((c, P)),
-                                 "cand_X": rng.random((int(new.sum()), d), dtype=np.float32),
-                                 "cand_new": new, "cand_kdiag": np.ones(c),
-                                 "cand_yp": np.zeros(c, np.int64), "cand_cls": np.zeros(c, np.int64),
-                                 "max_V": 1.0, "sum_V": 1.0, "max_psi": 1.0, "n_viol": c,
-                                 "n_active": c, "n_rows": c, "sum_alpha": 0.0, "sum_BF": 0.0,
-                                 "sum_xi": 0.0, "rows_computed": 0, "rows_cached": 0,
-                                 "rows_disk": 0, "t_kernel": 0.0, "t_update": 0.0,
-                                 "t_select": 0.0, "t_total": 0.0})
+                    reps.append(CSReply(
+                        part=k, cand_ids=np.arange(c) + k * c, cand_V=rng.random(c),
+                        cand_psi=rng.random(c), cand_F=rng.random((c, P)),
+                        cand_X=rng.random((int(new.sum()), d), dtype=np.float32),
+                        cand_new=new, cand_kdiag=np.ones(c), cand_yp=np.zeros(c, np.int64),
+                        cand_cls=np.zeros(c, np.int64), max_V=1.0, sum_V=1.0, max_psi=1.0,
+                        n_viol=c, n_active=c, n_rows=c))
                 blobs_ = [pickle.dumps(r, protocol=5) for r in reps]
                 # what the coordinator does with a Dask round's replies: unpickle, merge, argsort
                 def merge():
-                    agg = _merge([pickle.loads(x) for x in blobs_])
-                    np.argsort(-agg["cand_V"], kind="stable")
+                    agg = merge_replies([pickle.loads(x) for x in blobs_])
+                    agg.cand_xrow()
+                    np.argsort(-agg.cand_V, kind="stable")
                 t = timeit(merge, rep)
                 mr.append({"P": P, "d": d, "Np": Np, "c": c, "ncand": Np * c,
-                           "nnew": int(sum(int(r["cand_new"].sum()) for r in reps)), "s": t})
+                           "nnew": int(sum(int(r.cand_new.sum()) for r in reps)), "s": t})
         A = np.array([[1.0, r["ncand"] * (r["P"] + 7), r["nnew"] * r["d"]] for r in mr])
         y = np.array([r["s"] for r in mr])
         from scipy.optimize import nnls
@@ -202,12 +199,14 @@ class Recorder:
         t = time.perf_counter()
         reps = self._inner.step(msg)
         dt = time.perf_counter() - t
-        ncand = sum(int(r["cand_ids"].shape[0]) for r in reps)
-        nnew = sum(int(np.count_nonzero(r.get("cand_new", np.ones(0, bool)))) for r in reps)
-        rb = sum(sum(v.nbytes for v in r.values() if isinstance(v, np.ndarray)) for r in reps)
-        mb = sum(v.nbytes for v in msg.values() if isinstance(v, np.ndarray))
-        nnz = float(np.count_nonzero(msg["dB"]) / msg["dB"].size) if msg.get("dB") is not None \
-            and msg["dB"].size else 0.0
+        ncand = sum(int(r.cand_ids.shape[0]) for r in reps)
+        # SMO replies have no cand_new (their rows are always sent)
+        nnew = sum(int(np.count_nonzero(getattr(r, "cand_new", ()))) for r in reps)
+        rb = sum(sum(v.nbytes for v in vars(r).values() if isinstance(v, np.ndarray))
+                 for r in reps)
+        mb = sum(v.nbytes for v in vars(msg).values() if isinstance(v, np.ndarray))
+        dB = getattr(msg, "dB", None)
+        nnz = float(np.count_nonzero(dB) / dB.size) if dB is not None and dB.size else 0.0
         self._log.append({"t_step": dt, "ncand": ncand, "nnew": nnew, "reply_bytes": rb,
                           "msg_bytes": mb, "nnz_frac": nnz})
         return reps
@@ -330,6 +329,7 @@ def calibrate_parts(costs, run, d, P, n):
 # ----------------------------------------------------------------------------- 3. Dask probe
 def dask_probe(client, quick, d=32, P=10):
     from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.messages import RoundMessage
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt
@@ -346,15 +346,16 @@ def dask_probe(client, quick, d=32, P=10):
                               kernel_dtype="float32")
         ex = DaskExecutor(client, n_partitions=Np, recover=False).start(X, y, y, s)
         try:
-            t_empty = timeit(lambda: ex.step({}), reps, warm=3)
+            t_empty = timeit(lambda: ex.step(RoundMessage()), reps, warm=3)
             c0_cpu = time.process_time()
             for _ in range(reps):
-                ex.step({})
+                ex.step(RoundMessage())
             cpu_empty = (time.process_time() - c0_cpu) / reps
             b = 1000
-            msg = {"ids": np.arange(b, dtype=np.int64) + 10 ** 6,
-                   "XB": rng.standard_normal((b, d)).astype(np.float32),
-                   "dB": np.where(rng.random((b, P)) < 0.15, 1e-9, 0.0), "shrink_margin": 1.0}
+            msg = RoundMessage(ids=np.arange(b, dtype=np.int64) + 10 ** 6,
+                               XB=rng.standard_normal((b, d)).astype(np.float32),
+                               dB=np.where(rng.random((b, P)) < 0.15, 1e-9, 0.0),
+                               shrink_margin=1.0)
             b0 = ex.bytes_sent
             t_msg = timeit(lambda: ex.step(msg), reps, warm=2)
             per_msg = (ex.bytes_sent - b0) / (reps + 2)

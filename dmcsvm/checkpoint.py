@@ -200,12 +200,13 @@ class Checkpointer:
             self._put_rows(g, "X", Xsv, sums)
             if self.assign is not None:
                 _put(g, "assign", np.asarray(self.assign, dtype=np.int64), sums)
-            pending = getattr(state, "pending", None) or {}
+            # the pending round message (its ids, XB, dB and shrink_margin), or None
+            pending = getattr(state, "pending", None)
             part_bounds = None
-            if pending.get("ids") is not None and self.executor is not None:
-                _put(g, "pending_ids", np.asarray(pending["ids"], dtype=np.int64), sums)
-                _put(g, "pending_dB", np.asarray(pending["dB"], dtype=np.float64), sums)
-                self._put_rows(g, "pending_X", pending["XB"], sums)
+            if getattr(pending, "ids", None) is not None and self.executor is not None:
+                _put(g, "pending_ids", np.asarray(pending.ids, dtype=np.int64), sums)
+                _put(g, "pending_dB", np.asarray(pending.dB, dtype=np.float64), sums)
+                self._put_rows(g, "pending_X", pending.XB, sums)
                 # every partition writes its own state into the group (in parallel, on its
                 # worker): the coordinator never holds the n x P scores
                 part_bounds = [[int(lo), int(hi)] for _, lo, hi in
@@ -223,7 +224,7 @@ class Checkpointer:
                 "rng": _rng_state(self.rng), "history_keys": keys,
                 "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
                 "checksums": sums, "partition_bounds": part_bounds,
-                "pending_shrink_margin": _jsonable(pending.get("shrink_margin"))
+                "pending_shrink_margin": _jsonable(pending.shrink_margin)
                 if part_bounds is not None else None,
                 "written_at": time.time()})
             if os.path.exists(final):

@@ -172,7 +172,7 @@ def test_checkpointer_triggers_and_interrupted_writes(tmp_path):
     assert got.rounds == 6 and np.array_equal(got.B, [[1.0, -0.5, -0.5]])
     st, msg = resume_state(got)
     assert np.array_equal(st.B.toarray(), state.B.toarray()) and st.rounds == 6
-    assert np.array_equal(msg["ids"], [1]) and np.array_equal(msg["XB"], [[4.0, 5.0, 6.0, 7.0]])
+    assert np.array_equal(msg.ids, [1]) and np.array_equal(msg.XB, [[4.0, 5.0, 6.0, 7.0]])
     timed = Checkpointer(tmp_path / "t", every_seconds=0.0).bind(state, n_features=4, sparse=False)
     timed(1)
     assert timed.n_written == 1

@@ -78,7 +78,7 @@ def test_row_bank_and_coefficients_follow_the_support_during_a_solve(cs):
     entered = set()
 
     def on_round(r, B):
-        entered.update(state.pending["ids"].tolist())
+        entered.update(state.pending.ids.tolist())
 
     ex = InProcessExecutor(2, 3).start(X, y, y, pset)
     try:

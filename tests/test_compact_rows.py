@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.engine import partition as partition_mod
+from dmcsvm.engine import partition_base as partition_mod
 from dmcsvm.engine.rows import CompactRows
 from dmcsvm.store import write_arrays
 

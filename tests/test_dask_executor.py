@@ -19,7 +19,8 @@ from distributed import Client, LocalCluster
 from dmcsvm import MulticlassSVC
 from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
-from dmcsvm.engine.partition import PartitionSettings, pack_message, unpack_message
+from dmcsvm.engine.messages import RoundMessage, pack_message, unpack_message
+from dmcsvm.engine.partition import PartitionSettings
 from dmcsvm.kernels import KernelSpec
 from dmcsvm.numerics import pattern as pt
 from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
@@ -131,21 +132,25 @@ def test_packed_message_round_trip_is_exact():
     dB = np.zeros((500, 26))
     nz = rng.random(dB.shape) < 0.1
     dB[nz] = rng.normal(size=int(nz.sum()))
-    msg = {"ids": np.arange(500), "XB": rng.random((500, 16)).astype(np.float32), "dB": dB,
-           "shrink_margin": 0.25}
+    msg = RoundMessage(ids=np.arange(500), XB=rng.random((500, 16)).astype(np.float32), dB=dB,
+                       shrink_margin=0.25)
     blob = pack_message(msg)
     out = unpack_message(blob)
-    assert sorted(out) == sorted(msg)
-    np.testing.assert_array_equal(out["dB"], dB)
-    assert out["dB"].dtype == np.float64 and out["dB"].flags.c_contiguous
-    np.testing.assert_array_equal(out["XB"], msg["XB"])
-    assert out["XB"].dtype == np.float32 and out["shrink_margin"] == 0.25
-    assert len(blob) < len(pickle.dumps(msg, protocol=5)) - dB.nbytes // 2
-    dense = dict(msg, dB=rng.normal(size=(500, 26)))
-    blob = pack_message(dense)
-    np.testing.assert_array_equal(unpack_message(blob)["dB"], dense["dB"])
+    assert type(out) is RoundMessage
+    np.testing.assert_array_equal(out.ids, msg.ids)
+    np.testing.assert_array_equal(out.dB, dB)
+    assert out.dB.dtype == np.float64 and out.dB.flags.c_contiguous
+    np.testing.assert_array_equal(out.XB, msg.XB)
+    assert out.XB.dtype == np.float32 and out.shrink_margin == 0.25
+    assert out.unshrink is None and out.reship is False
+    wire = {"ids": msg.ids, "XB": msg.XB, "dB": dB, "shrink_margin": 0.25, "kind": "RoundMessage"}
+    assert len(blob) < len(pickle.dumps(wire, protocol=5)) - dB.nbytes // 2
+    dense = dict(wire, dB=rng.normal(size=(500, 26)))
+    blob = pack_message(RoundMessage(ids=msg.ids, XB=msg.XB, dB=dense["dB"], shrink_margin=0.25))
+    np.testing.assert_array_equal(unpack_message(blob).dB, dense["dB"])
     assert len(blob) == len(pickle.dumps(dense, protocol=5))
-    assert unpack_message(pack_message({"shrink_margin": 1.0})) == {"shrink_margin": 1.0}
+    assert unpack_message(pack_message(RoundMessage(shrink_margin=1.0))) == \
+        RoundMessage(shrink_margin=1.0)
 
 
 def test_estimator_client_switch(local_client):
@@ -254,13 +259,13 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         ex = DaskExecutor(client, n_partitions=2, recover=False).start(X, y, y, ps)
-        assert len(ex.step({})) == 2
+        assert len(ex.step(RoundMessage())) == 2
         victim = ex.placement[1]
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
         t = time.perf_counter()
         with pytest.raises(RuntimeError, match=f"the Dask worker {victim} holding partition 1 "
                                                f"has left the cluster"):
-            ex.step({})
+            ex.step(RoundMessage())
         assert time.perf_counter() - t < 60
         ex.parts = []

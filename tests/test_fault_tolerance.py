@@ -26,6 +26,7 @@ from distributed import Client
 
 from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
+from dmcsvm.engine.messages import GradientMessage, RoundMessage
 from dmcsvm.engine.partition import Partition, PartitionSettings
 from dmcsvm.kernels import KernelSpec, kernel_block
 from dmcsvm.numerics import pattern as pt
@@ -487,7 +488,8 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
         assert np.all(fresh.shipped >= part.shipped)
         assert fresh.active.shape[0] == part.hi - part.lo
         np.testing.assert_allclose(fresh.F, part.F, rtol=0, atol=1e-9 * max(1, abs(part.F).max()))
-        np.testing.assert_array_equal(fresh.step({})["cand_ids"], part.step({})["cand_ids"])
+        np.testing.assert_array_equal(fresh.step(RoundMessage()).cand_ids,
+                                      part.step(RoundMessage()).cand_ids)
 
 
 @pytest.mark.parametrize("est_name", ["BinarySVC", "ScatterSVC"])
@@ -503,12 +505,12 @@ def test_gradient_partition_restore_rebuilds_tot_and_own(monkeypatch, est_name):
     for part in rec.parts:
         snap = rec.snapshot(part.lo, part.hi)
         fresh = type(part)(part.part_id, part.lo, part.hi, X[part.lo:part.hi],
-                           np.zeros(part.hi - part.lo, dtype=np.int64), part.cls, part.s)
+                           np.zeros(part.hi - part.lo, dtype=np.int64), part.grp, part.s)
         fresh.restore(snap)
-        np.testing.assert_array_equal(fresh.a, part.a)
+        np.testing.assert_array_equal(fresh.alpha, part.alpha)
         np.testing.assert_array_equal(fresh.y, part.y)
         np.testing.assert_array_equal(fresh.rows, part.rows)
         np.testing.assert_allclose(fresh.tot[part.rows], part.tot[part.rows], rtol=0, atol=1e-9)
         np.testing.assert_allclose(fresh.own[part.rows], part.own[part.rows], rtol=0, atol=1e-9)
-        a, b = fresh.step({}), part.step({})
-        np.testing.assert_allclose(a["gmax"], b["gmax"], rtol=0, atol=1e-9)
+        a, b = fresh.step(GradientMessage()), part.step(GradientMessage())
+        np.testing.assert_allclose(a.gmax, b.gmax, rtol=0, atol=1e-9)

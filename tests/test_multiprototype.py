@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC
+from dmcsvm.engine.messages import PrototypeMessage
 from dmcsvm.engine.prototype_partition import encode_linear, prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
 from dmcsvm.numerics import linear_prototypes as lp
@@ -256,10 +257,10 @@ def test_prototype_step_scores_and_encoding(sparse):
     np.testing.assert_allclose(lp.linear_scores(Xs, W, s, 0.5, 2.0), 0.5 * X @ W.T + 2.0 * s,
                                atol=1e-13)
     ids = np.arange(30)
-    msg = encode_linear({"ids": ids, "XB": Xs, "dB": dB, "unshrink": {"ids": ids, "X": Xs},
-                         "assign": {"ids": ids[:2], "yp": ids[:2]}})
-    assert "XB" not in msg and msg["unshrink"] == {} and msg["assign"]["ids"].shape == (2,)
-    np.testing.assert_allclose(msg["dW"], dB.T @ X, atol=1e-13)
+    msg = encode_linear(PrototypeMessage(ids=ids, XB=Xs, dB=dB, unshrink={"ids": ids, "X": Xs},
+                                         assign={"ids": ids[:2], "yp": ids[:2]}))
+    assert msg.XB is None and msg.unshrink == {} and msg.assign["ids"].shape == (2,)
+    np.testing.assert_allclose(msg.dW, dB.T @ X, atol=1e-13)
     assert lp.linear_coefficients(KernelSpec("linear")) == (1.0, 0.0)
     assert lp.linear_coefficients(PAPER_KERNEL) == (1.0, 1.0)
     assert lp.linear_coefficients(KernelSpec("poly", degree=2)) is None

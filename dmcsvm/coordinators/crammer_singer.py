@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ..errors import check_finite_round
+from ..engine.messages import RoundMessage, has_batch, merge
 from ..engine.threads import BlasThreadHold
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
@@ -169,7 +170,7 @@ class CoordinatorState:
     history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
     #: the message chosen in the last round, not yet sent to the partitions (its ``dB`` is in
     #: ``B`` already): a checkpoint saves it with the partitions' states, so a resume sends it
-    pending: dict | None = None
+    pending: RoundMessage | None = None
     #: the support count last shown in the history (refreshed every 50 rounds)
     n_sv: int | None = None
 
@@ -235,37 +236,10 @@ class _GramCache:
         return self.G, p
 
 
-def _merge(replies):
-    """Concatenate the partitions' candidate lists and add up their aggregates.  ``cand_X`` holds
-    the X rows of the candidates marked ``cand_new`` only (the others are in the row bank);
-    ``cand_xrow`` maps every candidate to its row in ``cand_X`` (-1: take it from the bank)."""
-    cat = {k: [r[k] for r in replies] for k in replies[0] if k.startswith("cand_")}
-    out = {}
-    for k, v in cat.items():
-        if k == "cand_X":
-            out[k] = sp.vstack(v).tocsr() if sp.issparse(v[0]) else np.concatenate(v)
-        else:
-            out[k] = np.concatenate(v)
-    new = out.get("cand_new")
-    if new is None:
-        new = np.ones(out["cand_ids"].shape[0], dtype=bool)
-    xrow = np.full(new.shape[0], -1, dtype=np.int64)
-    xrow[new] = np.arange(int(np.count_nonzero(new)))
-    out["cand_xrow"] = xrow
-    for k in ("sum_V", "n_viol", "n_active", "n_rows", "sum_alpha", "sum_BF", "sum_xi",
-              "rows_computed", "rows_cached", "rows_disk"):
-        out[k] = sum(r.get(k, 0) for r in replies)
-    if "sum_Cxi" in replies[0]:                # weighted patterns: sum_i C_i xi_i
-        out["sum_Cxi"] = sum(r["sum_Cxi"] for r in replies)
-    for k in ("max_V", "max_psi", "t_kernel", "t_update", "t_select", "t_total"):
-        out[k] = max(r[k] for r in replies)
-    return out
-
-
 def primal_slack(agg, C) -> float:
     """The primal's slack term from merged replies: ``C sum_i xi_i``, or ``sum_i C_i xi_i``
     when the partitions hold per-pattern bounds (class / sample weights)."""
-    return agg["sum_Cxi"] if "sum_Cxi" in agg else C * agg["sum_xi"]
+    return agg.sum_Cxi if agg.sum_Cxi is not None else C * agg.sum_xi
 
 
 def batch_bounds(agg, pick, C, key="cand_C"):
@@ -274,7 +248,7 @@ def batch_bounds(agg, pick, C, key="cand_C"):
     solve), else their per-row ``C_i`` (``cand_C``, reported by the partitions that own them).
     Batch solvers (``pattern.solve_batch``, ``solve_working_set``, a ``batch_solver``) take
     either (as do the SMO decomposition's, whose partitions report ``cand_U``)."""
-    Cb = agg.get(key)
+    Cb = getattr(agg, key)
     if Cb is None:
         return float(C)
     Cb = np.ascontiguousarray(Cb[pick], dtype=np.float64)
@@ -311,9 +285,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     state : CoordinatorState, optional
         Continue from this state (its ``B`` must match the partitions' scores after
         ``first_msg``); updated in place.  Default: a fresh state, ``B = 0``.
-    first_msg : dict, optional
-        Message sent to the partitions in the first round (e.g. an update that zeroes the
-        coefficients of re-assigned patterns); the caller keeps ``state.B`` consistent with it.
+    first_msg : RoundMessage, optional
+        Message (or a subclass's, e.g. a PrototypeMessage) sent to the partitions in the first
+        round (e.g. an update that zeroes the coefficients of re-assigned patterns); the caller
+        keeps ``state.B`` consistent with it.
     stop : callable, optional
         ``stop(row) -> bool`` on each round's history row; True ends the solve (converged=False)
         in the state that row describes (the batch chosen in that round is dropped).
@@ -335,9 +310,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     B, bank, hist = state.B, state.bank, state.history
     bar = _progress(s, n)
     register_snapshot(executor, state, d, sparse, x_dtype)   # rebuilds a lost partition (Dask)
-    msg: dict = dict(first_msg or {})
-    if msg.get("ids") is not None and len(msg["ids"]):
-        bank.add(msg["ids"], msg["XB"])          # partitions now count these rows as shipped
+    msg = replace(first_msg) if first_msg is not None else RoundMessage()
+    if has_batch(msg):
+        bank.add(msg.ids, msg.XB)          # partitions now count these rows as shipped
     t_start = time.perf_counter()
     rounds = state.rounds
     max_rounds = rounds + s.max_iter if s.max_iter > 0 else 10 ** 12
@@ -358,39 +333,39 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     try:
         while True:
             t_round = time.perf_counter()
-            if prune and msg.get("ids") is not None:
+            if prune and msg.ids is not None:
                 # the bank follows the support too: it keeps the support and the batch sent now,
                 # and the partitions keep the same marks when they apply this message (pruned
                 # here, at sending, since a solve that stops drops the batch it chose last)
-                bank.keep(np.union1d(B.support(), msg["ids"]))
-                msg["reship"] = True
+                bank.keep(np.union1d(B.support(), msg.ids))
+                msg.reship = True
                 prune = False
-            replies = executor.step(msg)
-            agg = _merge(replies)
+            agg = merge(executor.step(msg))
             t_solve0 = time.perf_counter()
-            mM = agg["sum_BF"]                       # ||M||^2
-            dual = agg["sum_alpha"] - 0.5 * mM
+            mM = agg.sum_BF                       # ||M||^2
+            dual = agg.sum_alpha - 0.5 * mM
             primal = 0.5 * mM + primal_slack(agg, s.C)
             # a NaN primal would read as gap 0 and "converge": non-finite values end the solve
-            check_finite_round(rounds, dual=dual, primal=primal, max_psi=agg["max_psi"])
+            check_finite_round(rounds, dual=dual, primal=primal, max_psi=agg.max_psi)
             gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
-            mean_v = agg["sum_V"] / max(agg["n_active"], 1)
-            theta = threshold_value(s.threshold, rounds, agg["max_V"], mean_v, s.threshold_fraction)
-            done = agg["max_psi"] <= s.tol or (s.gap_tol > 0 and gap <= s.gap_tol)
+            mean_v = agg.sum_V / max(agg.n_active, 1)
+            theta = threshold_value(s.threshold, rounds, agg.max_V, mean_v, s.threshold_fraction)
+            done = agg.max_psi <= s.tol or (s.gap_tol > 0 and gap <= s.gap_tol)
             batch_ids = np.zeros(0, dtype=np.int64)
             n_steps = 0
-            msg = {}
-            if done and agg["n_active"] < agg["n_rows"] and not just_unshrunk:
+            msg = RoundMessage()
+            if done and agg.n_active < agg.n_rows and not just_unshrunk:
                 # converged on the active set: rebuild the shrunk rows' scores and check again
                 sv = B.support()
-                msg = {"unshrink": {"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype), "B": B[sv]}}
+                msg = RoundMessage(unshrink={"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype),
+                                             "B": B[sv]})
                 just_unshrunk = True
             elif done:
                 converged = True
             else:
                 just_unshrunk = False
-                V = agg["cand_V"]
-                viol = agg["cand_psi"] > s.tol
+                V = agg.cand_V
+                viol = agg.cand_psi > s.tol
                 order = np.argsort(-V, kind="stable")
                 order = order[viol[order]]
                 # the threshold picks a one-pass batch; a working set solved by re-selection
@@ -403,10 +378,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     # room left: add the rows closest to violating (psi in (near_tol, tol]), so
                     # that the working set solve keeps them below tol too
                     near = np.flatnonzero(~viol)
-                    near = near[np.argsort(-agg["cand_psi"][near], kind="stable")]
+                    near = near[np.argsort(-agg.cand_psi[near], kind="stable")]
                     pick = np.concatenate([pick, near[: s.batch_size - pick.shape[0]]])
-                ids = agg["cand_ids"][pick]
-                XB = bank.batch(ids, agg["cand_xrow"][pick], agg["cand_X"], d, sparse, x_dtype)
+                ids = agg.cand_ids[pick]
+                XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
                 if greedy and gram is not None:
                     G, gpos = gram.block(ids, XB)
                     Kbb = None
@@ -414,18 +389,18 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     Kbb = kernel_block(spec, XB, XB) if batch_solver is None else XB
                     G, gpos = Kbb, np.arange(len(ids))
                 batch = pt.solve_batch if batch_solver is None else batch_solver
-                args = (B[ids], agg["cand_F"][pick], Kbb, agg["cand_yp"][pick],
-                        agg["cand_cls"][pick], pcls, agg["cand_kdiag"][pick],
+                args = (B[ids], agg.cand_F[pick], Kbb, agg.cand_yp[pick],
+                        agg.cand_cls[pick], pcls, agg.cand_kdiag[pick],
                         batch_bounds(agg, pick, s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
                 if greedy:
                     rest = viol.copy()
                     rest[pick] = False
-                    if rest.any() or agg["n_viol"] > int(np.count_nonzero(viol[pick])):
+                    if rest.any() or agg.n_viol > int(np.count_nonzero(viol[pick])):
                         # violators are left out: reduce the batch's violations, do not overfit it
-                        inner_tol = max(s.tol, s.inner_frac * agg["max_psi"])
+                        inner_tol = max(s.tol, s.inner_frac * agg.max_psi)
                     else:
-                        inner_tol = max(s.inner_floor * s.tol, s.inner_prog * agg["max_psi"])
+                        inner_tol = max(s.inner_floor * s.tol, s.inner_prog * agg.max_psi)
                     max_steps = int(max(1, s.inner_steps * len(ids)))
                     if batch_solver is None:
                         dB, gains, st = pt.solve_working_set(
@@ -452,29 +427,31 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     B_prev = B[ids].copy()
                     B[ids] += dB
                     bank.add(ids, XB)
-                    msg = {"ids": ids, "XB": XB, "dB": dB, "shrink_margin": min(agg["max_psi"], s.shrink_cap)}
+                    msg = RoundMessage(ids=ids, XB=XB, dB=dB,
+                                       shrink_margin=min(agg.max_psi, s.shrink_cap))
                     batch_ids = ids
             t_end = time.perf_counter()
             if rounds % 50 == 0 or converged:      # O(stored rows): now and then, and at the end
                 B.compact()             # rows that left the support: the store follows it
                 n_sv = B.count_support()
                 prune = len(bank.rows) > n_sv + s.batch_size
-            row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg["max_V"],
-                       max_psi=agg["max_psi"], threshold=theta, n_active=agg["n_active"],
-                       n_viol=agg["n_viol"], n_sv=n_sv,
+            row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg.max_V,
+                       max_psi=agg.max_psi, threshold=theta, n_active=agg.n_active,
+                       n_viol=agg.n_viol, n_sv=n_sv,
                        batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
-                       rows_computed=agg["rows_computed"], rows_cached=agg["rows_cached"],
-                       rows_disk=agg["rows_disk"], t_round=t_end - t_round, t_solve=t_end - t_solve0, t_kernel=agg["t_kernel"],
-                       t_update=agg["t_update"], t_select=agg["t_select"],
-                       t_parts=agg["t_total"], steps=n_steps)
+                       rows_computed=agg.rows_computed, rows_cached=agg.rows_cached,
+                       rows_disk=agg.rows_disk, t_round=t_end - t_round,
+                       t_solve=t_end - t_solve0, t_kernel=agg.t_kernel,
+                       t_update=agg.t_update, t_select=agg.t_select,
+                       t_parts=agg.t_total, steps=n_steps)
             for k in HISTORY_KEYS:
                 hist[k].append(row[k])
             if bar is not None:
                 bar.update(1)
-                post = dict(gap=f"{gap:.2e}", psi=f"{agg['max_psi']:.2e}", active=agg["n_active"],
-                            computed=agg["rows_computed"], cached=agg["rows_cached"])
-                if agg["rows_disk"]:
-                    post["from_disk"] = agg["rows_disk"]
+                post = dict(gap=f"{gap:.2e}", psi=f"{agg.max_psi:.2e}", active=agg.n_active,
+                            computed=agg.rows_computed, cached=agg.rows_cached)
+                if agg.rows_disk:
+                    post["from_disk"] = agg.rows_disk
                 bar.set_postfix(**post)
             rounds += 1
             state.n_sv = n_sv
@@ -486,21 +463,21 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             if converged:
                 break
             if stop is not None and stop(row):
-                if msg.get("ids") is not None:
+                if msg.ids is not None:
                     # end in the state this row describes: the batch chosen in it is not applied
-                    B[msg["ids"]] = B_prev
+                    B[msg.ids] = B_prev
                 break
             if stalled:
                 warnings.warn(f"dmcsvm solver stopped: no batch pattern can be improved in floating "
-                              f"point although max psi {agg['max_psi']:.3g} > tol={s.tol}; the "
+                              f"point although max psi {agg.max_psi:.3g} > tol={s.tol}; the "
                               f"solution is optimal to machine precision", ConvergenceWarning,
                               stacklevel=3)
                 break
             if rounds >= max_rounds:
-                if msg.get("ids") is not None:
+                if msg.ids is not None:
                     executor.step(msg)        # apply the last batch so partitions match B
                 warnings.warn(f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
-                              f"reaching tol={s.tol} (max psi {agg['max_psi']:.3g}, gap {gap:.3g})",
+                              f"reaching tol={s.tol} (max psi {agg.max_psi:.3g}, gap {gap:.3g})",
                               ConvergenceWarning, stacklevel=3)
                 break
     finally:

@@ -26,9 +26,9 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
+from ..engine.messages import GradientMessage, merge
 from ..engine.threads import BlasThreadHold
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
@@ -93,24 +93,6 @@ class DecompositionResult:
     history: dict = field(default_factory=dict)
 
 
-def _merge(replies):
-    out = {}
-    for k in replies[0]:
-        if k.startswith("cand_"):
-            v = [r[k] for r in replies]
-            if k == "cand_X":
-                out[k] = sp.vstack(v).tocsr() if sp.issparse(v[0]) else np.concatenate(v)
-            else:
-                out[k] = np.concatenate(v)
-    out["gmax"] = np.max(np.stack([r["gmax"] for r in replies]), axis=0)
-    out["gmin"] = np.min(np.stack([r["gmin"] for r in replies]), axis=0)
-    out["obj2"] = float(sum(r["obj2"] for r in replies))
-    for k in ("rows_computed", "rows_cached"):
-        out[k] = sum(r[k] for r in replies)
-    out["t_total"] = max(r["t_total"] for r in replies)
-    return out
-
-
 def group_violations(gmax, gmin):
     """Per-group ``max(0, gmax - gmin)`` (0 where a side is empty)."""
     v = gmax - gmin
@@ -130,8 +112,8 @@ def _rank_in_group(grp, key):
 
 def select_batch(agg, viol, tol, batch_size, k):
     """Indices into the merged candidate arrays forming the working set (see module doc)."""
-    grp = agg["cand_grp"]
-    vup, vlow = agg["cand_vup"], agg["cand_vlow"]
+    grp = agg.cand_grp
+    vup, vlow = agg.cand_vup, agg.cand_vlow
     take = np.zeros(grp.shape[0], dtype=bool)
     fin = np.isfinite(vup)
     take[fin] |= _rank_in_group(grp[fin], -vup[fin]) < k
@@ -145,7 +127,7 @@ def select_batch(agg, viol, tol, batch_size, k):
     gorder = np.lexsort((np.arange(viol.shape[0]), -viol))
     grank = np.empty(viol.shape[0], dtype=np.int64)
     grank[gorder] = np.arange(viol.shape[0])
-    idx = idx[np.lexsort((agg["cand_ids"][idx], grank[grp[idx]]))]
+    idx = idx[np.lexsort((agg.cand_ids[idx], grank[grp[idx]]))]
     if idx.shape[0] > batch_size:
         last_grp = grp[idx[batch_size - 1]]
         cut = batch_size
@@ -181,13 +163,13 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     y = np.asarray(y, dtype=np.float64)
     grp = np.ascontiguousarray(grp, dtype=np.int64)
     a = np.zeros(n)
-    msg: dict = {}
+    msg = GradientMessage()
     if a0 is not None and np.any(a0 != 0):
         ids = np.flatnonzero(a0).astype(np.int64)
         XB = X[ids]
         a[ids] = a0[ids]
-        msg = {"ids": ids, "XB": XB, "da": a0[ids].astype(np.float64), "a_new": a[ids].copy(),
-               "yB": y[ids], "grpB": grp[ids]}
+        msg = GradientMessage(ids=ids, XB=XB, da=a0[ids].astype(np.float64),
+                              a_new=a[ids].copy(), yB=y[ids], grpB=grp[ids])
     register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
     hist = {k: [] for k in HISTORY_KEYS}
@@ -204,24 +186,24 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     try:
         while True:
             t_round = time.perf_counter()
-            agg = _merge(executor.step(msg))
+            agg = merge(executor.step(msg))
             t0 = time.perf_counter()
-            viol_g = group_violations(agg["gmax"], agg["gmin"])
+            viol_g = group_violations(agg.gmax, agg.gmin)
             viol = float(viol_g.max()) if viol_g.shape[0] else 0.0
-            objective = 0.5 * agg["obj2"]
+            objective = 0.5 * agg.obj2
             check_finite_round(rounds, objective=objective, violation=viol)
-            msg = {}
+            msg = GradientMessage()
             nb = steps = 0
             stalled = False
             if viol <= s.tol:
                 converged = True
             elif rounds < max_rounds:
                 pick = select_batch(agg, viol_g, s.tol, s.batch_size, s.per_group)
-                ids = agg["cand_ids"][pick]
-                XB = agg["cand_X"][pick]
-                gB = np.ascontiguousarray(agg["cand_g"][pick])
-                yB = np.ascontiguousarray(agg["cand_y"][pick])
-                grpB = agg["cand_grp"][pick]
+                ids = agg.cand_ids[pick]
+                XB = agg.cand_X[pick]
+                gB = np.ascontiguousarray(agg.cand_g[pick])
+                yB = np.ascontiguousarray(agg.cand_y[pick])
+                grpB = agg.cand_grp[pick]
                 ug, gl = np.unique(grpB, return_inverse=True)
                 gl = np.ascontiguousarray(gl, dtype=np.int64)
                 Kbb = kernel_block(spec, XB, XB)
@@ -240,13 +222,13 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 else:
                     ids = ids[moved]
                     a[ids] = a_new[moved]
-                    msg = {"ids": ids, "XB": XB[moved], "da": da[moved], "a_new": a_new[moved],
-                           "yB": yB[moved], "grpB": grpB[moved]}
+                    msg = GradientMessage(ids=ids, XB=XB[moved], da=da[moved],
+                                          a_new=a_new[moved], yB=yB[moved], grpB=grpB[moved])
             t_end = time.perf_counter()
             row = dict(round=rounds, objective=objective, violation=viol, batch=nb, steps=steps,
-                       elapsed=t_end - t_start, rows_computed=agg["rows_computed"],
-                       rows_cached=agg["rows_cached"], t_round=t_end - t_round, t_solve=t_end - t0,
-                       t_parts=agg["t_total"])
+                       elapsed=t_end - t_start, rows_computed=agg.rows_computed,
+                       rows_cached=agg.rows_cached, t_round=t_end - t_round, t_solve=t_end - t0,
+                       t_parts=agg.t_total)
             for k in HISTORY_KEYS:
                 hist[k].append(row[k])
             if bar is not None:
@@ -262,9 +244,9 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 break
             rounds += 1
             if rounds >= max_rounds:
-                agg = _merge(executor.step(msg))      # apply the last batch
-                viol = float(group_violations(agg["gmax"], agg["gmin"]).max())
-                objective = 0.5 * agg["obj2"]
+                agg = merge(executor.step(msg))      # apply the last batch
+                viol = float(group_violations(agg.gmax, agg.gmin).max())
+                objective = 0.5 * agg.obj2
                 if viol <= s.tol:
                     converged = True
                 else:

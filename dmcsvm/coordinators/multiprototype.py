@@ -22,7 +22,8 @@ against 6.32 %.
 One executor serves the whole search: every epoch is one ``solve(..., state=st, first_msg=...,
 stop=...)`` on the same partitions, the :class:`CoordinatorState` keeping ``B`` across epochs.
 The move of re-assigned patterns' coefficients is an ordinary batch update (``dB`` with
-``-alpha`` on the old and ``+alpha`` on the new prototype) sent as the next epoch's first message together with the new assignment (``"assign"``, applied by
+``-alpha`` on the old and ``+alpha`` on the new prototype) sent as the next epoch's first
+message together with the new assignment (a ``PrototypeMessage``'s ``assign``, applied by
 :class:`~dmcsvm.engine.prototype_partition.PrototypePartition`).  The draws of Eq. 17 use the
 coordinator's random generator only, on slacks gathered from the partitions in partition order, so
 both executors see the same draws.  After the last epoch the convex problem of the final
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.messages import PrototypeMessage
 from ..engine.prototype_partition import LinearMessages, prototype_groups
 from ..kernels import KernelSpec
 from ..numerics import linear_prototypes as lp
@@ -132,7 +134,7 @@ def _first_energy(C, n, row_C, start):
     if start is None:
         return (C * n if row_C is None else float(row_C.sum())), None
     ids, XB, dB = start
-    return np.inf, {"ids": ids, "XB": XB, "dB": dB.copy()}
+    return np.inf, PrototypeMessage(ids=ids, XB=XB, dB=dB.copy())
 
 
 def _tag_rounds(tags, history, epoch):
@@ -280,11 +282,11 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             continue
         # restore admissibility (module docstring): alpha_i^{old} moves to the new prototype, a
         # batch update like any other
-        msg = {"assign": {"ids": changed, "yp": new_yp[changed]}}
+        msg = PrototypeMessage(assign={"ids": changed, "yp": new_yp[changed]})
         if moved.size:
-            XB = state.bank.stack(moved, d, sparse, x_dtype)
-            msg.update(ids=moved, XB=XB, dB=lp.move_step(B, moved, yp[moved], new_yp[moved]))
-            B[moved] += msg["dB"]
+            msg.ids, msg.XB = moved, state.bank.stack(moved, d, sparse, x_dtype)
+            msg.dB = lp.move_step(B, moved, yp[moved], new_yp[moved])
+            B[moved] += msg.dB
         yp = new_yp
     # the convex problem of the final assignment, to the solver's tolerances
     fs = final_settings or settings

@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checkpoint import Checkpoint
+from ..engine.messages import RoundMessage
 from .coefficients import CoefficientRows
 
 __all__ = ["resume_state"]
@@ -50,7 +51,7 @@ def resume_state(ck: Checkpoint, X=None):
     if X is not None and len(ck.ids):
         Xsv = mine                # the training data's own dtype and layout
     state.bank.add(ck.ids, Xsv)
-    first_msg = {"ids": ck.ids, "XB": Xsv, "dB": ck.B.copy()} if len(ck.ids) else None
+    first_msg = RoundMessage(ids=ck.ids, XB=Xsv, dB=ck.B.copy()) if len(ck.ids) else None
     return state, first_msg
 
 

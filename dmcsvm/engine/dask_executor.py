@@ -28,7 +28,8 @@ from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
-from .partition import Partition, PartitionSettings, pack_message
+from .messages import pack_message, report_only
+from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
 
 
@@ -39,9 +40,6 @@ BUILD_RESTARTS = 3    # worker losses (nanny restarts for memory included) toler
 MAX_LOSSES = 5        # times one partition may be rebuilt in a fit before the fit gives up
 READ_ONLY_CALLS = frozenset({"stats", "close", "summary", "prototypes", "save_state",
                              "row_range"})
-#: message entries a rebuilt partition keeps when it answers the round it was lost in: its state
-#: comes from the coordinator's snapshot, which already holds the round's update
-REPORT_ONLY_KEYS = ("shrink_margin",)
 REACH_TIMEOUT_S = 3.0   # how long the client waits for a worker to answer directly before relaying
 MiB = 2 ** 20
 
@@ -110,7 +108,7 @@ def _unsubscribe(client, watch: _Watch) -> None:
                 pass
 
 
-def _step_task(part: Partition, msg: dict) -> dict:
+def _step_task(part: Partition, msg):
     """Pinned-future mode: run one round on the worker-resident partition."""
     return part.step(msg)
 
@@ -440,7 +438,8 @@ class DaskExecutor:
         Returns the (possibly re-marked) blocks and each partition's settings."""
         limits = {w: info.get("memory_limit") or 0 for w, info in self.worker_info.items()}
         per_worker = {w: placement.count(w) for w in set(placement)}
-        P = len(settings.pcls)
+        # score columns per row: P prototypes, or one for the SMO partitions (no pcls)
+        P = 1 if settings.pcls is None else len(settings.pcls)
         mode = settings.x_in_memory
         force = "auto" if mode == "auto" else (not bool(mode))
         out_blocks, out_settings = [], []
@@ -569,7 +568,7 @@ class DaskExecutor:
             time.sleep(0.5)
 
     # ---------------------------------------------------------------- calls
-    def step(self, msg: dict) -> list[dict]:
+    def step(self, msg) -> list:
         with self._calls():
             return self._step(msg)
 
@@ -680,8 +679,8 @@ class DaskExecutor:
         if snap is not None:
             self._wait_one(k, actor.restore(snap))
         if op[0] == "step":
-            msg = {key_: op[1][key_] for key_ in REPORT_ONLY_KEYS if key_ in op[1]}
-            reply = self._wait_one(k, actor.step_packed(pack_message(msg)))
+            # its state comes from the snapshot, which already holds the round's update
+            reply = self._wait_one(k, actor.step_packed(pack_message(report_only(op[1]))))
         else:
             reply = self._wait_one(k, getattr(actor, op[1])(*op[2]))
         self.parts[k] = actor
@@ -717,7 +716,7 @@ class DaskExecutor:
         return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
                             f"the cluster; its state is lost (start the fit again)")
 
-    def _step(self, msg: dict) -> list[dict]:
+    def _step(self, msg) -> list:
         self._mutated = True
         if self.mode == "actor":
             # one packed frame each way (Partition.step_packed); a rebuilt partition answers

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .partition import Partition, PartitionSettings
+from .partition_base import PartitionBase
 from .rows import StoreRows
 
 
@@ -53,13 +54,14 @@ class InProcessExecutor:
     def __init__(self, n_threads: int = 1, n_partitions: int | None = None):
         self.n_threads = max(1, int(n_threads))
         self.n_partitions = int(n_partitions or self.n_threads)
-        self.parts: list[Partition] = []
+        self.parts: list[PartitionBase] = []
         self._pool = None
 
     def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition,
               row_C=None):
-        """Create the partitions (``partition_cls``, :class:`Partition` or a subclass with the same
-        constructor) over rows of ``X`` (ndarray, CSR or a store row source).  ``row_C``
+        """Create the partitions (``partition_cls``: :class:`Partition` or any partition with its
+        constructor, ``yp``/``cls`` being what that kind reads per row, e.g. signs and groups for
+        a GradientPartition) over rows of ``X`` (ndarray, CSR or a store row source).  ``row_C``
         (optional, one dual bound per row) is split so that each partition holds its rows'."""
         n = X.shape[0]
         bounds = bounds or partition_bounds(n, self.n_partitions)
@@ -75,7 +77,9 @@ class InProcessExecutor:
                                             with_row_bounds(settings, row_C, lo, hi)))
         return self
 
-    def step(self, msg: dict) -> list[dict]:
+    def step(self, msg) -> list:
+        """Send the round message ``msg`` to every partition; their replies in partition order
+        (:func:`~dmcsvm.engine.messages.merge` combines them)."""
         if self._pool is None:
             return [p.step(msg) for p in self.parts]
         return list(self._pool.map(lambda p: p.step(msg), self.parts))

@@ -1,8 +1,9 @@
 """A row partition for the SMO duals with one equality constraint per group (DESIGN §2, §3).
 
 Same constructor as :class:`~dmcsvm.engine.partition.Partition`, so both executors build it
-(``executor.start(..., partition_cls=GradientPartition)``).  Instead of the Crammer-Singer scores it
-keeps, for its rows, ``tot = K (y o a)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j``, from
+(``executor.start(..., partition_cls=GradientPartition)``).  On top of the rows and kernel columns
+of :class:`~dmcsvm.engine.partition_base.PartitionBase` it keeps, for its rows, the coefficients
+``alpha``, ``tot = K (y o alpha)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j``, from
 which :func:`dmcsvm.numerics.grouped_smo.scan` forms the gradient; it reports per group the best
 working-set candidates (the ``k`` largest ``-y g`` of ``I_up`` and the ``k`` smallest of ``I_low``,
 with gradient, sign, group and X row) and the per-group extremes that decide convergence.
@@ -11,8 +12,8 @@ Kernel columns are cached **over all rows of the partition** and keyed by global
 that one cache serves every binary problem of one-vs-rest / one-vs-one (:meth:`reset` starts a new
 problem on a subset of rows and keeps the cache).
 
-Constructor arguments: ``yp`` = sign of each row (+1/-1; 0 = not in the problem), ``cls`` = group
-of each row, ``settings.C`` = box bound ``U``, ``settings.n_candidates`` = ``k``,
+Constructor arguments: ``signs`` = sign of each row (+1/-1; 0 = not in the problem), ``groups`` =
+group of each row, ``settings.C`` = box bound ``U``, ``settings.n_candidates`` = ``k``,
 ``settings.extra`` = ``{"w_same", "w_diff", "p", "n_groups", "with_own"}``.
 """
 
@@ -25,18 +26,22 @@ import numpy as np
 from ..kernels import kernel_block
 from ..numerics import grouped_smo as sc
 from ..numerics.binary_smo import rho_parts
-from .partition import Partition, take_rows
+from .messages import GradientMessage, GradientReply, has_batch
+from .partition_base import PartitionBase
+from .rows import take_rows
 
 
 #: largest block of kernel columns a round materializes at once
 GROUP_BYTES = 16 * 2 ** 20
 
 
-class GradientPartition(Partition):
-    """Rows ``[lo, hi)`` of an SMO dual with per-group equality constraints (see module doc)."""
+class GradientPartition(PartitionBase):
+    """Rows ``[lo, hi)`` of an SMO dual with per-group equality constraints (see module doc);
+    ``signs`` and ``groups`` of its rows take the places of the Crammer-Singer ``yp`` and ``cls``
+    in the executors' constructor call."""
 
-    def __init__(self, part_id, lo, hi, X, yp, cls, settings):
-        super().__init__(part_id, lo, hi, X, np.zeros(hi - lo, dtype=np.int64), cls, settings)
+    def __init__(self, part_id, lo, hi, X, signs, groups, settings):
+        super().__init__(part_id, lo, hi, X, settings)
         ex = settings.extra
         self.w_same = float(ex["w_same"])
         self.w_diff = float(ex["w_diff"])
@@ -45,9 +50,7 @@ class GradientPartition(Partition):
         self.with_own = bool(ex["with_own"])
         self.U = float(settings.C)
         self.k = int(settings.n_candidates)
-        self.F = np.zeros((0, 0))       # not used: the scores are `tot` and `own`
-        self.B = np.zeros((0, 0))       # not used: the coefficients are `a`
-        self._set_problem(np.asarray(yp), self.cls)
+        self._set_problem(np.asarray(signs), groups)
 
     # ---------------------------------------------------------------- problem state
     def _bounds(self):
@@ -61,7 +64,7 @@ class GradientPartition(Partition):
         self.y = np.ascontiguousarray(signs, dtype=np.float64)
         self.grp = np.ascontiguousarray(grp, dtype=np.int64)
         self.rows = np.flatnonzero(self.y != 0).astype(np.int64)
-        self.a = np.zeros(n)
+        self.alpha = np.zeros(n)
         self.tot = np.zeros(n)
         self.own = np.zeros(n)
         self.g = np.zeros(n)
@@ -83,48 +86,16 @@ class GradientPartition(Partition):
         self._set_problem(np.asarray(signs)[sl], self.grp if grp is None else np.asarray(grp)[sl])
         return True
 
-    # ---------------------------------------------------------------- kernel columns
-    def _full_columns(self, ids, XB, cache_ok=True):
-        """``K(X_part, X_B)`` over all rows of the partition (cached per global id), transposed:
-        row ``j`` is the column of batch pattern ``j``."""
-        n = self.hi - self.lo
-        # one buffer reused group after group and round after round
-        size = len(ids) * n
-        if self._kt_buf is None or self._kt_buf.shape[0] < size:
-            self._kt_buf = np.empty(size, dtype=self.kdtype)
-        KT = self._kt_buf[:size].reshape(len(ids), n)
-        miss = []
-        for j, gid in enumerate(ids):
-            col = self.cache.get(int(gid))
-            if col is None:
-                miss.append(j)
-            else:
-                KT[j] = col
-        self.rows_cached += len(ids) - len(miss)
-        self.rows_computed += len(miss)
-        if miss:
-            if len(miss) == len(ids):
-                kernel_block(self.spec, XB, self.X, out=KT, norms_b=self.norms)
-            else:
-                Xm = take_rows(XB, np.asarray(miss))
-                KT[miss] = kernel_block(self.spec, Xm, self.X, norms_b=self.norms,
-                                        dtype=self.kdtype)
-            if cache_ok and self.cache.budget:
-                for j in miss:
-                    self.cache.put(int(ids[j]), KT[j].copy())
-        return KT
-
     # ---------------------------------------------------------------- the round
-    def step(self, msg: dict) -> dict:
-        """Apply a batch (message keys ``ids, XB, da, a_new, yB, grpB``: ``a[ids] = a_new``, with
-        ``da`` the change) to ``tot``/``own`` and report candidates and aggregates."""
+    def step(self, msg: GradientMessage) -> GradientReply:
+        """Apply a batch (``alpha[ids] = a_new``, with ``da`` the change) to ``tot``/``own`` and
+        report candidates and aggregates."""
         t0 = time.perf_counter()
         tk = tu = 0.0
-        ids = msg.get("ids")
-        if ids is not None and len(ids):
-            XB = msg["XB"]
-            dcoef = np.asarray(msg["yB"], dtype=np.float64) * np.asarray(msg["da"])
-            grpB = np.asarray(msg["grpB"], dtype=np.int64)
+        if has_batch(msg):
+            ids, XB = msg.ids, msg.XB
+            dcoef = np.asarray(msg.yB, dtype=np.float64) * np.asarray(msg.da)
+            grpB = np.asarray(msg.grpB, dtype=np.int64)
             n = self.hi - self.lo
             nr = self.rows.shape[0]
             s_acc, so_acc = np.zeros(nr), np.zeros(nr)
@@ -133,13 +104,12 @@ class GradientPartition(Partition):
             col_bytes = n * self.kdtype.itemsize
             n_new = sum(int(g) not in self.cache for g in ids)
             cache_ok = n_new * col_bytes <= self.cache.budget
-            # columns in groups of bounded size into one reused buffer (a fresh block as large as
-            # the dense start's costs more in page faults than computing it)
+            # columns in groups of bounded size into one reused buffer
             g = self._group_size(len(ids), GROUP_BYTES)     # every row is active here
             for a in range(0, len(ids), g):
                 b = min(a + g, len(ids))
                 t1 = time.perf_counter()
-                KT = self._full_columns(ids[a:b], XB[a:b], cache_ok)
+                KT = self._columns(ids[a:b], XB[a:b], cache_ok).T
                 t2 = time.perf_counter()
                 sc.accumulate_columns_T(KT, self.rows, self.grp, grpB[a:b], dcoef[a:b], s_acc,
                                         so_acc, self.with_own)
@@ -150,41 +120,27 @@ class GradientPartition(Partition):
             mine = (ids >= self.lo) & (ids < self.hi)
             if mine.any():
                 loc = ids[mine] - self.lo
-                self.a[loc] = np.asarray(msg["a_new"])[mine]
+                self.alpha[loc] = np.asarray(msg.a_new)[mine]
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
-        reply = self._report()
-        reply["t_kernel"] = tk
-        reply["t_update"] = tu
-        reply["t_select"] = time.perf_counter() - t3
-        reply["t_total"] = time.perf_counter() - t0
-        return reply
+        return self._timed(self._report(), t0, tk, tu, t3)
 
-    def _report(self) -> dict:
+    def _report(self) -> GradientReply:
         G = self.n_groups
         gmax = np.empty(G)
         gmin = np.empty(G)
-        obj2 = sc.scan(self.rows, self.y, self.grp, self.a, self.tot, self.own, self.w_same, self.w_diff,
-                       self.p, self._bounds(), G, self.g, self.vup, self.vlow, gmax, gmin)
+        obj2 = sc.scan(self.rows, self.y, self.grp, self.alpha, self.tot, self.own, self.w_same,
+                       self.w_diff, self.p, self._bounds(), G, self.g, self.vup, self.vlow, gmax,
+                       gmin)
         up = _top_per_group(self.rows, self.grp, -self.vup, self.k)
         low = _top_per_group(self.rows, self.grp, self.vlow, self.k)
         cand = np.union1d(up, low)
-        return {
-            "part": self.part_id,
-            "cand_ids": (cand + self.lo).astype(np.int64),
-            "cand_g": self.g[cand],
-            "cand_vup": self.vup[cand],
-            "cand_vlow": self.vlow[cand],
-            "cand_grp": self.grp[cand],
-            "cand_y": self.y[cand],
-            "cand_X": take_rows(self.X, cand),
-            "gmax": gmax,
-            "gmin": gmin,
-            "obj2": obj2,
-            "rows_computed": self.rows_computed,
-            "rows_cached": self.rows_cached,
-            **({} if self.Crow is None else {"cand_U": self.Crow[cand]}),
-        }
+        return GradientReply(
+            part=self.part_id, cand_ids=(cand + self.lo).astype(np.int64), cand_g=self.g[cand],
+            cand_vup=self.vup[cand], cand_vlow=self.vlow[cand], cand_grp=self.grp[cand],
+            cand_y=self.y[cand], cand_X=take_rows(self.X, cand), gmax=gmax, gmin=gmin,
+            obj2=obj2, rows_computed=self.rows_computed, rows_cached=self.rows_cached,
+            cand_U=None if self.Crow is None else self.Crow[cand])
 
     # ---------------------------------------------------------------- results
     def summary(self) -> dict:
@@ -192,10 +148,10 @@ class GradientPartition(Partition):
         :func:`dmcsvm.numerics.grouped_smo.class_sums` (test rules of mScatter)."""
         G = self.n_groups
         cs = np.zeros((G, 6))
-        sc.class_sums(self.rows, self.grp, self.a, self.g, self.tot, self.own, self._bounds(), G,
-                      cs)
+        sc.class_sums(self.rows, self.grp, self.alpha, self.g, self.tot, self.own, self._bounds(),
+                      G, cs)
         rho = np.empty(4)
-        rho_parts(self.a, self.y, self.g, self._bounds(), self.rows, rho)
+        rho_parts(self.alpha, self.y, self.g, self._bounds(), self.rows, rho)
         return {"class_sums": cs, "rho": rho, "g": self.g[self.rows], "ids": self.rows + self.lo}
 
     # ---------------------------------------------------------------- recovery
@@ -216,7 +172,7 @@ class GradientPartition(Partition):
         ids = np.asarray(snapshot["sv_ids"], dtype=np.int64).reshape(-1)
         a_sv = np.asarray(snapshot["sv_a"], dtype=np.float64).reshape(-1)
         mine = (ids >= self.lo) & (ids < self.hi)
-        self.a[ids[mine] - self.lo] = a_sv[mine]
+        self.alpha[ids[mine] - self.lo] = a_sv[mine]
         if ids.shape[0] == 0 or self.rows.shape[0] == 0:
             return True
         coef = np.asarray(snapshot["sv_y"], dtype=np.float64) * a_sv

@@ -1,28 +1,25 @@
-"""A row partition: owns its slice of the solver state and answers one message per round.
+"""The Crammer-Singer partition: scores, coefficients and selection statistics of its rows.
 
-DESIGN §4: the partition holds ``F_part`` (scores of its rows), its copy of ``B_part``, the
-selection statistics, the active set (shrinking) and a kernel-column cache.  Each round it receives
-the batch ``(ids, X_B, dB_B)`` chosen by the coordinator, applies it with one GEMM
-``F_part += K(X_part, X_B) @ dB_B`` and replies with its best candidates and aggregates.  The same
-object runs in-process and as a Dask actor, so both executors execute exactly this code.
+DESIGN §4: on top of :class:`~dmcsvm.engine.partition_base.PartitionBase` (rows, kernel columns,
+caches) the partition holds ``F_part`` (scores of its rows), its copy of ``B_part``, the assigned
+positive prototype of every row, the active set (shrinking) and which rows' X the coordinator
+holds.  Each round it receives the batch (:class:`~dmcsvm.engine.messages.RoundMessage`) chosen
+by the coordinator, applies it with one GEMM ``F_part += K(X_part, X_B) @ dB_B`` and replies
+(:class:`~dmcsvm.engine.messages.CSReply`) with its best candidates and aggregates.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import time
 import zlib
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import check_finite_rows
-from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
+from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
-from .cache import ColumnCache
-from .disk_cache import ZarrColumnCache
-from .threads import BlasThreadHold
+from .messages import CSReply, RoundMessage, has_batch
+from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
 from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  # noqa: F401
                    take_rows)
 
@@ -30,224 +27,42 @@ from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  
 #: arrays of a partition's saved state (save_state / load_state)
 _STATE_KEYS = ("F", "B", "active", "calm")
 
-#: a streamed partition copies its active rows into a compact copy once they are at most this
-#: fraction of the rows its kernel passes read (see Partition._refresh_compact)
-COMPACT_FRACTION = 0.5
 
-
-@dataclass
-class PartitionSettings:
-    """What a partition needs to know of the solver (plain values, cheap to ship to a worker)."""
-
-    kernel: dict
-    C: float
-    selection: int
-    tol: float
-    n_candidates: int
-    pcls: np.ndarray
-    shrinking: bool = True
-    shrink_after: int = 3
-    cache_bytes: int = 0
-    kernel_dtype: str = "float64"
-    disk_cache_bytes: int = 0
-    disk_cache_stream_only: bool = True
-    cache_dir: str | None = None
-    x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
-    kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
-    extra: dict = field(default_factory=dict)
-    #: rows with ``tol >= psi > near_tol`` are reported too (after every violator), so that the
-    #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
-    #: violators only
-    near_tol: float | str | None = "auto"
-    #: this partition's rows' dual upper bounds ``C_i`` (weighted patterns,
-    #: :func:`dmcsvm.estimators._weights.pattern_bounds`), set per partition by
-    #: ``executor.start(..., row_C=...)``; None: every row's bound is ``C``
-    row_C: np.ndarray | None = None
-
-
-class Partition:
-    """State and work of rows ``[lo, hi)`` of the training set.
+class Partition(PartitionBase):
+    """Crammer-Singer state and round of rows ``[lo, hi)`` (see module doc).
 
     Parameters
     ----------
-    part_id : int
-    lo, hi : int
-        Global row range owned by this partition.
-    X : ndarray, CSR matrix (shape (hi - lo, d)) or StoreRows
-        The rows, or where to read them: a :class:`StoreRows` is loaded on the partition's
-        worker, or re-read chunk by chunk every time when marked ``stream``.
+    part_id, lo, hi, X, settings
+        As :class:`~dmcsvm.engine.partition_base.PartitionBase`.
     yp : ndarray of int, shape (hi - lo,)
         Assigned positive prototype of each row.
     cls : ndarray of int, shape (hi - lo,)
         Class index of each row.
-    settings : PartitionSettings
     """
 
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
-        self.part_id = int(part_id)
-        self.lo, self.hi = int(lo), int(hi)
-        self.data = make_rows(X)
-        # in memory: X is the partition's own copy; streaming: None, rows come from self.data
-        self.X = self.data.X if self.data.in_memory else None
+        super().__init__(part_id, lo, hi, X, settings)
         self.yp = np.ascontiguousarray(yp, dtype=np.int64)
         self.cls = np.ascontiguousarray(cls, dtype=np.int64)
-        self.s = settings
-        self.spec = KernelSpec(**settings.kernel)
         self.pcls = np.ascontiguousarray(settings.pcls, dtype=np.int64)
-        n = self.hi - self.lo
-        P = self.pcls.shape[0]
-        self.norms = np.empty(n, dtype=np.float64)
-        self.kdiag = np.empty(n, dtype=np.float64)
-        for a, b, Xc in self.data.chunks():
-            self.norms[a:b] = row_norms_sq(Xc)
-            self.kdiag[a:b] = kernel_diag(self.spec, Xc, self.norms[a:b])
-            # NaN / inf in the rows, or values whose squares overflow, would turn every score
-            # they touch into NaN: refuse them here, naming the row
-            check_finite_rows("its squared norm", self.lo + a, self.norms[a:b])
-            check_finite_rows("its kernel value k(x, x)", self.lo + a, self.kdiag[a:b])
-        # per-row bounds (weighted patterns) or None (every row's bound is settings.C)
-        self.Crow = None
-        if settings.row_C is not None:
-            self.Crow = np.ascontiguousarray(settings.row_C, dtype=np.float64)
-            if self.Crow.shape != (n,):
-                raise ValueError(f"partition {part_id}: {self.Crow.shape} row bounds for {n} rows")
+        n, P = self.n_rows, self.pcls.shape[0]
         self.B = np.zeros((n, P))
         self.F = np.zeros((n, P))
-        self.active = np.arange(n, dtype=np.int64)
         self.calm = np.zeros(n, dtype=np.int64)   # consecutive rounds a row looked shrinkable
-        self.cache = ColumnCache(settings.cache_bytes)
-        # the zarr tier pays where recomputing a column means re-reading X from the store; for
-        # rows in memory it is used only when asked for explicitly (disk_cache_stream_only=False)
-        disk_bytes = settings.disk_cache_bytes
-        if settings.disk_cache_stream_only and self.data.in_memory:
-            disk_bytes = 0
-        self.disk = ZarrColumnCache(n, disk_bytes, settings.cache_dir, dtype=settings.kernel_dtype)
-        self.kdtype = np.dtype(settings.kernel_dtype)
-        self.rows_computed = 0
-        self.rows_cached = 0
-        self.rows_disk = 0
-        self.compact_writes = 0
-        self.kernel_elements = 0      # kernel entries computed (columns x active rows)
-        self.kernel_s = 0.0           # seconds in kernel blocks (I/O waits excluded)
-        self.step_s = 0.0             # seconds in step() (everything, I/O included)
-        self.compact_bytes_read = 0
-        self._X_active = None     # X rows of the active set, rebuilt when the active set changes
-        # streamed rows: a compact copy of the active rows once shrinking has left few of them
-        self._compact: CompactRows | None = None
         # rows whose X the coordinator already holds (they were in a batch): candidates among them
         # are reported without their X row, which keeps the per-round reply small
         self.shipped = np.zeros(n, dtype=bool)
-        self._kt_buf = None
-        # BLAS on one thread for as long as the partition lives, wherever it lives (a worker
-        # without a nanny has no OMP_NUM_THREADS=1): the same rounding in every executor.  Taken
-        # last, so a constructor that fails (non-finite rows) leaves no hold behind
-        self._blas = BlasThreadHold()
-
-    # ---------------------------------------------------------------- kernel columns
-    def _columns(self, ids, XB):
-        """``K(X_active, X_B)``: columns from the memory LRU, then from the zarr tier on disk;
-        the misses are computed in one block (one streaming pass over X when the rows are not
-        in memory).  Built as ``K^T`` (one contiguous row per batch pattern), returned transposed."""
-        na = self.active.shape[0]
-        # one buffer reused round after round (see kernel_block: no fresh block per round)
-        size = len(ids) * na
-        if self._kt_buf is None or self._kt_buf.shape[0] < size:
-            self._kt_buf = np.empty(size, dtype=self.kdtype)
-        KT = self._kt_buf[:size].reshape(len(ids), na)
-        hits, miss = self._lookup(ids)
-        for j, col in hits.items():
-            KT[j] = col
-        if miss:
-            Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
-            if len(miss) == len(ids):
-                self._kernel_T(Xm, out=KT)
-            else:
-                KT[miss] = self._kernel_T(Xm)
-            for j in miss:
-                if self.cache.budget:
-                    self.cache.put(int(ids[j]), KT[j].copy())
-                if self.disk.capacity:
-                    self.disk.put(int(ids[j]), KT[j], self.active)
-        return KT.T
-
-    def _kernel_T(self, XB, out=None):
-        """``K(X_B, X_active)``: one block in memory, or chunk by chunk from the store."""
-        na = self.active.shape[0]
-        if out is None:
-            out = np.empty((XB.shape[0], na), dtype=self.kdtype)
-        if self.data.in_memory:
-            if na == self.X.shape[0]:
-                Xa = self.X
-            else:
-                if self._X_active is None:
-                    self._X_active = take_rows(self.X, self.active)
-                Xa = self._X_active
-            return kernel_block(self.spec, XB, Xa, out=out, norms_b=self.norms[self.active])
-        for pa, pb, rows, Xa in self._active_blocks():
-            out[:, pa:pb] = kernel_block(self.spec, XB, Xa, norms_b=self.norms[rows],
-                                         dtype=self.kdtype)
-        return out
-
-    def _active_blocks(self):
-        """Streamed rows: ``(pa, pb, rows, X[rows])`` covering the active set in order (``rows``
-        = ``active[pa:pb]``), from the compact copy of the active rows when there is one, else
-        from the store chunks that hold active rows."""
-        act = self.active
-        if self._compact is not None:
-            yield from self._compact.blocks(act)
-            return
-        for a, b, Xc in self.data.chunks(self._active_chunks()):
-            pa, pb = np.searchsorted(act, [a, b])
-            rows = act[pa:pb]
-            yield pa, pb, rows, (Xc if pb - pa == b - a else take_rows(Xc, rows - a))
-
-    def _refresh_compact(self):
-        """Streamed dense rows: once the active set is at most ``COMPACT_FRACTION`` of the rows
-        the passes read (all rows, or the current compact copy), copy the active rows into a new
-        compact copy, so every later pass reads only them (one extra pass per halving)."""
-        if self.data.in_memory or self.data.sparse:
-            return
-        held = self.F.shape[0] if self._compact is None else self._compact.ids.shape[0]
-        if self.active.shape[0] > COMPACT_FRACTION * held:
-            return
-        old = self._compact
-        blocks = ((rows, Xa) for _, _, rows, Xa in self._active_blocks())
-        self._compact = CompactRows(self.active.copy(), blocks, self.data.d, self.data.dtype,
-                                    self.s.cache_dir)
-        self.compact_writes += 1
-        if old is not None:
-            self.compact_bytes_read += old.bytes_read
-            old.close()
-
-    def _drop_compact(self):
-        if self._compact is not None:
-            self.compact_bytes_read += self._compact.bytes_read
-            self._compact.close()
-            self._compact = None
-
-    def _take(self, rows):
-        """X rows by partition-local index (candidates): from the compact copy when it holds
-        them, else from the rows' own storage."""
-        if self._compact is not None and rows.shape[0] and self._compact.holds(rows):
-            return self._compact.take(rows)
-        return self.data.take(rows)
-
-    def _active_chunks(self):
-        """Indices of the store chunks that hold at least one active row."""
-        starts = np.array([a for a, _ in self.data.bounds])
-        return np.unique(np.searchsorted(starts, self.active, side="right") - 1)
 
     # ---------------------------------------------------------------- the round
-    def step(self, msg: dict) -> dict:
+    def step(self, msg: RoundMessage) -> CSReply:
         """Apply the coordinator's message and report candidates and aggregates (one round)."""
         t0 = time.perf_counter()
         tk = tu = 0.0
-        if msg.get("unshrink") is not None:
-            tk += self._unshrink(msg["unshrink"])
-        ids = msg.get("ids")
-        if ids is not None and len(ids):
-            dB = msg["dB"]
-            XB = msg["XB"]
+        if msg.unshrink is not None:
+            tk += self._unshrink(msg.unshrink)
+        if has_batch(msg):
+            ids, dB, XB = msg.ids, msg.dB, msg.XB
             # the batch's kernel block K(X_active, X_B) is built in column groups of bounded size
             # (a few MB per group; a 1000-pattern batch over a million rows would need GBs)
             g = self._group_size(len(ids))
@@ -273,41 +88,11 @@ class Partition:
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
                 self.shipped[ids[own] - self.lo] = True
-            if msg.get("reship"):
+            if msg.reship:
                 self.reship(ids)
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
-        reply = self._report(float(msg.get("shrink_margin", np.inf)))
-        reply["t_kernel"] = tk
-        reply["t_update"] = tu
-        reply["t_select"] = time.perf_counter() - t3
-        reply["t_total"] = time.perf_counter() - t0
-        self.kernel_s += tk
-        self.step_s += reply["t_total"]
-        return reply
-
-    def _lookup(self, ids):
-        """Cached columns of ``ids`` (memory LRU, then the zarr tier): ``{j: column}`` and the
-        positions ``j`` of the misses."""
-        hits, miss = {}, []
-        n_disk = 0
-        for j, g in enumerate(ids):
-            col = self.cache.get(int(g))
-            if col is None and self.disk.capacity:
-                col = self.disk.get(int(g), self.active)
-                if col is not None:
-                    n_disk += 1
-                    if self.cache.budget:
-                        self.cache.put(int(g), col)
-            if col is None:
-                miss.append(j)
-            else:
-                hits[j] = col
-        self.rows_cached += len(hits)
-        self.rows_disk += n_disk
-        self.rows_computed += len(miss)
-        self.kernel_elements += len(miss) * int(self.active.shape[0])
-        return hits, miss
+        return self._timed(self._report(float(msg.shrink_margin)), t0, tk, tu, t3)
 
     def _apply_streamed(self, ids, XB, dB):
         """``F += K(X_active, X_B) @ dB`` when the rows are re-read from the store: the cached
@@ -337,10 +122,7 @@ class Partition:
         if miss:
             mj = np.asarray(miss, dtype=np.int64)
             keep = min(len(mj), self._group_size(len(mj)))
-            size = keep * na
-            if self._kt_buf is None or self._kt_buf.shape[0] < size:
-                self._kt_buf = np.empty(size, dtype=self.kdtype)
-            KT = self._kt_buf[:size].reshape(keep, na)
+            KT = self._kt(keep, na)
             Xm = XB if len(mj) == len(ids) else take_rows(XB, mj)
             dBm = dB[mj].astype(self.kdtype, copy=False)
             for pa, pb, rows, Xa in self._active_blocks():
@@ -360,13 +142,6 @@ class Partition:
                 if self.disk.capacity:
                     self.disk.put(g, KT[j], self.active)
         return tk, tu
-
-    def _group_size(self, n_cols: int, block_bytes: int | None = None) -> int:
-        """Batch columns per kernel block so that one block stays within ``block_bytes``
-        (default ``kernel_block_bytes``)."""
-        per_col = max(1, self.active.shape[0]) * self.kdtype.itemsize
-        limit = self.s.kernel_block_bytes if block_bytes is None else block_bytes
-        return int(min(n_cols, max(1, limit // per_col)))
 
     def _unshrink(self, sv: dict) -> float:
         """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
@@ -399,7 +174,7 @@ class Partition:
             self.disk.clear()
         return time.perf_counter() - t
 
-    def _report(self, shrink_margin: float) -> dict:
+    def _report(self, shrink_margin: float) -> CSReply:
         s = self.s
         rows = self.active
         na = rows.shape[0]
@@ -423,35 +198,20 @@ class Partition:
             cand = np.concatenate([cand, near])
         crow = rows[cand]
         new = ~self.shipped[crow]
-        reply = {
-            "part": self.part_id,
-            "cand_ids": (crow + self.lo).astype(np.int64),
-            "cand_V": V[cand],
-            "cand_psi": psi[cand],
-            "cand_F": self.F[crow],
-            "cand_X": self._take(crow[new]),
-            "cand_new": new,
-            "cand_kdiag": self.kdiag[crow],
-            "cand_yp": self.yp[crow],
-            "cand_cls": self.cls[crow],
-            "max_V": max_v,
-            "sum_V": sum_v,
-            "max_psi": max_psi,
-            "n_viol": n_viol,
-            "n_active": int(na),
-            "n_rows": int(self.F.shape[0]),
-            "sum_alpha": sa,
-            "sum_BF": sbf,
-            "sum_xi": sxi,
-            "rows_computed": self.rows_computed,
-            "rows_cached": self.rows_cached,
-            "rows_disk": self.rows_disk,
-        }
-        if self.Crow is not None:
+        weighted = self.Crow is not None
+        reply = CSReply(
+            part=self.part_id, cand_ids=(crow + self.lo).astype(np.int64), cand_V=V[cand],
+            cand_psi=psi[cand], cand_F=self.F[crow], cand_X=self._take(crow[new]), cand_new=new,
+            cand_kdiag=self.kdiag[crow], cand_yp=self.yp[crow], cand_cls=self.cls[crow],
+            max_V=max_v, sum_V=sum_v, max_psi=max_psi, n_viol=n_viol, n_active=int(na),
+            n_rows=int(self.F.shape[0]), sum_alpha=sa, sum_BF=sbf, sum_xi=sxi,
+            rows_computed=self.rows_computed, rows_cached=self.rows_cached,
+            rows_disk=self.rows_disk,
             # weighted patterns: the coordinator needs the batch rows' bounds, and the primal
             # weighs each slack by its own bound
-            reply["cand_C"] = self.Crow[crow]
-            reply["sum_Cxi"] = pt.weighted_slack(self.F, self.yp, self.cls, self.pcls, self.Crow)
+            cand_C=self.Crow[crow] if weighted else None,
+            sum_Cxi=pt.weighted_slack(self.F, self.yp, self.cls, self.pcls, self.Crow)
+            if weighted else None)
         if s.shrinking:
             keep = self.calm[rows] < s.shrink_after
             # shrink in steps of >= 5% of the active set: every step re-packs the cached columns
@@ -463,23 +223,6 @@ class Partition:
         return reply
 
     # ---------------------------------------------------------------- results
-    def stats(self) -> dict:
-        out = {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
-               "in_memory": bool(self.data.in_memory),
-               "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
-               "rows_computed": self.rows_computed, "rows_cached": self.rows_cached,
-               "rows_disk": self.rows_disk,
-               "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
-               "x_chunks_read": int(getattr(self.data, "chunks_read", 0)),
-               "kernel_elements": self.kernel_elements, "kernel_s": self.kernel_s,
-               "step_s": self.step_s,
-               "compact_writes": self.compact_writes,
-               "compact_rows": 0 if self._compact is None else int(self._compact.ids.shape[0]),
-               "compact_bytes_read": self.compact_bytes_read + (
-                   0 if self._compact is None else self._compact.bytes_read)}
-        out.update(self.disk.stats())
-        return out
-
     def reship(self, ids=()) -> None:
         """The coordinator's row bank holds the support patterns' X rows and those of the batch
         ``ids`` only (it pruned them, or resumed from a checkpoint): only these rows count as
@@ -489,21 +232,7 @@ class Partition:
         own = (ids >= self.lo) & (ids < self.hi)
         self.shipped[ids[own] - self.lo] = True
 
-    def step_packed(self, blob: bytes) -> bytes:
-        """:meth:`step` with the message and the reply each packed into one pickle blob.
-
-        Transport only (between the coordinator and its own workers, which Dask pickles anyway;
-        nothing is read from files): one opaque frame instead of a dict of arrays that Dask
-        serializes array by array roughly halves an actor round trip (engine overhead benchmark).
-        The message comes as :func:`pack_message` wrote it.
-        """
-        return pickle.dumps(self.step(unpack_message(blob)), protocol=pickle.HIGHEST_PROTOCOL)
-
     # ---------------------------------------------------------------- checkpoints
-    def row_range(self) -> tuple:
-        """``(lo, hi)``: the global rows this partition owns."""
-        return self.lo, self.hi
-
     def state_file(self, directory) -> str:
         return os.path.join(os.fspath(directory), f"part-{self.part_id:05d}.npz")
 
@@ -556,14 +285,6 @@ class Partition:
         self._drop_compact()
         self._refresh_compact()
 
-    def close(self) -> None:
-        """Release what the partition holds outside Python objects (the on-disk column cache,
-        the prefetch thread)."""
-        self.disk.close()
-        self._drop_compact()
-        self.data.close()
-        self._blas.release()
-
     # ---------------------------------------------------------------- recovery
     def restore(self, snapshot: dict) -> bool:
         """Take the coordinator's current state: how a partition rebuilt on a new worker after its
@@ -602,31 +323,3 @@ class Partition:
     def _restore_extra(self, ids, Xsv, Bsv) -> None:
         """Kind-specific state derived from the support patterns in :meth:`restore` (none)."""
 
-
-def pack_message(msg: dict) -> bytes:
-    """One round's message as one pickle blob for the wire, with ``dB`` sent as its nonzeros when
-    that is smaller: a pattern's update touches only the few prototypes its sub-problem moved
-    (about 3 of 26 on letter), so the dense ``|B| x P`` block is mostly zeros.
-    :func:`unpack_message` gives back the same values bit for bit (a signed zero comes back as
-    +0.0, which adds the same)."""
-    dB = msg.get("dB")
-    if isinstance(dB, np.ndarray) and dB.ndim == 2 and dB.size and dB.dtype == np.float64:
-        flat = dB.reshape(-1)
-        at = np.flatnonzero(flat != 0.0)       # ~10x faster than flatnonzero on the floats
-        # a stored nonzero costs 12 bytes (float64 + int32 position) against 8 per dense entry
-        if 12 * at.shape[0] < dB.nbytes:
-            msg = {k: v for k, v in msg.items() if k != "dB"}
-            pos = at.astype(np.int32) if dB.size < 2 ** 31 else at
-            msg["dB_nonzero"] = (dB.shape, pos, flat[at])
-    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpack_message(blob: bytes) -> dict:
-    """The message :func:`pack_message` packed, with ``dB`` dense again."""
-    msg = pickle.loads(blob)
-    if "dB_nonzero" in msg:
-        shape, at, val = msg.pop("dB_nonzero")
-        dB = np.zeros(shape)
-        dB.reshape(-1)[at] = val
-        msg["dB"] = dB
-    return msg

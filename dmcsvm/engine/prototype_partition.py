@@ -1,16 +1,19 @@
-"""Partitions of the multi-prototype SVM (Aiolli & Sperduti 2005): the core :class:`Partition`
-plus what the annealed epochs need, and the explicit-prototype partition of the linear fast path.
+"""Partitions of the multi-prototype SVM (Aiolli & Sperduti 2005): the Crammer-Singer
+:class:`Partition` plus what the annealed epochs need, and the explicit-prototype partition of the
+linear fast path.
 
-* :class:`PrototypePartition` (any kernel) adds to every message an optional ``"assign"`` entry
-  ``{"ids": global ids, "yp": their new positive prototype}`` (applied with the message's update,
-  before the reply, so the reply already sees the new assignment) and a method :meth:`slacks` that
-  returns, for every row, the slacks ``xi_i^s`` over its positive prototypes (the input of the
-  re-assignment, Eq. 17) and its share of ``||M||^2``.
-* :class:`LinearPrototypePartition` (kernel ``a <x, z> + c0``) keeps the prototypes ``W`` (P x d)
-  and the coefficient sums ``s`` explicitly and scores its rows by ``F = a X W^T + c0 s`` (DESIGN
-  §1 fast path): a batch message carries ``dW = dB^T X_B`` and ``ds`` instead of the batch's X
-  rows, and no kernel row is ever computed.  :class:`LinearMessages` wraps an executor so that the
-  coordinator's batch messages are encoded that way before they are sent.
+* :class:`PrototypePartition` (any kernel) takes a :class:`~.messages.PrototypeMessage`, whose
+  ``assign`` is ``{"ids": global ids, "yp": their new positive prototype}`` (applied with the
+  message's update, before the reply, so the reply already sees the new assignment), and adds a
+  method :meth:`slacks` that returns, for every row, the slacks ``xi_i^s`` over its positive
+  prototypes (the input of the re-assignment, Eq. 17) and its share of ``||M||^2``.
+* :class:`LinearPrototypePartition` (kernel ``scale <x, z> + c0``) keeps the prototypes ``W``
+  (P x d) and the coefficient sums ``s`` explicitly and scores its rows by
+  ``F = scale X W^T + c0 s`` (DESIGN
+  §1 fast path): a batch message (:class:`~.messages.LinearMessage`) carries ``dW = dB^T X_B``
+  and ``ds`` instead of the batch's X rows, and no kernel row is ever computed.
+  :class:`LinearMessages` wraps an executor so that the coordinator's batch messages are encoded
+  that way before they are sent.
 
 Both run unchanged on the in-process and the Dask executors (``partition_cls=``).
 """
@@ -18,11 +21,13 @@ Both run unchanged on the in-process and the Dask executors (``partition_cls=``)
 from __future__ import annotations
 
 import time
+from dataclasses import fields, replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..numerics import linear_prototypes as lp
+from .messages import LinearMessage, RoundMessage
 from .partition import Partition, PartitionSettings
 
 
@@ -58,12 +63,14 @@ class PrototypePartition(Partition):
         if own.any():
             self.yp[ids[own] - self.lo] = np.asarray(assign["yp"], dtype=np.int64)[own]
 
-    def step(self, msg: dict) -> dict:
-        """One round (see :meth:`Partition.step`) with an optional ``"assign"`` entry.  The
+    def step(self, msg: RoundMessage):
+        """One round (see :meth:`Partition.step`) with the ``assign`` of a
+        :class:`~.messages.PrototypeMessage` (a plain round message assigns nothing).  The
         assignment does not enter the score update ``F += K dB``, so installing it first is the
         same as installing it after the update; the reply sees the new assignment."""
-        if msg.get("assign") is not None:
-            self._assign(msg["assign"])
+        assign = getattr(msg, "assign", None)
+        if assign is not None:
+            self._assign(assign)
         return super().step(msg)
 
     def _refresh_all(self, sv) -> None:
@@ -104,11 +111,11 @@ class PrototypePartition(Partition):
 
 
 class LinearPrototypePartition(PrototypePartition):
-    """Multi-prototype partition for a linear kernel ``a <x, z> + c0``: explicit prototypes.
+    """Multi-prototype partition for a linear kernel ``scale <x, z> + c0``: explicit prototypes.
 
     Keeps ``W = B^T X`` (P x d, every pattern's contribution, the same on every partition) and
-    ``sB = B^T 1``; a batch message ``{"ids", "dB", "dW", "ds"}`` (see :func:`encode_linear`)
-    updates them and the scores of the active rows are recomputed as ``a X W^T + c0 sB``.
+    ``sB = B^T 1``; a batch message with ``ids, dB, dW, ds`` (see :func:`encode_linear`)
+    updates them and the scores of the active rows are recomputed as ``scale X W^T + c0 sB``.
     """
 
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
@@ -117,7 +124,7 @@ class LinearPrototypePartition(PrototypePartition):
         if ac is None:
             raise ValueError(f"LinearPrototypePartition needs a linear kernel ('linear' or 'poly' "
                              f"of degree 1), got {self.spec}")
-        self.a, self.c0 = ac
+        self.scale, self.c0 = ac      # the kernel is scale <x, z> + c0
         Xl = getattr(self, "X", None)
         if Xl is None:     # rows streamed from a store: the W path keeps them in memory
             Xl = sp.vstack([c for _, _, c in self.data.chunks()], format="csr") \
@@ -141,38 +148,37 @@ class LinearPrototypePartition(PrototypePartition):
         return self._XA
 
     def _score_rows(self, rows) -> None:
-        """``F[rows] = a X[rows] W^T + c0 sB`` (the active rows when ``rows`` is None)."""
+        """``F[rows] = scale X[rows] W^T + c0 sB`` (the active rows when ``rows`` is None)."""
         if rows is None:
             if self.active.shape[0] == self.F.shape[0]:
-                lp.linear_scores(self.XL, self.W, self.sB, self.a, self.c0, out=self.F)
+                lp.linear_scores(self.XL, self.W, self.sB, self.scale, self.c0, out=self.F)
             else:
                 self.F[self.active] = lp.linear_scores(self._active_rows(), self.W, self.sB,
-                                                       self.a, self.c0)
+                                                       self.scale, self.c0)
         else:
             Xr = self.XL[rows] if sp.issparse(self.XL) else np.ascontiguousarray(self.XL[rows])
-            self.F[rows] = lp.linear_scores(Xr, self.W, self.sB, self.a, self.c0)
+            self.F[rows] = lp.linear_scores(Xr, self.W, self.sB, self.scale, self.c0)
 
-    def step(self, msg: dict) -> dict:
+    def step(self, msg: LinearMessage):
         """One round: apply ``dW``/``ds`` (and the partition's own ``dB`` rows), rescore the active
-        rows, then the core's reply (selection, aggregates, shrinking)."""
+        rows, then the Crammer-Singer reply (selection, aggregates, shrinking)."""
         t0 = time.perf_counter()
-        if msg.get("dW") is not None:
-            ids, dB = msg["ids"], msg["dB"]
-            self.W += msg["dW"]
-            self.sB += msg["ds"]
+        if getattr(msg, "dW", None) is not None:
+            ids, dB = msg.ids, msg.dB
+            self.W += msg.dW
+            self.sB += msg.ds
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
                 self.shipped[ids[own] - self.lo] = True   # the coordinator now holds their X
-            if msg.get("reship"):
+            if msg.reship:
                 self.reship(ids)
             self._score_rows(None)
-            msg = {k: v for k, v in msg.items()
-                   if k not in ("ids", "dB", "dW", "ds", "XB", "reship")}
+            msg = replace(msg, ids=None, dB=None, dW=None, ds=None, XB=None, reship=False)
         t_update = time.perf_counter() - t0
         reply = super().step(msg)
-        reply["t_update"] += t_update
-        reply["t_total"] += t_update
+        reply.t_update += t_update
+        reply.t_total += t_update
         return reply
 
     def _unshrink(self, sv) -> float:
@@ -209,17 +215,16 @@ class LinearPrototypePartition(PrototypePartition):
         self._XA_of = None
 
 
-def encode_linear(msg: dict) -> dict:
-    """Turn a coordinator message ``{"ids", "XB", "dB", ...}`` into the linear partitions' form
-    ``{"ids", "dB", "dW", "ds", ...}`` (``dW = dB^T X_B``, ``ds = dB^T 1``; no X rows are sent);
-    an ``"unshrink"`` entry loses its support-pattern payload (the partitions rebuild from W)."""
-    out = dict(msg)
-    XB = out.pop("XB", None)
-    ids = out.get("ids")
-    if ids is not None and len(ids):
-        out["dW"], out["ds"] = lp.prototype_step(np.asarray(out["dB"], dtype=np.float64), XB)
-    if out.get("unshrink") is not None:
-        out["unshrink"] = {}
+def encode_linear(msg: RoundMessage) -> LinearMessage:
+    """The linear partitions' form of a coordinator message: ``dW = dB^T X_B``, ``ds = dB^T 1`` in
+    place of the batch's X rows; an unshrink loses its support-pattern payload (the partitions
+    rebuild from W)."""
+    out = LinearMessage(**{f.name: getattr(msg, f.name) for f in fields(msg)})
+    XB, out.XB = out.XB, None
+    if out.ids is not None and len(out.ids):
+        out.dW, out.ds = lp.prototype_step(np.asarray(out.dB, dtype=np.float64), XB)
+    if out.unshrink is not None:
+        out.unshrink = {}
     return out
 
 
@@ -230,7 +235,7 @@ class LinearMessages:
     def __init__(self, executor):
         self.executor = executor
 
-    def step(self, msg: dict) -> list[dict]:
+    def step(self, msg: RoundMessage) -> list:
         return self.executor.step(encode_linear(msg))
 
     def __getattr__(self, name):

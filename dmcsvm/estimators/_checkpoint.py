@@ -20,6 +20,7 @@ from ..checkpoint import (
     restore_rng,
 )
 from ..coordinators.resume import resume_state
+from ..engine.messages import RoundMessage
 from ..param_history import upgrade_params
 from ..runtime_params import RESUME_MAY_CHANGE
 
@@ -128,7 +129,7 @@ class CheckpointSession:
         if why is None:
             executor.call("load_state", ck.path)
             # partitions are where the checkpointed round left them: send the batch it chose
-            self.first_msg = dict(ck.pending)
+            self.first_msg = RoundMessage(**ck.pending)
             return
         warnings.warn(f"{ck.path}: resuming from the support coefficients, not the partitions' "
                       f"saved states, because {why}: the fit reaches the same optimum (to tol) by "

@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from ..engine.messages import RoundMessage
 from ._inputs import rows_of
 
 
@@ -31,7 +32,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
     ids, XB, dB = start
     state = CoordinatorState.fresh(td.n, dB.shape[1])
     state.B[ids] = dB
-    return {"state": state, "first_msg": {"ids": ids, "XB": XB, "dB": dB.copy()}}
+    return {"state": state, "first_msg": RoundMessage(ids=ids, XB=XB, dB=dB.copy())}
 
 
 def cs_start(est, td, classes, yp, P, C, row_C=None):

@@ -79,7 +79,7 @@ class SMOEngine:
             n_parts = max(1, min(self.executor.n_partitions, self.n))
             ps = PartitionSettings(
                 kernel=spec.to_dict(), C=float(settings.U), selection=0, tol=float(settings.tol),
-                n_candidates=int(settings.per_group), pcls=np.zeros(1, dtype=np.int64),
+                n_candidates=int(settings.per_group),
                 shrinking=False, cache_bytes=int(float(est.cache_size) * 2 ** 20 / n_parts),
                 kernel_dtype=str(td.dtype), extra=settings.partition_extra(with_own),
                 x_in_memory=True)
