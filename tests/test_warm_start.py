@@ -145,7 +145,7 @@ def test_scatter_warm_start_reaches_the_cold_optimum(digits, mu_from, mu_to, wei
     cold = ScatterSVC(mu=mu_to, **kw).fit(X, y, sample_weight=sw)
     warm = ScatterSVC(mu=mu_from, warm_start=True, **kw).fit(X, y, sample_weight=sw)
     # the start itself: inside the new boxes, every class summing to 1
-    from dmcsvm.estimators.binary import fit_inputs
+    from dmcsvm.estimators._inputs import fit_inputs
     warm.set_params(mu=mu_to)
     td, classes, y_idx = fit_inputs(warm, X, y)
     box = mu_to * (np.ones(len(y)) if sw is None else sw)

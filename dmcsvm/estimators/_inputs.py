@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from ..errors import NonFiniteError, check_finite_rows
 from ..engine.rows import DaskSource, StoreSource
+from ..errors import NonFiniteError, check_finite_rows
 from ..kernels import KernelSpec, kernel_block, resolve_gamma, row_norms_sq
 
 
@@ -321,6 +322,7 @@ def chunked_method(est, X, method):
     an array block.  The fitted model travels to the tasks without its cluster handle; the test
     rows are never gathered in one place."""
     import copy
+
     from dask import delayed
     token = uuid.uuid4().hex[:8]
     model = copy.copy(est)
@@ -331,3 +333,16 @@ def chunked_method(est, X, method):
     probe = np.asarray(getattr(model, method)(np.zeros((1, est.n_features_in_))))
     return _map_row_blocks(est, X, _method_block, (model_d, method), token, probe.shape[1:],
                            probe.dtype)
+
+
+def fit_inputs(est, X, y, min_classes=2):
+    """The resolved training input (:class:`TrainingData`: arrays, CSR, a zarr store path or a
+    dask array), the class labels and the class index of every row."""
+    td = training_data(est, X, y)
+    y = td.labels
+    check_classification_targets(y)
+    classes, y_idx = np.unique(y, return_inverse=True)
+    if classes.shape[0] < min_classes:
+        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
+                         f"but the data contains only one class: {classes.tolist()[0]!r}")
+    return td, classes, y_idx.astype(np.int64)

@@ -14,7 +14,6 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators.decomposition import DecompositionSettings, solve_decomposition
@@ -29,10 +28,10 @@ from ._inputs import (
     RowsView,
     TrainingData,
     chunked_method,
+    fit_inputs,
     is_dask,
     is_store,
     rows_of,
-    training_data,
 )
 from ._warm_start import smo_starts
 from ._weights import fit_bounds, weights_doc
@@ -147,19 +146,6 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
 
     run_chunks(est.n_jobs, chunks, work)          # n_jobs threads in all (THREAD_POLICY)
     return out
-
-
-def fit_inputs(est, X, y, min_classes=2):
-    """The resolved training input (:class:`TrainingData`: arrays, CSR, a zarr store path or a
-    dask array), the class labels and the class index of every row."""
-    td = training_data(est, X, y)
-    y = td.labels
-    check_classification_targets(y)
-    classes, y_idx = np.unique(y, return_inverse=True)
-    if classes.shape[0] < min_classes:
-        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
-                         f"but the data contains only one class: {classes.tolist()[0]!r}")
-    return td, classes, y_idx.astype(np.int64)
 
 
 class _SMOParams(SVMEstimator):

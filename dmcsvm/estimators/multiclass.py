@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import numpy as np
 from sklearn.base import _fit_context
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators import linear_cs
@@ -25,7 +24,7 @@ from ._base import (
 )
 from ._checkpoint import CheckpointSession
 from ._engine import make_executor, release_executor, run_chunks
-from ._inputs import chunked_method, is_dask, is_store, score_block, training_data
+from ._inputs import chunked_method, fit_inputs, is_dask, is_store, score_block
 from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
 
@@ -205,13 +204,7 @@ class MulticlassSVC(SVMEstimator):
             Labels; must be None for a store (its ``y`` array is used).
         """
         settings = self._settings()
-        td = training_data(self, X, y)
-        y = td.labels
-        check_classification_targets(y)
-        classes, y_idx = np.unique(y, return_inverse=True)
-        if classes.shape[0] < 2:
-            raise ValueError(f"MulticlassSVC needs samples of at least 2 classes in the data, but "
-                             f"the data contains only one class: {classes.tolist()[0]!r}")
+        td, classes, y_idx = fit_inputs(self, X, y)
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))

@@ -10,7 +10,6 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators import linear_cs as lcs
@@ -30,7 +29,7 @@ from ..numerics import pattern as pt
 from ..numerics.linear_prototypes import linear_coefficients
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, release_executor
-from ._inputs import chunked_method, is_dask, is_store, training_data
+from ._inputs import chunked_method, fit_inputs, is_dask, is_store
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS
@@ -252,26 +251,11 @@ class MultiPrototypeSVC(SVMEstimator):
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
-        """Train on ``X`` and labels ``y``.
-
-        Parameters
-        ----------
-        X : ndarray, CSR matrix, dask array or str
-            Training rows (n_samples, n_features), or the path/URL of a dmcsvm zarr data store
-            (validated before any worker starts; each partition reads its own rows, and the
-            scores that drive selection are computed where the partition lives).
-        y : array-like of shape (n_samples,), optional
-            Labels; must be None for a store (its ``y`` array is used).
-        """
+        """Train on ``X`` and labels ``y``: the inputs of :meth:`MulticlassSVC.fit` (an array,
+        CSR matrix, dask array, or the path/URL of a dmcsvm zarr store with ``y=None``; each
+        partition reads its own rows and scores them where it lives), and ``sample_weight``."""
         settings, schedule = self._settings()
-        td = training_data(self, X, y)
-        y = td.labels
-        check_classification_targets(y)
-        classes, y_idx = np.unique(y, return_inverse=True)
-        if classes.shape[0] < 2:
-            raise ValueError(f"MultiPrototypeSVC needs samples of at least 2 classes in the data, "
-                             f"but the data contains only one class: {classes.tolist()[0]!r}")
-        y_idx = y_idx.astype(np.int64)
+        td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)

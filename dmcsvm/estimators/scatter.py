@@ -12,14 +12,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..coordinators.decomposition import DecompositionSettings
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
-from ._inputs import chunked_method, is_dask, is_store, rows_of
+from ._inputs import chunked_method, fit_inputs, is_dask, is_store, rows_of
 from ._warm_start import scatter_start
 from ._weights import fit_bounds, weights_doc
 from .binary import (
     NO_OUT_OF_CORE_DOC,
     SMO_CONSTRAINTS,
     SMOEngine,
-    fit_inputs,
     kernel_of,
     kernel_times,
 )
