@@ -44,6 +44,18 @@ CS_SOLVER_CONSTRAINTS = {
 }
 
 
+def cs_partition_settings(settings: SolverSettings, spec: KernelSpec, pcls, td, n_parts: int,
+                          cache_mb: float, **more) -> PartitionSettings:
+    """The partitions' settings of a Crammer–Singer-family fit (MulticlassSVC,
+    MultiPrototypeSVC's rounds): its kernel, bounds, selection and shrinking, and a column cache
+    of ``cache_mb`` split between the ``n_parts`` partitions; ``more`` sets the rest."""
+    return PartitionSettings(
+        kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
+        tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
+        shrinking=settings.shrinking, shrink_after=settings.shrink_after,
+        cache_bytes=int(cache_mb * 2 ** 20 / n_parts), kernel_dtype=str(td.dtype), **more)
+
+
 @weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: "
              "alpha_i^{y_i} <= C_i")
 class MulticlassSVC(SVMEstimator):
@@ -218,12 +230,9 @@ class MulticlassSVC(SVMEstimator):
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
-        psettings = PartitionSettings(
-            kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
-            tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
-            shrinking=settings.shrinking, shrink_after=settings.shrink_after,
-            cache_bytes=int(settings.cache_size * 2 ** 20 / n_parts),
-            kernel_dtype=str(td.dtype), disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
+        psettings = cs_partition_settings(
+            settings, spec, pcls, td, n_parts, settings.cache_size,
+            disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
             disk_cache_stream_only=isinstance(self.disk_cache_size, str),
             cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
         y_idx = y_idx.astype(np.int64)

@@ -22,17 +22,15 @@ from ..coordinators.multiprototype import (
     prototype_classes,
 )
 from ..engine.executor import partition_bounds
-from ..engine.partition import PartitionSettings
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
-from ..numerics import pattern as pt
 from ..numerics.linear_prototypes import linear_coefficients
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, release_executor
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
-from .multiclass import CS_SOLVER_CONSTRAINTS
+from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
 
 _PREDICT_CHUNK = 2048
 SOLVERS = ("auto", "sequential", "rounds")
@@ -289,14 +287,11 @@ class MultiPrototypeSVC(SVMEstimator):
             final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
-        psettings = PartitionSettings(
-            kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
-            tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
-            shrinking=settings.shrinking, shrink_after=settings.shrink_after,
-            cache_bytes=0 if linear else int(settings.cache_size * 2 ** 20 / n_parts),
-            kernel_dtype=str(td.dtype),
-            # explicit prototypes score every row each round: the rows stay in memory
-            x_in_memory=True if linear else "auto")
+        # explicit prototypes compute no kernel column and score every row each round: no
+        # cache, and the rows stay in memory
+        psettings = cs_partition_settings(settings, spec, pcls, td, n_parts,
+                                          0.0 if linear else settings.cache_size,
+                                          x_in_memory=True if linear else "auto")
         progress = self._print_epoch if self.verbose else None
         try:
             executor.start(td.source, yp0, y_idx, psettings,
