@@ -15,13 +15,17 @@ def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
     cluster of their own carry the mark themselves.  A module whose test ids come from a helper
     (scikit-learn's ``parametrize_with_checks``) lists its slow ones in ``SLOW_IDS``: tuples of
-    substrings that all occur in the test's id."""
+    substrings that all occur in the test's id.  The slow tests run first."""
     for item in items:
         if "local_client" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
         slow_ids = getattr(getattr(item, "module", None), "SLOW_IDS", ())
         if any(all(part in item.name for part in parts) for parts in slow_ids):
             item.add_marker(pytest.mark.slow)
+    # the slow tests first (stable: module order kept within each group), so that the run ends on
+    # short tests: pytest-xdist's work stealing can then even out the two workers, where a slow
+    # test drawn last kept one worker busy alone for up to a minute
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
