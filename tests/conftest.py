@@ -28,39 +28,6 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def pytest_sessionstart(session):
-    """Compile the common numba specializations once, in this process, before pytest-xdist starts
-    its workers: on a fresh clone the cache is empty, and otherwise both workers and every CLI
-    subprocess and cluster worker of the first tests compile the same code at once (a few
-    seconds when the cache is warm: the fits load it)."""
-    if hasattr(session.config, "workerinput") or session.config.getoption("collectonly"):
-        return
-    try:
-        _compile_common()
-    except Exception:           # noqa: BLE001 - only a head start: the tests report problems
-        pass
-
-
-def _compile_common():
-    import numpy as np
-    import scipy.sparse as sp
-    from sklearn.datasets import load_iris
-
-    from dmcsvm import BinarySVC, MulticlassSVC, MultiPrototypeSVC, ScatterSVC
-    X, y = load_iris(return_X_y=True)
-    for Xi in (X, X.astype(np.float32), sp.csr_matrix(X)):
-        MulticlassSVC(n_jobs=1).fit(Xi, y).predict(Xi[:4])
-    MulticlassSVC(n_jobs=1, kernel="linear").fit(X, y)
-    MulticlassSVC(n_jobs=1).fit(X, y, sample_weight=np.ones(len(y)))
-    MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1, random_state=0).fit(X, y)
-    MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1, solver="rounds",
-                      random_state=0).fit(X, y)
-    MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1, kernel="rbf",
-                      random_state=0).fit(X, y)
-    ScatterSVC(n_jobs=1).fit(X, y).predict(X[:4])
-    BinarySVC(n_jobs=1).fit(X, (y > 0).astype(int)).predict(X[:4])
-
-
 @pytest.fixture(scope="session")
 def cs():
     """The helpers of ``tests/oracles.py`` as a namespace (``cs.cs_dual_qp``, ``cs.run_solver``,
