@@ -67,6 +67,7 @@ def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path)
     assert list(tmp_path.iterdir()) == []                             # the disk tier is removed
 
 
+@pytest.mark.slow
 def test_store_on_dask_equals_in_process(store, local_client):
     ref = MulticlassSVC(n_jobs=2, data_in_memory=False, **PARAMS).fit(store)
     est = MulticlassSVC(client=local_client, data_in_memory=False, **PARAMS).fit(store)

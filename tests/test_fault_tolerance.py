@@ -201,6 +201,7 @@ class _DieInRound(Partition):
         return super().restore(snapshot)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_worker_killed_mid_round_recovers(cluster, reference):
     """The worker dies while it computes a round: the partition is rebuilt from the
@@ -248,6 +249,7 @@ def _kill_all_workers(c, client):
         _wait_removed(client, a)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_all_workers_killed_then_one_joins(tmp_path, reference):
     """Every worker dies between rounds; a new worker joins within ``recover_timeout``: every
@@ -270,6 +272,7 @@ def test_all_workers_killed_then_one_joins(tmp_path, reference):
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
     """Every worker dies and none joins: the round waits ``recover_timeout`` for one, then fails
@@ -382,6 +385,7 @@ def _wide_block(lo, hi, d, seed):
     return X + np.float32(0.01) * r.standard_normal(X.shape, dtype=np.float32), y
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
     """2 GB of rows, two workers limited to 600 MiB each: the partitions stream their rows and

@@ -226,6 +226,7 @@ def test_log_loss_within_5_percent_of_calibrated_svc(name):
 
 # ------------------------------------------------------------------ command line
 
+@pytest.mark.slow
 def test_cli_predict_probability(blob_store, tmp_path):
     import subprocess
     url, X, y = blob_store

@@ -314,6 +314,7 @@ def test_dask_localcluster_matches_inprocess(local_client):
         np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=0, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_client, tmp_path):
     """A zarr store path and a dask array train ScatterSVC and the SMO estimators on the
     workers (each partition reads its own rows) to the coefficients of the same rows as a numpy
