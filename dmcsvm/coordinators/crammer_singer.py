@@ -162,7 +162,8 @@ class _RowBank:
 class CoordinatorState:
     """What the coordinator owns between rounds, kept across :func:`solve` calls so that a solve
     can continue where another stopped (MProtSVM epochs, resumed checkpoints): the coefficients
-    ``B`` (n x P), the X rows of every pattern that entered a batch, the round counter, history."""
+    ``B`` (n x P, stored for the rows that have any), the X rows of the support patterns and of
+    the batches since the last prune, the round counter, history."""
 
     B: CoefficientRows
     bank: _RowBank = field(default_factory=_RowBank)

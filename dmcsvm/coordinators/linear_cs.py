@@ -118,11 +118,7 @@ class SequentialState:
             has = self.B[rows, old] != 0.0
             if has.any():
                 r = rows[has]
-                dB = lp.move_step(self.B, r, old[has], new_yp[has])
-                dW, ds = lp.prototype_step(dB, self.prob.X[r])
-                self.W += dW
-                self.s += ds
-                self.B[r] += dB
+                self.add(r, lp.move_step(self.B, r, old[has], new_yp[has]))
             self.yp[rows] = new_yp
             reset_active(self.yp, self.cls, self.pcls, self.act, self.asz, self.nfull, rows)
         n = self.B.shape[0]

@@ -126,15 +126,13 @@ def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
     return new_yp, E_new, changed, moved
 
 
-def _first_energy(C, n, row_C, start):
-    """``E(1)`` and the first message: from zero, ``E(1) = P(alpha = 0) = C n`` (every slack is
-    1, ``M = 0``) and no message; from ``start = (ids, X_ids, B_ids)`` (a warm start) the first
-    message installs those coefficients and ``E(1) = inf``, so the first epoch stops after one
-    round and draws from the slacks of the start."""
-    if start is None:
-        return (C * n if row_C is None else float(row_C.sum())), None
-    ids, XB, dB = start
-    return np.inf, PrototypeMessage(ids=ids, XB=XB, dB=dB.copy())
+def _first_energy(C, n, row_C, start) -> float:
+    """``E(1)``: from zero, ``P(alpha = 0) = C n`` (every slack is 1, ``M = 0``); from a warm
+    ``start`` inf, so that the first epoch stops after one round and draws from the slacks of
+    the start."""
+    if start is not None:
+        return np.inf
+    return C * n if row_C is None else float(row_C.sum())
 
 
 def _tag_rounds(tags, history, epoch):
@@ -232,9 +230,12 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     round_epoch = []
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
-    E, msg = _first_energy(C, n, row_C, start)
-    if start is not None:
-        B[start[0]] = start[2]
+    E = _first_energy(C, n, row_C, start)
+    msg = None
+    if start is not None:        # the first message installs the start's coefficients
+        ids, XB, dB = start
+        B[ids] = dB
+        msg = PrototypeMessage(ids=ids, XB=XB, dB=dB.copy())
     t = int(epoch0)
     search = schedule.max_epochs > 0 and int(count.max()) > 1
     while search and t < epoch0 + schedule.max_epochs:
@@ -342,7 +343,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     passes = lcs.new_history()
     round_epoch = []
     t_start = time.perf_counter()
-    E, _ = _first_energy(C, n, row_C, start)
+    E = _first_energy(C, n, row_C, start)
     if start is not None:
         st.add(start[0], start[2])
     t = int(epoch0)
