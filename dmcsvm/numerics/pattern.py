@@ -14,7 +14,6 @@ can be tested alone against a NumPy reference and run unchanged on the coordinat
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 from numba import types
@@ -602,23 +601,31 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
-    """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
-    every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed (``FT`` holds
-    the batch scores transposed, P x |B|, so that each update is one contiguous axpy).
-    Returns the gain and whether anything changed."""
-    nb, P = Bc.shape
+def _optimize_column(code, j, Bc, FT, cj, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f):
+    """Optimize batch row ``j`` (its scores in column ``cj`` of ``FT``) exactly on its own
+    (``optimize_pattern``), leaving its old coefficients in ``b0``.  Returns the gain."""
     b = Bc[j]
-    for r in range(P):
+    for r in range(b.shape[0]):
         b0[r] = b[r]
-        f[r] = FT[r, j]
+        f[r] = FT[r, cj]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
+    return optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
+
+
+@numba.njit(cache=True, nogil=True)
+def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
+    """Optimize batch row ``j`` and move the scores of every batch row with it,
+    ``F_k += K_kj dB_j`` for the prototypes that changed.  ``FT`` holds the batch scores
+    transposed, P x |B| (column ``k`` is batch row ``k``), so that each update is one contiguous
+    axpy on ``K_Bj`` gathered from the cache row ``G[gpos[j]]``.
+    Returns the gain and whether anything changed."""
+    nb, P = Bc.shape
+    g = _optimize_column(code, j, Bc, FT, j, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f)
     gj = G[gpos[j]]             # K_BB is symmetric: row j is the column, read contiguously
     have = False
     for r in range(P):
-        d = b[r] - b0[r]
+        d = Bc[j, r] - b0[r]
         if d == 0.0:
             continue
         if not have:
@@ -628,6 +635,28 @@ def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0,
         Fr = FT[r]
         for k in range(nb):
             Fr[k] += kcol[k] * d
+    return g, have
+
+
+@numba.njit(cache=True, nogil=True)
+def _step_cached(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, span):
+    """:func:`_step_row` with ``FT`` indexed by cache position (P x ``span``, batch row ``k`` in
+    column ``gpos[k]``): the update runs over the cache row ``G[gpos[j], :span]`` as it lies in
+    memory, with no gather.  Columns of non-batch positions receive updates nobody reads; the
+    batch columns get exactly :func:`_step_row`'s arithmetic."""
+    P = Bc.shape[1]
+    pj = gpos[j]
+    g = _optimize_column(code, j, Bc, FT, pj, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f)
+    gj = G[pj]
+    have = False
+    for r in range(P):
+        d = Bc[j, r] - b0[r]
+        if d == 0.0:
+            continue
+        have = True
+        Fr = FT[r]
+        for q in range(span):
+            Fr[q] += gj[q] * d
     return g, have
 
 
@@ -660,7 +689,20 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     optimizations of every batch row."""
     nb, P = Bb.shape
     Bc = Bb.copy()
-    FT = np.ascontiguousarray(Fb.T)
+    span = 0
+    for k in range(nb):
+        span = max(span, gpos[k] + 1)
+    # Scores by cache position when the batch fills at least a quarter of the span it occupies:
+    # each step's update then streams one cache row instead of gathering |B| scattered values
+    # (a gather from a row of the coordinator's Gram cache costs several times the axpy).
+    cached = span <= 4 * nb
+    col = np.empty(nb, dtype=np.int64)      # the column of FT that holds batch row k
+    for k in range(nb):
+        col[k] = gpos[k] if cached else k
+    FT = np.zeros((P, span if cached else nb))
+    for k in range(nb):
+        for r in range(P):
+            FT[r, col[k]] = Fb[k, r]
     steps = np.zeros(nb, dtype=np.int64)
     gains = np.zeros(nb)
     b0 = np.empty(P)
@@ -671,7 +713,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     for _ in range(_MAX_INNER):
         mx = 0.0
         for k in range(nb):
-            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, bound_at(C, k))
+            p = psi_value(Bc[k], FT[:, col[k]], yb[k], cb[k], pcls, bound_at(C, k))
             if p > mx:
                 mx = p
         cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
@@ -682,10 +724,14 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
         for j in range(nb):
             if total >= max_steps:
                 break
-            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
+            if psi_value(Bc[j], FT[:, col[j]], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
                 continue
-            g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
-                              b0, f, kcol)
+            if cached:
+                g, ch = _step_cached(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol,
+                                     fp_eps, b0, f, span)
+            else:
+                g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
+                                  b0, f, kcol)
             total += 1
             steps[j] += 1
             gains[j] += g
