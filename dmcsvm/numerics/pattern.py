@@ -601,62 +601,42 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _optimize_column(code, j, Bc, FT, cj, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f):
-    """Optimize batch row ``j`` (its scores in column ``cj`` of ``FT``) exactly on its own
-    (``optimize_pattern``), leaving its old coefficients in ``b0``.  Returns the gain."""
+def _step_row(code, j, Bc, FT, col, span, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f,
+              kcol):
+    """Optimize batch row ``j`` and move the scores of every batch row with it,
+    ``F_k += K_kj dB_j`` for the prototypes that changed; ``FT`` holds the scores transposed
+    (P x columns, batch row ``k`` in column ``col[k]``) so that each update is one contiguous
+    axpy.  With ``span > 0`` the columns are cache positions (``col = gpos``) and the update
+    runs over the cache row ``G[gpos[j], :span]`` as it lies in memory (columns of non-batch
+    positions receive values nobody reads); with ``span == 0`` column ``k`` is batch row ``k``
+    and ``K_Bj`` is gathered from that row first.  Both give every batch row the same arithmetic.
+    Returns the gain and whether anything changed."""
+    nb, P = Bc.shape
     b = Bc[j]
-    for r in range(b.shape[0]):
+    cj = col[j]
+    for r in range(P):
         b0[r] = b[r]
         f[r] = FT[r, cj]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-    return optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
-
-
-@numba.njit(cache=True, nogil=True)
-def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
-    """Optimize batch row ``j`` and move the scores of every batch row with it,
-    ``F_k += K_kj dB_j`` for the prototypes that changed.  ``FT`` holds the batch scores
-    transposed, P x |B| (column ``k`` is batch row ``k``), so that each update is one contiguous
-    axpy on ``K_Bj`` gathered from the cache row ``G[gpos[j]]``.
-    Returns the gain and whether anything changed."""
-    nb, P = Bc.shape
-    g = _optimize_column(code, j, Bc, FT, j, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f)
+    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
     gj = G[gpos[j]]             # K_BB is symmetric: row j is the column, read contiguously
     have = False
     for r in range(P):
-        d = Bc[j, r] - b0[r]
+        d = b[r] - b0[r]
         if d == 0.0:
             continue
-        if not have:
+        Fr = FT[r]
+        if span > 0:
+            for q in range(span):
+                Fr[q] += gj[q] * d
+        else:
+            if not have:
+                for k in range(nb):
+                    kcol[k] = gj[gpos[k]]
             for k in range(nb):
-                kcol[k] = gj[gpos[k]]
-            have = True
-        Fr = FT[r]
-        for k in range(nb):
-            Fr[k] += kcol[k] * d
-    return g, have
-
-
-@numba.njit(cache=True, nogil=True)
-def _step_cached(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, span):
-    """:func:`_step_row` with ``FT`` indexed by cache position (P x ``span``, batch row ``k`` in
-    column ``gpos[k]``): the update runs over the cache row ``G[gpos[j], :span]`` as it lies in
-    memory, with no gather.  Columns of non-batch positions receive updates nobody reads; the
-    batch columns get exactly :func:`_step_row`'s arithmetic."""
-    P = Bc.shape[1]
-    pj = gpos[j]
-    g = _optimize_column(code, j, Bc, FT, pj, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f)
-    gj = G[pj]
-    have = False
-    for r in range(P):
-        d = Bc[j, r] - b0[r]
-        if d == 0.0:
-            continue
+                Fr[k] += kcol[k] * d
         have = True
-        Fr = FT[r]
-        for q in range(span):
-            Fr[q] += gj[q] * d
     return g, have
 
 
@@ -726,12 +706,8 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
                 break
             if psi_value(Bc[j], FT[:, col[j]], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
                 continue
-            if cached:
-                g, ch = _step_cached(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol,
-                                     fp_eps, b0, f, span)
-            else:
-                g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
-                                  b0, f, kcol)
+            g, ch = _step_row(code, j, Bc, FT, col, span if cached else 0, G, gpos, yb, cb,
+                              pcls, kdiag, C, tol, fp_eps, b0, f, kcol)
             total += 1
             steps[j] += 1
             gains[j] += g
