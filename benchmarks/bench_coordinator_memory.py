@@ -2,14 +2,17 @@
 on a LocalCluster, with the coordinator (this process) sampled for its resident memory.
 
 For each ``n`` a synthetic store (``d`` features, ``m`` Gaussian classes, float32) is written to a
-temporary directory (deleted afterwards), then ``MulticlassSVC(client=...)`` trains on it for a
-fixed number of rounds, so every ``n`` ends with about the same support set.  A thread samples this
+temporary directory (deleted afterwards), then ``MulticlassSVC(client=...)`` (q = 1) and
+``MultiPrototypeSVC(n_prototypes=q, kernel='rbf', solver='rounds')`` (each further ``q`` of
+``--prototypes``: one annealing epoch, the same round budget) train on it for a fixed number of
+rounds, so every ``n`` ends with about the same support set.  A thread samples this
 process's RSS every 20 ms; the report gives the peak above the RSS just before the fit, the support
 size, and what the dense ``n x P`` float64 coefficient array of the former coordinator would have
 taken.  The partitions live in the worker processes and are not counted.  JSON and markdown to
 ``results/coordinator_memory.json`` (``--out``).
 
     python benchmarks/bench_coordinator_memory.py [--ns 100000,400000,1600000] [--rounds 4]
+        [--prototypes 1,10]
 """
 
 from __future__ import annotations
@@ -73,13 +76,23 @@ def main(argv=None):
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--prototypes", default="1", help="comma-separated q (1: MulticlassSVC)")
     a = ap.parse_args(argv)
     run = _report.Run(__file__, "coordinator memory against n", _report.settings_of(a))
     import warnings
 
     from distributed import Client, LocalCluster
 
-    from dmcsvm import MulticlassSVC
+    from dmcsvm import MulticlassSVC, MultiPrototypeSVC
+
+    def model(q, client):
+        if q == 1:
+            return MulticlassSVC(client=client, C=1.0, gamma=1.0 / a.d, batch_size=a.batch_size,
+                                 max_iter=a.rounds)
+        return MultiPrototypeSVC(client=client, n_prototypes=q, kernel="rbf", C=1.0,
+                                 gamma=1.0 / a.d, solver="rounds", max_epochs=1,
+                                 batch_size=a.batch_size, max_iter=a.rounds, random_state=0)
+    qs = [int(v) for v in a.prototypes.split(",")]
     rows = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as lc, Client(lc) as client:
@@ -90,8 +103,8 @@ def main(argv=None):
             write_store(str(Path(tmp) / "w.zarr"), 5000, a.d, a.classes)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                MulticlassSVC(client=client, gamma=1.0 / a.d, batch_size=a.batch_size,
-                              max_iter=a.rounds).fit(str(Path(tmp) / "w.zarr"))
+                for q in qs:
+                    model(q, client).fit(str(Path(tmp) / "w.zarr"))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         for n in (int(v) for v in a.ns.split(",")):
@@ -99,20 +112,22 @@ def main(argv=None):
             try:
                 url = str(Path(tmp) / "train.zarr")
                 write_store(url, n, a.d, a.classes)
-                est = MulticlassSVC(client=client, C=1.0, gamma=1.0 / a.d,
-                                    batch_size=a.batch_size, max_iter=a.rounds)
-                t = time.perf_counter()
-                with PeakRSS() as mem, warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    est.fit(url)
-                fit_s = time.perf_counter() - t
-                P = est.classes_.shape[0]
-                rows.append(dict(n=n, rounds=int(est.n_iter_), n_sv=int(len(est.support_)),
-                                 fit_s=fit_s, rss_before_mb=mem.start_rss / 2 ** 20,
-                                 peak_above_mb=(mem.peak - mem.start_rss) / 2 ** 20,
-                                 dense_B_mb=n * P * 8 / 2 ** 20,
-                                 labels_mb=n * 8 / 2 ** 20))
-                print(rows[-1], flush=True)
+                for q in qs:
+                    est = model(q, client)
+                    t = time.perf_counter()
+                    with PeakRSS() as mem, warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        est.fit(url)
+                    fit_s = time.perf_counter() - t
+                    P = est.classes_.shape[0] * q
+                    rows.append(dict(n=n, q=q, rounds=int(len(est.history_["n_active"])
+                                                          if q > 1 else est.n_iter_),
+                                     n_sv=int(len(est.support_)), fit_s=fit_s,
+                                     rss_before_mb=mem.start_rss / 2 ** 20,
+                                     peak_above_mb=(mem.peak - mem.start_rss) / 2 ** 20,
+                                     dense_B_mb=n * P * 8 / 2 ** 20,
+                                     labels_mb=n * 8 / 2 ** 20))
+                    print(rows[-1], flush=True)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     out = run.envelope(rows, d=a.d, classes=a.classes, batch_size=a.batch_size)
@@ -121,7 +136,8 @@ def main(argv=None):
 
 def markdown(out) -> str:
     r0 = out["results"]
-    lines = ["# Coordinator memory against n (MulticlassSVC on a LocalCluster, store streamed)", "",
+    lines = ["# Coordinator memory against n (MulticlassSVC and MultiPrototypeSVC on a LocalCluster, "
+             "store streamed)", "",
              _report.machine_line(out), _report.load_line(out), "",
              f"Synthetic store: d = {out['d']} float32 features, {out['classes']} classes; RBF, "
              f"C = 1, batch {out['batch_size']}, a fixed number of rounds so the support set is "
@@ -129,11 +145,11 @@ def markdown(out) -> str:
              f"the coordinator process above its RSS just before the fit (sampled every 20 ms).",
              "",
              *_report.md_table(
-                 ["n", "rounds", "support", "fit s", "peak above start MB",
+                 ["n", "q", "rounds", "support", "fit s", "peak above start MB",
                   "dense n x P B would be MB", "labels (int64) MB"],
-                 [[f"{r['n']:,}", r["rounds"], r["n_sv"], f"{r['fit_s']:.1f}",
+                 [[f"{r['n']:,}", r.get("q", 1), r["rounds"], r["n_sv"], f"{r['fit_s']:.1f}",
                    f"{r['peak_above_mb']:.1f}", f"{r['dense_B_mb']:.1f}",
-                   f"{r['labels_mb']:.1f}"] for r in r0], "rrrrrrr")]
+                   f"{r['labels_mb']:.1f}"] for r in r0], "rrrrrrrr")]
     return "\n".join(lines) + "\n"
 
 

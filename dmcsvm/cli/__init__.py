@@ -41,8 +41,8 @@ def _needs_estimators(argv) -> bool:
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
-    from . import data, demo, plot, predict, train
     from .. import __version__
+    from . import data, demo, plot, predict, train
     p = _Parser(prog="dmcsvm", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"dmcsvm {__version__}",

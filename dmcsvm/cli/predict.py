@@ -12,9 +12,19 @@ import json
 
 import numpy as np
 
-from ._common import (add_cluster_options, add_input_options, as_store, atomic_file,
-                      check_cluster_options, check_output, cluster_client, fits_stores,
-                      labels_of, read_arrays, stderr_is_tty)
+from ._common import (
+    add_cluster_options,
+    add_input_options,
+    as_store,
+    atomic_file,
+    check_cluster_options,
+    check_output,
+    cluster_client,
+    fits_stores,
+    labels_of,
+    read_arrays,
+    stderr_is_tty,
+)
 
 
 def predictions(model, info, with_labels=False, decision=False, client=None, proba=False):

@@ -18,10 +18,25 @@ import time
 import numpy as np
 
 from ..runtime_params import CLI_OPTIONS
-from ._common import (UsageError, add_cluster_options, add_input_options, add_param_options,
-                      as_store, atomic_file, check_cluster_options, check_output, cluster_client,
-                      estimator_params, fits_stores, give_default_mode, param_defaults,
-                      parse_value, plural, read_arrays, stderr_is_tty)
+from ._common import (
+    UsageError,
+    add_cluster_options,
+    add_input_options,
+    add_param_options,
+    as_store,
+    atomic_file,
+    check_cluster_options,
+    check_output,
+    cluster_client,
+    estimator_params,
+    fits_stores,
+    give_default_mode,
+    param_defaults,
+    parse_value,
+    plural,
+    read_arrays,
+    stderr_is_tty,
+)
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
 # the runtime parameters set by the dedicated options below, not by --NAME (one list:

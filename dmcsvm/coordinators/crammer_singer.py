@@ -31,13 +31,13 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from ..errors import check_finite_round
 from ..engine.messages import RoundMessage, has_batch, merge
 from ..engine.threads import BlasThreadHold
+from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
-from .coefficients import CoefficientRows
 from ..numerics.selection import THRESHOLDS, threshold_value
+from .coefficients import CoefficientRows
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",

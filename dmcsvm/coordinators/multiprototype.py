@@ -108,22 +108,39 @@ def initial_assignment(cls, pcls, rng) -> np.ndarray:
     return yp
 
 
-def _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C=None):
-    """The draw of Eq. 17 at temperature ``T`` from the slacks ``xi``: ``(new_yp, E(t+1),
-    re-assigned rows, those of them with a coefficient to move)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i
-    xi_i^{new}`` (the new assignment's primal at the current alpha; ``C_i`` per pattern with
-    ``row_C``, also in the energy differences of Eq. 17)."""
+def _redraw(xi, yp, cls, first, seed, T, C, mM, B, row_C=None):
+    """The draw of Eq. 17 at temperature ``T`` from the slacks ``xi`` (all rows in memory, the
+    sequential path), with the epoch's uniforms of ``seed``
+    (:func:`~dmcsvm.numerics.linear_prototypes.epoch_uniforms`, the values the partitions of the
+    rounds path draw): ``(new_yp, E(t+1), re-assigned rows, those of them with a coefficient to
+    move)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i xi_i^{new}`` (the new assignment's primal at the
+    current alpha; ``C_i`` per pattern with ``row_C``, also in the energy differences of
+    Eq. 17)."""
     n = yp.shape[0]
-    u = rng.random_sample(n)
+    u = lp.epoch_uniforms(seed, 0, n)
     new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C if row_C is None else row_C,
                                   np.empty(n, dtype=np.int64))
     new_yp = first[cls] + new_slot
     E_new = 0.5 * mM + lcs.slack_term(xi[np.arange(n), new_slot], C, row_C)
     changed = np.flatnonzero(new_yp != yp)
-    # a row's coefficients are all zero unless alpha_i^{y_i} > 0 (the row sums to zero and the
-    # negative prototypes' are <= 0)
-    moved = changed[B[changed, yp[changed]] != 0.0] if changed.size else changed
-    return new_yp, E_new, changed, moved
+    return new_yp, E_new, changed, _moved(B, changed, yp)
+
+
+def _moved(B, changed, yp):
+    """The re-assigned rows that have coefficients: all of a row's are zero unless
+    ``alpha_i^{y_i} > 0`` (the row sums to zero and the negative prototypes' are <= 0)."""
+    return changed[B[changed, yp[changed]] != 0.0] if changed.size else changed
+
+
+def _redraw_parts(executor, seed, T, yp, mM, B):
+    """:func:`_redraw` on the partitions (each draws its rows from the slacks its last
+    ``slacks`` call kept): ``(re-assigned rows, their new prototypes, E(t+1), those with a
+    coefficient to move)``; only the changed rows travel."""
+    parts = executor.call("redraw", seed, float(T))
+    changed = np.concatenate([p["ids"] for p in parts]).astype(np.int64)
+    new = np.concatenate([p["yp"] for p in parts]).astype(np.int64)
+    E_new = 0.5 * mM + sum(p["slack"] for p in parts)
+    return changed, new, E_new, _moved(B, changed, yp)
 
 
 def _first_energy(C, n, row_C, start) -> float:
@@ -148,15 +165,16 @@ def _record(hist, progress, **row):
 
 
 def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
-    """Gather ``xi`` (n x max q) and ``||M||^2``, ``sum alpha_y`` from the partitions (scores of
-    shrunk rows rebuilt first; the kernel path needs the support patterns for that)."""
+    """The primal's slack term at the current assignment, ``||M||^2`` and ``sum alpha_y``,
+    summed over the partitions (scores of shrunk rows rebuilt first; the kernel path needs the
+    support patterns for that).  Each partition keeps its rows' slacks for the next draw."""
     sv = None
     if shrinking and not linear:
         ids = state.support()
         sv = {"ids": ids, "X": state.bank.stack(ids, d, sparse, x_dtype), "B": state.B[ids]}
     parts = executor.call("slacks", sv)
-    xi = np.concatenate([p["xi"] for p in parts])
-    return xi, sum(p["sum_BF"] for p in parts), sum(p["sum_alpha"] for p in parts)
+    return (sum(p["slack"] for p in parts), sum(p["sum_BF"] for p in parts),
+            sum(p["sum_alpha"] for p in parts))
 
 
 def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
@@ -225,7 +243,6 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     yp = np.array(yp0, dtype=np.int64, copy=True)
     if hasattr(executor, "set_snapshot"):   # a rebuilt partition takes the current assignment
         executor.set_snapshot(lambda lo, hi: {"yp": yp[lo:hi].copy()}, "assignment")
-    rows = np.arange(n)
     hist = {k: [] for k in EPOCH_KEYS}
     round_epoch = []
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
@@ -251,9 +268,8 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
 
         res = solve(ex, *args, state=state, first_msg=msg, stop=stop, **kw)
         msg = None
-        xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
-        slot = yp - first[cls]
-        primal = 0.5 * mM + lcs.slack_term(xi[rows, slot], C, row_C)
+        slack, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+        primal = 0.5 * mM + slack
         # with shrinking the rounds read the primal on stale scores of shrunk rows: go on until
         # the exact primal beats E(t), unless the solve ended for another reason (solved,
         # max_iter rounds, stalled in floating point)
@@ -261,13 +277,13 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             fired.clear()
             prev_dual = sa - 0.5 * mM
             res = solve(ex, *args, state=state, stop=stop, **kw)
-            xi, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
-            primal = 0.5 * mM + lcs.slack_term(xi[rows, slot], C, row_C)
+            slack, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
+            primal = 0.5 * mM + slack
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
         _tag_rounds(round_epoch, state.history, t)
         T = schedule.temperature(t)
-        new_yp, E_new, changed, moved = _redraw(xi, yp, cls, first, rng, T, C, mM, B, row_C)
+        changed, new, E_new, moved = _redraw_parts(ex, lp.epoch_seed(rng), T, yp, mM, B)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point: no epoch can lower the energy
         _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM,
@@ -283,7 +299,9 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             continue
         # restore admissibility (module docstring): alpha_i^{old} moves to the new prototype, a
         # batch update like any other
-        msg = PrototypeMessage(assign={"ids": changed, "yp": new_yp[changed]})
+        msg = PrototypeMessage(assign={"ids": changed, "yp": new})
+        new_yp = yp.copy()
+        new_yp[changed] = new
         if moved.size:
             msg.ids, msg.XB = moved, state.bank.stack(moved, d, sparse, x_dtype)
             msg.dB = lp.move_step(B, moved, yp[moved], new_yp[moved])
@@ -293,8 +311,8 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     fs = final_settings or settings
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
     _tag_rounds(round_epoch, state.history, 0)
-    xi, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
-    energy = 0.5 * mM + lcs.slack_term(xi[rows, yp - first[cls]], C, row_C)
+    slack, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
+    energy = 0.5 * mM + slack
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]),
@@ -356,8 +374,8 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
         xi, primal, dual, mM = st.last
         _tag_rounds(round_epoch, passes, t)
         T = schedule.temperature(t)
-        new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, rng, T, C, mM, st.B,
-                                                row_C)
+        new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,
+                                                C, mM, st.B, row_C)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point
         _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,

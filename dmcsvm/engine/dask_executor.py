@@ -32,7 +32,6 @@ from .messages import pack_message, report_only
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
 
-
 ACTOR_POLL_S = 5.0    # how often a waiting call checks the scheduler and the partitions' workers
 BUILD_POLL_S = 1.0    # the same while partitions are being created
 CALL_TIMEOUT_S = 20.0   # bound of one request to the scheduler (its list of workers)

@@ -30,7 +30,6 @@ from .messages import GradientMessage, GradientReply, has_batch
 from .partition_base import PartitionBase
 from .rows import take_rows
 
-
 #: largest block of kernel columns a round materializes at once
 GROUP_BYTES = 16 * 2 ** 20
 

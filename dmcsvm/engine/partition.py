@@ -20,9 +20,7 @@ from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from .messages import CSReply, RoundMessage, has_batch
 from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
-from .rows import (CompactRows, StoreRows, StoreSource, make_rows, stack_rows,  # noqa: F401
-                   take_rows)
-
+from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401
 
 #: arrays of a partition's saved state (save_state / load_state)
 _STATE_KEYS = ("F", "B", "active", "calm")

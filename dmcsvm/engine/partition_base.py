@@ -22,8 +22,8 @@ from ..kernels import KernelSpec, kernel_block, kernel_diag, row_norms_sq
 from .cache import ColumnCache
 from .disk_cache import ZarrColumnCache
 from .messages import unpack_message
-from .threads import BlasThreadHold
 from .rows import CompactRows, make_rows, take_rows
+from .threads import BlasThreadHold
 
 #: a streamed partition copies its active rows into a compact copy once they are at most this
 #: fraction of the rows its kernel passes read (see PartitionBase._refresh_compact)

@@ -4,9 +4,11 @@ linear fast path.
 
 * :class:`PrototypePartition` (any kernel) takes a :class:`~.messages.PrototypeMessage`, whose
   ``assign`` is ``{"ids": global ids, "yp": their new positive prototype}`` (applied with the
-  message's update, before the reply, so the reply already sees the new assignment), and adds a
-  method :meth:`slacks` that returns, for every row, the slacks ``xi_i^s`` over its positive
-  prototypes (the input of the re-assignment, Eq. 17) and its share of ``||M||^2``.
+  message's update, before the reply, so the reply already sees the new assignment), and adds
+  :meth:`slacks` (its share of the primal's slack term and of ``||M||^2``, keeping every row's
+  slacks ``xi_i^s`` over its positive prototypes) and :meth:`redraw` (the re-assignment of
+  Eq. 17 drawn from those slacks, returning only the rows that change): the ``n x q`` slacks
+  never leave the partition.
 * :class:`LinearPrototypePartition` (kernel ``scale <x, z> + c0``) keeps the prototypes ``W``
   (P x d) and the coefficient sums ``s`` explicitly and scores its rows by
   ``F = scale X W^T + c0 s`` (DESIGN
@@ -53,6 +55,7 @@ class PrototypePartition(Partition):
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
         super().__init__(part_id, lo, hi, X, yp, cls, settings)
         self.first, self.count = prototype_groups(self.pcls)
+        self._xi = None             # the slacks of the last `slacks` call, read by `redraw`
 
     def _assign(self, assign) -> None:
         """Install new positive prototypes ``assign["yp"]`` for the global ids ``assign["ids"]``
@@ -80,7 +83,8 @@ class PrototypePartition(Partition):
             self._unshrink(sv)
 
     def slacks(self, sv=None) -> dict:
-        """Per-row slacks over the positive prototypes and this partition's ``||M||^2`` share.
+        """This partition's share of the primal at the current assignment, keeping every row's
+        slacks over its positive prototypes for :meth:`redraw`.
 
         Parameters
         ----------
@@ -91,16 +95,47 @@ class PrototypePartition(Partition):
         Returns
         -------
         dict
-            ``xi`` (rows x max q, ``+inf`` in unused slots; :func:`positive_slacks`), ``sum_BF``
-            (``sum B * F`` over the rows) and ``sum_alpha`` (``sum_i alpha_i^{y_i}``).
+            ``slack`` (``sum_i C_i xi_i`` over the rows, ``xi_i`` the slack w.r.t. the assigned
+            prototype), ``sum_BF`` (``sum B * F`` over the rows) and ``sum_alpha``
+            (``sum_i alpha_i^{y_i}``).
         """
         self._refresh_all(sv)
         qmax = int(self.count.max())
-        xi = np.empty((self.F.shape[0], qmax))
-        lp.positive_slacks(self.F, self.cls, self.pcls, self.first, self.count, xi)
         n = self.F.shape[0]
-        return {"xi": xi, "sum_BF": float(np.sum(self.B * self.F)),
+        xi = np.empty((n, qmax))
+        lp.positive_slacks(self.F, self.cls, self.pcls, self.first, self.count, xi)
+        self._xi = xi
+        return {"slack": self._slack_sum(self.yp - self.first[self.cls]),
+                "sum_BF": float(np.sum(self.B * self.F)),
                 "sum_alpha": float(self.B[np.arange(n), self.yp].sum())}
+
+    def _slack_sum(self, slot) -> float:
+        """``C sum_i xi_i^{slot_i}`` (``sum_i C_i ...`` with per-row bounds) on the kept slacks."""
+        own = self._xi[np.arange(slot.shape[0]), slot]
+        return self.s.C * float(own.sum()) if self.Crow is None else float(self.Crow @ own)
+
+    def redraw(self, seed: int, T: float) -> dict:
+        """The re-assignment of AS 2005 Eq. 17 at temperature ``T`` from the slacks of the last
+        :meth:`slacks` call, with this partition's slice of the epoch's uniforms
+        (:func:`~dmcsvm.numerics.linear_prototypes.epoch_uniforms`).  The assignment itself is
+        not installed (the coordinator sends it with the next round's message).
+
+        Returns
+        -------
+        dict
+            ``ids`` (global ids of the rows whose prototype changes), ``yp`` (their new
+            prototypes) and ``slack`` (this partition's slack term at the new assignment).
+        """
+        if self._xi is None:
+            raise RuntimeError(f"partition {self.part_id}: redraw before slacks")
+        n = self.yp.shape[0]
+        slot = self.yp - self.first[self.cls]
+        u = lp.epoch_uniforms(seed, self.lo, self.hi)
+        C = self.s.C if self.Crow is None else self.Crow
+        new_slot = lp.draw_assignment(self._xi, slot, u, float(T), C, np.empty(n, np.int64))
+        changed = np.flatnonzero(new_slot != slot)
+        return {"ids": changed + self.lo, "yp": self.first[self.cls[changed]] + new_slot[changed],
+                "slack": self._slack_sum(new_slot)}
 
     def restore(self, snapshot: dict) -> bool:
         """:meth:`Partition.restore`; the snapshot must carry this partition's current

@@ -141,6 +141,7 @@ class StreamingRows:
 
     def __init__(self, src: StoreRows):
         from collections import OrderedDict
+
         from ..store import open_store
         self.src = src
         self._row_cache: OrderedDict = OrderedDict()

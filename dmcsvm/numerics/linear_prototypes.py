@@ -51,6 +51,20 @@ def positive_slacks(F, cls, pcls, first, count, out):
     return out
 
 
+def epoch_uniforms(seed: int, lo: int, hi: int) -> np.ndarray:
+    """``u[lo:hi]`` of the uniform stream ``u`` of one re-assignment (Eq. 17's draws), the same
+    whoever computes which slice: PCG64 skips ahead ``lo`` outputs (one per double), so a
+    partition draws its own rows' values and the draw does not depend on the partitioning."""
+    bits = np.random.PCG64(int(seed))
+    bits.advance(int(lo))
+    return np.random.Generator(bits).random(int(hi) - int(lo))
+
+
+def epoch_seed(rng) -> int:
+    """The seed of one epoch's draws, from the estimator's ``RandomState``."""
+    return int(rng.randint(0, 2 ** 62, dtype=np.int64))
+
+
 @numba.njit(cache=True, nogil=True)
 def draw_assignment(xi, cur, u, T, C, out):
     """New slot of every row by the annealed rule of AS 2005 Eq. 17:

@@ -36,8 +36,8 @@ one machine.
 from __future__ import annotations
 
 import numba
-from numba.extending import overload
 import numpy as np
+from numba.extending import overload
 
 from . import pattern as pt
 
