@@ -49,6 +49,26 @@ def test_memory_follows_the_support_not_n():
     np.testing.assert_array_equal(store[np.array([4, 5])], [[0.0] * 26, [1.0] * 26])
 
 
+def test_one_entry_per_row_reads_no_full_rows():
+    """``B[ids, cols]`` over many patterns (the re-assignment asks it of every changed one)
+    allocates O(len(ids)), not a len(ids) x P gather of their rows."""
+    import tracemalloc
+    store = CoefficientRows(10 ** 6, 100)
+    store[np.array([3, 7])] = np.arange(200.0).reshape(2, 100)
+    ids = np.arange(0, 10 ** 6, 2)
+    cols = np.full(ids.shape[0], 5)
+    tracemalloc.start()
+    try:
+        got = store[ids, cols]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * ids.shape[0] * 8          # a few O(len(ids)) arrays; the rows: 100x that
+    assert got.shape == ids.shape and np.count_nonzero(got) == 0
+    np.testing.assert_array_equal(store[np.array([3, 4, 7]), np.array([5, 5, 99])],
+                                  [5.0, 0.0, 199.0])
+
+
 def test_ids_out_of_range_are_refused():
     store = CoefficientRows(10, 2)
     with pytest.raises(IndexError, match=r"pattern ids must be in \[0, 10\), got 3\.\.10"):

@@ -58,11 +58,16 @@ class CoefficientRows:
         scalar = np.ndim(key) == 0
         ids = self._ids_of(key)
         slots = self._lookup(ids)
-        out = np.zeros((ids.shape[0], self.P))
         have = slots >= 0
-        out[have] = self._data[slots[have]]
         if cols is not None:
-            out = out[np.arange(ids.shape[0]), np.asarray(cols, dtype=np.int64).reshape(-1)]
+            # one entry per row, read in place: no (len(ids) x P) gather (the re-assignment
+            # asks this of every changed pattern, up to n of them)
+            cols = np.broadcast_to(np.asarray(cols, dtype=np.int64).reshape(-1), ids.shape)
+            out = np.zeros(ids.shape[0])
+            out[have] = self._data[slots[have], cols[have]]
+        else:
+            out = np.zeros((ids.shape[0], self.P))
+            out[have] = self._data[slots[have]]
         return out[0] if scalar else out
 
     def __setitem__(self, key, values) -> None:

@@ -40,12 +40,13 @@ def is_dask(X) -> bool:
 class TrainingData:
     """Training input resolved for the executors.
 
-    ``source`` is what ``executor.start`` receives; ``labels`` the (small) label vector in
-    memory; ``align`` the row count partition edges should fall on (the store's chunking).
+    ``source`` is what ``executor.start`` receives; ``labels`` the label vector in memory
+    (:func:`fit_inputs` drops it once it has the classes and every row's class index);
+    ``align`` the row count partition edges should fall on (the store's chunking).
     """
 
     source: object
-    labels: np.ndarray
+    labels: np.ndarray | None
     n: int
     d: int
     sparse: bool
@@ -345,4 +346,7 @@ def fit_inputs(est, X, y, min_classes=2):
     if classes.shape[0] < min_classes:
         raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
                          f"but the data contains only one class: {classes.tolist()[0]!r}")
-    return td, classes, y_idx.astype(np.int64)
+    # the raw labels are not needed past this point: one O(n) array less on the coordinator
+    # while it trains (issue 15)
+    td.labels = None
+    return td, classes, y_idx.astype(np.int64, copy=False)

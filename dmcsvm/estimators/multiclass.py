@@ -223,7 +223,7 @@ class MulticlassSVC(SVMEstimator):
         self._spec = spec
         m = classes.shape[0]
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
-            y_idx = y_idx.astype(np.int64)
+            y_idx = y_idx.astype(np.int64, copy=False)
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start)
         pcls = np.arange(m, dtype=np.int64)
@@ -235,7 +235,7 @@ class MulticlassSVC(SVMEstimator):
             disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
             disk_cache_stream_only=isinstance(self.disk_cache_size, str),
             cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
-        y_idx = y_idx.astype(np.int64)
+        y_idx = y_idx.astype(np.int64, copy=False)
         bounds = partition_bounds(td.n, n_parts, td.align)
         try:
             executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds, row_C=row_C)
