@@ -11,31 +11,6 @@ import oracles
 import pytest
 
 
-def pytest_sessionstart(session):
-    """Warm numba's on-disk cache once, in two processes (``tests/numba_warmup.py``), before
-    pytest-xdist starts its workers; only in the controller of a run, never in a worker.  A
-    failure is only a lost head start: the tests themselves report problems."""
-    if hasattr(session.config, "workerinput") or session.config.getoption("collectonly"):
-        return
-    if session.config.getoption("numprocesses", None) in (None, 0):
-        return                  # one process: it compiles what it needs as it goes
-    import subprocess
-    import sys
-    # `python -c` in the root, as `python -m pytest` runs: the warm-up imports the dmcsvm the
-    # tests import (the source tree, whose numba cache is its own __pycache__), not the copy
-    # pip installed in site-packages
-    run = ("import runpy, sys; sys.argv = ['numba_warmup', {g!r}]; "
-           "runpy.run_path('tests/numba_warmup.py', run_name='__main__')")
-    procs = [subprocess.Popen([sys.executable, "-c", run.format(g=g)],
-                              cwd=str(session.config.rootpath), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for g in ("a", "b")]
-    for p in procs:
-        try:
-            p.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
     cluster of their own carry the mark themselves.  A module whose test ids come from a helper
