@@ -116,7 +116,8 @@ class PrototypePartition(Partition):
 
     def redraw(self, seed: int, T: float) -> dict:
         """The re-assignment of AS 2005 Eq. 17 at temperature ``T`` from the slacks of the last
-        :meth:`slacks` call, with this partition's slice of the epoch's uniforms
+        :meth:`slacks` call (computed now if this partition has none, e.g. rebuilt after a lost
+        worker), with this partition's slice of the epoch's uniforms
         (:func:`~dmcsvm.numerics.linear_prototypes.epoch_uniforms`).  The assignment itself is
         not installed (the coordinator sends it with the next round's message).
 
@@ -127,7 +128,9 @@ class PrototypePartition(Partition):
             prototypes) and ``slack`` (this partition's slack term at the new assignment).
         """
         if self._xi is None:
-            raise RuntimeError(f"partition {self.part_id}: redraw before slacks")
+            # a partition rebuilt on another worker since the coordinator's `slacks` call (its
+            # scores are whole again, and nothing has changed them since): the same slacks
+            self.slacks()
         n = self.yp.shape[0]
         slot = self.yp - self.first[self.cls]
         u = lp.epoch_uniforms(seed, self.lo, self.hi)
