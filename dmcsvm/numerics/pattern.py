@@ -14,6 +14,7 @@ can be tested alone against a NumPy reference and run unchanged on the coordinat
 
 from __future__ import annotations
 
+
 import numba
 import numpy as np
 from numba import types
@@ -601,22 +602,16 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _step_row(code, j, Bc, FT, col, span, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f,
-              kcol):
-    """Optimize batch row ``j`` and move the scores of every batch row with it,
-    ``F_k += K_kj dB_j`` for the prototypes that changed; ``FT`` holds the scores transposed
-    (P x columns, batch row ``k`` in column ``col[k]``) so that each update is one contiguous
-    axpy.  With ``span > 0`` the columns are cache positions (``col = gpos``) and the update
-    runs over the cache row ``G[gpos[j], :span]`` as it lies in memory (columns of non-batch
-    positions receive values nobody reads); with ``span == 0`` column ``k`` is batch row ``k``
-    and ``K_Bj`` is gathered from that row first.  Both give every batch row the same arithmetic.
+def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
+    """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
+    every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed (``FT`` holds
+    the batch scores transposed, P x |B|, so that each update is one contiguous axpy).
     Returns the gain and whether anything changed."""
     nb, P = Bc.shape
     b = Bc[j]
-    cj = col[j]
     for r in range(P):
         b0[r] = b[r]
-        f[r] = FT[r, cj]
+        f[r] = FT[r, j]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
     g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
@@ -626,17 +621,13 @@ def _step_row(code, j, Bc, FT, col, span, G, gpos, yb, cb, pcls, kdiag, C, tol, 
         d = b[r] - b0[r]
         if d == 0.0:
             continue
-        Fr = FT[r]
-        if span > 0:
-            for q in range(span):
-                Fr[q] += gj[q] * d
-        else:
-            if not have:
-                for k in range(nb):
-                    kcol[k] = gj[gpos[k]]
+        if not have:
             for k in range(nb):
-                Fr[k] += kcol[k] * d
-        have = True
+                kcol[k] = gj[gpos[k]]
+            have = True
+        Fr = FT[r]
+        for k in range(nb):
+            Fr[k] += kcol[k] * d
     return g, have
 
 
@@ -669,20 +660,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     optimizations of every batch row."""
     nb, P = Bb.shape
     Bc = Bb.copy()
-    span = 0
-    for k in range(nb):
-        span = max(span, gpos[k] + 1)
-    # Scores by cache position when the batch fills at least a quarter of the span it occupies:
-    # each step's update then streams one cache row instead of gathering |B| scattered values
-    # (a gather from a row of the coordinator's Gram cache costs several times the axpy).
-    cached = span <= 4 * nb
-    col = np.empty(nb, dtype=np.int64)      # the column of FT that holds batch row k
-    for k in range(nb):
-        col[k] = gpos[k] if cached else k
-    FT = np.zeros((P, span if cached else nb))
-    for k in range(nb):
-        for r in range(P):
-            FT[r, col[k]] = Fb[k, r]
+    FT = np.ascontiguousarray(Fb.T)
     steps = np.zeros(nb, dtype=np.int64)
     gains = np.zeros(nb)
     b0 = np.empty(P)
@@ -693,7 +671,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     for _ in range(_MAX_INNER):
         mx = 0.0
         for k in range(nb):
-            p = psi_value(Bc[k], FT[:, col[k]], yb[k], cb[k], pcls, bound_at(C, k))
+            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, bound_at(C, k))
             if p > mx:
                 mx = p
         cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
@@ -704,10 +682,10 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
         for j in range(nb):
             if total >= max_steps:
                 break
-            if psi_value(Bc[j], FT[:, col[j]], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
+            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
                 continue
-            g, ch = _step_row(code, j, Bc, FT, col, span if cached else 0, G, gpos, yb, cb,
-                              pcls, kdiag, C, tol, fp_eps, b0, f, kcol)
+            g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
+                              b0, f, kcol)
             total += 1
             steps[j] += 1
             gains[j] += g
