@@ -135,15 +135,9 @@ class SequentialState:
         rows = np.arange(self.B.shape[0])
         sa = float(self.B[rows, self.yp].sum())
         xi_own = xi[rows, self.yp - self.first[self.cls]]
-        slack = slack_term(xi_own, self.C, self.row_C)
+        slack = lp.slack_term(xi_own, self.C, self.row_C)
         mM = p.a * float(np.sum(self.W * self.W)) + p.c0 * float(self.s @ self.s)
         return xi, 0.5 * mM + slack, sa - 0.5 * mM, mM
-
-
-def slack_term(xi_own, C, row_C):
-    """The primal's slack term ``C sum_i xi_i``, or ``sum_i C_i xi_i`` with per-pattern bounds
-    ``row_C`` (class / sample weights)."""
-    return C * float(xi_own.sum()) if row_C is None else float(row_C @ xi_own)
 
 
 def max_passes_of(max_iter) -> int:

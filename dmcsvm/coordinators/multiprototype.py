@@ -116,12 +116,9 @@ def _redraw(xi, yp, cls, first, seed, T, C, mM, B, row_C=None):
     move)``, ``E(t+1) = 1/2 ||M||^2 + C sum_i xi_i^{new}`` (the new assignment's primal at the
     current alpha; ``C_i`` per pattern with ``row_C``, also in the energy differences of
     Eq. 17)."""
-    n = yp.shape[0]
-    u = lp.epoch_uniforms(seed, 0, n)
-    new_slot = lp.draw_assignment(xi, yp - first[cls], u, T, C if row_C is None else row_C,
-                                  np.empty(n, dtype=np.int64))
+    new_slot, slack = lp.redraw_slots(xi, yp - first[cls], seed, 0, T, C, row_C)
     new_yp = first[cls] + new_slot
-    E_new = 0.5 * mM + lcs.slack_term(xi[np.arange(n), new_slot], C, row_C)
+    E_new = 0.5 * mM + slack
     changed = np.flatnonzero(new_yp != yp)
     return new_yp, E_new, changed, _moved(B, changed, yp)
 
@@ -300,13 +297,12 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         # restore admissibility (module docstring): alpha_i^{old} moves to the new prototype, a
         # batch update like any other
         msg = PrototypeMessage(assign={"ids": changed, "yp": new})
-        new_yp = yp.copy()
-        new_yp[changed] = new
+        old = yp[moved]
+        yp[changed] = new        # in place: no O(n) copy per epoch (the snapshot reads yp)
         if moved.size:
             msg.ids, msg.XB = moved, state.bank.stack(moved, d, sparse, x_dtype)
-            msg.dB = lp.move_step(B, moved, yp[moved], new_yp[moved])
+            msg.dB = lp.move_step(B, moved, old, yp[moved])
             B[moved] += msg.dB
-        yp = new_yp
     # the convex problem of the final assignment, to the solver's tolerances
     fs = final_settings or settings
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)

@@ -111,8 +111,7 @@ class PrototypePartition(Partition):
 
     def _slack_sum(self, slot) -> float:
         """``C sum_i xi_i^{slot_i}`` (``sum_i C_i ...`` with per-row bounds) on the kept slacks."""
-        own = self._xi[np.arange(slot.shape[0]), slot]
-        return self.s.C * float(own.sum()) if self.Crow is None else float(self.Crow @ own)
+        return lp.slack_term(self._xi[np.arange(slot.shape[0]), slot], self.s.C, self.Crow)
 
     def redraw(self, seed: int, T: float) -> dict:
         """The re-assignment of AS 2005 Eq. 17 at temperature ``T`` from the slacks of the last
@@ -131,14 +130,11 @@ class PrototypePartition(Partition):
             # a partition rebuilt on another worker since the coordinator's `slacks` call (its
             # scores are whole again, and nothing has changed them since): the same slacks
             self.slacks()
-        n = self.yp.shape[0]
         slot = self.yp - self.first[self.cls]
-        u = lp.epoch_uniforms(seed, self.lo, self.hi)
-        C = self.s.C if self.Crow is None else self.Crow
-        new_slot = lp.draw_assignment(self._xi, slot, u, float(T), C, np.empty(n, np.int64))
+        new_slot, slack = lp.redraw_slots(self._xi, slot, seed, self.lo, T, self.s.C, self.Crow)
         changed = np.flatnonzero(new_slot != slot)
         return {"ids": changed + self.lo, "yp": self.first[self.cls[changed]] + new_slot[changed],
-                "slack": self._slack_sum(new_slot)}
+                "slack": slack}
 
     def restore(self, snapshot: dict) -> bool:
         """:meth:`Partition.restore`; the snapshot must carry this partition's current

@@ -65,6 +65,24 @@ def epoch_seed(rng) -> int:
     return int(rng.randint(0, 2 ** 62, dtype=np.int64))
 
 
+def slack_term(xi_own, C, row_C):
+    """The primal's slack term ``C sum_i xi_i``, or ``sum_i C_i xi_i`` with per-pattern bounds
+    ``row_C`` (class / sample weights)."""
+    return C * float(xi_own.sum()) if row_C is None else float(row_C @ xi_own)
+
+
+def redraw_slots(xi, slot, seed, lo, T, C, row_C):
+    """The re-assignment of Eq. 17 for the rows ``lo, lo + 1, ...`` whose slacks are ``xi`` and
+    current slots ``slot``, with their slice of the epoch's uniforms (:func:`epoch_uniforms`):
+    ``(new slots, the slack term at them)``.  The coordinator's in-memory path (``lo = 0``, all
+    rows) and every partition (its own rows) draw through it."""
+    n = slot.shape[0]
+    u = epoch_uniforms(seed, lo, lo + n)
+    new_slot = draw_assignment(xi, slot, u, float(T), C if row_C is None else row_C,
+                               np.empty(n, dtype=np.int64))
+    return new_slot, slack_term(xi[np.arange(n), new_slot], C, row_C)
+
+
 @numba.njit(cache=True, nogil=True)
 def draw_assignment(xi, cur, u, T, C, out):
     """New slot of every row by the annealed rule of AS 2005 Eq. 17:
