@@ -38,6 +38,7 @@ from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
 from .coefficients import CoefficientRows
+from .history import RoundHistory
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
@@ -163,12 +164,12 @@ class CoordinatorState:
     """What the coordinator owns between rounds, kept across :func:`solve` calls so that a solve
     can continue where another stopped (MProtSVM epochs, resumed checkpoints): the coefficients
     ``B`` (n x P, stored for the rows that have any), the X rows of the support patterns and of
-    the batches since the last prune, the round counter, history."""
+    the batches since the last prune, the round counter, the history (bounded: :mod:`.history`)."""
 
     B: CoefficientRows
     bank: _RowBank = field(default_factory=_RowBank)
     rounds: int = 0
-    history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+    history: RoundHistory = field(default_factory=lambda: RoundHistory(HISTORY_KEYS))
     #: the message chosen in the last round, not yet sent to the partitions (its ``dB`` is in
     #: ``B`` already): a checkpoint saves it with the partitions' states, so a resume sends it
     pending: RoundMessage | None = None
@@ -445,8 +446,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                        t_solve=t_end - t_solve0, t_kernel=agg.t_kernel,
                        t_update=agg.t_update, t_select=agg.t_select,
                        t_parts=agg.t_total, steps=n_steps)
-            for k in HISTORY_KEYS:
-                hist[k].append(row[k])
+            hist.append(row)
             if bar is not None:
                 bar.update(1)
                 post = dict(gap=f"{gap:.2e}", psi=f"{agg.max_psi:.2e}", active=agg.n_active,

@@ -35,6 +35,7 @@ from ..kernels import KernelSpec, kernel_block
 from ..numerics import grouped_smo as sc
 from ..numerics.binary_smo import rho_from_parts
 from .crammer_singer import batch_bounds
+from .history import RoundHistory
 
 HISTORY_KEYS = ("round", "objective", "violation", "batch", "steps", "elapsed",
                 "rows_computed", "rows_cached", "t_round", "t_solve", "t_parts")
@@ -172,7 +173,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                               a_new=a[ids].copy(), yB=y[ids], grpB=grp[ids])
     register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
-    hist = {k: [] for k in HISTORY_KEYS}
+    hist = RoundHistory(HISTORY_KEYS)
     rounds = 0
     max_rounds = s.max_iter if s.max_iter > 0 else 10 ** 12
     converged = False
@@ -229,8 +230,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                        elapsed=t_end - t_start, rows_computed=agg.rows_computed,
                        rows_cached=agg.rows_cached, t_round=t_end - t_round, t_solve=t_end - t0,
                        t_parts=agg.t_total)
-            for k in HISTORY_KEYS:
-                hist[k].append(row[k])
+            hist.append(row)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(viol=f"{viol:.2e}", obj=f"{objective:.6g}", batch=nb)

@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..engine.prototype_partition import prototype_groups
 from ..numerics import linear_prototypes as lp
 from ..numerics.sequential_dual import passes, reset_active, seed, slacks
+from .history import RoundHistory
 
 #: passes when ``max_iter = -1`` (LIBLINEAR's own cap is 1000 in scikit-learn, 100000 in its CLI)
 DEFAULT_MAX_PASSES = 100000
@@ -189,8 +190,7 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
                        n_sv=int(np.count_nonzero(st.B[np.arange(st.B.shape[0]), st.yp])),
                        elapsed=time.perf_counter() - t0, t_pass=t_pass,
                        t_check=time.perf_counter() - t)
-            for key in PASS_KEYS:
-                history[key].append(row[key])
+            history.append(row)
         if not conv and gap_tol > 0.0 and gap <= gap_tol:
             conv = True
         if conv:
@@ -221,8 +221,9 @@ class Below:
         return primal < self.target
 
 
-def new_history():
-    return {k: [] for k in PASS_KEYS}
+def new_history() -> RoundHistory:
+    """The per-check history of :func:`solve_fixed` (bounded: :mod:`.history`)."""
+    return RoundHistory(PASS_KEYS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -149,11 +149,6 @@ def _first_energy(C, n, row_C, start) -> float:
     return C * n if row_C is None else float(row_C.sum())
 
 
-def _tag_rounds(tags, history, epoch):
-    """Extend ``tags`` with ``epoch`` for every round ``history`` gained since the last call."""
-    tags.extend([epoch] * (len(next(iter(history.values()))) - len(tags)))
-
-
 def _record(hist, progress, **row):
     for k in EPOCH_KEYS:
         hist[k].append(row[k])
@@ -236,12 +231,12 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     if linear:      # explicit prototypes on the coordinator too: no K_BB (DESIGN §1 fast path)
         kw["batch_solver"] = lp.LinearBatchSolver(*lp.linear_coefficients(spec))
     state = CoordinatorState.fresh(n, P)
+    state.history["epoch"] = []      # each round tagged with its epoch (0: the final solve)
     B = state.B
     yp = np.array(yp0, dtype=np.int64, copy=True)
     if hasattr(executor, "set_snapshot"):   # a rebuilt partition takes the current assignment
         executor.set_snapshot(lambda lo, hi: {"yp": yp[lo:hi].copy()}, "assignment")
     hist = {k: [] for k in EPOCH_KEYS}
-    round_epoch = []
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
     E = _first_energy(C, n, row_C, start)
@@ -255,6 +250,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     while search and t < epoch0 + schedule.max_epochs:
         t += 1
         r0 = state.rounds
+        state.history.tags["epoch"] = t
         fired = []
 
         def stop(row, E=E):               # §6.1: stop as soon as the primal beats E(t)
@@ -278,7 +274,6 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             primal = 0.5 * mM + slack
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
-        _tag_rounds(round_epoch, state.history, t)
         T = schedule.temperature(t)
         changed, new, E_new, moved = _redraw_parts(ex, lp.epoch_seed(rng), T, yp, mM, B)
         if T == 0.0 and E_new >= E:
@@ -305,14 +300,14 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             B[moved] += msg.dB
     # the convex problem of the final assignment, to the solver's tolerances
     fs = final_settings or settings
+    state.history.tags["epoch"] = 0
     res = solve(ex, n, pcls, spec, fs, d, sparse, x_dtype, state=state, first_msg=msg, **kw)
-    _tag_rounds(round_epoch, state.history, 0)
     slack, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
     energy = 0.5 * mM + slack
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]),
-                        round_epoch=np.asarray(round_epoch, dtype=np.int64))
+                        round_epoch=np.asarray(state.history["epoch"], dtype=np.int64))
 
 
 
@@ -355,7 +350,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
                              row_C=row_C)
     hist = {k: [] for k in EPOCH_KEYS}
     passes = lcs.new_history()
-    round_epoch = []
+    passes["epoch"] = []             # each check tagged with its epoch (0: the final solve)
     t_start = time.perf_counter()
     E = _first_energy(C, n, row_C, start)
     if start is not None:
@@ -365,10 +360,10 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     while search and t < epoch0 + schedule.max_epochs:
         t += 1
         p0 = st.passes
+        passes.tags["epoch"] = t
         conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
                                   stop=lcs.Below(E), warn=False)
         xi, primal, dual, mM = st.last
-        _tag_rounds(round_epoch, passes, t)
         T = schedule.temperature(t)
         new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,
                                                 C, mM, st.B, row_C)
@@ -386,8 +381,8 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     fs = final_settings or settings
     st.tol = float(fs.tol)
     st.ctl[1] = max(10.0 * st.tol, 1.0)
+    passes.tags["epoch"] = 0
     conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
-    _tag_rounds(round_epoch, passes, 0)
     if st.last is None or passes["round"][-1] != st.passes:
         st.last = st.objective()
     _, primal, dual, _ = st.last
@@ -395,4 +390,4 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
                                   passes={k: np.asarray(v) for k, v in passes.items()},
                                   energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
                                   converged=bool(conv),
-                                  round_epoch=np.asarray(round_epoch, dtype=np.int64))
+                                  round_epoch=np.asarray(passes["epoch"], dtype=np.int64))

@@ -47,6 +47,8 @@ def resume_state(ck: Checkpoint, X=None):
     n_hist = len(next(iter(ck.history.values()), []))
     for k in state.history:                     # keys a newer solver records: NaN for old rounds
         state.history[k] = list(ck.history.get(k, [float("nan")] * n_hist))
+    while state.history.n_rows > state.history.limit:   # a checkpoint from an unbounded solver
+        state.history.thin()
     Xsv = ck.X
     if X is not None and len(ck.ids):
         Xsv = mine                # the training data's own dtype and layout

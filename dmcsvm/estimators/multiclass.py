@@ -147,6 +147,8 @@ class MulticlassSVC(SVMEstimator):
         computed / served from memory / from the zarr tier, bytes of X re-read.
     history_ : dict of ndarray
         Per round: dual, primal, gap, max_V, max_psi, n_active, elapsed, kernel rows ...
+        At most 10,000 rows (:mod:`dmcsvm.coordinators.history`): a longer fit keeps its older
+        rounds thinned; ``round`` says which rounds the rows are.
     n_features_in_ : int
     gamma_ : float
         The resolved kernel coefficient.
