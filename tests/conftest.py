@@ -10,6 +10,21 @@ import time
 import oracles
 import pytest
 
+import dmcsvm
+
+
+def _import_dmcsvm_from_here_in_subprocesses():
+    """Every process the tests start (console scripts, ``dask`` CLI workers, LocalCluster
+    workers) imports dmcsvm from where this process does: one copy of the code, so one numba
+    cache.  Without it a fresh clone compiled everything twice, once beside the source tree
+    (``python -m pytest``) and once in site-packages (the installed console scripts)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dmcsvm.__file__)))
+    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+_import_dmcsvm_from_here_in_subprocesses()
+
 
 def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
