@@ -120,19 +120,23 @@ def _check_no_y(y, name):
                          f"from the store's 'y' array")
 
 
-def training_data(est, X, y) -> TrainingData:
+def training_data(est, X, y, store_labels=True) -> TrainingData:
     """Validate ``(X, y)`` for ``est.fit`` and resolve them to a :class:`TrainingData`.
 
     A store is validated by :func:`dmcsvm.store.open_store` before any worker starts (missing
-    arrays, wrong format version, mismatched lengths, chunking that splits rows).
+    arrays, wrong format version, mismatched lengths, chunking that splits rows).  With
+    ``store_labels=False`` a store's labels are not read (``labels`` None; see
+    :func:`fit_inputs`).
     """
     if is_store(X):
         from ..store import open_store, read_labels
         _check_no_y(y, str(X))
         info = open_store(X)
-        labels = read_labels(info)
-        if info.classes is not None:
-            labels = np.asarray(info.classes, dtype=object)[labels]
+        labels = None
+        if store_labels:
+            labels = read_labels(info)
+            if info.classes is not None:
+                labels = np.asarray(info.classes, dtype=object)[labels]
         est.n_features_in_ = info.n_features
         row_bytes = (8.0 * info.nnz / max(info.n_samples, 1) + 8.0) if info.sparse \
             else 4.0 * info.n_features
@@ -336,17 +340,35 @@ def chunked_method(est, X, method):
                            probe.dtype)
 
 
-def fit_inputs(est, X, y, min_classes=2):
+def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
     """The resolved training input (:class:`TrainingData`: arrays, CSR, a zarr store path or a
-    dask array), the class labels and the class index of every row."""
+    dask array), the class labels and the class index of every row.
+
+    With ``lazy_store_labels`` a store's classes are found chunk by chunk and the class index
+    is a :class:`~dmcsvm.store.class_index.StoreClassIndex` (read where it is used: each
+    partition reads its own rows' labels), not an n-long array on the coordinator; for callers
+    that only slice it per partition and index it at the support rows."""
+    if lazy_store_labels and is_store(X):
+        from ..store import open_store
+        from ..store.class_index import StoreClassIndex, scan_classes
+        td = training_data(est, X, y, store_labels=False)
+        info = open_store(td.source.url)
+        classes, table = scan_classes(info)
+        check_classification_targets(classes)
+        _check_min_classes(est, classes, min_classes)
+        return td, classes, StoreClassIndex(info.url, 0, td.n, classes, table)
     td = training_data(est, X, y)
     y = td.labels
     check_classification_targets(y)
     classes, y_idx = np.unique(y, return_inverse=True)
-    if classes.shape[0] < min_classes:
-        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
-                         f"but the data contains only one class: {classes.tolist()[0]!r}")
+    _check_min_classes(est, classes, min_classes)
     # the raw labels are not needed past this point: one O(n) array less on the coordinator
     # while it trains (issue 15)
     td.labels = None
     return td, classes, y_idx.astype(np.int64, copy=False)
+
+
+def _check_min_classes(est, classes, min_classes):
+    if classes.shape[0] < min_classes:
+        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
+                         f"but the data contains only one class: {classes.tolist()[0]!r}")

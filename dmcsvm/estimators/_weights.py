@@ -169,11 +169,13 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
     NonFiniteError
         A NaN or infinite weight.
     """
-    y_idx = np.asarray(y_idx, dtype=np.int64)
-    n = y_idx.shape[0]
     classes = [_plain(c) for c in classes]
     if len(classes) != n_classes:
         raise ValueError(f"{len(classes)} class labels for {n_classes} classes")
+    if class_weight is None and sample_weight is None:
+        return None          # unweighted: the class index is not read (it may live in a store)
+    y_idx = np.asarray(y_idx, dtype=np.int64)
+    n = y_idx.shape[0]
     cw = class_weights(class_weight, classes, y_idx)
     sw = check_sample_weight(sample_weight, n)
     if np.all(cw == 1.0) and (sw is None or np.all(sw == 1.0)):

@@ -218,7 +218,8 @@ class MulticlassSVC(SVMEstimator):
             Labels; must be None for a store (its ``y`` array is used).
         """
         settings = self._settings()
-        td, classes, y_idx = fit_inputs(self, X, y)
+        # from a store the class index stays there: each partition reads its own rows' labels
+        td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
@@ -237,7 +238,6 @@ class MulticlassSVC(SVMEstimator):
             disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
             disk_cache_stream_only=isinstance(self.disk_cache_size, str),
             cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
-        y_idx = y_idx.astype(np.int64, copy=False)
         bounds = partition_bounds(td.n, n_parts, td.align)
         try:
             executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds, row_C=row_C)

@@ -1,0 +1,112 @@
+"""The class index of a store's rows, read from its label array where and when it is needed, so
+that the coordinator of a fit from a store holds no per-row label array (issue 15: coordinator
+memory independent of n).
+
+:func:`scan_classes` finds the classes in one pass over the label chunks (O(chunk) memory);
+:class:`StoreClassIndex` stands for the class index of rows ``[lo, hi)``: slicing it gives another
+one (nothing read), a partition turns its slice into an array on its own worker
+(``np.asarray``), and the coordinator reads only the rows it asks for (``index[ids]``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import open_store
+from .readers import read_labels
+
+#: rows of labels read at a time (8 MB of int64)
+SCAN_ROWS = 1 << 20
+
+
+def _blocks(info, lo, hi):
+    """``[a, b)`` row blocks covering ``[lo, hi)``, aligned to the store's chunks."""
+    step = max(int(info.rows_per_chunk), (SCAN_ROWS // int(info.rows_per_chunk))
+               * int(info.rows_per_chunk))
+    a = lo
+    while a < hi:
+        b = min(hi, (a // step + 1) * step)
+        yield a, b
+        a = b
+
+
+def scan_classes(info) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(classes, code_table)`` of the store ``info``: its sorted distinct labels, read chunk by
+    chunk; for a store of string classes (labels stored as codes into ``info.classes``) also the
+    class index of every code, else None."""
+    found = None
+    for a, b in _blocks(info, 0, info.n_samples):
+        u = np.unique(read_labels(info, a, b))
+        found = u if found is None else np.union1d(found, u)
+    found = np.zeros(0, dtype=np.int64) if found is None else found
+    if info.classes is None:
+        return found, None
+    names = np.asarray(info.classes, dtype=object)
+    classes = np.unique(names[found])
+    table = np.full(len(names), -1, dtype=np.int64)
+    table[found] = np.searchsorted(classes, names[found])
+    return classes, table
+
+
+class StoreClassIndex:
+    """Class index (int64, into ``classes``) of rows ``[lo, hi)`` of the store at ``url``,
+    read from the store when asked.  Picklable and small: a Dask partition receives its slice
+    and reads its rows' labels itself; rebuilding a lost partition reads them again."""
+
+    ndim = 1
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, url: str, lo: int, hi: int, classes, code_table=None):
+        self.url, self.lo, self.hi = str(url), int(lo), int(hi)
+        self.classes = np.asarray(classes)
+        self.code_table = None if code_table is None else np.asarray(code_table, dtype=np.int64)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.hi - self.lo,)
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def _index(self, raw) -> np.ndarray:
+        if self.code_table is not None:
+            return self.code_table[np.asarray(raw, dtype=np.int64)]
+        return np.searchsorted(self.classes, raw).astype(np.int64, copy=False)
+
+    def _read(self, info, a, b) -> np.ndarray:
+        return self._index(read_labels(info, self.lo + a, self.lo + b))
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            a, b, step = key.indices(len(self))
+            if step != 1:
+                raise IndexError("a StoreClassIndex slice takes no step")
+            return StoreClassIndex(self.url, self.lo + a, self.lo + max(a, b), self.classes,
+                                   self.code_table)
+        ids = np.asarray(key, dtype=np.int64)
+        if ids.ndim != 1:
+            raise IndexError(f"index rows with a slice or a 1-d array, got shape {ids.shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"row index out of range for {len(self)} rows")
+        out = np.empty(ids.shape[0], dtype=np.int64)
+        if not ids.size:
+            return out
+        order = np.argsort(ids, kind="stable")
+        info = open_store(self.url)
+        s = ids[order]
+        for a, b in _blocks(info, self.lo, self.hi):
+            i, j = np.searchsorted(s, [a - self.lo, b - self.lo])
+            if i < j:
+                out[order[i:j]] = self._read(info, a - self.lo, b - self.lo)[s[i:j] - (a - self.lo)]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        """Every row's class index, read now (O(rows) memory: for a partition's own rows)."""
+        info = open_store(self.url)
+        out = np.empty(len(self), dtype=np.int64)
+        for a, b in _blocks(info, self.lo, self.hi):
+            out[a - self.lo:b - self.lo] = self._read(info, a - self.lo, b - self.lo)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"StoreClassIndex({self.url!r}, rows {self.lo}:{self.hi}, {len(self.classes)} classes)"

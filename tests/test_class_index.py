@@ -1,0 +1,95 @@
+"""A store's class index read where it is used (issue 15): the classes found chunk by chunk, the
+index of any rows equal to ``np.unique(labels, return_inverse=True)``'s, and a MulticlassSVC fit
+from a store that never reads more labels at once than a scan block or a partition holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dmcsvm.store as store_pkg
+from dmcsvm import MulticlassSVC
+from dmcsvm.store import class_index as ci
+from dmcsvm.store import open_store, write_arrays
+from dmcsvm.store.class_index import StoreClassIndex, scan_classes
+
+
+def _store(tmp_path, y, rows_per_chunk=16, name="s.zarr"):
+    X = np.random.default_rng(0).normal(size=(len(y), 3)).astype(np.float32)
+    url = str(tmp_path / name)
+    write_arrays(url, X, y, rows_per_chunk=rows_per_chunk)
+    return url, X
+
+
+@pytest.mark.parametrize("kind", ["int", "float", "str"])
+def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(ci, "SCAN_ROWS", 40)           # several scan blocks of 2 chunks
+    raw = np.random.default_rng(1).integers(0, 5, 203) * 3 - 4
+    y = {"int": raw, "float": raw / 2.0, "str": np.array([f"c{v}" for v in raw])}[kind]
+    url, _ = _store(tmp_path, y)
+    info = open_store(url)
+    classes, table = scan_classes(info)
+    ref_classes, ref_idx = np.unique(y, return_inverse=True)
+    np.testing.assert_array_equal(classes, ref_classes)
+    assert (table is not None) == (kind == "str")
+    idx = StoreClassIndex(url, 0, len(y), classes, table)
+    assert len(idx) == 203 and idx.shape == (203,)
+    np.testing.assert_array_equal(np.asarray(idx), ref_idx)
+    np.testing.assert_array_equal(np.ascontiguousarray(idx[37:150], dtype=np.int64),
+                                  ref_idx[37:150])
+    np.testing.assert_array_equal(np.asarray(idx[37:150][5:9]), ref_idx[42:46])
+    ids = np.array([202, 0, 17, 17, 99, 41, 40])         # unsorted, repeated, block edges
+    np.testing.assert_array_equal(idx[ids], ref_idx[ids])
+    np.testing.assert_array_equal(idx[37:150][np.array([0, 112])], ref_idx[[37, 149]])
+    assert idx[np.zeros(0, dtype=np.int64)].shape == (0,)
+
+
+def test_bad_indexing_is_refused(tmp_path):
+    url, _ = _store(tmp_path, np.arange(20) % 2)
+    idx = StoreClassIndex(url, 0, 20, np.array([0, 1]))
+    with pytest.raises(IndexError, match="^a StoreClassIndex slice takes no step$"):
+        idx[::2]
+    with pytest.raises(IndexError, match="^row index out of range for 20 rows$"):
+        idx[np.array([3, 20])]
+    with pytest.raises(IndexError, match=r"^index rows with a slice or a 1-d array, got shape "
+                                         r"\(1, 2\)$"):
+        idx[np.array([[1, 2]])]
+
+
+def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monkeypatch):
+    """The coordinator never reads the label array whole: every read is one scan block or one
+    partition's rows, and the model is the in-memory one's."""
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
+    url = str(tmp_path / "d.zarr")
+    write_arrays(url, X, y, rows_per_chunk=20)
+    reads = []
+    real = ci.read_labels
+
+    def recording(info, lo=0, hi=None):
+        reads.append((lo, hi))
+        return real(info, lo, hi)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the store's labels were read whole")
+
+    monkeypatch.setattr(ci, "read_labels", recording)
+    monkeypatch.setattr(ci, "SCAN_ROWS", 60)
+    monkeypatch.setattr(store_pkg, "read_labels", whole)
+    kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
+    on_store = MulticlassSVC(**kw).fit(url)
+    monkeypatch.undo()
+    ref = MulticlassSVC(**kw).fit(X, y)
+    assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
+    np.testing.assert_array_equal(on_store.classes_, ref.classes_)
+    np.testing.assert_array_equal(on_store.support_, ref.support_)
+    np.testing.assert_array_equal(on_store.n_support_, ref.n_support_)
+    np.testing.assert_allclose(on_store.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-12)
+
+
+def test_one_class_store_is_refused_by_the_chunked_scan(tmp_path):
+    url, _ = _store(tmp_path, np.full(40, 7))
+    with pytest.raises(ValueError, match="^MulticlassSVC needs samples of at least 2 classes in "
+                                         "the data, but the data contains only one class: 7$"):
+        MulticlassSVC().fit(url)
