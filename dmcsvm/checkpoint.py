@@ -423,7 +423,8 @@ def data_fingerprint(X, y_idx) -> str:
     permuted columns give different fingerprints."""
     import hashlib
     h = hashlib.blake2b(digest_size=16)
-    h.update(np.asarray(y_idx, dtype=np.int64).tobytes())
+    for block in label_blocks(y_idx):
+        h.update(block.tobytes())
 
     def add(block):
         if sp.issparse(block):
@@ -453,3 +454,24 @@ def data_fingerprint(X, y_idx) -> str:
 def _crc(a):
     import zlib
     return zlib.crc32(np.ascontiguousarray(a))
+
+
+def labels_crc32(y_idx) -> int:
+    """CRC-32 of the int64 class index, computed block by block (the same value as over the
+    whole array)."""
+    import zlib
+    crc = 0
+    for block in label_blocks(y_idx):
+        crc = zlib.crc32(block, crc)
+    return crc
+
+
+def label_blocks(y_idx, rows=1 << 20):
+    """The int64 class index in row blocks: a store's (:class:`~dmcsvm.store.class_index.
+    StoreClassIndex`) is read a block at a time, never whole on the coordinator."""
+    n = len(y_idx)
+    if isinstance(y_idx, np.ndarray):
+        yield np.ascontiguousarray(y_idx, dtype=np.int64)
+        return
+    for a in range(0, n, rows):
+        yield np.ascontiguousarray(y_idx[a:min(a + rows, n)], dtype=np.int64)

@@ -93,3 +93,21 @@ def test_one_class_store_is_refused_by_the_chunked_scan(tmp_path):
     with pytest.raises(ValueError, match="^MulticlassSVC needs samples of at least 2 classes in "
                                          "the data, but the data contains only one class: 7$"):
         MulticlassSVC().fit(url)
+
+
+def test_checkpoint_label_hashes_are_the_same_read_by_blocks(tmp_path):
+    """The checkpoint's labels_crc32 and data fingerprint of a store fit (its class index read
+    block by block) equal those of the same index held as one array: resuming either works."""
+    import zlib
+
+    from dmcsvm.checkpoint import data_fingerprint, label_blocks, labels_crc32
+    y = np.random.default_rng(3).integers(0, 4, 101)
+    url, X = _store(tmp_path, y, rows_per_chunk=10)
+    classes, table = scan_classes(open_store(url))
+    lazy = StoreClassIndex(url, 0, 101, classes, table)
+    whole = np.unique(y, return_inverse=True)[1].astype(np.int64)
+    blocks = list(label_blocks(lazy, rows=7))
+    assert len(blocks) == 15 and max(len(b) for b in blocks) == 7
+    np.testing.assert_array_equal(np.concatenate(blocks), whole)
+    assert labels_crc32(lazy) == labels_crc32(whole) == zlib.crc32(whole)
+    assert data_fingerprint(X, lazy) == data_fingerprint(X, whole)

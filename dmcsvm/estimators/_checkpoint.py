@@ -15,6 +15,7 @@ from ..checkpoint import (
     _crc,
     data_fingerprint,
     has_checkpoint,
+    labels_crc32,
     load_checkpoint,
     parse_every,
     restore_rng,
@@ -57,7 +58,7 @@ class CheckpointSession:
         params = {k: v for k, v in est.get_params(deep=False).items() if k not in RESUME_MAY_CHANGE}
         params["estimator"] = type(est).__name__
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
-        params["labels_crc32"] = int(_crc(np.asarray(y_idx, dtype=np.int64)))
+        params["labels_crc32"] = int(labels_crc32(y_idx))
         params["data_fingerprint"] = data_fingerprint(X, y_idx)
         if row_C is not None:
             # the per-pattern bounds C_i (class_weight, sample_weight): a resume with other
