@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dmcsvm.file_modes import give_default_mode
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: a 1-minute load average above this at the start marks a report as measured on a busy box
@@ -210,6 +212,7 @@ def write_text(path, text) -> Path:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        give_default_mode(tmp)           # mkstemp's 0600 -> what the umask gives a new file
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -246,6 +249,7 @@ def save_figure(fig, path, dpi=100) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi)
+        give_default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
