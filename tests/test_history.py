@@ -4,6 +4,8 @@ depend on the bound."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -65,13 +67,16 @@ def test_fit_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
 
 def test_resumed_history_stays_bounded(digits, monkeypatch, tmp_path):
     X, y = digits
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")             # max_iter's ConvergenceWarning
         MulticlassSVC(**KW, max_iter=30, checkpoint=str(tmp_path), checkpoint_every=30).fit(X, y)
     assert len(load_checkpoint(tmp_path).history["dual"]) == 30
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 8)   # a checkpoint longer than the limit
-    resumed = MulticlassSVC(**KW, checkpoint=str(tmp_path), resume=True).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")             # to 50 rounds in all, not to convergence
+        resumed = MulticlassSVC(**KW, max_iter=50, checkpoint=str(tmp_path),
+                                resume=True).fit(X, y)
+    assert resumed.n_iter_ == 50
     h = resumed.history_
     assert len(h["round"]) <= 8 and h["round"][0] == 0
     assert h["round"][-1] == resumed.n_iter_ - 1
