@@ -111,3 +111,76 @@ def test_checkpoint_label_hashes_are_the_same_read_by_blocks(tmp_path):
     np.testing.assert_array_equal(np.concatenate(blocks), whole)
     assert labels_crc32(lazy) == labels_crc32(whole) == zlib.crc32(whole)
     assert data_fingerprint(X, lazy) == data_fingerprint(X, whole)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_partition_rebuilt_after_a_lost_worker_reads_its_labels_again(tmp_path):
+    """A worker dies between rounds of a store fit whose class index stays in the store: its
+    partitions are rebuilt on the other worker from the small index slices the executor kept
+    (they read their labels there) and the solve reaches the uninterrupted optimum."""
+    import os
+    import signal
+
+    from distributed import Client
+    from test_fault_tolerance import (
+        SPEC,
+        _assert_same_optimum,
+        _Cluster,
+        _once_at,
+        _problem,
+        _wait_removed,
+    )
+
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
+    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.executor import InProcessExecutor
+    from dmcsvm.engine.partition_base import PartitionSettings
+    from dmcsvm.engine.rows import StoreSource
+    from dmcsvm.numerics import pattern as pt
+
+    X, y = _problem()
+    url = str(tmp_path / "p.zarr")
+    write_arrays(url, X, y, rows_per_chunk=10)
+    X32 = X.astype(np.float32)
+    n, m = X.shape[0], int(y.max()) + 1
+    classes, table = scan_classes(open_store(url))
+    idx = StoreClassIndex(url, 0, n, classes, table)
+
+    def run(executor, on_round=None):
+        s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()
+        ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
+                               n_candidates=6, pcls=np.arange(m), cache_bytes=10 ** 5,
+                               kernel_dtype="float32")
+        executor.start(StoreSource(url, n, X.shape[1], 10, 4.0 * X.shape[1]), idx, idx, ps,
+                       bounds=[(0, 50), (50, 110), (110, n)])
+        try:
+            r = solve(executor, n, np.arange(m), SPEC, s, X.shape[1], False, np.float32,
+                      on_round=on_round)
+        finally:
+            executor.close()
+        B = np.zeros((n, m))
+        B[r.support] = r.coef
+        return B, r
+
+    B_ref, r_ref = run(InProcessExecutor(2))
+    (tmp_path / "cl").mkdir()
+    cluster = _Cluster(tmp_path / "cl", nanny=True)
+    try:
+        with Client(cluster.addr) as client:
+            ex = DaskExecutor(client)
+            killed = []
+
+            def kill_one():
+                victim = ex.placement[1]
+                assert isinstance(ex._build[1][3], StoreClassIndex)     # no label array kept
+                pid = client.run(os.getpid, workers=[victim])[victim]
+                killed.append([k for k, w in enumerate(ex.placement) if w == victim])
+                os.kill(pid, signal.SIGKILL)
+                _wait_removed(client, victim)
+
+            B, r = run(ex, on_round=_once_at(8, kill_one))
+            assert killed[0] and sorted(k for k, _, _, _ in ex.recoveries) == killed[0]
+    finally:
+        cluster.close()
+    _assert_same_optimum(B, r, B_ref, r_ref, X32)
