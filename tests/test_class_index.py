@@ -32,7 +32,7 @@ def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
     ref_classes, ref_idx = np.unique(y, return_inverse=True)
     np.testing.assert_array_equal(classes, ref_classes)
     assert (table is not None) == (kind == "str")
-    idx = StoreClassIndex(url, 0, len(y), classes, table)
+    idx = StoreClassIndex(info, 0, len(y), classes, table)
     assert len(idx) == 203 and idx.shape == (203,)
     np.testing.assert_array_equal(np.asarray(idx), ref_idx)
     np.testing.assert_array_equal(np.ascontiguousarray(idx[37:150], dtype=np.int64),
@@ -46,7 +46,7 @@ def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
 
 def test_bad_indexing_is_refused(tmp_path):
     url, _ = _store(tmp_path, np.arange(20) % 2)
-    idx = StoreClassIndex(url, 0, 20, np.array([0, 1]))
+    idx = StoreClassIndex(open_store(url), 0, 20, np.array([0, 1]))
     with pytest.raises(IndexError, match="^a StoreClassIndex slice takes no step$"):
         idx[::2]
     with pytest.raises(IndexError, match="^row index out of range for 20 rows$"):
@@ -103,8 +103,9 @@ def test_checkpoint_label_hashes_are_the_same_read_by_blocks(tmp_path):
     from dmcsvm.checkpoint import data_fingerprint, label_blocks, labels_crc32
     y = np.random.default_rng(3).integers(0, 4, 101)
     url, X = _store(tmp_path, y, rows_per_chunk=10)
-    classes, table = scan_classes(open_store(url))
-    lazy = StoreClassIndex(url, 0, 101, classes, table)
+    info = open_store(url)
+    classes, table = scan_classes(info)
+    lazy = StoreClassIndex(info, 0, 101, classes, table)
     whole = np.unique(y, return_inverse=True)[1].astype(np.int64)
     blocks = list(label_blocks(lazy, rows=7))
     assert len(blocks) == 15 and max(len(b) for b in blocks) == 7
@@ -144,8 +145,9 @@ def test_partition_rebuilt_after_a_lost_worker_reads_its_labels_again(tmp_path):
     write_arrays(url, X, y, rows_per_chunk=10)
     X32 = X.astype(np.float32)
     n, m = X.shape[0], int(y.max()) + 1
-    classes, table = scan_classes(open_store(url))
-    idx = StoreClassIndex(url, 0, n, classes, table)
+    info = open_store(url)
+    classes, table = scan_classes(info)
+    idx = StoreClassIndex(info, 0, n, classes, table)
 
     def run(executor, on_round=None):
         s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()

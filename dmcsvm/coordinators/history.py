@@ -49,7 +49,3 @@ class RoundHistory(dict):
         for col in self.values():
             col[:] = col[0:m - 1:2] + col[m - 1:]
         self.dropped += m - self.n_rows
-
-    def columns(self) -> dict:
-        """A plain ``{key: list}`` copy (what an estimator turns into ``history_``)."""
-        return {k: list(v) for k, v in self.items()}

@@ -55,6 +55,8 @@ class TrainingData:
     var: float | None = None         # X.var() over all entries, for gamma='scale'
     #: the store's optional per-row weights (its ``sample_weight`` array), None otherwise
     sample_weight: np.ndarray | None = None
+    #: the validated store (:class:`~dmcsvm.store.layout.StoreInfo`) of a store input
+    store: object = None
 
     def gamma(self, gamma) -> float:
         """The kernel coefficient, resolved as scikit-learn's SVC does; with a
@@ -146,7 +148,7 @@ def training_data(est, X, y, store_labels=True) -> TrainingData:
         from ..store import read_sample_weight
         return TrainingData(src, labels, info.n_samples, info.n_features, info.sparse,
                             np.dtype(np.float32), info.rows_per_chunk, var,
-                            read_sample_weight(info))
+                            read_sample_weight(info), store=info)
     if is_dask(X):
         import dask.array as da
         if X.ndim != 2:
@@ -349,14 +351,12 @@ def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
     partition reads its own rows' labels), not an n-long array on the coordinator; for callers
     that only slice it per partition and index it at the support rows."""
     if lazy_store_labels and is_store(X):
-        from ..store import open_store
         from ..store.class_index import StoreClassIndex, scan_classes
         td = training_data(est, X, y, store_labels=False)
-        info = open_store(td.source.url)
-        classes, table = scan_classes(info)
+        classes, table = scan_classes(td.store)
         check_classification_targets(classes)
         _check_min_classes(est, classes, min_classes)
-        return td, classes, StoreClassIndex(info.url, 0, td.n, classes, table)
+        return td, classes, StoreClassIndex(td.store, 0, td.n, classes, table)
     td = training_data(est, X, y)
     y = td.labels
     check_classification_targets(y)

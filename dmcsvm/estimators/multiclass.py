@@ -226,7 +226,6 @@ class MulticlassSVC(SVMEstimator):
         self._spec = spec
         m = classes.shape[0]
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
-            y_idx = y_idx.astype(np.int64, copy=False)
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start)
         pcls = np.arange(m, dtype=np.int64)

@@ -14,7 +14,6 @@ can be tested alone against a NumPy reference and run unchanged on the coordinat
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 from numba import types

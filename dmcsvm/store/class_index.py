@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import open_store
 from .readers import read_labels
 
 #: rows of labels read at a time (8 MB of int64)
@@ -49,15 +48,16 @@ def scan_classes(info) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 class StoreClassIndex:
-    """Class index (int64, into ``classes``) of rows ``[lo, hi)`` of the store at ``url``,
-    read from the store when asked.  Picklable and small: a Dask partition receives its slice
-    and reads its rows' labels itself; rebuilding a lost partition reads them again."""
+    """Class index (int64, into ``classes``) of rows ``[lo, hi)`` of the store ``info`` (its
+    :class:`~dmcsvm.store.layout.StoreInfo`, validated once by ``open_store``), read from the
+    store when asked.  Picklable and small: a Dask partition receives its slice and reads its
+    rows' labels itself; rebuilding a lost partition reads them again."""
 
     ndim = 1
     dtype = np.dtype(np.int64)
 
-    def __init__(self, url: str, lo: int, hi: int, classes, code_table=None):
-        self.url, self.lo, self.hi = str(url), int(lo), int(hi)
+    def __init__(self, info, lo: int, hi: int, classes, code_table=None):
+        self.info, self.lo, self.hi = info, int(lo), int(hi)
         self.classes = np.asarray(classes)
         self.code_table = None if code_table is None else np.asarray(code_table, dtype=np.int64)
 
@@ -73,15 +73,15 @@ class StoreClassIndex:
             return self.code_table[np.asarray(raw, dtype=np.int64)]
         return np.searchsorted(self.classes, raw).astype(np.int64, copy=False)
 
-    def _read(self, info, a, b) -> np.ndarray:
-        return self._index(read_labels(info, self.lo + a, self.lo + b))
+    def _read(self, a, b) -> np.ndarray:
+        return self._index(read_labels(self.info, self.lo + a, self.lo + b))
 
     def __getitem__(self, key):
         if isinstance(key, slice):
             a, b, step = key.indices(len(self))
             if step != 1:
                 raise IndexError("a StoreClassIndex slice takes no step")
-            return StoreClassIndex(self.url, self.lo + a, self.lo + max(a, b), self.classes,
+            return StoreClassIndex(self.info, self.lo + a, self.lo + max(a, b), self.classes,
                                    self.code_table)
         ids = np.asarray(key, dtype=np.int64)
         if ids.ndim != 1:
@@ -92,21 +92,20 @@ class StoreClassIndex:
         if not ids.size:
             return out
         order = np.argsort(ids, kind="stable")
-        info = open_store(self.url)
         s = ids[order]
-        for a, b in _blocks(info, self.lo, self.hi):
+        for a, b in _blocks(self.info, self.lo, self.hi):
             i, j = np.searchsorted(s, [a - self.lo, b - self.lo])
             if i < j:
-                out[order[i:j]] = self._read(info, a - self.lo, b - self.lo)[s[i:j] - (a - self.lo)]
+                out[order[i:j]] = self._read(a - self.lo, b - self.lo)[s[i:j] - (a - self.lo)]
         return out
 
     def __array__(self, dtype=None, copy=None):
         """Every row's class index, read now (O(rows) memory: for a partition's own rows)."""
-        info = open_store(self.url)
         out = np.empty(len(self), dtype=np.int64)
-        for a, b in _blocks(info, self.lo, self.hi):
-            out[a - self.lo:b - self.lo] = self._read(info, a - self.lo, b - self.lo)
+        for a, b in _blocks(self.info, self.lo, self.hi):
+            out[a - self.lo:b - self.lo] = self._read(a - self.lo, b - self.lo)
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __repr__(self) -> str:
-        return f"StoreClassIndex({self.url!r}, rows {self.lo}:{self.hi}, {len(self.classes)} classes)"
+        return (f"StoreClassIndex({self.info.url!r}, rows {self.lo}:{self.hi}, "
+                f"{len(self.classes)} classes)")
