@@ -48,12 +48,24 @@ import _report
 from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
 
 
-#: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them);
+#: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them;
+#: the executor before WorkerGroup, still there as DaskExecutor(group=False));
 #: per_worker: one call / message copy / top-b candidate list per worker (its 16 partitions behind
-#: one actor); per_worker_2b: the same with each worker sending its top 2b/W (2b in all)
-#: tree: per_worker_2b with the message forwarded and the replies merged along a binary tree of
-#: workers (the coordinator talks to the root only)
+#: one actor; implemented: DaskExecutor(tree=False)); per_worker_2b: the same with each worker
+#: sending its top 2b/W (2b in all; model only); tree: the message forwarded and the replies merged
+#: along a binary tree of workers, each node passing on its subtree's top b (implemented:
+#: DaskExecutor(tree=True), the default from TREE_MIN_GROUPS workers on)
 DESIGNS = ("current", "per_worker", "per_worker_2b", "tree")
+
+#: the Dask fits measured here: key -> (cluster, DaskExecutor options, model options)
+DASK_RUNS = {"dask1": ("1x1", {}, {}),
+             "dask2": ("2x1", {}, {}),
+             # one worker with two threads: two actors (before) against one WorkerGroup
+             "dask1x2_actors": ("1x2", {"group": False}, {"calls": 2}),
+             "dask1x2": ("1x2", {}, {"calls": 1}),
+             # two workers down the tree (root -> child): the model charges 2 calls per level
+             "dask2_tree": ("2x1", {"tree": True}, {"tree": 2})}
+EXECUTOR_KW: dict = {}     # options set on the next DaskExecutor (install_recorder)
 
 
 def load():
@@ -219,6 +231,8 @@ def install_recorder():
 
     def wrapped(est):
         ex, owned = orig(est)
+        for k, v in EXECUTOR_KW.items():
+            setattr(ex, k, v)
         log = []
         logs.append(log)
         return Recorder(ex, log), owned
@@ -344,7 +358,8 @@ def dask_probe(client, quick, d=32, P=10):
                               C=10.0, selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=10,
                               pcls=np.arange(P, dtype=np.int64), shrinking=False,
                               kernel_dtype="float32")
-        ex = DaskExecutor(client, n_partitions=Np, recover=False).start(X, y, y, s)
+        # one actor per partition: the cost of one call, as the model counts calls
+        ex = DaskExecutor(client, n_partitions=Np, recover=False, group=False).start(X, y, y, s)
         try:
             t_empty = timeit(lambda: ex.step(RoundMessage()), reps, warm=3)
             c0_cpu = time.process_time()
@@ -421,13 +436,13 @@ def main(argv=None):
     MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(Xb[:300], yb[:300])
     print("clusters ...", flush=True)
     cl = {}
-    for W in (1, 2):
+    for W, T in ((1, 1), (2, 1), (1, 2)):
         t = time.perf_counter()
-        cluster = LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
+        cluster = LocalCluster(n_workers=W, threads_per_worker=T, processes=True,
                                dashboard_address=None)
-        cl[W] = (cluster, Client(cluster))
-        out[f"cluster{W}_start_s"] = time.perf_counter() - t
-        MulticlassSVC(C=10, batch_size=50, client=cl[W][1]).fit(Xb[:300], yb[:300])
+        cl[f"{W}x{T}"] = (cluster, Client(cluster))
+        out[f"cluster{W}x{T}_start_s"] = time.perf_counter() - t
+        MulticlassSVC(C=10, batch_size=50, client=cl[f"{W}x{T}"][1]).fit(Xb[:300], yb[:300])
     out["datasets"] = {}
     for name, X, y, C, gamma in datasets:
         n, d = X.shape
@@ -435,20 +450,24 @@ def main(argv=None):
         print(f"fits on {name} ({n} x {d}, {P} classes) ...", flush=True)
         runs = {}
         for rep in range(repeat):
-            for mode, k in (("inprocess", 1), ("inprocess", 2), ("dask", 1), ("dask", 2)):
-                key = f"{mode}{k}"
-                r = one_fit(X, y, b_max, C, mode, k, cl[k][1] if mode == "dask" else None, logs,
-                            gamma)
+            for key in ("inprocess1", "inprocess2", *DASK_RUNS):
+                mode = "inprocess" if key.startswith("inprocess") else "dask"
+                k = int(key[-1]) if mode == "inprocess" else 0
+                client = cl[DASK_RUNS[key][0]][1] if mode == "dask" else None
+                EXECUTOR_KW.clear()
+                EXECUTOR_KW.update(DASK_RUNS[key][1] if mode == "dask" else {})
+                r = one_fit(X, y, b_max, C, mode, k, client, logs, gamma)
+                EXECUTOR_KW.clear()
                 r["b_max"] = b_max
                 runs.setdefault(key, []).append(r)
                 print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}",
                       flush=True)
         out["datasets"][name] = {"n": n, "d": d, "P": P, "runs": runs}
     print("dask probe ...", flush=True)
-    out["probe"] = dask_probe(cl[2][1], quick)
-    for W in (2, 1):
-        cl[W][1].close()
-        cl[W][0].close()
+    out["probe"] = dask_probe(cl["2x1"][1], quick)
+    for cluster, client in cl.values():
+        client.close()
+        cluster.close()
 
     # ------------------------------------------------------------------ model fit + validation
     # Per data set, the constants are fitted on that data set's fastest 1-thread fit (the repeat
@@ -488,9 +507,10 @@ def main(argv=None):
             Np = rs[0]["Np"]
             rmin = fastest(rs)
             own = trajectory(rmin, b_max)
-            p1 = sm.predict_fit(cd, tr1, mode, Np, ds["n"], ds["P"], ds["d"])
-            p2 = sm.predict_fit(cd, own, mode, Np, ds["n"], ds["P"], ds["d"])
-            p3 = (sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"])
+            dkw = DASK_RUNS[key][2] if mode == "dask" else {}
+            p1 = sm.predict_fit(cd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
+            p2 = sm.predict_fit(cd, own, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
+            p3 = (sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
                   if mode == "dask" else p1)
             h = rmin["history"]
             out["validation"].append({
@@ -543,7 +563,8 @@ def main(argv=None):
         rounds = max(1.0, visits * n / b_proj)
         for design in DESIGNS:
             kw = {"per_worker": design != "current",
-                  "cand_cap": 2 * b_proj if design in ("per_worker_2b", "tree") else None,
+                  # the tree as implemented: every node passes on its subtree's top b
+                  "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj}.get(design),
                   "tree": design == "tree"}
             ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, ds0["n"], **kw)
             for W in (1, 8, 32, 128):

@@ -241,6 +241,30 @@ def test_worker_killed_between_rounds_recovers(cluster, reference):
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("die_part", [1, 2], ids=["root", "child"])
+def test_worker_killed_mid_round_on_the_tree_recovers(cluster, reference, die_part):
+    """Rounds down the broadcast / reduction tree (worker 0's group forwards to worker 1's): a
+    worker dies while it computes a round.  The child's death comes back from the root as a lost
+    subtree, the root's as a failed call; either way the coordinator asks every group it has no
+    reply from directly, the survivor answers the round it already applied from memory (not
+    applying it twice), the dead one is rebuilt, and the solve reaches the same optimum."""
+    X, y, B_ref, r_ref = reference
+    with Client(cluster.addr) as client:
+        ex = DaskExecutor(client, tree=True)
+        placed, tree = [], []
+        B, r = _solve(ex, X, y, partition_cls=_DieInRound,
+                      extra={"die_at": 8, "die_part": die_part},
+                      on_round=_once_at(1, lambda: (placed.extend(ex.placement),
+                                                    tree.append(ex.uses_tree()))))
+    assert tree == [True] and ex.groups == [[0, 1], [2]]
+    dead = placed[die_part]
+    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == \
+        [(k, dead) for k, w in enumerate(placed) if w == dead]
+    _assert_same_optimum(B, r, B_ref, r_ref, X)
+
+
 def _kill_all_workers(c, client):
     addrs = list(client.scheduler_info(n_workers=-1)["workers"])
     for p in c.workers:

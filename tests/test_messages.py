@@ -103,7 +103,7 @@ def _example(cls, rng):
               "assign": {"ids": np.arange(2), "yp": np.array([1, 0])},
               "dW": rng.random((5, 4)), "ds": rng.random(5), "da": rng.random(6),
               "a_new": rng.random(6), "yB": np.sign(rng.random(6) - 0.5),
-              "grpB": rng.integers(0, 2, 6)}
+              "grpB": rng.integers(0, 2, 6), "pick": (7, 1e-3)}
     return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
@@ -127,7 +127,10 @@ def test_pack_unpack_round_trips_every_message_type(cls):
 
 def test_report_only_keeps_the_marked_fields():
     msg = m.LinearMessage(ids=np.arange(3), dB=np.ones((3, 2)), shrink_margin=0.5,
-                          assign={"ids": np.arange(1), "yp": np.zeros(1, np.int64)})
+                          assign={"ids": np.arange(1), "yp": np.zeros(1, np.int64)},
+                          pick=(4, 1e-3))
     out = m.report_only(msg)
-    assert type(out) is m.LinearMessage and out == m.LinearMessage(shrink_margin=0.5)
+    # a rebuilt group still prunes its candidates as the coordinator picks them
+    assert type(out) is m.LinearMessage
+    assert out == m.LinearMessage(shrink_margin=0.5, pick=(4, 1e-3))
     assert m.report_only(m.GradientMessage(ids=np.arange(2))) == m.GradientMessage()

@@ -244,6 +244,32 @@ def primal_slack(agg, C) -> float:
     return agg.sum_Cxi if agg.sum_Cxi is not None else C * agg.sum_xi
 
 
+def pick_candidates(agg, b, tol, theta, greedy):
+    """The batch: positions in the merged reply ``agg``'s candidates, and which candidates
+    violate (``psi > tol``).  Violators by decreasing selection value (ties: partition order),
+    at most ``b``; a one-pass batch takes those at or above the threshold ``theta`` (all of
+    them when none is), a working set solved by re-selection (``greedy``) takes the best and
+    fills the room left with the rows closest to violating.  Dask workers send only what this
+    can pick (:func:`~dmcsvm.engine.messages.prune_candidates` states the rule it relies on)."""
+    V = agg.cand_V
+    viol = agg.cand_psi > tol
+    order = np.argsort(-V, kind="stable")
+    order = order[viol[order]]
+    # the threshold picks a one-pass batch; a working set solved by re-selection takes the best
+    # candidates and decides itself which to optimize how often
+    elig = order if greedy else order[V[order] >= theta]
+    if elig.shape[0] == 0:          # threshold above every value: take the best
+        elig = order
+    pick = elig[:b]
+    if greedy and pick.shape[0] < b:
+        # room left: add the rows closest to violating (psi in (near_tol, tol]), so that the
+        # working set solve keeps them below tol too
+        near = np.flatnonzero(~viol)
+        near = near[np.argsort(-agg.cand_psi[near], kind="stable")]
+        pick = np.concatenate([pick, near[: b - pick.shape[0]]])
+    return pick, viol
+
+
 def batch_bounds(agg, pick, C, key="cand_C"):
     """Dual upper bounds of the batch rows ``pick`` of the merged candidates: the scalar ``C``
     when every one of them has it (always without weights: the arithmetic of an unweighted
@@ -342,6 +368,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 bank.keep(np.union1d(B.support(), msg.ids))
                 msg.reship = True
                 prune = False
+            # how this loop picks candidates: a Dask worker sends only those it can still pick
+            msg.pick = (int(s.batch_size), float(s.tol))
             agg = merge(executor.step(msg))
             t_solve0 = time.perf_counter()
             mM = agg.sum_BF                       # ||M||^2
@@ -366,22 +394,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 converged = True
             else:
                 just_unshrunk = False
-                V = agg.cand_V
-                viol = agg.cand_psi > s.tol
-                order = np.argsort(-V, kind="stable")
-                order = order[viol[order]]
-                # the threshold picks a one-pass batch; a working set solved by re-selection
-                # takes the best candidates and decides itself which to optimize how often
-                elig = order if greedy else order[V[order] >= theta]
-                if elig.shape[0] == 0:          # threshold above every value: take the best
-                    elig = order
-                pick = elig[: s.batch_size]
-                if greedy and pick.shape[0] < s.batch_size:
-                    # room left: add the rows closest to violating (psi in (near_tol, tol]), so
-                    # that the working set solve keeps them below tol too
-                    near = np.flatnonzero(~viol)
-                    near = near[np.argsort(-agg.cand_psi[near], kind="stable")]
-                    pick = np.concatenate([pick, near[: s.batch_size - pick.shape[0]]])
+                pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy)
                 ids = agg.cand_ids[pick]
                 XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
                 if greedy and gram is not None:

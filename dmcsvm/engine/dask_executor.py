@@ -3,15 +3,18 @@
 Placement follows what xgboost's and lightgbm's Dask modules do: list the workers, assign each row
 partition to one worker (round-robin over the workers, so every worker owns a contiguous share of
 rows) and pin its data and state there.  A partition's state stays on its worker between rounds,
-either as an **actor** (default: one call per partition per round, no scheduler transition) or as
-a **pinned future** (a task per partition per round that receives the in-memory Partition object
-on its worker and mutates it).  Actor calls go straight from the client to the partition's worker
-when the workers are reachable; a ``Client`` left at its default ``direct_to_workers=None`` would
-otherwise relay each call and reply through the scheduler, a second hop each way.  Either way a
-round is one message per partition carrying the batch update and one reply with its candidates
-and aggregates.  Actors get both packed into one opaque frame each (``Partition.step_packed``):
-Dask then ships a single buffer instead of serializing a dict of arrays array by array, which
-roughly halves the bare round trip.
+either behind an **actor** (default: one :class:`~dmcsvm.engine.worker_group.WorkerGroup` per
+worker holding all its partitions, run on the worker's threads; one call per worker per round, no
+scheduler transition) or as a **pinned future** (a task per partition per round that receives the
+in-memory Partition object on its worker and mutates it).  Actor calls go straight from the client
+to the workers when they are reachable; a ``Client`` left at its default
+``direct_to_workers=None`` would otherwise relay each call and reply through the scheduler, a
+second hop each way.  From ``TREE_MIN_GROUPS`` workers on, a round goes to one worker only and
+travels down a binary tree of workers, the replies merging on the way back
+(:mod:`~dmcsvm.engine.worker_group`).  Either way each worker gets one message carrying the batch
+update and sends one reply with its candidates (only those the coordinator can still pick) and
+aggregates, each packed into one opaque frame (``pack_message``): Dask then ships a single buffer
+instead of serializing a dict of arrays array by array, which roughly halves the bare round trip.
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ from distributed import Future, futures_of, wait
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
-from .messages import pack_message, report_only
+from .messages import pack_message
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
+from .worker_group import WorkerGroup
 
 ACTOR_POLL_S = 5.0    # how often a waiting call checks the scheduler and the partitions' workers
 BUILD_POLL_S = 1.0    # the same while partitions are being created
 CALL_TIMEOUT_S = 20.0   # bound of one request to the scheduler (its list of workers)
 BUILD_RESTARTS = 3    # worker losses (nanny restarts for memory included) tolerated while building
 MAX_LOSSES = 5        # times one partition may be rebuilt in a fit before the fit gives up
+TREE_MIN_GROUPS = 8    # tree='auto': rounds go down the broadcast / reduction tree from this many
+                       # workers on (scaling.md: below it, one call per worker costs less)
 READ_ONLY_CALLS = frozenset({"stats", "close", "summary", "prototypes", "save_state",
                              "row_range"})
 REACH_TIMEOUT_S = 3.0   # how long the client waits for a worker to answer directly before relaying
@@ -166,16 +172,28 @@ class DaskExecutor:
         Whether actor calls go straight to the workers (True) or through the scheduler (False).
         Default: what the client's ``direct_to_workers`` says; when that is None (a ``Client``'s
         default), direct if every partition's worker answers the client directly at start.
+    group : bool
+        Actor mode: the partitions of a worker live behind one actor
+        (:class:`~dmcsvm.engine.worker_group.WorkerGroup`), run on the worker's threads, and a
+        round costs one call, one message copy and at most ``batch_size`` candidates per worker
+        (default).  False: one actor per partition (the design before; kept for measuring).
+    tree : {'auto', True, False}
+        Actor mode: send each round to the root group only; the groups forward it along a binary
+        tree and merge the replies on the way back, so the coordinator's link and CPU carry one
+        message and one reply per round.  'auto': from ``TREE_MIN_GROUPS`` groups on
+        (benchmarks/results/scaling.md: below that, direct calls cost less).
 
-    Fault tolerance (actor mode, ``recover=True``).  A partition lost with its worker -- during a
-    round, between rounds, or while no worker is alive for up to ``recover_timeout`` seconds -- is
-    rebuilt on a live worker from its rows (the store, or the persisted / in-memory block) and the
-    coordinator's current state, which the coordinator registers with :meth:`set_snapshot`: the
-    support patterns' X rows and coefficients (``F = K(X_part, X_SV) B_SV``, one kernel block in
-    row blocks of bounded size), its own coefficient rows, which of its rows the coordinator
+    Fault tolerance (actor mode, ``recover=True``).  The partitions lost with their worker -- during
+    a round, between rounds, or while no worker is alive for up to ``recover_timeout`` seconds --
+    are rebuilt together on one live worker, each from its rows (the store, or the persisted /
+    in-memory block) and the coordinator's current state, which the coordinator registers with
+    :meth:`set_snapshot`: the support patterns' X rows and coefficients
+    (``F = K(X_part, X_SV) B_SV``, one kernel block in row blocks of bounded size), its own
+    coefficient rows, which of its rows the coordinator
     already holds, and kind-specific fields (``Partition.restore``).  All its rows are active
     again.  The rebuilt partition answers the round it was lost in without applying that round's
-    update a second time (the coordinator's state already holds it).  Nothing is logged per round:
+    update a second time (the coordinator's state already holds it); a surviving group asked again
+    for a round it applied (its tree parent died) answers from memory.  Nothing is logged per round:
     the coordinator's memory does not grow with the round count.  The rebuilt scores equal the
     accumulated ones up to rounding, so a fit with a recovery is not bit-for-bit the uninterrupted
     one: it completes and converges to the same optimum within the solver's tolerances.  Without a
@@ -189,9 +207,16 @@ class DaskExecutor:
     name = "dask"
 
     def __init__(self, client, n_partitions: int | None = None, mode: str = "actor",
-                 recover: bool = True, recover_timeout: float = 60.0, direct: bool | None = None):
+                 recover: bool = True, recover_timeout: float = 60.0, direct: bool | None = None,
+                 group: bool = True, tree="auto"):
         if mode not in ("actor", "future"):
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
+        if tree not in ("auto", True, False):
+            raise ValueError(f"tree must be 'auto', True or False, got {tree!r}")
+        self.group = bool(group)
+        self.tree = tree
+        self.groups: list = []       # per actor (or pinned future): its partitions, ascending
+        self._seq = 0                # number of the last round sent
         self.client = client
         self.mode = mode
         self.recover = bool(recover) and mode == "actor"
@@ -286,7 +311,7 @@ class DaskExecutor:
             part_settings = [with_row_bounds(ps, row_C, lo, hi)
                              for ps, (lo, hi) in zip(part_settings, bounds)]
             self._settings, self._partition_cls = part_settings, partition_cls
-            futs = []
+            rows_of = []
             for k, ((lo, hi), rows, w) in enumerate(zip(bounds, blocks, placement)):
                 source = rows
                 if isinstance(X, DaskSource):
@@ -298,19 +323,35 @@ class DaskExecutor:
                 self.placement.append(w)
                 self._gen.append(self._watch.removed.get(w, 0))
                 self._losses.append(0)
-                futs.append(self._submit(k, w, rows, f"dmcsvm-partition-{k}-{self.token}"))
-            self.parts = [self._await_built(k, f) for k, f in enumerate(futs)]
+                rows_of.append(rows)
+            # actors: the partitions of a worker behind one WorkerGroup; pinned futures: one each
+            if self.mode == "actor" and self.group:
+                self.groups = [[k for k, p in enumerate(placement) if p == w]
+                               for w in dict.fromkeys(placement)]
+            else:
+                self.groups = [[k] for k in range(len(bounds))]
+            futs = [self._submit(g, self.placement[ks[0]], [rows_of[k] for k in ks],
+                                 f"dmcsvm-{'group' if self.mode == 'actor' else 'partition'}-{g}-"
+                                 f"{self.token}")
+                    for g, ks in enumerate(self.groups)]
+            self.parts = [self._await_built(g, f) for g, f in enumerate(futs)]
         # the partitions hold their own copies now: the scattered / persisted blocks are released
         # when ``blocks`` goes out of scope
         return self
 
-    def _submit(self, k, w, rows, key):
-        lo, hi, _, yp, cls = self._build[k]
-        args = (k, lo, hi, rows, yp, cls, self._settings[k])
+    def _submit(self, g, w, rows, key):
+        """Create group ``g`` on worker ``w`` from its partitions' ``rows`` (one per partition):
+        a :class:`WorkerGroup` actor, or (pinned futures) its one partition."""
+        specs = []
+        for k, r in zip(self.groups[g], rows):
+            lo, hi, _, yp, cls = self._build[k]
+            specs.append((k, self._partition_cls, (k, lo, hi, r, yp, cls, self._settings[k])))
         if self.mode == "actor":
-            return self.client.submit(self._partition_cls, *args, actor=True, workers=[w],
+            threads = int((self.worker_info.get(w) or {}).get("nthreads") or 1)
+            return self.client.submit(WorkerGroup, specs, threads, actor=True, workers=[w],
                                       allow_other_workers=False, key=key)
-        return self.client.submit(self._partition_cls, *args, workers=[w],
+        _, part_cls, args = specs[0]
+        return self.client.submit(part_cls, *args, workers=[w],
                                   allow_other_workers=False, pure=False, key=key)
 
     def _rows_for(self, k, w):
@@ -324,8 +365,8 @@ class DaskExecutor:
         return self.client.scatter(source, workers=[w], direct=True,
                                    timeout=max(self.recover_timeout, CALL_TIMEOUT_S))
 
-    def _await_built(self, k, fut):
-        """The actor (or pinned future) of partition ``k`` once created; bounded (see start)."""
+    def _await_built(self, g, fut):
+        """The actor (or pinned future) of group ``g`` once created; bounded (see start)."""
         attempts = 0
         while True:
             lost = False
@@ -334,19 +375,20 @@ class DaskExecutor:
                 if fut.status == "finished":
                     return fut.result() if self.mode == "actor" else fut
                 if fut.status == "error":
-                    if not self._is_lost(k) and not self._memory_restarts():
+                    if not self._group_lost(g) and not self._memory_restarts():
                         fut.result()                # the constructor's own error
                     lost = True
                 elif fut.status in ("lost", "cancelled"):
                     self._check_scheduler()
                     lost = True
                 else:
-                    lost = self._is_lost(k)
+                    lost = self._group_lost(g)
             except (TimeoutError, asyncio.TimeoutError):
-                lost = self._is_lost(k)
+                lost = self._group_lost(g)
             self._check_scheduler()
             placed = set(self.placement)
             restarts = [r for r in self._memory_restarts() if r[0] in placed]
+            k = self.groups[g][0]
             if len(restarts) >= BUILD_RESTARTS:
                 raise self._memory_error(k, restarts, "while building")
             if not lost:
@@ -359,11 +401,16 @@ class DaskExecutor:
                     f"{self.placement[k]}; see the workers' logs for why they died")
             with contextlib.suppress(Exception):
                 self.client.cancel([fut])
-            w = self._wait_for_worker(k, f"to create partition {k} on")
+            w = self._wait_for_worker(g, f"to create partition {k} on")
+            self._place(g, w)
+            fut = self._submit(g, w, [self._rows_for(j, w) for j in self.groups[g]],
+                               f"dmcsvm-group-{g}-{self.token}-b{attempts}")
+
+    def _place(self, g, w):
+        """Group ``g``'s partitions now live on worker ``w``."""
+        for k in self.groups[g]:
             self.placement[k] = w
             self._gen[k] = self._watch.removed.get(w, 0)
-            fut = self._submit(k, w, self._rows_for(k, w),
-                               f"dmcsvm-partition-{k}-{self.token}-b{attempts}")
 
     def _first_workers(self) -> dict:
         """The cluster's workers; when it has none yet, wait for one up to ``recover_timeout``
@@ -517,6 +564,10 @@ class DaskExecutor:
         (pushed by the scheduler: no request per round)."""
         return self._watch.removed.get(self.placement[k], 0) != self._gen[k]
 
+    def _group_lost(self, g) -> bool:
+        """Whether group ``g``'s worker (the one all its partitions live on) is gone."""
+        return self._is_lost(self.groups[g][0])
+
     def _check_scheduler(self):
         status = getattr(self.client, "status", "running")
         if status not in ("running", "newly-created"):
@@ -548,15 +599,17 @@ class DaskExecutor:
         self.worker_info.update(workers)
         return workers
 
-    def _wait_for_worker(self, k, what):
-        """A live worker for partition ``k`` (the least loaded; not one whose connection broke
+    def _wait_for_worker(self, g, what):
+        """A live worker for group ``g`` (the least loaded; not one whose connection broke
         unless the scheduler has replaced it since), waiting up to ``recover_timeout``."""
         import time
         t0 = time.monotonic()
+        k = self.groups[g][0]
+        mine = set(self.groups[g])
         while True:
             alive = sorted(a for a in self._live_workers() if not self._is_suspect(a))
             if alive:
-                counts = {w: sum(p == w for i, p in enumerate(self.placement) if i != k)
+                counts = {w: sum(p == w for i, p in enumerate(self.placement) if i not in mine)
                           for w in alive}
                 return min(alive, key=lambda a: (counts[a], a))
             if time.monotonic() - t0 > self.recover_timeout:
@@ -568,51 +621,54 @@ class DaskExecutor:
 
     # ---------------------------------------------------------------- calls
     def step(self, msg) -> list:
+        """Send the round message ``msg`` to every partition; their replies in partition order
+        (each worker sends only the candidates the coordinator can still pick: ``msg.pick``,
+        :func:`~dmcsvm.engine.messages.prune_candidates`)."""
         with self._calls():
             return self._step(msg)
 
-    def _send(self, k, name, *args):
-        """Call ``name`` on partition ``k``'s actor, or :data:`_LOST` when its worker is gone."""
-        if self._is_lost(k):
+    def _send(self, g, name, *args):
+        """Call ``name`` on group ``g``'s actor, or :data:`_LOST` when its worker is gone."""
+        if self._group_lost(g):
             return _LOST
         try:
-            return getattr(self.parts[k], name)(*args)
+            return getattr(self.parts[g], name)(*args)
         except RuntimeError:          # "Worker holding Actor was lost": its key is not in memory
             self._check_scheduler()
             return _LOST
 
-    def _result(self, k, f, op):
-        """The reply of partition ``k`` to ``op``; a partition lost with its worker is rebuilt
+    def _result(self, g, f, op):
+        """The reply of group ``g`` to ``op``; a group lost with its worker is rebuilt
         (``recover``) and answers ``op``, else a clear error.  Bounded: the wait checks every
-        ``ACTOR_POLL_S`` that the scheduler and the partition's worker are still there."""
+        ``ACTOR_POLL_S`` that the scheduler and the group's worker are still there."""
         while True:
             if f is _LOST:
                 if not self.recover:
-                    raise self._lost(k)
-                return self._recover(k, op)
+                    raise self._lost(self.groups[g][0])
+                return self._recover(g, op)
             try:
                 return f.result(timeout=ACTOR_POLL_S)
             except (TimeoutError, asyncio.TimeoutError):
                 self._check_scheduler()
-                if self._is_lost(k):
+                if self._group_lost(g):
                     f = _LOST
             except Exception as e:  # noqa: BLE001 - decided below: lost worker or real error
                 self._check_scheduler()
-                if not self._confirm_lost(k, e):
+                if not self._confirm_lost(g, e):
                     raise
                 f = _LOST
 
-    def _confirm_lost(self, k, err) -> bool:
-        """After a failed call: whether partition ``k``'s worker is gone (the scheduler says so
+    def _confirm_lost(self, g, err) -> bool:
+        """After a failed call: whether group ``g``'s worker is gone (the scheduler says so
         within a few seconds, or the connection broke)."""
         import time
         deadline = time.monotonic() + ACTOR_POLL_S
         while time.monotonic() < deadline:
-            if self._is_lost(k):
+            if self._group_lost(g):
                 return True
             time.sleep(0.1)
         if isinstance(err, OSError):
-            a = self.placement[k]
+            a = self.placement[self.groups[g][0]]
             self._suspect[a] = self._watch.removed.get(a, 0)
             return True
         return False
@@ -621,22 +677,28 @@ class DaskExecutor:
         """A worker whose connection broke and that the scheduler has not replaced since."""
         return a in self._suspect and self._suspect[a] == self._watch.removed.get(a, 0)
 
-    def _gather(self, futs, op) -> list:
-        out = [self._result(k, f, op) for k, f in enumerate(futs)]
-        # a worker removed while its reply was in flight may have answered from a partition the
+    def _gather(self, futs, op, groups=None) -> dict:
+        """``{group: reply}`` of the calls ``futs`` made to ``groups`` (default: all)."""
+        groups = range(len(self.parts)) if groups is None else groups
+        out = {g: self._result(g, f, op) for g, f in zip(groups, futs)}
+        # a worker removed while its reply was in flight may have answered from a group the
         # scheduler re-created empty: answer from the coordinator's state instead
-        for k in range(len(out)):
-            if self._is_lost(k) and self.recover:
-                out[k] = self._recover(k, op)
+        for g in out:
+            if self._group_lost(g) and self.recover:
+                out[g] = self._recover(g, op)
         return out
 
-    def _recover(self, k, op):
-        """Rebuild partition ``k`` on a live worker from its rows and the coordinator's snapshot
-        and return its answer to ``op`` (the operation that found it gone)."""
+    def _recover(self, g, op):
+        """Rebuild group ``g`` (every partition of the lost worker) on one live worker from its
+        rows and the coordinator's snapshot and return its answer to ``op`` (the operation that
+        found it gone)."""
         import time
         t0 = time.monotonic()
-        dead = self.placement[k]
-        self._losses[k] += 1
+        ks = self.groups[g]
+        dead = self.placement[ks[0]]
+        for k in ks:
+            self._losses[k] += 1
+        k = max(ks, key=lambda j: self._losses[j])
         if self._losses[k] > MAX_LOSSES:
             restarts = self._memory_restarts()
             if restarts:
@@ -644,49 +706,52 @@ class DaskExecutor:
             raise RuntimeError(f"partition {k} was lost with its worker {self._losses[k]} times "
                                f"in this fit (last on {dead}); see the workers' logs")
         with contextlib.suppress(Exception):
-            old = self.parts[k]
+            old = self.parts[g]
             self.client.cancel([getattr(old, "_future", old)])
         failure = None
         attempt = 0
         while True:
             try:
-                w = self._wait_for_worker(k, "to take over")
+                w = self._wait_for_worker(g, "to take over")
             except RuntimeError as e:
                 raise e from failure
             attempt += 1
             try:
-                return self._rebuild(k, dead, w, op, t0, attempt)
+                return self._rebuild(g, dead, w, op, t0, attempt)
             except SchedulerLostError:
                 raise
             except Exception as e:  # noqa: BLE001 - the chosen worker may be dying too
                 failure = e
-                if not (self._is_lost(k) or self._is_suspect(w) or isinstance(e, OSError)):
+                if not (self._group_lost(g) or self._is_suspect(w) or isinstance(e, OSError)):
                     raise
                 if time.monotonic() - t0 > self.recover_timeout:
                     raise RuntimeError(
-                        f"partition {k} could not be rebuilt within {self.recover_timeout:.0f} s "
-                        f"after its worker {dead} died: {e!r}") from e
+                        f"partition {ks[0]} could not be rebuilt within "
+                        f"{self.recover_timeout:.0f} s after its worker {dead} died: "
+                        f"{e!r}") from e
 
-    def _rebuild(self, k, dead, w, op, t0, attempt):
+    def _rebuild(self, g, dead, w, op, t0, attempt):
         import time
-        self.placement[k] = w
-        self._gen[k] = self._watch.removed.get(w, 0)
-        snap = self._snapshot(k)
-        key = f"dmcsvm-partition-{k}-{self.token}-r{len(self.recoveries) + 1}-{attempt}"
-        fut = self._submit(k, w, self._rows_for(k, w), key)
-        actor = self._await_rebuilt(k, fut)
-        if snap is not None:
-            self._wait_one(k, actor.restore(snap))
+        self._place(g, w)
+        ks = self.groups[g]
+        snaps = {k: self._snapshot(k) for k in ks}
+        key = f"dmcsvm-group-{g}-{self.token}-r{len(self.recoveries) + 1}-{attempt}"
+        fut = self._submit(g, w, [self._rows_for(k, w) for k in ks], key)
+        actor = self._await_rebuilt(g, fut)
+        snaps = {k: v for k, v in snaps.items() if v is not None}
+        if snaps:
+            self._wait_one(g, actor.restore(snaps))
         if op[0] == "step":
             # its state comes from the snapshot, which already holds the round's update
-            reply = self._wait_one(k, actor.step_packed(pack_message(report_only(op[1]))))
+            reply = self._wait_one(g, actor.step_packed(*op[1:], True))
         else:
-            reply = self._wait_one(k, getattr(actor, op[1])(*op[2]))
-        self.parts[k] = actor
-        self.recoveries.append((k, dead, w, time.monotonic() - t0))
+            reply = self._wait_one(g, actor.call(op[1], op[2]))
+        self.parts[g] = actor
+        for k in ks:
+            self.recoveries.append((k, dead, w, time.monotonic() - t0))
         return reply
 
-    def _await_rebuilt(self, k, fut):
+    def _await_rebuilt(self, g, fut):
         while True:
             try:
                 wait([fut], timeout=BUILD_POLL_S)
@@ -697,40 +762,91 @@ class DaskExecutor:
                 return fut.result()
             if fut.status == "error":
                 return fut.result()         # raises: the caller decides
-            if self._is_lost(k) or fut.status in ("lost", "cancelled"):
-                raise OSError(f"worker {self.placement[k]} left while rebuilding partition {k}")
+            if self._group_lost(g) or fut.status in ("lost", "cancelled"):
+                raise OSError(f"worker {self.placement[self.groups[g][0]]} left while rebuilding "
+                              f"partition {self.groups[g][0]}")
 
-    def _wait_one(self, k, f):
-        """Result of one call on a rebuilt partition, bounded by its worker's liveness."""
+    def _wait_one(self, g, f):
+        """Result of one call on a rebuilt group, bounded by its worker's liveness."""
         while True:
             try:
                 return f.result(timeout=ACTOR_POLL_S)
             except (TimeoutError, asyncio.TimeoutError):
                 self._check_scheduler()
-                if self._is_lost(k):
-                    raise OSError(f"worker {self.placement[k]} left while rebuilding "
-                                  f"partition {k}") from None
+                if self._group_lost(g):
+                    raise OSError(f"worker {self.placement[self.groups[g][0]]} left while "
+                                  f"rebuilding partition {self.groups[g][0]}") from None
 
     def _lost(self, k) -> RuntimeError:
         return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
                             f"the cluster; its state is lost (start the fit again)")
 
+    def uses_tree(self) -> bool:
+        """Whether a round goes down the broadcast / reduction tree (``tree``; 'auto': from
+        ``TREE_MIN_GROUPS`` workers on)."""
+        if self.mode != "actor" or len(self.parts) < 2:
+            return False
+        if self.tree == "auto":
+            return len(self.parts) >= TREE_MIN_GROUPS
+        return bool(self.tree)
+
+    def _subtree(self, g) -> tuple:
+        """Group ``g``'s node of the binary tree over the groups (children ``2g+1``, ``2g+2``):
+        ``(address, actor key, children's nodes, groups of the subtree)``."""
+        kids = [self._subtree(c) for c in (2 * g + 1, 2 * g + 2) if c < len(self.parts)]
+        below = [g] + [x for kid in kids for x in kid[3]]
+        return self.placement[self.groups[g][0]], self.parts[g].key, kids, below
+
     def _step(self, msg) -> list:
         self._mutated = True
         if self.mode == "actor":
-            # one packed frame each way (Partition.step_packed); a rebuilt partition answers
-            # through the same packed path
+            # one packed frame each way per group (WorkerGroup.step_packed / tree_step); a rebuilt
+            # group answers through the same path
             blob = pack_message(msg)
-            self.bytes_sent += len(blob) * len(self.parts)
-            futs = [self._send(k, "step_packed", blob) for k in range(len(self.parts))]
-            return [pickle.loads(r) if isinstance(r, bytes) else r
-                    for r in self._gather(futs, ("step", msg))]
+            self._seq += 1
+            op = ("step", blob, self._seq)
+            got = self._tree_round(op) if self.uses_tree() else None
+            if got is None:
+                self.bytes_sent += len(blob) * len(self.parts)
+                futs = [self._send(g, "step_packed", *op[1:]) for g in range(len(self.parts))]
+                got = [pickle.loads(r) for r in self._gather(futs, op).values()]
+            replies = sorted((kr for part in got for kr in part), key=lambda kr: kr[0])
+            return [r for _, r in replies]
         c = self.client
         self._check_futures_mode()
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
                          key=f"dmcsvm-round-p{k}-{_next()}")
                 for k, (p, w) in enumerate(zip(self.parts, self.placement))]
         return self._gather_futures(futs)
+
+    def _tree_round(self, op):
+        """One round down the tree: the replies of every group as lists of ``(partition,
+        reply)``, the groups the tree could not reach asked directly (a group that applied the
+        round answers from memory; a lost one is rebuilt).  None when the root itself failed or
+        a worker left during the round: the caller then asks every group directly."""
+        _, blob, seq = op
+        self.bytes_sent += len(blob)
+        node = self._subtree(0)
+        f = self._send(0, "tree_step", blob, seq, node[2])
+        if f is _LOST:
+            return None
+        while True:
+            try:
+                got, lost = pickle.loads(f.result(timeout=ACTOR_POLL_S))
+                break
+            except (TimeoutError, asyncio.TimeoutError):
+                self._check_scheduler()
+                if any(self._group_lost(g) for g in range(len(self.parts))):
+                    return None
+            except Exception:  # noqa: BLE001 - the root is gone or failed: ask every group
+                self._check_scheduler()
+                return None
+        out = [got]
+        if lost:
+            self.bytes_sent += len(blob) * len(lost)
+            futs = [self._send(g, "step_packed", *op[1:]) for g in lost]
+            out += [pickle.loads(r) for r in self._gather(futs, op, lost).values()]
+        return out
 
     def _check_futures_mode(self):
         """Pinned futures: a partition whose worker was removed would be re-created empty by the
@@ -758,8 +874,13 @@ class DaskExecutor:
             if self.mode == "actor":
                 if name not in READ_ONLY_CALLS:
                     self._mutated = True
-                return self._gather([self._send(k, name, *args) for k in range(len(self.parts))],
-                                    ("call", name, args))
+                got = self._gather([self._send(g, "call", name, args)
+                                    for g in range(len(self.parts))], ("call", name, args))
+                out = [None] * len(self._build)
+                for g, res in got.items():
+                    for k, v in zip(self.groups[g], res):
+                        out[k] = v
+                return out
             c = self.client
             self._check_futures_mode()
             return self._gather_futures([c.submit(_call_task, p, name, args, workers=[w],
@@ -776,7 +897,12 @@ class DaskExecutor:
         if self.parts:
             try:
                 self.recover = False
-                self.call("close")
+                if self.mode == "actor":
+                    with self._calls():
+                        self._gather([self._send(g, "close") for g in range(len(self.parts))],
+                                     ("call", "close", ()))
+                else:
+                    self.call("close")
             except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
                 pass
         self.parts = []

@@ -10,7 +10,7 @@ A round is one message from the coordinator to every partition and one reply bac
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -148,6 +148,9 @@ class RoundMessage:
     shrink_margin: float = field(default=np.inf, metadata={REPORT_ONLY: True})
     unshrink: dict | None = None
     reship: bool = False
+    # (b, tol): the coordinator picks at most b candidates, violators (psi > tol) first; a
+    # worker sends only those it can still pick (prune_candidates)
+    pick: tuple | None = field(default=None, metadata={REPORT_ONLY: True})
 
 
 @dataclass(kw_only=True)
@@ -238,3 +241,54 @@ def unpack_message(blob: bytes):
         dB.reshape(-1)[at] = val
         wire["dB"] = dB
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
+
+
+def prune_candidates(replies, keep):
+    """``replies`` (a list of ``(partition, reply)`` in partition order) with their candidates cut
+    to those the coordinator can still pick from them, aggregates untouched.
+
+    ``keep = (b, tol)`` (a round message's ``pick``) for Crammer-Singer replies (None:
+    unchanged): the coordinator takes the
+    violators (``psi > tol``) in order of decreasing selection value ``V``, ties in partition
+    order, at most ``b``, and fills a batch that has room with the rows closest to violating
+    (largest ``psi``).  Any candidate it picks from the union of several groups' lists is among
+    the best ``b`` violators of its own group's list by the same order, or, when that group has
+    fewer than ``b`` violators, among its best ``b - (its violators)`` others; so keeping those
+    per group leaves every pick, and every aggregate, as it was.  A kept candidate's X row stays
+    with it (``cand_X`` holds the rows of the ``cand_new`` candidates, in order)."""
+    if keep is None or not replies or not isinstance(replies[0][1], CSReply):
+        return replies
+    b, tol = int(keep[0]), float(keep[1])
+    V = np.concatenate([r.cand_V for _, r in replies])
+    if V.shape[0] <= b:
+        return replies
+    psi = np.concatenate([r.cand_psi for _, r in replies])
+    viol = np.flatnonzero(psi > tol)
+    viol = viol[np.argsort(-V[viol], kind="stable")][:b]
+    mask = np.zeros(V.shape[0], dtype=bool)
+    mask[viol] = True
+    room = b - viol.shape[0]
+    if room > 0:
+        near = np.flatnonzero(~(psi > tol))
+        mask[near[np.argsort(-psi[near], kind="stable")][:room]] = True
+    out, at = [], 0
+    for k, r in replies:
+        m = mask[at:at + r.cand_V.shape[0]]
+        at += r.cand_V.shape[0]
+        out.append((k, r if m.all() else _take_candidates(r, m)))
+    return out
+
+
+def _take_candidates(reply, m):
+    """``reply`` with only the candidates ``m`` marks (every CONCAT field)."""
+    upd = {}
+    for f in fields(reply):
+        v = getattr(reply, f.name)
+        if v is None or f.metadata[MERGE] != CONCAT:
+            continue
+        if f.name == "cand_X":
+            rows = np.flatnonzero(m[reply.cand_new])
+            upd[f.name] = v[rows]
+        else:
+            upd[f.name] = v[m]
+    return replace(reply, **upd)

@@ -1,0 +1,167 @@
+"""One actor per worker (WorkerGroup) and the broadcast / reduction tree: what the coordinator
+receives is cut to what it can pick, and the rounds stay those of the in-process executor."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dmcsvm.coordinators.crammer_singer import SolverSettings, pick_candidates, solve
+from dmcsvm.engine.dask_executor import DaskExecutor
+from dmcsvm.engine.executor import InProcessExecutor
+from dmcsvm.engine.messages import CSReply, RoundMessage, merge, pack_message, prune_candidates
+from dmcsvm.engine.partition import Partition, PartitionSettings
+from dmcsvm.engine.worker_group import WorkerGroup
+from dmcsvm.kernels import KernelSpec
+from dmcsvm.numerics import pattern as pt
+
+SPEC = KernelSpec("rbf", 0.2)
+
+
+def _reply(rng, k, n, d, tol, frac=0.6):
+    """A partition's reply with ``n`` candidates: ties in V, violators (a share ``frac``) and
+    rows near tol, some X rows already banked by the coordinator."""
+    V = np.round(rng.random(n) * 4) / 4                    # many ties
+    psi = np.where(rng.random(n) < frac, tol + rng.random(n), tol * rng.random(n))
+    new = rng.random(n) < 0.5
+    return CSReply(part=k, cand_ids=k * 1000 + np.arange(n), cand_V=V, cand_psi=psi,
+                   cand_F=rng.normal(size=(n, 3)), cand_X=rng.normal(size=(int(new.sum()), d)),
+                   cand_new=new, cand_kdiag=np.ones(n), cand_yp=np.zeros(n, np.int64),
+                   cand_cls=np.zeros(n, np.int64), max_V=float(V.max(initial=0.0)), sum_V=float(V.sum()),
+                   max_psi=float(psi.max(initial=0.0)), n_viol=int((psi > tol).sum()), n_active=n,
+                   n_rows=n, sum_alpha=rng.random(), sum_BF=rng.random(), sum_xi=rng.random())
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("greedy", [True, False])
+def test_pruned_candidates_leave_every_pick_and_aggregate(seed, greedy):
+    """Each worker (here: groups of partitions) keeps only the candidates the coordinator can
+    still pick: the batch (ids, X rows, scores), the violator flags of the picks and every
+    aggregate are those of the unpruned replies."""
+    rng = np.random.default_rng(seed)
+    tol, d = 1e-3, 5
+    b = int(rng.integers(1, 6))
+    sizes = rng.integers(0, 15, size=5)
+    sizes[0] = max(sizes[0], 1)
+    # few violators in half the draws: the batch then has room for the rows near tol
+    frac = 0.1 if seed % 2 else 0.6
+    replies = [(k, _reply(rng, k, int(n), d, tol, frac)) for k, n in enumerate(sizes)]
+    groups = [replies[:2], replies[2:3], replies[3:]]
+    pruned = [kr for g in groups for kr in prune_candidates(g, (b, tol))]
+    assert sum(r.cand_V.shape[0] for _, r in pruned) <= len(groups) * b
+    # the draw gives some group more candidates than b: something was cut
+    assert sum(r.cand_V.shape[0] for _, r in pruned) < sum(sizes)
+    full, cut = merge([r for _, r in replies]), merge([r for _, r in pruned])
+    for theta in (0.0, 0.5, 2.0):
+        p_full, v_full = pick_candidates(full, b, tol, theta, greedy)
+        p_cut, v_cut = pick_candidates(cut, b, tol, theta, greedy)
+        np.testing.assert_array_equal(full.cand_ids[p_full], cut.cand_ids[p_cut])
+        np.testing.assert_array_equal(full.cand_F[p_full], cut.cand_F[p_cut])
+        np.testing.assert_array_equal(v_full[p_full], v_cut[p_cut])
+        xf, xc = full.cand_xrow()[p_full], cut.cand_xrow()[p_cut]
+        np.testing.assert_array_equal(xf < 0, xc < 0)
+        np.testing.assert_array_equal(full.cand_X[xf[xf >= 0]], cut.cand_X[xc[xc >= 0]])
+    for name in ("max_V", "sum_V", "max_psi", "n_viol", "n_active", "sum_alpha", "sum_BF"):
+        assert getattr(full, name) == getattr(cut, name)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_worker_sends_exactly_the_batch(seed):
+    """With every partition on one worker, what it sends is exactly the batch a working-set
+    round picks (ties in V broken in partition order, the room filled by the rows nearest to
+    violating): nothing the coordinator could not pick, nothing it would."""
+    rng = np.random.default_rng(seed)
+    tol, b = 1e-3, int(rng.integers(3, 40))
+    frac = (0.05, 0.3, 0.9)[seed % 3]
+    replies = [(k, _reply(rng, k, int(rng.integers(20, 60)), 4, tol, frac)) for k in range(3)]
+    full = merge([r for _, r in replies])
+    cut = merge([r for _, r in prune_candidates(replies, (b, tol))])
+    pick, _ = pick_candidates(full, b, tol, 0.0, True)
+    np.testing.assert_array_equal(np.sort(full.cand_ids[pick]), np.sort(cut.cand_ids))
+
+
+def test_no_pick_rule_leaves_replies_alone():
+    rng = np.random.default_rng(0)
+    replies = [(0, _reply(rng, 0, 9, 3, 1e-3))]
+    assert prune_candidates(replies, None) is replies
+
+
+def _problem(seed=3, n=120, d=6, m=4):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=2.0, size=(m, d))
+    y = rng.integers(0, m, n).astype(np.int64)
+    return centers[y] + rng.normal(size=(n, d)), y
+
+
+def _settings(m, batch=6):
+    s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=batch).check()
+    ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
+                           n_candidates=batch, pcls=np.arange(m), cache_bytes=10 ** 5)
+    return s, ps
+
+
+def test_a_round_sent_again_is_answered_from_memory():
+    """A group that applied round ``seq`` answers it again without applying the update twice
+    (a tree node died before forwarding its children's replies), bit for bit."""
+    X, y = _problem()
+    s, ps = _settings(4)
+    specs = [(k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
+             for k, (lo, hi) in enumerate([(0, 50), (50, 120)])]
+    g = WorkerGroup(specs, n_threads=2)
+    try:
+        first = pickle.loads(g.step_packed(pack_message(RoundMessage(pick=(6, s.tol))), 1))
+        ids = first[0][1].cand_ids[:3]
+        dB = np.zeros((3, 4))
+        dB[:, 0], dB[:, 1] = 0.5, -0.5
+        blob = pack_message(RoundMessage(ids=ids, XB=X[ids], dB=dB, pick=(6, s.tol)))
+        a = g.step_packed(blob, 2)
+        F = [p.F.copy() for p in g.parts.values()]
+        b = g.step_packed(blob, 2)
+        assert a == b
+        for p, f in zip(g.parts.values(), F):
+            np.testing.assert_array_equal(p.F, f)
+        g.step_packed(blob, 3)                       # a new round number applies it again
+        assert not np.array_equal(g.parts[0].F, F[0])
+    finally:
+        g.close()
+
+
+@pytest.mark.cluster
+def test_tree_of_four_workers_matches_inprocess():
+    """Rounds down a tree of four workers (root -> 1, 2; 1 -> 3) give the in-process rounds,
+    and the coordinator sends one copy of each round's message instead of one per worker."""
+    X, y = _problem()
+    s, ps = _settings(4)
+    bounds = [(0, 20), (20, 45), (45, 70), (70, 95), (95, 120)]
+
+    def run(ex):
+        ex.start(X, y, y, ps, bounds=bounds)
+        try:
+            r = solve(ex, X.shape[0], np.arange(4), SPEC, s, X.shape[1], False)
+        finally:
+            ex.close()
+        B = np.zeros((X.shape[0], 4))
+        B[r.support] = r.coef
+        return B, r
+
+    B_ref, r_ref = run(InProcessExecutor(2))
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        used = {}
+        for tree in (True, False):
+            ex = DaskExecutor(client, tree=tree)
+            B, r = run(ex)
+            used[tree] = ex.bytes_sent
+            assert len(ex.groups) == 4
+            assert r.n_iter == r_ref.n_iter and r.converged
+            np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
+    # the direct path sends each round to 4 groups, the tree to its root only
+    assert used[False] == 4 * used[True]
+
+
+def test_tree_setting_is_checked():
+    with pytest.raises(ValueError, match="tree must be 'auto', True or False, got 'yes'"):
+        DaskExecutor(None, tree="yes")
