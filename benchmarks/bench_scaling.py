@@ -358,8 +358,9 @@ def dask_probe(client, quick, d=32, P=10):
                               C=10.0, selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=10,
                               pcls=np.arange(P, dtype=np.int64), shrinking=False,
                               kernel_dtype="float32")
-        # one actor per partition: the cost of one call, as the model counts calls
-        ex = DaskExecutor(client, n_partitions=Np, recover=False, group=False).start(X, y, y, s)
+        # one actor per partition, called directly: the cost of one call, as the model counts
+        ex = DaskExecutor(client, n_partitions=Np, recover=False, group=False,
+                          tree=False).start(X, y, y, s)
         try:
             t_empty = timeit(lambda: ex.step(RoundMessage()), reps, warm=3)
             c0_cpu = time.process_time()
@@ -405,7 +406,11 @@ def main(argv=None):
     ap.add_argument("--bw-mbit", type=float, default=None,
                     help="--external: the link's bandwidth (Mbit/s) for the prediction")
     ap.add_argument("--tag", default="external")
+    ap.add_argument("--reproject", action="store_true",
+                    help="recompute the projections of --out from its constants (no measuring)")
     a = ap.parse_args(argv)
+    if a.reproject:
+        return reproject(a.out)
     if a.external:
         return external(a)
     quick = a.quick
@@ -537,19 +542,36 @@ def main(argv=None):
     out["costs"] = costs.to_dict()
     out["costs_dask_here"] = out["calibration"][name0]["costs_dask"]
 
-    # ------------------------------------------------------------------ projections
-    # partition constants: the one-core unit costs at large blocks (uncalibrated: the in-fit
-    # factors above come from small blocks and load); coordinator: t_solve fitted on history_,
-    # merge unit costs; per-call cost: the coordinator's CPU per actor call in the probe
+    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
+                                                                    b_max)
+    slim(out)
+    out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
+    _report.write(out, a.out)
+    print(f"wrote {a.out} ({out['script_runtime_s']:.0f} s)")
+    report(out, Path(a.out))
+
+
+PROBLEMS = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
+            ("50M x 100", 50_000_000, 100, 10)]
+
+
+def projections(out, costs, base, n_meas, b_max, c_call=None):
+    """Projected fits of :data:`PROBLEMS` for every design on 1/8/32/128 workers x 16 cores, and
+    how the MNIST8M-sized speed-ups move with the per-call cost (the probe's coordinator CPU per
+    call, its wall time per call, and the 1.63 ms CPU of the run of 2026-11-26 at load 20).
+
+    Partition constants: the one-core unit costs at large blocks (uncalibrated: the in-fit
+    factors come from small blocks and load); coordinator: t_solve fitted on history_, merge unit
+    costs; per-call cost: the coordinator's CPU per actor call in the probe (``c_call``
+    overrides it)."""
+    import copy
     cp = copy.deepcopy(costs)
     for k in ("k_e", "k_c", "k_u", "k_s", "k_o"):
         setattr(cp, k, out["unit_costs"][k])
-    cp.c_call = out["probe"]["c_call_cpu"]
+    cp.c_call = out["probe"]["c_call_cpu"] if c_call is None else c_call
     cp.c0 = out["probe"]["c0_cpu"]
     tr = trajectory(base, b_max)
-    visits = float(np.sum(tr["batch"]) / ds0["n"])
-    problems = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
-                ("50M x 100", 50_000_000, 100, 10)]
+    visits = float(np.sum(tr["batch"]) / n_meas)
     b_proj = 1000
     rtt, bw = 2 * 0.1e-3, 10e9 / 8
     # the measured trajectory with the default batch (1000) and no kernel-cache hits at scale
@@ -559,29 +581,50 @@ def main(argv=None):
     trp["ncomp"] = trp["batch"].copy()
     trp["ncach"] = np.zeros_like(trp["batch"])
     proj = []
-    for pname, n, d, P in problems:
+    for pname, n, d, P in PROBLEMS:
         rounds = max(1.0, visits * n / b_proj)
         for design in DESIGNS:
             kw = {"per_worker": design != "current",
                   # the tree as implemented: every node passes on its subtree's top b
                   "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj}.get(design),
                   "tree": design == "tree"}
-            ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, ds0["n"], **kw)
+            ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
             for W in (1, 8, 32, 128):
-                p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, ds0["n"], **kw)
+                p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
                 serial = sum(p[k] for k in sm.TERMS if k != "part")
                 proj.append({"problem": pname, "design": design, "n": n, "d": d, "P": P, "W": W,
                              "cores": 16, "rounds": rounds, "fit_s": p["total"], "split": p,
                              "serial_share": serial / p["total"],
                              "speedup_vs_1x16": ref["total"] / p["total"],
                              "speedup_cap": ref["total"] / serial})
-    out["projection"] = {"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
-                         "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}
-    slim(out)
-    out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
-    _report.write(out, a.out)
-    print(f"wrote {a.out} ({out['script_runtime_s']:.0f} s)")
-    report(out, Path(a.out))
+    sens = []
+    if c_call is None:
+        for label, cc in (("probe CPU per call", out["probe"]["c_call_cpu"]),
+                          ("probe wall per call", out["probe"]["c_call"]),
+                          ("1.63 ms (2026-11-26 run, load 20)", 1.63e-3)):
+            pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cc)
+            for x in pj["problems"]:
+                if x["problem"] == "MNIST8M-sized" and x["W"] > 1:
+                    sens.append({"c_call": cc, "label": label, "design": x["design"],
+                                 "W": x["W"], "speedup_vs_1x16": x["speedup_vs_1x16"]})
+    return ({"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
+             "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}, sens)
+
+
+def reproject(path):
+    """Projections again from a result file's constants and kept trajectory (no measuring):
+    for a change of the model or of the designs."""
+    import dataclasses
+    env = json.loads(Path(path).read_text())
+    out = _body(env)
+    names = {f.name for f in dataclasses.fields(sm.Costs)}
+    costs = sm.Costs(**{k: v for k, v in out["costs"].items() if k in names})
+    ds0 = next(iter(out["datasets"].values()))
+    base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
+    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
+                                                                    base["b_max"])
+    _report.write(env, path)
+    report(env, Path(path))
 
 
 #: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
