@@ -168,25 +168,27 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
 
     from dmcsvm.model_io import load_model
     from dmcsvm.store import write_arrays
+    from dmcsvm import MulticlassSVC
     X, y = load_iris(return_X_y=True)
-    write_arrays(tmp_path / "iris.zarr", X, y)
+    url = str(tmp_path / "iris.zarr")
+    write_arrays(url, X, y)
     cli = [sys.executable, "-m", "dmcsvm.cli"]
-    for name, extra in (("local", []), ("cluster", ["--scheduler", scheduler])):
-        r = subprocess.run(cli + ["train", str(tmp_path / "iris.zarr"), "-o",
-                                  str(tmp_path / f"{name}.npz"), "--C", "3", "--n-partitions",
-                                  "2", "--no-progress"] + extra,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        r = subprocess.run(cli + ["predict", str(tmp_path / f"{name}.npz"),
-                                  str(tmp_path / "iris.zarr"), "-o",
-                                  str(tmp_path / f"{name}.txt")] + extra,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-    a, b = load_model(tmp_path / "local.npz"), load_model(tmp_path / "cluster.npz")
+    # the in-process side through the API (the CLI equals the API: test_cli), the cluster side
+    # through the CLI, one process each for train and predict
+    a = MulticlassSVC(C=3, n_partitions=2).fit(url)
+    r = subprocess.run(cli + ["train", url, "-o", str(tmp_path / "cluster.npz"), "--C", "3",
+                              "--n-partitions", "2", "--no-progress", "--scheduler", scheduler],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(cli + ["predict", str(tmp_path / "cluster.npz"), url, "-o",
+                              str(tmp_path / "cluster.txt"), "--scheduler", scheduler],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    b = load_model(tmp_path / "cluster.npz")
     assert b.client is None                       # where it trained is not part of the model
     assert np.array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
-    assert (tmp_path / "local.txt").read_text() == (tmp_path / "cluster.txt").read_text()
+    assert (tmp_path / "cluster.txt").read_text().split() == [str(v) for v in a.predict(url)]
 
 
 @pytest.mark.slow
