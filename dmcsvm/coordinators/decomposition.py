@@ -34,6 +34,7 @@ from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import grouped_smo as sc
 from ..numerics.binary_smo import rho_from_parts
+from .coefficients import CoefficientRows
 from .crammer_singer import batch_bounds
 from .history import RoundHistory
 
@@ -80,10 +81,12 @@ class DecompositionSettings:
 
 @dataclass
 class DecompositionResult:
-    """The solution ``a`` (n,), convergence facts, LIBSVM's ``rho`` (first group), Platt's bias,
-    the per-group sums of the partitions' :meth:`summary`, and the history."""
+    """The solution (``support``: sorted ids of the rows with ``a_i > 0``, ``alpha``: their
+    ``a_i``), convergence facts, LIBSVM's ``rho`` (first group), Platt's bias, the per-group sums
+    of the partitions' :meth:`summary`, and the history."""
 
-    a: np.ndarray
+    support: np.ndarray
+    alpha: np.ndarray
     objective: float
     violation: float
     n_iter: int
@@ -163,14 +166,16 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     """
     y = np.asarray(y, dtype=np.float64)
     grp = np.ascontiguousarray(grp, dtype=np.int64)
-    a = np.zeros(n)
+    # the coefficients of the rows that have any (issue 15: not a dense n-vector)
+    a = CoefficientRows(n, 1)
     msg = GradientMessage()
     if a0 is not None and np.any(a0 != 0):
         ids = np.flatnonzero(a0).astype(np.int64)
         XB = X[ids]
-        a[ids] = a0[ids]
-        msg = GradientMessage(ids=ids, XB=XB, da=a0[ids].astype(np.float64),
-                              a_new=a[ids].copy(), yB=y[ids], grpB=grp[ids])
+        a0B = np.asarray(a0[ids], dtype=np.float64)
+        a[ids] = a0B[:, None]
+        msg = GradientMessage(ids=ids, XB=XB, da=a0B.copy(), a_new=a0B.copy(), yB=y[ids],
+                              grpB=grp[ids])
     register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
     hist = RoundHistory(HISTORY_KEYS)
@@ -208,7 +213,7 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 ug, gl = np.unique(grpB, return_inverse=True)
                 gl = np.ascontiguousarray(gl, dtype=np.int64)
                 Kbb = kernel_block(spec, XB, XB)
-                aB = a[ids].copy()
+                aB = a[ids][:, 0]
                 a_new = aB.copy()
                 steps, _, platt_b = sc.smo_subproblem(
                     Kbb, yB, gl, a_new, gB, batch_bounds(agg, pick, s.U, "cand_U"),
@@ -222,10 +227,12 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                     stalled = True
                 else:
                     ids = ids[moved]
-                    a[ids] = a_new[moved]
+                    a[ids] = a_new[moved][:, None]
                     msg = GradientMessage(ids=ids, XB=XB[moved], da=da[moved],
                                           a_new=a_new[moved], yB=yB[moved], grpB=grpB[moved])
             t_end = time.perf_counter()
+            if rounds % 50 == 0:
+                a.compact()          # rows back at zero leave the store
             row = dict(round=rounds, objective=objective, violation=viol, batch=nb, steps=steps,
                        elapsed=t_end - t_start, rows_computed=agg.rows_computed,
                        rows_cached=agg.rows_cached, t_round=t_end - t_round, t_solve=t_end - t0,
@@ -261,15 +268,20 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     summ = executor.call("summary")
     cs = np.sum([r["class_sums"] for r in summ], axis=0)
     rho = rho_from_parts([r["rho"] for r in summ])
-    return DecompositionResult(a=a, objective=objective, violation=viol, n_iter=rounds,
+    sv = a.support()
+    alpha = a[sv][:, 0]
+    keep = alpha > 0.0
+    return DecompositionResult(support=sv[keep], alpha=alpha[keep], objective=objective,
+                               violation=viol, n_iter=rounds,
                                converged=converged, rho=rho, platt_b=platt_b, class_sums=cs,
                                history={k: np.asarray(v) for k, v in hist.items()})
 
 
 def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
     """Let ``executor`` rebuild a lost :class:`GradientPartition` from the coordinator's problem
-    (signs ``y``, groups ``grp``, ``s.U`` and the dual's weights) and its coefficients ``a``
-    (``DaskExecutor.set_snapshot``; other executors ignore it).  ``a`` is updated in place by
+    (signs ``y``, groups ``grp``, ``s.U`` and the dual's weights) and its coefficients ``a`` (a
+    :class:`CoefficientRows` of one column; ``DaskExecutor.set_snapshot``; other executors
+    ignore it).  ``a`` is updated in place by
     :func:`solve_decomposition` *before* a batch is sent, so a snapshot taken while a round is in
     flight already holds that round's change (the rebuilt partition only answers the round).  The
     support rows are read from ``X`` when a partition is lost."""
@@ -278,7 +290,7 @@ def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
         return
 
     def snapshot(lo, hi):
-        sv = np.flatnonzero(a != 0.0).astype(np.int64)
+        sv = a.support()
         if X is None and sv.shape[0]:
             raise RuntimeError("a lost partition cannot be rebuilt: solve_decomposition was "
                                "called without X, so the support rows are not available")
@@ -288,7 +300,7 @@ def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
         return {"signs": y[lo:hi].copy(), "grp": grp[lo:hi].copy(), "U": float(s.U),
                 "extra": {"w_same": float(s.w_same), "w_diff": float(s.w_diff),
                           "p": float(s.p), "n_groups": int(s.n_groups)},
-                "sv_ids": sv, "sv_a": a[sv].copy(), "sv_y": y[sv].copy(),
+                "sv_ids": sv, "sv_a": a[sv][:, 0], "sv_y": y[sv].copy(),
                 "sv_grp": grp[sv].copy(), "sv_X": Xsv}
 
     setter(snapshot)

@@ -187,8 +187,8 @@ class _SMOParams(SVMEstimator):
         try:
             for k, signs in enumerate(problems):
                 r = engine.solve(signs, a0=None if starts is None else starts[k])
-                sv = np.flatnonzero(r.a > 0)
-                out.append((sv, np.asarray(signs, dtype=np.float64)[sv] * r.a[sv], -r.rho, r))
+                sv = r.support
+                out.append((sv, np.asarray(signs, dtype=np.float64)[sv] * r.alpha, -r.rho, r))
             self.engine_stats_ = engine.stats()
         finally:
             engine.close()

@@ -190,11 +190,11 @@ class ScatterSVC(SVMEstimator):
         finally:
             engine.close()
         cs = r.class_sums
-        sv = np.flatnonzero(r.a > 0)
+        sv = r.support
         self.classes_ = classes
         self.support_ = sv
         self.support_vectors_ = rows_of(td, sv)
-        self.dual_coef_ = r.a[sv][None, :]          # (1, n_SV), as SVC
+        self.dual_coef_ = r.alpha[None, :]          # (1, n_SV), as SVC
         self.sv_class_ = y_idx[sv]
         self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
         # ||m_c||^2 = sum_{i in c} a_i own_i ;  m_c' mbar = (1/m) sum_{i in c} a_i tot_i
