@@ -143,32 +143,56 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
     ids = np.asarray(est.support_, dtype=np.int64)
     coef = est.dual_coef_
     coef = coef.toarray() if sp.issparse(coef) else np.asarray(coef, dtype=np.float64)
-    signs = np.asarray(problems, dtype=np.float64)
-    why = _data_mismatch(est, td, classes) or _smo_mismatch(est, td, ids, coef, signs)
+    n_prob = len(problems)
+
+    def signs_at_support():
+        # the problems' signs at the support rows only, one problem's vector at a time
+        return np.array([np.asarray(problems[k])[ids] for k in range(n_prob)],
+                        dtype=np.float64).reshape(n_prob, ids.shape[0])
+    why = _data_mismatch(est, td, classes) or _smo_mismatch(est, td, ids, coef, n_prob,
+                                                            signs_at_support)
     Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
     if why is None and np.any((Ci <= 0) & np.any(coef != 0, axis=0)):
         why = "a support row now has weight 0"
     if why is not None:
         _say_cold(why)
         return None
-    starts = []
+    values = []
     for a in np.abs(coef):
         pos = a > 0
         scale = min(1.0, float(np.min(Ci[pos] / a[pos]))) if pos.any() else 1.0
-        a0 = np.zeros(td.n)
-        a0[ids] = a * scale
-        starts.append(a0)
-    return starts
+        values.append(a * scale)
+    return SparseStarts(td.n, ids, values)
 
 
-def _smo_mismatch(est, td, ids, coef, signs):
+class SparseStarts:
+    """One start ``a0`` per binary problem, kept as values at the support rows; ``[k]`` gives
+    problem ``k``'s length-n vector when its solve begins (a list of them would hold
+    ``n_problems x n`` floats on the coordinator)."""
+
+    def __init__(self, n, ids, values):
+        self.n, self.ids, self.values = int(n), ids, values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, k) -> np.ndarray:
+        a0 = np.zeros(self.n)
+        a0[self.ids] = self.values[k]
+        return a0
+
+
+def _smo_mismatch(est, td, ids, coef, n_prob, signs_at_support):
     """Why the previous SMO fit's problems (``coef``: one row of ``y_i a_i`` per problem) do not
-    describe the problems ``signs`` on this data, or None."""
-    if coef.shape[0] != signs.shape[0]:
-        return f"{coef.shape[0]} binary problems before, {signs.shape[0]} now"
-    return _support_mismatch(
-        est, td, ids,
-        lambda: np.any(coef * signs[:, ids] < 0) or np.any((coef != 0) & (signs[:, ids] == 0)))[0]
+    describe the ``n_prob`` problems on this data (``signs_at_support()``: their signs at the
+    support rows), or None."""
+    if coef.shape[0] != n_prob:
+        return f"{coef.shape[0]} binary problems before, {n_prob} now"
+
+    def labels_changed():
+        s = signs_at_support()
+        return np.any(coef * s < 0) or np.any((coef != 0) & (s == 0))
+    return _support_mismatch(est, td, ids, labels_changed)[0]
 
 
 def scatter_start(est, td, classes, y_idx, box):

@@ -174,7 +174,8 @@ class _SMOParams(SVMEstimator):
                                      verbose=bool(self.verbose)).check()
 
     def _fit_problems(self, td, problems, row_C=None, starts=None):
-        """Solve the binary problems ``problems`` (list of sign vectors over all rows) on one set
+        """Solve the binary problems ``problems`` (sign vectors over all rows, a list or a
+        :class:`SignVectors`) on one set
         of partitions, with per-row bounds ``row_C`` (weights) when given, each from its start
         in ``starts`` (None: zero).  Returns per problem ``(support, y*a of the support,
         intercept, result)``."""
@@ -320,6 +321,32 @@ class BinarySVC(_SMOParams):
 # one-vs-rest and one-vs-one
 # ------------------------------------------------------------------------------------------------
 
+class SignVectors:
+    """The sign vectors (+1 / -1, 0: row not in the problem) of binary problems over the class
+    indices ``y_idx``, each built when it is asked for: a list of them would hold
+    ``n_problems x n`` integers on the coordinator (issue 15), one at a time holds ``n``.
+    ``pairs[k] = (i, j)``: class ``i`` positive, class ``j`` negative, or every other class when
+    ``j`` is -1."""
+
+    def __init__(self, y_idx, pairs):
+        self.y_idx, self.pairs = y_idx, np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+
+    def __len__(self) -> int:
+        return self.pairs.shape[0]
+
+    def __getitem__(self, k) -> np.ndarray:
+        i, j = (int(v) for v in self.pairs[k])
+        if j < 0:
+            return np.where(self.y_idx == i, 1, -1)
+        s = np.zeros(self.y_idx.shape[0], dtype=np.int64)
+        s[self.y_idx == i] = 1
+        s[self.y_idx == j] = -1
+        return s
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+
 @weights_doc("Platt 1998 / LIBSVM's C_i in every binary problem: 0 <= a_i <= C_i",
              class_doc=False)
 class _Decomposed(_SMOParams):
@@ -397,10 +424,8 @@ class OneVsRestSVC(_Decomposed):
     """
 
     def _problems(self, y_idx, m):
-        if m == 2:
-            return [np.where(y_idx == 1, 1, -1)], np.array([[1, -1]])
-        return [np.where(y_idx == c, 1, -1) for c in range(m)], \
-            np.array([[c, -1] for c in range(m)])
+        pairs = np.array([[1, -1]]) if m == 2 else np.array([[c, -1] for c in range(m)])
+        return SignVectors(y_idx, pairs), pairs
 
     def _decision(self, X):
         """``f_c(x)`` of every class (n_samples, n_classes); for two classes a vector (positive
@@ -429,15 +454,9 @@ class OneVsOneSVC(_Decomposed):
     """
 
     def _problems(self, y_idx, m):
-        probs, pairs = [], []
-        for i in range(m):
-            for j in range(i + 1, m):
-                s = np.zeros(y_idx.shape[0], dtype=np.int64)
-                s[y_idx == i] = 1
-                s[y_idx == j] = -1
-                probs.append(s)
-                pairs.append((i, j))
-        return probs, np.array(pairs)
+        pairs = np.array([(i, j) for i in range(m) for j in range(i + 1, m)],
+                         dtype=np.int64).reshape(-1, 2)
+        return SignVectors(y_idx, pairs), pairs
 
     def _decision(self, X):
         """Votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3)
