@@ -4,7 +4,8 @@ on a LocalCluster, with the coordinator (this process) sampled for its resident 
 For each ``n`` a synthetic store (``d`` features, ``m`` Gaussian classes, float32) is written to a
 temporary directory (deleted afterwards), then ``MulticlassSVC(client=...)`` (q = 1) and
 ``MultiPrototypeSVC(n_prototypes=q, kernel='rbf', solver='rounds')`` (each further ``q`` of
-``--prototypes``: one annealing epoch, the same round budget) train on it for a fixed number of
+``--prototypes``: one annealing epoch, the same round budget) -- or, with ``--ovr``,
+``OneVsRestSVC`` (one binary SMO problem per class) -- train on it for a fixed number of
 rounds, so every ``n`` ends with about the same support set.  A thread samples this
 process's RSS every 20 ms; the report gives the peak above the RSS just before the fit, the support
 size, and what the dense ``n x P`` float64 coefficient array of the former coordinator would have
@@ -12,7 +13,7 @@ taken.  The partitions live in the worker processes and are not counted.  JSON a
 ``results/coordinator_memory.json`` (``--out``).
 
     python benchmarks/bench_coordinator_memory.py [--ns 100000,400000,1600000] [--rounds 4]
-        [--prototypes 1,10]
+        [--prototypes 1,10] [--ovr --out results/coordinator_memory_ovr.json]
 """
 
 from __future__ import annotations
@@ -77,15 +78,20 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--prototypes", default="1", help="comma-separated q (1: MulticlassSVC)")
+    ap.add_argument("--ovr", action="store_true",
+                    help="OneVsRestSVC (one binary SMO problem per class, --rounds each) in place "
+                         "of the Crammer-Singer estimators")
     a = ap.parse_args(argv)
     run = _report.Run(__file__, "coordinator memory against n", _report.settings_of(a))
     import warnings
 
     from distributed import Client, LocalCluster
 
-    from dmcsvm import MulticlassSVC, MultiPrototypeSVC
+    from dmcsvm import MulticlassSVC, MultiPrototypeSVC, OneVsRestSVC
 
     def model(q, client):
+        if a.ovr:
+            return OneVsRestSVC(client=client, C=1.0, gamma=1.0 / a.d, max_iter=a.rounds)
         if q == 1:
             return MulticlassSVC(client=client, C=1.0, gamma=1.0 / a.d, batch_size=a.batch_size,
                                  max_iter=a.rounds)
@@ -120,8 +126,9 @@ def main(argv=None):
                         est.fit(url)
                     fit_s = time.perf_counter() - t
                     P = est.classes_.shape[0] * q
-                    rows.append(dict(n=n, q=q, rounds=int(len(est.history_["n_active"])
-                                                          if q > 1 else est.n_iter_),
+                    rounds = (int(np.sum(est.n_iter_)) if a.ovr else
+                              int(len(est.history_["n_active"])) if q > 1 else est.n_iter_)
+                    rows.append(dict(n=n, q=q, estimator=type(est).__name__, rounds=rounds,
                                      n_sv=int(len(est.support_)), fit_s=fit_s,
                                      rss_before_mb=mem.start_rss / 2 ** 20,
                                      peak_above_mb=(mem.peak - mem.start_rss) / 2 ** 20,
@@ -130,26 +137,30 @@ def main(argv=None):
                     print(rows[-1], flush=True)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    out = run.envelope(rows, d=a.d, classes=a.classes, batch_size=a.batch_size)
+    out = run.envelope(rows, d=a.d, classes=a.classes, batch_size=a.batch_size, ovr=a.ovr)
     _report.write(out, a.out, markdown(out))
 
 
 def markdown(out) -> str:
     r0 = out["results"]
-    lines = ["# Coordinator memory against n (MulticlassSVC and MultiPrototypeSVC on a LocalCluster, "
-             "store streamed)", "",
+    ovr = bool(out.get("ovr"))
+    what = "OneVsRestSVC" if ovr else "MulticlassSVC and MultiPrototypeSVC"
+    lines = [f"# Coordinator memory against n ({what} on a LocalCluster, store streamed)", "",
              _report.machine_line(out), _report.load_line(out), "",
              f"Synthetic store: d = {out['d']} float32 features, {out['classes']} classes; RBF, "
-             f"C = 1, batch {out['batch_size']}, a fixed number of rounds so the support set is "
-             f"about the same for every n; 2 worker processes hold the partitions.  Peak RSS of "
-             f"the coordinator process above its RSS just before the fit (sampled every 20 ms).",
+             f"C = 1, batch {out['batch_size']}, a fixed number of rounds"
+             f"{' per binary problem' if ovr else ''} so the support set is about the same for "
+             f"every n; 2 worker processes hold the partitions.  Peak RSS of the coordinator "
+             f"process above its RSS just before the fit (sampled every 20 ms).",
              "",
              *_report.md_table(
-                 ["n", "q", "rounds", "support", "fit s", "peak above start MB",
+                 ["n", "estimator", "q", "rounds", "support", "fit s", "peak above start MB",
                   "dense n x P B would be MB", "labels (int64) MB"],
-                 [[f"{r['n']:,}", r.get("q", 1), r["rounds"], r["n_sv"], f"{r['fit_s']:.1f}",
-                   f"{r['peak_above_mb']:.1f}", f"{r['dense_B_mb']:.1f}",
-                   f"{r['labels_mb']:.1f}"] for r in r0], "rrrrrrrr")]
+                 [[f"{r['n']:,}", r.get("estimator", "MulticlassSVC" if r.get("q", 1) == 1
+                                        else "MultiPrototypeSVC"),
+                   r.get("q", 1), r["rounds"], r["n_sv"], f"{r['fit_s']:.1f}",
+                   f"{r['peak_above_mb']:.1f}", "-" if ovr else f"{r['dense_B_mb']:.1f}",
+                   f"{r['labels_mb']:.1f}"] for r in r0], "rlrrrrrrr")]
     return "\n".join(lines) + "\n"
 
 
