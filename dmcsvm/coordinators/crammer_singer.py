@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
-from ..engine.messages import RoundMessage, has_batch, merge
+from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.threads import BlasThreadHold
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
@@ -245,29 +245,15 @@ def primal_slack(agg, C) -> float:
 
 
 def pick_candidates(agg, b, tol, theta, greedy):
-    """The batch: positions in the merged reply ``agg``'s candidates, and which candidates
-    violate (``psi > tol``).  Violators by decreasing selection value (ties: partition order),
-    at most ``b``; a one-pass batch takes those at or above the threshold ``theta`` (all of
-    them when none is), a working set solved by re-selection (``greedy``) takes the best and
-    fills the room left with the rows closest to violating.  Dask workers send only what this
-    can pick (:func:`~dmcsvm.engine.messages.prune_candidates` states the rule it relies on)."""
-    V = agg.cand_V
-    viol = agg.cand_psi > tol
-    order = np.argsort(-V, kind="stable")
-    order = order[viol[order]]
-    # the threshold picks a one-pass batch; a working set solved by re-selection takes the best
-    # candidates and decides itself which to optimize how often
-    elig = order if greedy else order[V[order] >= theta]
-    if elig.shape[0] == 0:          # threshold above every value: take the best
-        elig = order
-    pick = elig[:b]
-    if greedy and pick.shape[0] < b:
-        # room left: add the rows closest to violating (psi in (near_tol, tol]), so that the
-        # working set solve keeps them below tol too
-        near = np.flatnonzero(~viol)
-        near = near[np.argsort(-agg.cand_psi[near], kind="stable")]
-        pick = np.concatenate([pick, near[: b - pick.shape[0]]])
-    return pick, viol
+    """The batch: positions in the merged reply ``agg``'s candidates
+    (:func:`~dmcsvm.engine.messages.pick_order`), and which candidates violate (``psi > tol``).
+    A one-pass batch takes the violators at or above the threshold ``theta``; a working set
+    solved by re-selection (``greedy``) takes the best and decides itself which to optimize how
+    often, the room left filled with the rows closest to violating, so that its solve keeps them
+    below ``tol`` too.  Dask workers send only what this can pick
+    (:func:`~dmcsvm.engine.messages.prune_candidates`)."""
+    pick = pick_order(agg.cand_V, agg.cand_psi, b, tol, None if greedy else theta)
+    return pick, agg.cand_psi > tol
 
 
 def batch_bounds(agg, pick, C, key="cand_C"):

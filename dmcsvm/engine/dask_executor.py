@@ -330,7 +330,7 @@ class DaskExecutor:
                                for w in dict.fromkeys(placement)]
             else:
                 self.groups = [[k] for k in range(len(bounds))]
-            futs = [self._submit(g, self.placement[ks[0]], [rows_of[k] for k in ks],
+            futs = [self._submit(g, self._worker_of(g), [rows_of[k] for k in ks],
                                  f"dmcsvm-{'group' if self.mode == 'actor' else 'partition'}-{g}-"
                                  f"{self.token}")
                     for g, ks in enumerate(self.groups)]
@@ -568,6 +568,10 @@ class DaskExecutor:
         """Whether group ``g``'s worker (the one all its partitions live on) is gone."""
         return self._is_lost(self.groups[g][0])
 
+    def _worker_of(self, g) -> str:
+        """The worker group ``g``'s partitions live on."""
+        return self.placement[self.groups[g][0]]
+
     def _check_scheduler(self):
         status = getattr(self.client, "status", "running")
         if status not in ("running", "newly-created"):
@@ -668,7 +672,7 @@ class DaskExecutor:
                 return True
             time.sleep(0.1)
         if isinstance(err, OSError):
-            a = self.placement[self.groups[g][0]]
+            a = self._worker_of(g)
             self._suspect[a] = self._watch.removed.get(a, 0)
             return True
         return False
@@ -695,10 +699,10 @@ class DaskExecutor:
         import time
         t0 = time.monotonic()
         ks = self.groups[g]
-        dead = self.placement[ks[0]]
+        dead = self._worker_of(g)
         for k in ks:
             self._losses[k] += 1
-        k = max(ks, key=lambda j: self._losses[j])
+        k = ks[0]                   # a group's partitions are lost (and counted) together
         if self._losses[k] > MAX_LOSSES:
             restarts = self._memory_restarts()
             if restarts:
@@ -763,7 +767,7 @@ class DaskExecutor:
             if fut.status == "error":
                 return fut.result()         # raises: the caller decides
             if self._group_lost(g) or fut.status in ("lost", "cancelled"):
-                raise OSError(f"worker {self.placement[self.groups[g][0]]} left while rebuilding "
+                raise OSError(f"worker {self._worker_of(g)} left while rebuilding "
                               f"partition {self.groups[g][0]}")
 
     def _wait_one(self, g, f):
@@ -774,7 +778,7 @@ class DaskExecutor:
             except (TimeoutError, asyncio.TimeoutError):
                 self._check_scheduler()
                 if self._group_lost(g):
-                    raise OSError(f"worker {self.placement[self.groups[g][0]]} left while "
+                    raise OSError(f"worker {self._worker_of(g)} left while "
                                   f"rebuilding partition {self.groups[g][0]}") from None
 
     def _lost(self, k) -> RuntimeError:
@@ -795,7 +799,7 @@ class DaskExecutor:
         ``(address, actor key, children's nodes, groups of the subtree)``."""
         kids = [self._subtree(c) for c in (2 * g + 1, 2 * g + 2) if c < len(self.parts)]
         below = [g] + [x for kid in kids for x in kid[3]]
-        return self.placement[self.groups[g][0]], self.parts[g].key, kids, below
+        return self._worker_of(g), self.parts[g].key, kids, below
 
     def _step(self, msg) -> list:
         self._mutated = True

@@ -243,19 +243,39 @@ def unpack_message(blob: bytes):
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
 
 
+def pick_order(V, psi, b, tol, theta=None) -> np.ndarray:
+    """Positions of the candidates (selection values ``V``, KKT violations ``psi``) a batch of at
+    most ``b`` takes: the violators (``psi > tol``) by decreasing ``V``, ties in candidate order;
+    with ``theta`` (a one-pass batch) only those with ``V >= theta`` (all of them when none is),
+    without (a working set solved by re-selection) the room left filled with the rows closest to
+    violating, by decreasing ``psi``.  The coordinator picks by it
+    (:func:`~dmcsvm.coordinators.crammer_singer.pick_candidates`) and a worker prunes by it
+    (:func:`prune_candidates`)."""
+    viol = psi > tol
+    order = np.argsort(-V, kind="stable")
+    order = order[viol[order]]
+    if theta is not None:
+        elig = order[V[order] >= theta]
+        return (elig if elig.shape[0] else order)[:b]
+    pick = order[:b]
+    if pick.shape[0] < b:
+        near = np.flatnonzero(~viol)
+        near = near[np.argsort(-psi[near], kind="stable")]
+        pick = np.concatenate([pick, near[: b - pick.shape[0]]])
+    return pick
+
+
 def prune_candidates(replies, keep):
     """``replies`` (a list of ``(partition, reply)`` in partition order) with their candidates cut
     to those the coordinator can still pick from them, aggregates untouched.
 
     ``keep = (b, tol)`` (a round message's ``pick``) for Crammer-Singer replies (None:
-    unchanged): the coordinator takes the
-    violators (``psi > tol``) in order of decreasing selection value ``V``, ties in partition
-    order, at most ``b``, and fills a batch that has room with the rows closest to violating
-    (largest ``psi``).  Any candidate it picks from the union of several groups' lists is among
-    the best ``b`` violators of its own group's list by the same order, or, when that group has
-    fewer than ``b`` violators, among its best ``b - (its violators)`` others; so keeping those
-    per group leaves every pick, and every aggregate, as it was.  A kept candidate's X row stays
-    with it (``cand_X`` holds the rows of the ``cand_new`` candidates, in order)."""
+    unchanged).  The coordinator's batch (:func:`pick_order`) takes violators by decreasing
+    ``V`` and, in a working set, the rows nearest to violating; any candidate it picks from the
+    union of several groups' lists is among what :func:`pick_order` would take, with no
+    threshold, from its own group's list alone.  So keeping exactly that per group leaves every
+    pick, and every aggregate, as it was.  A kept candidate's X row stays with it (``cand_X``
+    holds the rows of the ``cand_new`` candidates, in order)."""
     if keep is None or not replies or not isinstance(replies[0][1], CSReply):
         return replies
     b, tol = int(keep[0]), float(keep[1])
@@ -263,14 +283,8 @@ def prune_candidates(replies, keep):
     if V.shape[0] <= b:
         return replies
     psi = np.concatenate([r.cand_psi for _, r in replies])
-    viol = np.flatnonzero(psi > tol)
-    viol = viol[np.argsort(-V[viol], kind="stable")][:b]
     mask = np.zeros(V.shape[0], dtype=bool)
-    mask[viol] = True
-    room = b - viol.shape[0]
-    if room > 0:
-        near = np.flatnonzero(~(psi > tol))
-        mask[near[np.argsort(-psi[near], kind="stable")][:room]] = True
+    mask[pick_order(V, psi, b, tol)] = True
     out, at = [], 0
     for k, r in replies:
         m = mask[at:at + r.cand_V.shape[0]]

@@ -56,10 +56,11 @@ class WorkerGroup:
             return [fn(p) for p in parts]
         return list(self._pool.map(fn, parts))
 
-    def _local(self, blob: bytes, seq: int, rebuilt: bool = False) -> list:
-        """This group's replies ``[(k, reply)]`` to round ``seq``; a round already applied is
-        answered from memory.  ``rebuilt``: the partitions were restored from the coordinator's
-        state, which holds the round's update already (only its report-only fields apply)."""
+    def _local(self, blob: bytes, seq: int, rebuilt: bool = False) -> tuple:
+        """``(replies, pick)``: this group's replies ``[(k, reply)]`` to round ``seq``, unpruned,
+        and the message's ``pick``; a round already applied is answered from memory.
+        ``rebuilt``: the partitions were restored from the coordinator's state, which holds the
+        round's update already (only its report-only fields apply)."""
         with self._lock:
             if seq != self._seq:
                 msg = unpack_message(blob)
