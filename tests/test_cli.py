@@ -20,9 +20,9 @@ import pytest
 from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import estimator_registry, load_model
 from dmcsvm.store import open_store, read_all
+from data_dir import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DMCSVM_DATA", ROOT.parent / "shared" / "data"))
 DNA, DNA_T = DATA / "dna" / "dna.scale", DATA / "dna" / "dna.scale.t"   # LIBSVM, 180 features
 LETTER = DATA / "letter" / "letter-recognition.data"                  # CSV, label (A-Z) first
 

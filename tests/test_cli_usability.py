@@ -24,9 +24,9 @@ from dmcsvm import MulticlassSVC, MultiPrototypeSVC, BinarySVC
 from dmcsvm.cli import build_parser, main
 from dmcsvm.model_io import estimator_registry, load_model
 from dmcsvm.store import from_csv, read_all, write_arrays
+from data_dir import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DMCSVM_DATA", ROOT.parent / "shared" / "data"))
 USPS = DATA / "usps" / "zip.train.gz"                # whitespace-separated, label first
 LETTER = DATA / "letter" / "letter-recognition.data"  # CSV, label (A-Z) first
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from data_dir import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-DATA = Path(os.environ.get("DMCSVM_DATA", ROOT.parent / "shared" / "data"))
 
 
 def run_example(name, *args, timeout=600):

@@ -9,7 +9,6 @@ subsets of letter and usps (the full-size table is benchmarks/bench_probability.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, On
                     ScatterSVC, load, save)
 from dmcsvm.estimators._calibration import apply_calibration, platt_sigmoid
 from dmcsvm.store import write_arrays
+from data_dir import DATA
 
 ALL = [
     lambda: MulticlassSVC(n_jobs=1, probability=True),
@@ -194,9 +194,6 @@ def test_gridsearch_and_pipeline_with_log_loss(iris):
 
 # ------------------------------------------------------------------ calibration quality
 
-# the real data sets: ../shared/data beside the checkout, or DMCSVM_DATA (as test_cli, test_examples)
-DATA = Path(os.environ.get("DMCSVM_DATA",
-                          Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 
 
 def _load(name):
