@@ -19,9 +19,9 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from dmcsvm import MulticlassSVC
+from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
 from dmcsvm.numerics import pattern as pt
-from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
 from dmcsvm.numerics.selection import THRESHOLDS
 
 
@@ -99,19 +99,32 @@ def test_working_set_respects_max_steps():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_gram_cache_returns_the_batch_kernel(dtype):
+def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
+    import dmcsvm.coordinators.crammer_singer as csmod
+    computed = []
+
+    def counting(spec, A, B, **kw):
+        computed.append(A.shape[0])
+        return kernel_block(spec, A, B, **kw)
+    monkeypatch.setattr(csmod, "kernel_block", counting)
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 5)).astype(dtype)
     spec = KernelSpec("rbf", gamma=0.3)
-    # budget for a 40 x 40 block: the third batch overflows it and the cache starts over
+    # budget for a 40 x 40 block: the third batch overflows it, and only its own cached rows
+    # (30..34) stay, copied; the fourth fits beside them (5 new rows); the last batch, larger
+    # than the budget alone, keeps nothing
     cache = _GramCache(spec, 40 * 40 * np.dtype(dtype).itemsize, dtype)
-    batches = [np.arange(0, 20), np.arange(10, 35), np.arange(30, 60), np.arange(25, 45)]
+    batches = [np.arange(0, 20), np.arange(10, 35), np.arange(30, 60), np.arange(25, 45),
+               np.arange(0, 45)]
     for ids in batches:
         G, p = cache.block(ids, X[ids])
         ref = kernel_block(spec, X[ids], X[ids])
         tol = 1e-6 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(G[np.ix_(p, p)], ref, atol=tol)
         assert np.array_equal(G[np.ix_(p, p)], G[np.ix_(p, p)].T)
+        assert len(set(p.tolist())) == len(ids)
+    # rows computed per call: new ones only, the kept ones copied
+    assert computed == [20, 15, 25, 5, 45]
 
 
 # ------------------------------------------------------------------------------------------------

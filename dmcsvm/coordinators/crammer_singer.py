@@ -190,8 +190,8 @@ class _GramCache:
     Consecutive rounds' working sets share most of their patterns (the support vectors), so
     ``K_BB`` is kept between rounds and only the rows of patterns new to it are computed,
     ``K(X_new, X_cached + X_new)``: O(|new| m d) instead of O(|B|^2 d) per round.  Held within
-    ``budget_bytes``; when a round would overflow it, it starts over from that round's working
-    set.  Values are a pure function of the rows, so the trajectory does not depend on where the
+    ``budget_bytes``; when a round would overflow it, only that round's working set stays (its
+    block copied, not recomputed).  Values are a pure function of the rows, so the trajectory does not depend on where the
     partitions run; only dense rows are cached (sparse batches compute ``K_BB`` every round).
     """
 
@@ -213,19 +213,20 @@ class _GramCache:
         need = self.m + new.shape[0]
         if need > self.G.shape[0]:
             limit = int(np.sqrt(self.budget / self.dtype.itemsize))
-            cap = min(max(need, 2 * self.G.shape[0], 256), max(limit, need))
-            if need > limit:                      # start over from this working set
-                self.pos, self.m = {}, 0
-                p[:] = -1
-                new = np.arange(len(ids))
-                need = len(ids)
-                cap = max(need, min(cap, limit))
-            G = np.empty((cap, cap), dtype=self.dtype)
-            X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
-            G[:self.m, :self.m] = self.G[:self.m, :self.m]
-            if self.m:
-                X[:self.m] = self.X[:self.m]
-            self.G, self.X = G, X
+            if need > limit:
+                self._evict(ids, p)
+                new = np.flatnonzero(p < 0)
+                need = self.m + new.shape[0]
+            if need > self.G.shape[0]:
+                # grow (doubling, within the budget; past it only for a working set larger
+                # than the budget alone)
+                cap = max(need, min(max(2 * self.G.shape[0], 256), limit))
+                G = np.empty((cap, cap), dtype=self.dtype)
+                X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
+                G[:self.m, :self.m] = self.G[:self.m, :self.m]
+                if self.m:
+                    X[:self.m] = self.X[:self.m]
+                self.G, self.X = G, X
         m, nn = self.m, new.shape[0]
         self.X[m:m + nn] = XB[new]
         K = kernel_block(self.spec, self.X[m:m + nn], self.X[:m + nn], dtype=self.dtype)
@@ -236,6 +237,28 @@ class _GramCache:
             p[j] = m + k
         self.m = m + nn
         return self.G, p
+
+    def _evict(self, ids, p) -> None:
+        """Keep only the rows of this working set (``p >= 0``; ``p`` is rewritten to their new
+        places): the block among them is copied to the top-left corner, in place, instead of
+        computing it again (kernel values cost O(d) each, a copy O(1); consecutive working sets
+        share most of their rows).  A working set that alone overflows the budget keeps
+        nothing."""
+        limit = int(np.sqrt(self.budget / self.dtype.itemsize))
+        have = np.flatnonzero(p >= 0)
+        if len(ids) > limit:
+            have = have[:0]
+        keep = p[have]
+        order = np.argsort(keep, kind="stable")
+        keep, have = keep[order], have[order]
+        k = keep.shape[0]
+        if k:       # (the fancy index reads into a temporary first: k^2 values, within budget)
+            self.G[:k, :k] = self.G[np.ix_(keep, keep)]
+            self.X[:k] = self.X[keep]
+        self.pos = {int(ids[j]): t for t, j in enumerate(have)}
+        p[:] = -1
+        p[have] = np.arange(k)
+        self.m = k
 
 
 def primal_slack(agg, C) -> float:
