@@ -5,8 +5,67 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from dmcsvm.coordinators.coefficients import CoefficientRows
+from dmcsvm.coordinators.crammer_singer import _RowBank
+from dmcsvm.coordinators.id_index import IdIndex
+
+
+def test_id_index_answers_as_a_dict():
+    rng = np.random.default_rng(3)
+    index, ref = IdIndex(), {}
+    for _ in range(40):
+        ids = rng.choice(10_000, size=rng.integers(0, 50), replace=False)
+        new = np.array([g for g in ids.tolist() if g not in ref], dtype=np.int64)
+        slots = rng.integers(0, 10 ** 6, new.shape[0])
+        index.add(new, slots)
+        ref.update(zip(new.tolist(), slots.tolist()))
+        probe = rng.integers(-5, 10_005, 200)
+        np.testing.assert_array_equal(index.lookup(probe), [ref.get(g, -1) for g in probe.tolist()])
+    assert len(index) == len(ref) and index.nbytes == 16 * len(ref)
+    np.testing.assert_array_equal(index.ids(), sorted(ref))
+    assert IdIndex().lookup([1, 2]).tolist() == [-1, -1]
+    with pytest.raises(ValueError, match="2 ids for 1 slots"):
+        index.add([1, 2], [0])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_row_bank_keeps_the_first_row_of_each_id_and_what_keep_names(sparse):
+    """The bank against a dict of rows: a banked id keeps its first row, ``batch`` mixes fresh
+    and banked rows in order, ``keep`` drops the rest (and the dense bank reuses its rows)."""
+    rng = np.random.default_rng(4)
+    d = 6
+    bank, ref = _RowBank(), {}
+
+    def rows(X):
+        return sp.csr_matrix(X) if sparse else X
+    for _ in range(30):
+        ids = rng.choice(300, size=rng.integers(1, 30))        # repeats within a call too
+        X = rng.normal(size=(ids.shape[0], d)).astype(np.float32)
+        bank.add(ids, rows(X))
+        for g, x in zip(ids.tolist(), X):
+            ref.setdefault(g, x)
+        held = np.array(sorted(ref), dtype=np.int64)
+        assert len(bank) == held.shape[0]
+        np.testing.assert_array_equal(bank.ids(), held)
+        pick = rng.choice(held, size=min(10, held.shape[0]), replace=False)
+        fresh = rng.random(pick.shape[0]) < 0.5
+        Xnew = rng.normal(size=(int(fresh.sum()), d)).astype(np.float32)
+        xrow = np.where(fresh, np.cumsum(fresh) - 1, -1)
+        got = bank.batch(pick, xrow, rows(Xnew), d, sparse, np.float32)
+        want = np.stack([Xnew[r] if r >= 0 else ref[g] for g, r in zip(pick.tolist(), xrow)])
+        np.testing.assert_array_equal(got.toarray() if sparse else got, want)
+        stacked = bank.stack(pick, d, sparse, np.float32)
+        np.testing.assert_array_equal(stacked.toarray() if sparse else stacked,
+                                      np.stack([ref[g] for g in pick.tolist()]))
+        if rng.random() < 0.3:
+            live = rng.choice(held, size=held.shape[0] // 2, replace=False)
+            bank.keep(np.concatenate([live, [10 ** 6]]))      # an id never banked is ignored
+            ref = {g: ref[g] for g in live.tolist()}
+    if not sparse:
+        with pytest.raises(KeyError):
+            bank.stack(np.array([10 ** 6]), d, sparse, np.float32)
 
 
 def test_matches_a_dense_array_under_the_solvers_operations():
@@ -108,7 +167,7 @@ def test_row_bank_and_coefficients_follow_the_support_during_a_solve(cs):
         ex.close()
     assert res.converged and res.n_iter > 100
     n_sv = len(res.support)
-    assert len(state.bank.rows) <= n_sv + 4 and state.B._used <= n_sv + 4
+    assert len(state.bank) <= n_sv + 4 and state.B._used <= n_sv + 4
     # many more patterns entered a batch (and were banked) than stay in the support
     assert len(entered) > n_sv + 10
     D_star, _ = cs.cs_dual_qp(kernel_reference(spec, X, X), y, m, C)

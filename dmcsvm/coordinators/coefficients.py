@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .id_index import IdIndex
+
 
 class CoefficientRows:
     """Rows of ``B`` by pattern id, indexed like the dense array they replace.
@@ -21,7 +23,7 @@ class CoefficientRows:
 
     def __init__(self, n: int, P: int):
         self.n, self.P = int(n), int(P)
-        self._slot: dict[int, int] = {}        # pattern id -> its row in _data
+        self._slot = IdIndex()                 # pattern id -> its row in _data
         self._ids = np.empty(16, dtype=np.int64)
         self._data = np.zeros((16, self.P))
         self._used = 0
@@ -32,8 +34,8 @@ class CoefficientRows:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the store (rows, ids and an estimate of the index's dict)."""
-        return int(self._data.nbytes + self._ids.nbytes + 100 * len(self._slot))
+        """Bytes held by the store (rows, ids and their index)."""
+        return int(self._data.nbytes + self._ids.nbytes + self._slot.nbytes)
 
     def __len__(self) -> int:
         return self.n
@@ -47,9 +49,7 @@ class CoefficientRows:
         return ids
 
     def _lookup(self, ids: np.ndarray) -> np.ndarray:
-        get = self._slot.get
-        return np.fromiter((get(i, -1) for i in ids.tolist()), dtype=np.int64,
-                           count=ids.shape[0])
+        return self._slot.lookup(ids)
 
     def __getitem__(self, key):
         cols = None
@@ -91,7 +91,7 @@ class CoefficientRows:
         slots = np.arange(self._used, need)
         self._ids[slots] = ids
         self._data[slots] = 0.0
-        self._slot.update(zip(ids.tolist(), slots.tolist()))
+        self._slot.add(ids, slots)
         self._used = need
         return slots
 
@@ -116,7 +116,7 @@ class CoefficientRows:
         self._data = np.zeros((cap, self.P))
         self._ids = np.empty(cap, dtype=np.int64)
         self._used = 0
-        self._slot = {}
+        self._slot = IdIndex()
         self._append(ids)
         self._data[:ids.shape[0]] = rows
 

@@ -39,6 +39,7 @@ from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
 from .coefficients import CoefficientRows
 from .history import RoundHistory
+from .id_index import IdIndex
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
@@ -122,41 +123,93 @@ class SolveResult:
 
 class _RowBank:
     """X rows of the patterns that entered a batch since the last :meth:`keep`, and of the support
-    patterns: the partitions ship a row's X once (``cand_new``) and the coordinator banks it."""
+    patterns: the partitions ship a row's X once (``cand_new``) and the coordinator banks it.
+    Dense rows sit in one array (rows by :class:`IdIndex` slot, gathered with one fancy index a
+    batch), CSR rows one 1-row matrix per id."""
 
     def __init__(self):
-        self.rows: dict[int, object] = {}
+        self._index = IdIndex()
+        self._X = None              # dense rows: (capacity x d); rows [0, _used) are live
+        self._used = 0
+        self._sparse: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._index) + len(self._sparse)
+
+    def ids(self) -> np.ndarray:
+        """The banked ids, sorted."""
+        if self._sparse:
+            return np.sort(np.fromiter(self._sparse, dtype=np.int64, count=len(self._sparse)))
+        return self._index.ids()
 
     def add(self, ids, X):
-        for j, g in enumerate(ids):
-            g = int(g)
-            if g not in self.rows:
-                self.rows[g] = X[j:j + 1] if sp.issparse(X) else X[j].copy()
+        ids = np.asarray(ids, dtype=np.int64)
+        if sp.issparse(X):
+            for j, g in enumerate(ids.tolist()):
+                if g not in self._sparse:
+                    self._sparse[g] = X[j:j + 1]
+            return
+        new = np.flatnonzero(self._index.lookup(ids) < 0)
+        if new.shape[0] == 0:
+            return
+        new = new[np.unique(ids[new], return_index=True)[1]]     # an id once
+        need = self._used + new.shape[0]
+        if self._X is None or need > self._X.shape[0]:
+            grown = np.empty((max(need, 2 * self._used, 64), X.shape[1]), dtype=X.dtype)
+            if self._used:
+                grown[:self._used] = self._X[:self._used]
+            self._X = grown
+        slots = np.arange(self._used, need)
+        self._X[slots] = X[new]
+        self._index.add(ids[new], slots)
+        self._used = need
+
+    def _rows(self, ids) -> np.ndarray:
+        slots = self._index.lookup(ids)
+        if (slots < 0).any():
+            raise KeyError(int(np.asarray(ids)[np.flatnonzero(slots < 0)[0]]))
+        return self._X[slots]
 
     def batch(self, ids, xrow, Xnew, d, sparse, dtype):
         """X rows of a batch in order: row ``xrow[j]`` of ``Xnew`` where ``xrow[j] >= 0``, else the
         banked row of ``ids[j]``."""
         if sparse:
-            return sp.vstack([Xnew[int(r)] if r >= 0 else self.rows[int(g)]
+            return sp.vstack([Xnew[int(r)] if r >= 0 else self._sparse[int(g)]
                               for g, r in zip(ids, xrow)], format="csr") if len(ids) else \
                 sp.csr_matrix((0, d), dtype=dtype)
+        ids, xrow = np.asarray(ids, dtype=np.int64), np.asarray(xrow, dtype=np.int64)
         out = np.empty((len(ids), d), dtype=Xnew.dtype if Xnew.shape[0] else dtype)
-        for j, (g, r) in enumerate(zip(ids, xrow)):
-            out[j] = Xnew[r] if r >= 0 else self.rows[int(g)]
+        fresh = xrow >= 0
+        out[fresh] = Xnew[xrow[fresh]]
+        if not fresh.all():
+            out[~fresh] = self._rows(ids[~fresh])
         return out
 
     def keep(self, ids) -> None:
         """Drop every banked row but those of ``ids`` (the partitions forget the same rows'
         ``shipped`` marks with the message's ``reship``)."""
-        ids = set(np.asarray(ids, dtype=np.int64).tolist())
-        self.rows = {g: x for g, x in self.rows.items() if g in ids}
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._sparse:
+            live = set(ids.tolist())
+            self._sparse = {g: x for g, x in self._sparse.items() if g in live}
+            return
+        slots = self._index.lookup(ids)
+        have = slots >= 0
+        ids, slots = ids[have], slots[have]
+        order = np.argsort(slots, kind="stable")
+        ids, slots = ids[order], slots[order]
+        k = slots.shape[0]
+        if self._X is not None:
+            self._X[:k] = self._X[slots]      # (the fancy index reads into a temporary first)
+        self._index = IdIndex(ids, np.arange(k))
+        self._used = k
 
     def stack(self, ids, d, sparse, dtype):
         if len(ids) == 0:
             return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
         if sparse:
-            return sp.vstack([self.rows[int(g)] for g in ids]).tocsr()
-        return np.stack([self.rows[int(g)] for g in ids])
+            return sp.vstack([self._sparse[int(g)] for g in ids]).tocsr()
+        return self._rows(ids)
 
 
 @dataclass
@@ -199,14 +252,14 @@ class _GramCache:
         self.spec = spec
         self.budget = int(budget_bytes)
         self.dtype = np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
-        self.pos: dict[int, int] = {}
+        self.pos = IdIndex()            # pattern id -> its row / column in G
         self.m = 0
         self.G = np.zeros((0, 0), dtype=self.dtype)
         self.X = None
 
     def block(self, ids, XB):
         """``(G, p)`` such that ``G[p][:, p] = K(XB, XB)`` (rows of ``G`` in the order ``p``)."""
-        p = np.fromiter((self.pos.get(int(g), -1) for g in ids), dtype=np.int64, count=len(ids))
+        p = self.pos.lookup(ids)
         new = np.flatnonzero(p < 0)
         if new.shape[0] == 0:
             return self.G, p
@@ -232,9 +285,8 @@ class _GramCache:
         K = kernel_block(self.spec, self.X[m:m + nn], self.X[:m + nn], dtype=self.dtype)
         self.G[m:m + nn, :m + nn] = K
         self.G[:m, m:m + nn] = K[:, :m].T
-        for k, j in enumerate(new):
-            self.pos[int(ids[j])] = m + k
-            p[j] = m + k
+        self.pos.add(np.asarray(ids)[new], m + np.arange(nn))
+        p[new] = m + np.arange(nn)
         self.m = m + nn
         return self.G, p
 
@@ -255,7 +307,7 @@ class _GramCache:
         if k:       # (the fancy index reads into a temporary first: k^2 values, within budget)
             self.G[:k, :k] = self.G[np.ix_(keep, keep)]
             self.X[:k] = self.X[keep]
-        self.pos = {int(ids[j]): t for t, j in enumerate(have)}
+        self.pos = IdIndex(np.asarray(ids)[have], np.arange(k))
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k
@@ -458,7 +510,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             if rounds % 50 == 0 or converged:      # O(stored rows): now and then, and at the end
                 B.compact()             # rows that left the support: the store follows it
                 n_sv = B.count_support()
-                prune = len(bank.rows) > n_sv + s.batch_size
+                prune = len(bank) > n_sv + s.batch_size
             row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg.max_V,
                        max_psi=agg.max_psi, threshold=theta, n_active=agg.n_active,
                        n_viol=agg.n_viol, n_sv=n_sv,
@@ -527,7 +579,7 @@ def register_snapshot(executor, state: CoordinatorState, d: int, sparse: bool,
 
     def snapshot(lo, hi):
         sv = state.support()
-        held = np.fromiter(state.bank.rows.keys(), dtype=np.int64, count=len(state.bank.rows))
+        held = state.bank.ids()
         return {"sv_ids": sv, "sv_X": state.bank.stack(sv, d, sparse, x_dtype),
                 "sv_B": state.B[sv].copy(), "shipped": held[(held >= lo) & (held < hi)]}
 
