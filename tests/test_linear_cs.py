@@ -31,6 +31,31 @@ def _random_row(rng, P, C):
     return y, neg, b
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_slacks_equal_numpy_scores(sparse):
+    """``SD.slacks`` (the primal checks' pass over the rows) against the score matrix
+    ``a X W^T + c0 s`` and the slack of each row w.r.t. each of its class's prototypes, with
+    classes of different prototype counts (missing prototypes: inf)."""
+    rng = np.random.default_rng(5)
+    n, d = 40, 7
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
+    count = np.array([1, 3, 2], dtype=np.int64)
+    pcls = np.repeat(np.arange(3), count).astype(np.int64)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    cls = rng.integers(0, 3, n).astype(np.int64)
+    W, s = rng.normal(size=(pcls.shape[0], d)), rng.normal(size=pcls.shape[0])
+    a, c0 = 0.7, 1.3
+    rows = (sp.csr_matrix(X).indptr, sp.csr_matrix(X).indices, sp.csr_matrix(X).data) \
+        if sparse else (X,)
+    out = SD.slacks(rows, a, c0, W, s, cls, pcls, first, count, np.empty((n, 3)))
+    F = a * X @ W.T + c0 * s
+    for i in range(n):
+        th = F[i, pcls != cls[i]].max()
+        for q in range(3):
+            want = max(0.0, th + 1.0 - F[i, first[cls[i]] + q]) if q < count[cls[i]] else np.inf
+            assert out[i, q] == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_subproblem_equals_exact_pattern_optimizer(seed):
     """The per-pattern solve (LIBLINEAR's sub-problem) equals pattern.opt_exact, with the
