@@ -601,32 +601,36 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f, kcol):
+def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f,
+              kcol):
     """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
-    every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed (``FT`` holds
-    the batch scores transposed, P x |B|, so that each update is one contiguous axpy).
+    every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed.  ``FT`` holds
+    the batch scores transposed, P x |B|, row ``j`` in column ``cj``, the columns in increasing
+    Gram-cache place ``sg``: each update is one contiguous axpy, and the kernel column
+    ``G[gj_pos, sg]`` is read in increasing order (1.06-1.15x the whole solve on saved letter,
+    satimage and usps working sets against batch order, same results bit for bit).
     Returns the gain and whether anything changed."""
     nb, P = Bc.shape
     b = Bc[j]
     for r in range(P):
         b0[r] = b[r]
-        f[r] = FT[r, j]
+        f[r] = FT[r, cj]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
     g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
-    gj = G[gpos[j]]             # K_BB is symmetric: row j is the column, read contiguously
+    gj = G[gj_pos]              # K_BB is symmetric: row j is the column, read contiguously
     have = False
     for r in range(P):
         d = b[r] - b0[r]
         if d == 0.0:
             continue
         if not have:
-            for k in range(nb):
-                kcol[k] = gj[gpos[k]]
+            for t in range(nb):
+                kcol[t] = gj[sg[t]]
             have = True
         Fr = FT[r]
-        for k in range(nb):
-            Fr[k] += kcol[k] * d
+        for t in range(nb):
+            Fr[t] += kcol[t] * d
     return g, have
 
 
@@ -659,7 +663,17 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     optimizations of every batch row."""
     nb, P = Bb.shape
     Bc = Bb.copy()
-    FT = np.ascontiguousarray(Fb.T)
+    # score columns in increasing cache place (see _step_row); rows are still visited in batch
+    # order, so the passes, cuts and steps are those of batch-ordered columns
+    place = np.argsort(gpos)
+    col = np.empty(nb, dtype=np.int64)
+    for t in range(nb):
+        col[place[t]] = t
+    sg = gpos[place]
+    FT = np.empty((P, nb))
+    for t in range(nb):
+        for r in range(P):
+            FT[r, t] = Fb[place[t], r]
     steps = np.zeros(nb, dtype=np.int64)
     gains = np.zeros(nb)
     b0 = np.empty(P)
@@ -670,7 +684,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     for _ in range(_MAX_INNER):
         mx = 0.0
         for k in range(nb):
-            p = psi_value(Bc[k], FT[:, k], yb[k], cb[k], pcls, bound_at(C, k))
+            p = psi_value(Bc[k], FT[:, col[k]], yb[k], cb[k], pcls, bound_at(C, k))
             if p > mx:
                 mx = p
         cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
@@ -681,10 +695,10 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
         for j in range(nb):
             if total >= max_steps:
                 break
-            if psi_value(Bc[j], FT[:, j], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
+            if psi_value(Bc[j], FT[:, col[j]], yb[j], cb[j], pcls, bound_at(C, j)) <= cut:
                 continue
-            g, ch = _step_row(code, j, Bc, FT, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps,
-                              b0, f, kcol)
+            g, ch = _step_row(code, j, col[j], Bc, FT, G, gpos[j], sg, yb, cb, pcls, kdiag, C,
+                              tol, fp_eps, b0, f, kcol)
             total += 1
             steps[j] += 1
             gains[j] += g
