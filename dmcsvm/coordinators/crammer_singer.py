@@ -244,8 +244,9 @@ class _GramCache:
     ``K_BB`` is kept between rounds and only the rows of patterns new to it are computed,
     ``K(X_new, X_cached + X_new)``: O(|new| m d) instead of O(|B|^2 d) per round.  Held within
     ``budget_bytes``; when a round would overflow it, only that round's working set stays (its
-    block copied, not recomputed).  Values are a pure function of the rows, so the trajectory does not depend on where the
-    partitions run; only dense rows are cached (sparse batches compute ``K_BB`` every round).
+    block copied, not recomputed).  Values are a pure function of the rows, so the trajectory
+    does not depend on where the partitions run; only dense rows are cached (sparse batches
+    compute ``K_BB`` every round).
     """
 
     def __init__(self, spec, budget_bytes, dtype):
@@ -265,9 +266,9 @@ class _GramCache:
             return self.G, p
         need = self.m + new.shape[0]
         if need > self.G.shape[0]:
-            limit = int(np.sqrt(self.budget / self.dtype.itemsize))
+            limit = self._limit()
             if need > limit:
-                self._evict(ids, p)
+                self._evict(ids, p, limit)
                 new = np.flatnonzero(p < 0)
                 need = self.m + new.shape[0]
             if need > self.G.shape[0]:
@@ -285,18 +286,21 @@ class _GramCache:
         K = kernel_block(self.spec, self.X[m:m + nn], self.X[:m + nn], dtype=self.dtype)
         self.G[m:m + nn, :m + nn] = K
         self.G[:m, m:m + nn] = K[:, :m].T
-        self.pos.add(np.asarray(ids)[new], m + np.arange(nn))
         p[new] = m + np.arange(nn)
+        self.pos.add(np.asarray(ids)[new], p[new])
         self.m = m + nn
         return self.G, p
 
-    def _evict(self, ids, p) -> None:
+    def _limit(self) -> int:
+        """Rows (and columns) of the largest block within the budget."""
+        return int(np.sqrt(self.budget / self.dtype.itemsize))
+
+    def _evict(self, ids, p, limit) -> None:
         """Keep only the rows of this working set (``p >= 0``; ``p`` is rewritten to their new
         places): the block among them is copied to the top-left corner, in place, instead of
         computing it again (kernel values cost O(d) each, a copy O(1); consecutive working sets
         share most of their rows).  A working set that alone overflows the budget keeps
-        nothing."""
-        limit = int(np.sqrt(self.budget / self.dtype.itemsize))
+        nothing (``limit``: :meth:`_limit`)."""
         have = np.flatnonzero(p >= 0)
         if len(ids) > limit:
             have = have[:0]

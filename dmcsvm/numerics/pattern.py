@@ -666,14 +666,10 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     # score columns in increasing cache place (see _step_row); rows are still visited in batch
     # order, so the passes, cuts and steps are those of batch-ordered columns
     place = np.argsort(gpos)
-    col = np.empty(nb, dtype=np.int64)
-    for t in range(nb):
-        col[place[t]] = t
+    col = np.empty(nb, dtype=np.int64)     # batch row j -> its column
+    col[place] = np.arange(nb)
     sg = gpos[place]
-    FT = np.empty((P, nb))
-    for t in range(nb):
-        for r in range(P):
-            FT[r, t] = Fb[place[t], r]
+    FT = np.ascontiguousarray(Fb[place].T)
     steps = np.zeros(nb, dtype=np.int64)
     gains = np.zeros(nb)
     b0 = np.empty(P)
