@@ -28,6 +28,7 @@ from dataclasses import replace
 import numpy as np
 import scipy.sparse as sp
 from distributed import Future, futures_of, wait
+from distributed.utils import CancelledError
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
@@ -362,28 +363,26 @@ class DaskExecutor:
         if hasattr(source, "dask"):                       # a dask array slice: recompute it
             return self.client.compute(source.map_blocks(np.ascontiguousarray,
                                                          dtype=source.dtype), workers=[w])
-        return self.client.scatter(source, workers=[w], direct=True,
+        # a fresh key (hash=False): the content-hashed key of the first scatter may still be
+        # known to the scheduler as lost with the dead worker, which cancels its new dependents
+        return self.client.scatter(source, workers=[w], direct=True, hash=False,
                                    timeout=max(self.recover_timeout, CALL_TIMEOUT_S))
 
     def _await_built(self, g, fut):
         """The actor (or pinned future) of group ``g`` once created; bounded (see start)."""
         attempts = 0
         while True:
-            lost = False
-            try:
-                wait([fut], timeout=BUILD_POLL_S)
-                if fut.status == "finished":
-                    return fut.result() if self.mode == "actor" else fut
-                if fut.status == "error":
-                    if not self._group_lost(g) and not self._memory_restarts():
-                        fut.result()                # the constructor's own error
-                    lost = True
-                elif fut.status in ("lost", "cancelled"):
-                    self._check_scheduler()
-                    lost = True
-                else:
-                    lost = self._group_lost(g)
-            except (TimeoutError, asyncio.TimeoutError):
+            _settle(fut)
+            if fut.status == "finished":
+                return fut.result() if self.mode == "actor" else fut
+            if fut.status == "error":
+                if not self._group_lost(g) and not self._memory_restarts():
+                    fut.result()                    # the constructor's own error
+                lost = True
+            elif fut.status in ("lost", "cancelled"):
+                self._check_scheduler()
+                lost = True
+            else:
                 lost = self._group_lost(g)
             self._check_scheduler()
             placed = set(self.placement)
@@ -757,10 +756,7 @@ class DaskExecutor:
 
     def _await_rebuilt(self, g, fut):
         while True:
-            try:
-                wait([fut], timeout=BUILD_POLL_S)
-            except (TimeoutError, asyncio.TimeoutError):
-                pass
+            _settle(fut)
             self._check_scheduler()
             if fut.status == "finished":
                 return fut.result()
@@ -918,6 +914,14 @@ class DaskExecutor:
 
 
 _counter = [0]
+
+
+def _settle(fut) -> None:
+    """Wait up to ``BUILD_POLL_S`` for ``fut`` to leave 'pending'; the caller reads its status.
+    (``wait`` raises for a cancelled future -- a dependency lost with a dying worker -- which the
+    callers treat like a lost worker, not as the fit's error.)"""
+    with contextlib.suppress(TimeoutError, asyncio.TimeoutError, CancelledError):
+        wait([fut], timeout=BUILD_POLL_S)
 
 
 def _next() -> int:
