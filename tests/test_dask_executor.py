@@ -18,13 +18,13 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dmcsvm import MulticlassSVC
+from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 from dmcsvm.engine.dask_executor import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import RoundMessage, pack_message, unpack_message
 from dmcsvm.engine.partition import PartitionSettings
 from dmcsvm.kernels import KernelSpec
 from dmcsvm.numerics import pattern as pt
-from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
 OPTIMIZERS = list(pt.OPTIMIZERS)
 
@@ -78,17 +78,46 @@ def test_pinned_future_mode_matches_actor_mode(local_client, reference):
     np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
 
 
+def _started(client, X, y, n_partitions) -> DaskExecutor:
+    """An executor with its partitions built (no rounds run)."""
+    ex = DaskExecutor(client, n_partitions=n_partitions)
+    ps = PartitionSettings(kernel=KernelSpec("rbf", 0.2).to_dict(), C=1.0, selection=0, tol=1e-3,
+                           n_candidates=4, pcls=np.arange(int(y.max()) + 1))
+    return ex.start(X, y, y, ps)
+
+
 def test_partitions_are_spread_over_workers(local_client, reference):
     X, y, _ = reference
-    ex = DaskExecutor(local_client, n_partitions=4)
-    m = int(y.max()) + 1
-    ps = PartitionSettings(kernel=KernelSpec("rbf", 0.2).to_dict(), C=1.0, selection=0, tol=1e-3,
-                           n_candidates=4, pcls=np.arange(m))
-    ex.start(X, y, y, ps)
+    ex = _started(local_client, X, y, 4)
     try:
         assert len(set(ex.placement)) == 2
         stats = ex.stats()
         assert [s["rows"] for s in stats] == [22, 23, 22, 23]
+    finally:
+        ex.close()
+
+
+def test_rebuilt_rows_get_a_key_of_their_own(local_client, reference):
+    """Rows scattered again to rebuild a lost partition get a fresh key: under their content
+    hash (the first scatter's key) the scheduler may still know them as lost with the dead
+    worker and cancel the new partition for 'lost dependencies' (seen in CI).  And a cancelled
+    build is waited on like any other (distributed's ``wait`` raises for it)."""
+    from dmcsvm.engine import dask_executor as dx
+    X, y, _ = reference
+    ex = _started(local_client, X, y, 2)
+    try:
+        w = ex.placement[0]
+        lo, hi = ex._build[0][:2]
+        hashed = local_client.scatter(X[lo:hi], workers=[w], direct=True)
+        again = [ex._rows_for(0, w) for _ in range(2)]
+        assert len({hashed.key, again[0].key, again[1].key}) == 3
+        np.testing.assert_array_equal(again[0].result(), X[lo:hi])
+        slow = local_client.submit(time.sleep, 30, pure=False)
+        local_client.cancel([slow])
+        with local_client.as_current():
+            dx._settle(slow)
+        assert slow.status == "cancelled"
+        del hashed, again, slow
     finally:
         ex.close()
 

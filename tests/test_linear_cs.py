@@ -11,10 +11,10 @@ from sklearn.datasets import load_digits
 from sklearn.svm import LinearSVC
 
 from dmcsvm import MulticlassSVC
+from dmcsvm.coordinators import linear_cs as L
 from dmcsvm.engine.prototype_partition import prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
 from dmcsvm.model_io import load_model, save_model
-from dmcsvm.coordinators import linear_cs as L
 from dmcsvm.numerics import pattern as pt
 from dmcsvm.numerics import sequential_dual as SD
 

@@ -917,9 +917,10 @@ _counter = [0]
 
 
 def _settle(fut) -> None:
-    """Wait up to ``BUILD_POLL_S`` for ``fut`` to leave 'pending'; the caller reads its status.
-    (``wait`` raises for a cancelled future -- a dependency lost with a dying worker -- which the
-    callers treat like a lost worker, not as the fit's error.)"""
+    """Wait up to ``BUILD_POLL_S`` for ``fut`` to leave 'pending' (inside ``_calls``: the
+    executor's client is the current one); the caller reads its status and decides.
+    ``distributed.wait`` raises for a cancelled future (a dependency lost with a dying worker),
+    which the callers treat as a lost worker, not as the fit's error."""
     with contextlib.suppress(TimeoutError, asyncio.TimeoutError, CancelledError):
         wait([fut], timeout=BUILD_POLL_S)
 
