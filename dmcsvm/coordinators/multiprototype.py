@@ -335,9 +335,11 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     the sequential dual method of :mod:`dmcsvm.coordinators.linear_cs` (explicit prototypes, no
     rounds).  Every epoch runs passes until the exact primal beats the last energy ``E(t)``
     (each check is one pass over the rows, n P d flops; see :func:`~dmcsvm.coordinators.linear_cs.
-    solve_fixed` for when they are made), then draws the new
-    assignment by Eq. 17 from the slacks of that check and zeroes the coefficients of the
-    re-assigned patterns (``W`` follows).  ``rng`` draws the assignments, ``seed`` the pass
+    solve_fixed` for when they are made) or, as the rounds of :func:`anneal` do, until its
+    convex problem is solved to ``tol`` / ``gap_tol`` (then no pass can lower the primal by more
+    than the gap), then draws the new
+    assignment by Eq. 17 from the slacks of that check and moves the positive coefficient of
+    every re-assigned pattern to its new prototype (``W`` follows; module docstring).  ``rng`` draws the assignments, ``seed`` the pass
     order.  ``prob`` is a :class:`~dmcsvm.coordinators.linear_cs.LinearProblem`; ``row_C`` the
     per-pattern bounds (class / sample weights) or None; ``start`` and ``epoch0`` a warm start
     as in :func:`anneal`."""
@@ -362,7 +364,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
         p0 = st.passes
         passes.tags["epoch"] = t
         conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
-                                  stop=lcs.Below(E), warn=False)
+                                  stop=lcs.Below(E), warn=False, gap_tol=settings.gap_tol)
         xi, primal, dual, mM = st.last
         T = schedule.temperature(t)
         new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,

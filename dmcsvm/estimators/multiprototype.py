@@ -49,7 +49,8 @@ class MultiPrototypeSVC(SVMEstimator):
     same engine as :class:`~dmcsvm.MulticlassSVC`); the assignments are searched by the annealed
     iterated local search of Fig. 11.  Each epoch optimizes the dual until the primal drops below
     the last energy, re-draws every assignment by Eq. 17 at temperature ``T0 (1 - tau)^t`` and
-    zeroes the coefficients of the patterns whose prototype changed.  After ``max_epochs`` epochs
+    moves the positive coefficient of every pattern whose prototype changed to its new prototype
+    (§6.1 zeroes them; the move keeps the row feasible and halves the passes).  After ``max_epochs`` epochs
     (or earlier, at a stationary point) the convex problem of the final assignment is solved to
     ``tol`` / ``gap_tol``.
 
@@ -94,14 +95,15 @@ class MultiPrototypeSVC(SVMEstimator):
         patterns, exact per-pattern solve, shrinking; :mod:`dmcsvm.coordinators.linear_cs`), needs
         in-memory rows (array / CSR) and no ``client``; ``max_iter`` then bounds the passes of
         every solve, ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of a pass over
-        every pattern) and ``gap_tol``, ``optimizer``, ``selection``, ``threshold``,
-        ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
+        every pattern), ``gap_tol`` the relative duality gap that also ends a solve, and
+        ``optimizer``, ``selection``, ``threshold``, ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
         path Dask clusters and zarr stores use; in-process and Dask give the same model).
         'auto': 'sequential' where it applies, else 'rounds'.
     optimizer, threshold, threshold_fraction, tol, gap_tol, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
         are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
-        the primal beats the last energy), ``max_iter`` bounds the rounds of every solve.
+        the primal beats the last energy, or when their problem is solved to these tolerances
+        first), ``max_iter`` bounds the rounds of every solve.
     selection : {'kkt', 'amg', 'bmg'}, default='kkt'
         Pattern selection value.  KKT by default: its per-round scan is O(P) per pattern, while
         BMG solves every violator's reduced problem (O(P log P)), which dominates the round with
