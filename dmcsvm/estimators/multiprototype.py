@@ -50,9 +50,9 @@ class MultiPrototypeSVC(SVMEstimator):
     iterated local search of Fig. 11.  Each epoch optimizes the dual until the primal drops below
     the last energy, re-draws every assignment by Eq. 17 at temperature ``T0 (1 - tau)^t`` and
     moves the positive coefficient of every pattern whose prototype changed to its new prototype
-    (§6.1 zeroes them; the move keeps the row feasible and halves the passes).  After ``max_epochs`` epochs
-    (or earlier, at a stationary point) the convex problem of the final assignment is solved to
-    ``tol`` / ``gap_tol``.
+    (§6.1 zeroes them; the move keeps the row feasible and halves the passes).  After
+    ``max_epochs`` epochs (or earlier, at a stationary point) the convex problem of the final
+    assignment is solved to ``tol`` / ``gap_tol``.
 
     The default kernel is the paper's linear kernel ``<x, z> + 1`` (``kernel='poly', degree=1,
     gamma=1, coef0=1``: a linear model with a bias).  Linear kernels (``'linear'`` or ``'poly'`` of
@@ -96,8 +96,9 @@ class MultiPrototypeSVC(SVMEstimator):
         in-memory rows (array / CSR) and no ``client``; ``max_iter`` then bounds the passes of
         every solve, ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of a pass over
         every pattern), ``gap_tol`` the relative duality gap that also ends a solve, and
-        ``optimizer``, ``selection``, ``threshold``, ``batch_size`` do not apply.  'rounds': the batched rounds of the partition engine (the
-        path Dask clusters and zarr stores use; in-process and Dask give the same model).
+        ``optimizer``, ``selection``, ``threshold``, ``batch_size`` do not apply.  'rounds': the
+        batched rounds of the partition engine (the path Dask clusters and zarr stores use;
+        in-process and Dask give the same model).
         'auto': 'sequential' where it applies, else 'rounds'.
     optimizer, threshold, threshold_fraction, tol, gap_tol, max_iter, shrinking :
         Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
