@@ -339,7 +339,8 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     convex problem is solved to ``tol`` / ``gap_tol`` (then no pass can lower the primal by more
     than the gap), then draws the new assignment by Eq. 17 from the slacks of that check and
     moves the positive coefficient of every re-assigned pattern to its new prototype (``W``
-    follows; module docstring).  ``rng`` draws the assignments, ``seed`` the pass order.  ``prob`` is a :class:`~dmcsvm.coordinators.linear_cs.LinearProblem`; ``row_C`` the
+    follows; module docstring).  ``rng`` draws the assignments, ``seed`` the pass order.
+    ``prob`` is a :class:`~dmcsvm.coordinators.linear_cs.LinearProblem`; ``row_C`` the
     per-pattern bounds (class / sample weights) or None; ``start`` and ``epoch0`` a warm start
     as in :func:`anneal`."""
     C = float(settings.C)
