@@ -26,6 +26,14 @@ def test_id_index_answers_as_a_dict():
     assert len(index) == len(ref) and index.nbytes == 16 * len(ref)
     np.testing.assert_array_equal(index.ids(), sorted(ref))
     assert IdIndex().lookup([1, 2]).tolist() == [-1, -1]
+    # keep: the held ones of the ids asked for, renumbered in the order of their old slots
+    asked = np.concatenate([rng.choice(sorted(ref), 30, replace=False), [-7, 10_006]])
+    old_of = {g: ref[g] for g in asked.tolist() if g in ref}
+    where, old = index.keep(asked)
+    order = sorted(old_of, key=old_of.get)
+    assert asked[where].tolist() == order and old.tolist() == [old_of[g] for g in order]
+    np.testing.assert_array_equal(index.lookup(order), np.arange(len(order)))
+    assert len(index) == len(order)
     with pytest.raises(ValueError, match="2 ids for 1 slots"):
         index.add([1, 2], [0])
 

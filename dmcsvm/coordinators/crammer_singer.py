@@ -193,16 +193,10 @@ class _RowBank:
             live = set(ids.tolist())
             self._sparse = {g: x for g, x in self._sparse.items() if g in live}
             return
-        slots = self._index.lookup(ids)
-        have = slots >= 0
-        ids, slots = ids[have], slots[have]
-        order = np.argsort(slots, kind="stable")
-        ids, slots = ids[order], slots[order]
-        k = slots.shape[0]
+        _, old = self._index.keep(ids)
         if self._X is not None:
-            self._X[:k] = self._X[slots]      # (the fancy index reads into a temporary first)
-        self._index = IdIndex(ids, np.arange(k))
-        self._used = k
+            self._X[:old.shape[0]] = self._X[old]   # (the fancy index reads into a temporary)
+        self._used = old.shape[0]
 
     def stack(self, ids, d, sparse, dtype):
         if len(ids) == 0:
@@ -301,17 +295,11 @@ class _GramCache:
         computing it again (kernel values cost O(d) each, a copy O(1); consecutive working sets
         share most of their rows).  A working set that alone overflows the budget keeps
         nothing (``limit``: :meth:`_limit`)."""
-        have = np.flatnonzero(p >= 0)
-        if len(ids) > limit:
-            have = have[:0]
-        keep = p[have]
-        order = np.argsort(keep, kind="stable")
-        keep, have = keep[order], have[order]
+        have, keep = self.pos.keep(ids if len(ids) <= limit else ids[:0])
         k = keep.shape[0]
         if k:       # (the fancy index reads into a temporary first: k^2 values, within budget)
             self.G[:k, :k] = self.G[np.ix_(keep, keep)]
             self.X[:k] = self.X[keep]
-        self.pos = IdIndex(np.asarray(ids)[have], np.arange(k))
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k

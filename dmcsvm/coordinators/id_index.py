@@ -53,3 +53,17 @@ class IdIndex:
         at = np.searchsorted(self._keys, ids)
         self._keys = np.insert(self._keys, at, ids)
         self._slots = np.insert(self._slots, at, slots)
+
+    def keep(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """Hold only those of ``ids`` that are held now, renumbered ``0 .. k-1`` in the order of
+        their old slots (the owner's rows stay in order when it moves them to the front).
+        Returns ``(where, old)``: the kept ones' positions in ``ids`` and their old slots, both
+        in that order; the owner moves its rows ``old`` to ``0 .. k-1``."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        slots = self.lookup(ids)
+        where = np.flatnonzero(slots >= 0)
+        where = where[np.argsort(slots[where], kind="stable")]
+        old = slots[where]
+        fresh = IdIndex(ids[where], np.arange(where.shape[0]))
+        self._keys, self._slots = fresh._keys, fresh._slots
+        return where, old
