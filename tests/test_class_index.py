@@ -1,6 +1,7 @@
 """A store's class index read where it is used (issue 15): the classes found chunk by chunk, the
-index of any rows equal to ``np.unique(labels, return_inverse=True)``'s, and a MulticlassSVC fit
-from a store that never reads more labels at once than a scan block or a partition holds."""
+index of any rows equal to ``np.unique(labels, return_inverse=True)``'s, and fits from a store
+(MulticlassSVC and the SMO family) that never read more labels at once than a scan block or a
+partition holds."""
 
 from __future__ import annotations
 
@@ -56,12 +57,20 @@ def test_bad_indexing_is_refused(tmp_path):
         idx[np.array([[1, 2]])]
 
 
-def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monkeypatch):
-    """The coordinator never reads the label array whole: every read is one scan block or one
-    partition's rows, and the model is the in-memory one's."""
+@pytest.mark.parametrize("name", ["MulticlassSVC", "OneVsRestSVC", "OneVsOneSVC", "BinarySVC"])
+def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monkeypatch, name):
+    """The coordinator never reads the label array whole: every read is one scan block, one
+    partition's rows (for the SMO family: each binary problem's signs, computed by every
+    partition from its own labels) or the rows of a batch or of the support, and the model is
+    the in-memory one's."""
+    import scipy.sparse as sp
     from sklearn.datasets import load_digits
+
+    import dmcsvm
     X, y = load_digits(return_X_y=True)
     X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
+    if name == "BinarySVC":
+        y = (y >= 5).astype(np.int64)
     url = str(tmp_path / "d.zarr")
     write_arrays(url, X, y, rows_per_chunk=20)
     reads = []
@@ -77,15 +86,20 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
     monkeypatch.setattr(ci, "read_labels", recording)
     monkeypatch.setattr(ci, "SCAN_ROWS", 60)
     monkeypatch.setattr(store_pkg, "read_labels", whole)
+    cls = getattr(dmcsvm, name)
     kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
-    on_store = MulticlassSVC(**kw).fit(url)
+    on_store = cls(**kw).fit(url)
     monkeypatch.undo()
-    ref = MulticlassSVC(**kw).fit(X, y)
+    ref = cls(**kw).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
     np.testing.assert_array_equal(on_store.classes_, ref.classes_)
     np.testing.assert_array_equal(on_store.support_, ref.support_)
     np.testing.assert_array_equal(on_store.n_support_, ref.n_support_)
-    np.testing.assert_allclose(on_store.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-12)
+    dense = (lambda c: c.toarray()) if sp.issparse(ref.dual_coef_) else np.asarray
+    np.testing.assert_allclose(dense(on_store.dual_coef_), dense(ref.dual_coef_), rtol=0,
+                               atol=1e-12)
+    if name != "MulticlassSVC":
+        np.testing.assert_allclose(on_store.intercept_, ref.intercept_, rtol=0, atol=1e-12)
 
 
 def test_one_class_store_is_refused_by_the_chunked_scan(tmp_path):

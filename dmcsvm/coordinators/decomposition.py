@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -153,29 +154,29 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     executor : InProcessExecutor or DaskExecutor
     n : int
         Number of rows of the training set (rows with ``y = 0`` are outside the problem).
-    y : ndarray (n,)
-        Signs (+1/-1, 0 = not in the problem).
-    grp : ndarray (n,) int
-        Group (equality constraint) of each row.
+    y : ndarray (n,) or problem_rows values
+        Signs (+1/-1, 0 = not in the problem): an array, or values computed where they are read
+        (:mod:`dmcsvm.engine.problem_rows`; only the rows of a batch and of the support are read
+        here).
+    grp : ndarray (n,) int or problem_rows values
+        Group (equality constraint) of each row, likewise.
     spec : KernelSpec
     s : DecompositionSettings
     X : ndarray or CSR, optional
         Training rows; needed only for a non-zero start ``a0`` (the first message carries them).
-    a0 : ndarray (n,), optional
-        Feasible start (default 0).
+    a0 : ndarray (n,) or SparseStart, optional
+        Feasible start (default 0): a dense vector, or its non-zero rows and values.
     """
-    y = np.asarray(y, dtype=np.float64)
-    grp = np.ascontiguousarray(grp, dtype=np.int64)
     # the coefficients of the rows that have any (issue 15: not a dense n-vector)
     a = CoefficientRows(n, 1)
     msg = GradientMessage()
-    if a0 is not None and np.any(a0 != 0):
-        ids = np.flatnonzero(a0).astype(np.int64)
+    ids, a0B = nonzero_start(a0)
+    if ids.shape[0]:
         XB = X[ids]
-        a0B = np.asarray(a0[ids], dtype=np.float64)
         a[ids] = a0B[:, None]
-        msg = GradientMessage(ids=ids, XB=XB, da=a0B.copy(), a_new=a0B.copy(), yB=y[ids],
-                              grpB=grp[ids])
+        msg = GradientMessage(ids=ids, XB=XB, da=a0B.copy(), a_new=a0B.copy(),
+                              yB=np.asarray(y[ids], dtype=np.float64),
+                              grpB=np.asarray(grp[ids], dtype=np.int64))
     register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
     hist = RoundHistory(HISTORY_KEYS)
@@ -297,10 +298,41 @@ def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
         Xsv = X[sv] if sv.shape[0] else None
         if Xsv is None:
             Xsv = np.zeros((0, 1))
-        return {"signs": y[lo:hi].copy(), "grp": grp[lo:hi].copy(), "U": float(s.U),
+        # the partition's own signs and groups travel as the coordinator holds them (values
+        # computed where they are read stay a few numbers; an array slice is copied)
+        return {"signs": _rows(y, lo, hi), "grp": _rows(grp, lo, hi), "U": float(s.U),
                 "extra": {"w_same": float(s.w_same), "w_diff": float(s.w_diff),
                           "p": float(s.p), "n_groups": int(s.n_groups)},
-                "sv_ids": sv, "sv_a": a[sv][:, 0], "sv_y": y[sv].copy(),
-                "sv_grp": grp[sv].copy(), "sv_X": Xsv}
+                "sv_ids": sv, "sv_a": a[sv][:, 0], "sv_y": np.asarray(y[sv], dtype=np.float64),
+                "sv_grp": np.asarray(grp[sv], dtype=np.int64), "sv_X": Xsv}
 
     setter(snapshot)
+
+
+def _rows(values, lo, hi):
+    """Rows ``[lo, hi)`` of an array (a copy) or of :mod:`~dmcsvm.engine.problem_rows` values
+    (another such value, nothing computed)."""
+    part = values[lo:hi]
+    return part.copy() if isinstance(part, np.ndarray) else part
+
+
+class SparseStart(NamedTuple):
+    """A start ``a0`` given by its non-zero rows ``ids`` and their values (an n-long vector
+    would make the coordinator grow with n)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+
+
+def nonzero_start(a0) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, values)`` of the non-zero coefficients of a start (None, a dense vector or a
+    :class:`SparseStart`)."""
+    if a0 is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    if isinstance(a0, SparseStart):
+        ids, vals = np.asarray(a0.ids, dtype=np.int64), np.asarray(a0.values, dtype=np.float64)
+    else:
+        ids = np.flatnonzero(a0).astype(np.int64)
+        vals = np.asarray(a0[ids], dtype=np.float64)
+    nz = vals != 0
+    return ids[nz], vals[nz]

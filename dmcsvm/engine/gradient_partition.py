@@ -71,9 +71,15 @@ class GradientPartition(PartitionBase):
         self.vlow = np.full(n, np.inf)
 
     def reset(self, signs, grp=None, U=None, extra=None):
-        """Start a new problem on the same rows (global arrays of length n: ``signs`` with 0 for
-        rows outside the problem, optional groups); the kernel-column cache is kept."""
+        """Start a new problem on the same rows (``signs`` with 0 for rows outside the problem and
+        optional groups, over all n rows: arrays or :mod:`~dmcsvm.engine.problem_rows` values,
+        of which only this partition's slice is read); the kernel-column cache is kept."""
         sl = slice(self.lo, self.hi)
+        self._new_problem(signs[sl], None if grp is None else grp[sl], U, extra)
+        return True
+
+    def _new_problem(self, signs, grp, U, extra):
+        """Start the problem with this partition's ``signs`` and groups (None: keep them)."""
         if extra:
             self.w_same = float(extra.get("w_same", self.w_same))
             self.w_diff = float(extra.get("w_diff", self.w_diff))
@@ -82,8 +88,7 @@ class GradientPartition(PartitionBase):
             self.with_own = bool(extra.get("with_own", self.with_own))
         if U is not None:
             self.U = float(U)
-        self._set_problem(np.asarray(signs)[sl], self.grp if grp is None else np.asarray(grp)[sl])
-        return True
+        self._set_problem(np.asarray(signs), self.grp if grp is None else np.asarray(grp))
 
     # ---------------------------------------------------------------- the round
     def step(self, msg: GradientMessage) -> GradientReply:
@@ -165,9 +170,8 @@ class GradientPartition(PartitionBase):
         sum over the support variables of each row's group, are rebuilt in row blocks of bounded
         size: equal to the accumulated sums up to rounding."""
         from ..kernels import row_norms_sq
-        self.reset(_pad(snapshot["signs"], self.lo, self.hi),
-                   _pad(snapshot["grp"], self.lo, self.hi), snapshot.get("U"),
-                   snapshot.get("extra"))
+        self._new_problem(snapshot["signs"], snapshot["grp"], snapshot.get("U"),
+                          snapshot.get("extra"))
         ids = np.asarray(snapshot["sv_ids"], dtype=np.int64).reshape(-1)
         a_sv = np.asarray(snapshot["sv_a"], dtype=np.float64).reshape(-1)
         mine = (ids >= self.lo) & (ids < self.hi)
@@ -191,14 +195,6 @@ class GradientPartition(PartitionBase):
             if self.with_own:
                 self.own[rows] = (K @ M)[np.arange(rows.shape[0]), self.grp[rows]]
         return True
-
-
-def _pad(values, lo, hi):
-    """A partition's rows ``values`` (length ``hi - lo``) as the global array :meth:`reset`
-    slices (only ``[lo, hi)`` is read)."""
-    out = np.zeros(hi, dtype=np.asarray(values).dtype)
-    out[lo:hi] = values
-    return out
 
 
 def _top_per_group(rows, grp, key, k):

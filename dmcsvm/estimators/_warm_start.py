@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from ..coordinators.decomposition import SparseStart
 from ..engine.messages import RoundMessage
 from ._inputs import rows_of
 
@@ -147,7 +148,7 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
 
     def signs_at_support():
         # the problems' signs at the support rows only, one problem's vector at a time
-        return np.array([np.asarray(problems[k])[ids] for k in range(n_prob)],
+        return np.array([np.asarray(problems[k][ids]) for k in range(n_prob)],
                         dtype=np.float64).reshape(n_prob, ids.shape[0])
     why = _data_mismatch(est, td, classes) or _smo_mismatch(est, td, ids, coef, n_prob,
                                                             signs_at_support)
@@ -167,8 +168,8 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
 
 class SparseStarts:
     """One start ``a0`` per binary problem, kept as values at the support rows; ``[k]`` gives
-    problem ``k``'s length-n vector when its solve begins (a list of them would hold
-    ``n_problems x n`` floats on the coordinator)."""
+    problem ``k``'s :class:`~dmcsvm.coordinators.decomposition.SparseStart` (length-n vectors
+    would hold ``n_problems x n`` floats on the coordinator)."""
 
     def __init__(self, n, ids, values):
         self.n, self.ids, self.values = int(n), ids, values
@@ -176,10 +177,8 @@ class SparseStarts:
     def __len__(self) -> int:
         return len(self.values)
 
-    def __getitem__(self, k) -> np.ndarray:
-        a0 = np.zeros(self.n)
-        a0[self.ids] = self.values[k]
-        return a0
+    def __getitem__(self, k) -> SparseStart:
+        return SparseStart(self.ids, self.values[k])
 
 
 def _smo_mismatch(est, td, ids, coef, n_prob, signs_at_support):

@@ -20,6 +20,7 @@ from ..coordinators.decomposition import DecompositionSettings, solve_decomposit
 from ..engine.executor import partition_bounds
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
+from ..engine.problem_rows import ConstantRows, PairSigns
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
@@ -54,8 +55,10 @@ class SMOEngine:
     td : TrainingData
         The training input (arrays, CSR, a store or a dask array: partitions read their rows
         where they live).
-    signs, groups : ndarray (n,)
-        The first problem's signs (+1/-1, 0 = row not in the problem) and groups.
+    signs, groups : ndarray (n,) or problem_rows values
+        The first problem's signs (+1/-1, 0 = row not in the problem) and groups: arrays, or
+        values computed where they are read (:mod:`dmcsvm.engine.problem_rows`), which keep the
+        coordinator free of n-long vectors.
     spec : KernelSpec
     settings : DecompositionSettings
     with_own : bool
@@ -71,7 +74,7 @@ class SMOEngine:
         self.n = td.n
         self.spec = spec
         self.settings = settings
-        self.groups = np.ascontiguousarray(groups, dtype=np.int64)
+        self.groups = groups
         self.executor, self._owned = make_executor(est)
         self._fresh = True
         try:
@@ -82,7 +85,7 @@ class SMOEngine:
                 shrinking=False, cache_bytes=int(float(est.cache_size) * 2 ** 20 / n_parts),
                 kernel_dtype=str(td.dtype), extra=settings.partition_extra(with_own),
                 x_in_memory=True)
-            self.executor.start(td.source, np.asarray(signs, dtype=np.int64), self.groups, ps,
+            self.executor.start(td.source, signs, self.groups, ps,
                                 bounds=partition_bounds(td.n, n_parts, td.align),
                                 partition_cls=GradientPartition, row_C=row_U)
         except BaseException:
@@ -90,12 +93,12 @@ class SMOEngine:
             raise
 
     def solve(self, signs, a0=None):
-        """Solve the problem with these signs (the first call uses the signs of the constructor)."""
-        signs = np.asarray(signs, dtype=np.int64)
+        """Solve the problem with these signs (the first call uses the signs of the constructor):
+        each partition reads its own rows of them."""
         if not self._fresh:
             self.executor.call("reset", signs)
         self._fresh = False
-        return solve_decomposition(self.executor, self.n, signs.astype(np.float64), self.groups,
+        return solve_decomposition(self.executor, self.n, signs, self.groups,
                                    self.spec, self.settings, X=self.X, a0=a0)
 
     def stats(self):
@@ -182,14 +185,13 @@ class _SMOParams(SVMEstimator):
         s = self._decomposition_settings()
         spec = kernel_of(self, td)
         self._spec = spec
-        engine = SMOEngine(self, td, problems[0], np.zeros(td.n, dtype=np.int64), spec, s,
-                           row_U=row_C)
+        engine = SMOEngine(self, td, problems[0], ConstantRows(td.n, 0), spec, s, row_U=row_C)
         out = []
         try:
             for k, signs in enumerate(problems):
                 r = engine.solve(signs, a0=None if starts is None else starts[k])
                 sv = r.support
-                out.append((sv, np.asarray(signs, dtype=np.float64)[sv] * r.alpha, -r.rho, r))
+                out.append((sv, np.asarray(signs[sv], dtype=np.float64) * r.alpha, -r.rho, r))
             self.engine_stats_ = engine.stats()
         finally:
             engine.close()
@@ -285,13 +287,14 @@ class BinarySVC(_SMOParams):
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and two-class labels ``y``."""
-        td, classes, y_idx = fit_inputs(self, X, y)
+        # from a store the class index stays there: each partition reads its own rows' labels
+        td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         if classes.shape[0] != 2:
             raise ValueError(f"Only binary classification is supported. The type of the target "
                              f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
                              f"OneVsOneSVC for more than two classes")
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
-        signs = np.where(y_idx == 1, 1, -1)
+        signs = PairSigns(y_idx, 1, -1)
         starts = smo_starts(self, td, classes, y_idx, float(self.C), [signs], row_C)
         ((sv, coef, b, r),) = self._fit_problems(td, [signs], row_C, starts)
         self.classes_ = classes
@@ -322,9 +325,10 @@ class BinarySVC(_SMOParams):
 # ------------------------------------------------------------------------------------------------
 
 class SignVectors:
-    """The sign vectors (+1 / -1, 0: row not in the problem) of binary problems over the class
-    indices ``y_idx``, each built when it is asked for: a list of them would hold
-    ``n_problems x n`` integers on the coordinator (issue 15), one at a time holds ``n``.
+    """The signs (+1 / -1, 0: row not in the problem) of binary problems over the class indices
+    ``y_idx`` (an array or a store's class index), problem ``k`` as a
+    :class:`~dmcsvm.engine.problem_rows.PairSigns` computed where it is read: the coordinator
+    holds no sign vector (issue 15), each partition computes its own rows'.
     ``pairs[k] = (i, j)``: class ``i`` positive, class ``j`` negative, or every other class when
     ``j`` is -1."""
 
@@ -334,14 +338,9 @@ class SignVectors:
     def __len__(self) -> int:
         return self.pairs.shape[0]
 
-    def __getitem__(self, k) -> np.ndarray:
+    def __getitem__(self, k) -> PairSigns:
         i, j = (int(v) for v in self.pairs[k])
-        if j < 0:
-            return np.where(self.y_idx == i, 1, -1)
-        s = np.zeros(self.y_idx.shape[0], dtype=np.int64)
-        s[self.y_idx == i] = 1
-        s[self.y_idx == j] = -1
-        return s
+        return PairSigns(self.y_idx, i, j)
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))
@@ -359,17 +358,16 @@ class _Decomposed(_SMOParams):
     def fit(self, X, y=None, sample_weight=None):
         """Train on ``X`` (n_samples, n_features: dense, CSR, a dask array, or the path/URL of a
         dmcsvm zarr store whose ``y`` holds the labels) and labels ``y``."""
-        td, classes, y_idx = fit_inputs(self, X, y)
+        # from a store the class index stays there: each partition reads its own rows' labels
+        td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         m = classes.shape[0]
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         problems, pairs = self._problems(y_idx, m)
         starts = smo_starts(self, td, classes, y_idx, float(self.C), problems, row_C)
         res = self._fit_problems(td, problems, row_C, starts)
         sv = np.unique(np.concatenate([r[0] for r in res])) if res else np.zeros(0, np.int64)
-        pos = np.full(td.n, -1, dtype=np.int64)
-        pos[sv] = np.arange(sv.shape[0])
         rows = np.concatenate([np.full(r[0].shape[0], k) for k, r in enumerate(res)])
-        cols = np.concatenate([pos[r[0]] for r in res])
+        cols = np.concatenate([np.searchsorted(sv, r[0]) for r in res])
         vals = np.concatenate([r[1] for r in res])
         self.classes_ = classes
         self.pairs_ = pairs
