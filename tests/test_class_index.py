@@ -10,6 +10,7 @@ import pytest
 
 import dmcsvm.store as store_pkg
 from dmcsvm import MulticlassSVC
+from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.store import class_index as ci
 from dmcsvm.store import open_store, write_arrays
 from dmcsvm.store.class_index import StoreClassIndex, scan_classes
@@ -86,12 +87,25 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
     monkeypatch.setattr(ci, "read_labels", recording)
     monkeypatch.setattr(ci, "SCAN_ROWS", 60)
     monkeypatch.setattr(store_pkg, "read_labels", whole)
+    replies = []
+    call = InProcessExecutor.call
+
+    def recording_call(self, what, *args):
+        out = call(self, what, *args)
+        replies.append((what, out))
+        return out
+
+    monkeypatch.setattr(InProcessExecutor, "call", recording_call)
     cls = getattr(dmcsvm, name)
     kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
     on_store = cls(**kw).fit(url)
     monkeypatch.undo()
     ref = cls(**kw).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
+    # the end-of-solve summaries carry per-group numbers, nothing per row
+    summaries = [r for what, out in replies if what == "summary" for r in out]
+    assert len(summaries) == (0 if name == "MulticlassSVC" else 3 * len(on_store.intercept_))
+    assert all(np.size(v) <= 6 for r in summaries for v in r.values())
     np.testing.assert_array_equal(on_store.classes_, ref.classes_)
     np.testing.assert_array_equal(on_store.support_, ref.support_)
     np.testing.assert_array_equal(on_store.n_support_, ref.n_support_)

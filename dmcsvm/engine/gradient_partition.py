@@ -149,14 +149,15 @@ class GradientPartition(PartitionBase):
     # ---------------------------------------------------------------- results
     def summary(self) -> dict:
         """End-of-solve quantities: LIBSVM's rho pieces (per group) and the per-class sums of
-        :func:`dmcsvm.numerics.grouped_smo.class_sums` (test rules of mScatter)."""
+        :func:`dmcsvm.numerics.grouped_smo.class_sums` (test rules of mScatter): O(groups)
+        numbers, nothing per row (the coordinator does not grow with n, issue 15)."""
         G = self.n_groups
         cs = np.zeros((G, 6))
         sc.class_sums(self.rows, self.grp, self.alpha, self.g, self.tot, self.own, self._bounds(),
                       G, cs)
         rho = np.empty(4)
         rho_parts(self.alpha, self.y, self.g, self._bounds(), self.rows, rho)
-        return {"class_sums": cs, "rho": rho, "g": self.g[self.rows], "ids": self.rows + self.lo}
+        return {"class_sums": cs, "rho": rho}
 
     # ---------------------------------------------------------------- recovery
     def restore(self, snapshot: dict) -> bool:
