@@ -143,6 +143,29 @@ def test_threads_and_partitions_give_the_same_optimum(cs, problems, n_threads, n
     np.testing.assert_allclose(p["K"] @ B, p["K"] @ B1, atol=1e-5)
 
 
+def test_small_partitions_run_in_turn_with_the_pool_s_result(cs, problems, monkeypatch):
+    """Partitions below InProcessExecutor.POOL_MIN_ROWS rows run in turn on the calling thread;
+    on the thread pool (the limit lowered to 0) the solve is the same bit for bit."""
+    from dmcsvm.engine import executor as ex_mod
+    p = problems["rbf"]
+    pools = []
+    start = ex_mod.InProcessExecutor.start
+
+    def recording_start(self, *args, **kwargs):
+        out = start(self, *args, **kwargs)
+        pools.append(self._pool is not None)
+        return out
+
+    monkeypatch.setattr(ex_mod.InProcessExecutor, "start", recording_start)
+    kw = dict(batch_size=7, tol=SOLVER_TOL, n_threads=2, n_partitions=3)
+    B1, r1 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], **kw)
+    monkeypatch.setattr(ex_mod.InProcessExecutor, "POOL_MIN_ROWS", 0)
+    B2, r2 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], **kw)
+    assert pools == [False, True]
+    assert r1.n_iter == r2.n_iter
+    np.testing.assert_array_equal(B1, B2)
+
+
 def test_in_process_result_is_deterministic(cs, problems):
     p = problems["linear"]
     B1, r1 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], n_threads=2)

@@ -38,7 +38,7 @@ def with_row_bounds(settings: PartitionSettings, row_C, lo: int, hi: int) -> Par
 
 class InProcessExecutor:
     """Partitions held in this process; a round runs them on a thread pool (numba and BLAS
-    release the GIL).  BLAS is limited to one thread while partitions live (engine.threads) so that
+    release the GIL), or in turn on this thread when they are small (:attr:`POOL_MIN_ROWS`).  BLAS is limited to one thread while partitions live (engine.threads) so that
     ``n_threads`` partitions do not oversubscribe the cores.
 
     Parameters
@@ -50,6 +50,12 @@ class InProcessExecutor:
     """
 
     name = "inprocess"
+
+    #: a round runs its partitions on the thread pool only when one of them holds at least this
+    #: many rows: below it, handing work to a thread costs more than the work (a round of two
+    #: 500-row partitions: 0.4 ms more per round on two threads than in turn, measured with 50
+    #: patterns per batch; two 2,000-row partitions: 1.3x faster on two threads)
+    POOL_MIN_ROWS = 1024
 
     def __init__(self, n_threads: int = 1, n_partitions: int | None = None):
         self.n_threads = max(1, int(n_threads))
@@ -67,7 +73,7 @@ class InProcessExecutor:
         bounds = bounds or partition_bounds(n, self.n_partitions)
         if sp.issparse(X):
             X = X.tocsr()
-        if self.n_threads > 1:
+        if self.n_threads > 1 and max(hi - lo for lo, hi in bounds) >= self.POOL_MIN_ROWS:
             self._pool = ThreadPoolExecutor(self.n_threads)
         for k, (lo, hi) in enumerate(bounds):
             rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
