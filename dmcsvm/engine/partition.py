@@ -123,6 +123,7 @@ class Partition(PartitionBase):
             KT = self._kt(keep, na)
             Xm = XB if len(mj) == len(ids) else take_rows(XB, mj)
             dBm = dB[mj].astype(self.kdtype, copy=False)
+            hint = CandidateHint(self) if self._compact is None else None
             for pa, pb, rows, Xa in self._active_blocks():
                 t1 = time.perf_counter()
                 Kc = kernel_block(self.spec, Xm, Xa, norms_b=self.norms[rows], dtype=self.kdtype)
@@ -133,6 +134,8 @@ class Partition(PartitionBase):
                 t3 = time.perf_counter()
                 tk += t2 - t1
                 tu += t3 - t2
+                if hint is not None:          # these rows' scores are final for this round
+                    hint.offer(rows, Xa)
             for j in range(keep):
                 g = int(ids[mj[j]])
                 if self.cache.budget:
@@ -320,4 +323,47 @@ class Partition(PartitionBase):
 
     def _restore_extra(self, ids, Xsv, Bsv) -> None:
         """Kind-specific state derived from the support patterns in :meth:`restore` (none)."""
+
+
+class CandidateHint:
+    """Streamed rows: keeps, while a chunk is in memory during the round's pass over X, the X rows
+    of the chunk's rows that would be reported as candidates if the round ended now (a running
+    top ``n_candidates`` of the selection values, as :meth:`Partition._report` chooses), in the
+    rows' small LRU.  The report then finds its candidates' X rows there instead of reading
+    their chunks again: one pass over X per round instead of about 1.5 (issue 15).  Only a hint:
+    a candidate it missed is read from the store, and the model is the same bit for bit."""
+
+    def __init__(self, part):
+        self.part = part
+        self.k = int(part.s.n_candidates)
+        self.top = np.zeros(0)           # the k largest selection values of violators so far
+        self.n_viol = 0
+        nt = part.s.near_tol
+        self.near = None if nt is None else \
+            (0.5 * part.s.tol if nt == "auto" else min(float(nt), part.s.tol))
+
+    def offer(self, rows, Xa) -> None:
+        """Rows ``rows`` (partition-local, their scores final) with their X rows ``Xa``."""
+        p, s = self.part, self.part.s
+        if self.k <= 0 or rows.shape[0] == 0:
+            return
+        V = np.empty(rows.shape[0])
+        psi = np.empty(rows.shape[0])
+        pt.selection_values(s.selection, p.B, p.F, p.yp, p.cls, p.pcls, p.kdiag,
+                            s.C if p.Crow is None else p.Crow, rows, V, psi)
+        viol = psi > s.tol
+        nv = int(np.count_nonzero(viol))
+        if nv:
+            pool = np.concatenate([self.top, V[viol]])
+            self.top = pool if pool.shape[0] <= self.k else \
+                np.partition(pool, pool.shape[0] - self.k)[-self.k:]
+        self.n_viol += nv
+        thr = self.top.min() if self.top.shape[0] >= self.k else -np.inf
+        keep = viol & (V >= thr)
+        if self.near is not None and self.n_viol < self.k:
+            # too few violators so far: the report fills up with the rows nearest to violating
+            keep |= (psi > self.near) & ~viol
+        keep &= ~p.shipped[rows]
+        for j in np.flatnonzero(keep):
+            p.data.remember(int(rows[j]), Xa[j:j + 1] if p.data.sparse else Xa[j:j + 1].copy())
 

@@ -211,6 +211,12 @@ class StreamingRows:
                 k += 1
         return stack_rows(rows, self.d, self.sparse, self.dtype)
 
+    def remember(self, i, row):
+        """Keep row ``i`` (local index; ``row`` of shape (1, d)) in the small LRU that
+        :meth:`take` reads first (rows seen during a pass that are likely to be asked for)."""
+        if i not in self._row_cache:
+            self._remember(i, row)
+
     def _remember(self, i, row):
         nbytes = row.data.nbytes if self.sparse else row.nbytes
         if nbytes > self.ROW_CACHE_BYTES:
