@@ -17,8 +17,9 @@ THREAD_POLICY = """\
         ``n_jobs`` threads in all and no more; numba kernels are single-threaded and BLAS is
         limited to one thread per partition while training (to ``n_jobs // chunks`` threads
         while predicting), so ``GridSearchCV(..., n_jobs=k)`` with the default ``n_jobs=None``
-        runs k single-threaded fits and never oversubscribes.  Ignored with a ``client`` (a Dask
-        cluster's worker threads are its parallelism)."""
+        runs k single-threaded fits and never oversubscribes.  Partitions of fewer than 1,024
+        rows run in turn on one thread (a thread hand-off costs more than their round).  Ignored
+        with a ``client`` (a Dask cluster's worker threads are its parallelism)."""
 
 
 def n_threads(n_jobs) -> int:
