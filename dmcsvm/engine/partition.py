@@ -192,7 +192,7 @@ class Partition(PartitionBase):
             cand = cand[top]
         elif s.near_tol is not None:
             room = s.n_candidates - cand.shape[0]
-            near_tol = 0.5 * s.tol if s.near_tol == "auto" else min(float(s.near_tol), s.tol)
+            near_tol = near_tol_of(s)
             near = np.flatnonzero((psi > near_tol) & (psi <= s.tol))
             if near.shape[0] > room:
                 near = near[np.argpartition(-psi[near], room - 1)[:room]] if room else near[:0]
@@ -338,9 +338,7 @@ class CandidateHint:
         self.k = int(part.s.n_candidates)
         self.top = np.zeros(0)           # the k largest selection values of violators so far
         self.n_viol = 0
-        nt = part.s.near_tol
-        self.near = None if nt is None else \
-            (0.5 * part.s.tol if nt == "auto" else min(float(nt), part.s.tol))
+        self.near = None if part.s.near_tol is None else near_tol_of(part.s)
 
     def offer(self, rows, Xa) -> None:
         """Rows ``rows`` (partition-local, their scores final) with their X rows ``Xa``."""
@@ -367,3 +365,8 @@ class CandidateHint:
         for j in np.flatnonzero(keep):
             p.data.remember(int(rows[j]), Xa[j:j + 1] if p.data.sparse else Xa[j:j + 1].copy())
 
+
+def near_tol_of(s) -> float:
+    """The ``psi`` above which a row near violating fills the candidates (``s.near_tol``:
+    'auto' is half of ``tol``, a number is capped at ``tol``)."""
+    return 0.5 * s.tol if s.near_tol == "auto" else min(float(s.near_tol), s.tol)
