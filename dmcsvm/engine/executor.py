@@ -38,8 +38,9 @@ def with_row_bounds(settings: PartitionSettings, row_C, lo: int, hi: int) -> Par
 
 class InProcessExecutor:
     """Partitions held in this process; a round runs them on a thread pool (numba and BLAS
-    release the GIL), or in turn on this thread when they are small (:attr:`POOL_MIN_ROWS`).  BLAS is limited to one thread while partitions live (engine.threads) so that
-    ``n_threads`` partitions do not oversubscribe the cores.
+    release the GIL), or in turn on this thread when they are small (:attr:`POOL_MIN_ROWS`).
+    BLAS is limited to one thread while partitions live (engine.threads) so that ``n_threads``
+    partitions do not oversubscribe the cores.
 
     Parameters
     ----------

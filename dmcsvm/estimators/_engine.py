@@ -8,7 +8,7 @@ import numbers
 from ..engine.executor import InProcessExecutor
 
 #: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and the README.
-THREAD_POLICY = """\
+THREAD_POLICY = f"""\
     n_jobs : int or None, default=None
         Threads of the in-process executor (one row partition each unless ``n_partitions``
         says otherwise) and of in-memory prediction, with scikit-learn's meaning: ``None`` is 1
@@ -17,9 +17,10 @@ THREAD_POLICY = """\
         ``n_jobs`` threads in all and no more; numba kernels are single-threaded and BLAS is
         limited to one thread per partition while training (to ``n_jobs // chunks`` threads
         while predicting), so ``GridSearchCV(..., n_jobs=k)`` with the default ``n_jobs=None``
-        runs k single-threaded fits and never oversubscribes.  Partitions of fewer than 1,024
-        rows run in turn on one thread (a thread hand-off costs more than their round).  Ignored
-        with a ``client`` (a Dask cluster's worker threads are its parallelism)."""
+        runs k single-threaded fits and never oversubscribes.  Partitions of fewer than
+        {InProcessExecutor.POOL_MIN_ROWS:,} rows run in turn on one thread (a thread hand-off
+        costs more than their round).  Ignored with a ``client`` (a Dask cluster's worker
+        threads are its parallelism)."""
 
 
 def n_threads(n_jobs) -> int:

@@ -163,22 +163,8 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
         pos = a > 0
         scale = min(1.0, float(np.min(Ci[pos] / a[pos]))) if pos.any() else 1.0
         values.append(a * scale)
-    return SparseStarts(td.n, ids, values)
-
-
-class SparseStarts:
-    """One start ``a0`` per binary problem, kept as values at the support rows; ``[k]`` gives
-    problem ``k``'s :class:`~dmcsvm.coordinators.decomposition.SparseStart` (length-n vectors
-    would hold ``n_problems x n`` floats on the coordinator)."""
-
-    def __init__(self, n, ids, values):
-        self.n, self.ids, self.values = int(n), ids, values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __getitem__(self, k) -> SparseStart:
-        return SparseStart(self.ids, self.values[k])
+    # one SparseStart per problem: the support rows and their values, never an n-long vector
+    return [SparseStart(ids, v) for v in values]
 
 
 def _smo_mismatch(est, td, ids, coef, n_prob, signs_at_support):

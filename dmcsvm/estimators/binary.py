@@ -177,8 +177,8 @@ class _SMOParams(SVMEstimator):
                                      verbose=bool(self.verbose)).check()
 
     def _fit_problems(self, td, problems, row_C=None, starts=None):
-        """Solve the binary problems ``problems`` (sign vectors over all rows, a list or a
-        :class:`SignVectors`) on one set
+        """Solve the binary problems ``problems`` (a list of sign vectors over all rows, arrays
+        or :class:`~dmcsvm.engine.problem_rows.PairSigns`) on one set
         of partitions, with per-row bounds ``row_C`` (weights) when given, each from its start
         in ``starts`` (None: zero).  Returns per problem ``(support, y*a of the support,
         intercept, result)``."""
@@ -324,26 +324,13 @@ class BinarySVC(_SMOParams):
 # one-vs-rest and one-vs-one
 # ------------------------------------------------------------------------------------------------
 
-class SignVectors:
-    """The signs (+1 / -1, 0: row not in the problem) of binary problems over the class indices
-    ``y_idx`` (an array or a store's class index), problem ``k`` as a
-    :class:`~dmcsvm.engine.problem_rows.PairSigns` computed where it is read: the coordinator
-    holds no sign vector (issue 15), each partition computes its own rows'.
-    ``pairs[k] = (i, j)``: class ``i`` positive, class ``j`` negative, or every other class when
-    ``j`` is -1."""
-
-    def __init__(self, y_idx, pairs):
-        self.y_idx, self.pairs = y_idx, np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-
-    def __len__(self) -> int:
-        return self.pairs.shape[0]
-
-    def __getitem__(self, k) -> PairSigns:
-        i, j = (int(v) for v in self.pairs[k])
-        return PairSigns(self.y_idx, i, j)
-
-    def __iter__(self):
-        return (self[k] for k in range(len(self)))
+def _pair_signs(y_idx, pairs) -> list:
+    """The signs of every binary problem ``pairs[k] = (i, j)`` (class ``i`` positive, class ``j``
+    negative, or every other class when ``j`` is -1) over the class indices ``y_idx`` (an array
+    or a store's class index): a :class:`~dmcsvm.engine.problem_rows.PairSigns` each, a few
+    numbers that every partition turns into its own rows' signs, so the coordinator holds no
+    sign vector (issue 15)."""
+    return [PairSigns(y_idx, i, j) for i, j in np.asarray(pairs, dtype=np.int64).reshape(-1, 2)]
 
 
 @weights_doc("Platt 1998 / LIBSVM's C_i in every binary problem: 0 <= a_i <= C_i",
@@ -423,7 +410,7 @@ class OneVsRestSVC(_Decomposed):
 
     def _problems(self, y_idx, m):
         pairs = np.array([[1, -1]]) if m == 2 else np.array([[c, -1] for c in range(m)])
-        return SignVectors(y_idx, pairs), pairs
+        return _pair_signs(y_idx, pairs), pairs
 
     def _decision(self, X):
         """``f_c(x)`` of every class (n_samples, n_classes); for two classes a vector (positive
@@ -454,7 +441,7 @@ class OneVsOneSVC(_Decomposed):
     def _problems(self, y_idx, m):
         pairs = np.array([(i, j) for i in range(m) for j in range(i + 1, m)],
                          dtype=np.int64).reshape(-1, 2)
-        return SignVectors(y_idx, pairs), pairs
+        return _pair_signs(y_idx, pairs), pairs
 
     def _decision(self, X):
         """Votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3)
