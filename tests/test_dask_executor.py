@@ -8,13 +8,13 @@ import pickle
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+from cli_cluster import scheduler_address, scheduler_args
 from distributed import Client, LocalCluster
 
 from dmcsvm import MulticlassSVC
@@ -203,20 +203,12 @@ def test_bad_client_value():
 
 
 # ------------------------------------------------------------------ a real cluster
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
     """`dask scheduler` and two `dask worker` processes on 127.0.0.1, shut down after."""
     dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
     if dask_cli is None:
         pytest.fail("the `dask` command line (distributed) is not installed")
-    port = _free_port()
-    addr = f"tcp://127.0.0.1:{port}"
     logdir = tmp_path_factory.mktemp("cluster")
     procs = []
 
@@ -226,8 +218,9 @@ def real_cluster(tmp_path_factory):
         procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
                                       cwd=str(logdir), start_new_session=True))
 
-    spawn(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], "scheduler")
+    spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
     try:
+        addr = scheduler_address(logdir / "scheduler.json", procs[0])
         for k in range(2):
             spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
                    "--host", "127.0.0.1", "--memory-limit", "2GiB"], f"worker{k}")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_cluster import scheduler_address, scheduler_args
 from data_dir import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,12 +91,6 @@ def test_existing_scheduler_without_address_starts_a_stand_in():
 
 # ------------------------------------------------------------------ a real cluster
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     """`dask scheduler` and one `dask worker` process on 127.0.0.1, shut down after."""
@@ -104,8 +98,6 @@ def scheduler(tmp_path_factory):
     dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
     if dask_cli is None:
         pytest.fail("the `dask` command line (distributed) is not installed")
-    port = _free_port()
-    addr = f"tcp://127.0.0.1:{port}"
     logdir = tmp_path_factory.mktemp("cluster")
     procs = []
 
@@ -114,9 +106,9 @@ def scheduler(tmp_path_factory):
         procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
                                       cwd=str(logdir)))
 
-    spawn(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-          "scheduler")
+    spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
     try:
+        addr = scheduler_address(logdir / "scheduler.json", procs[0])
         spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
                "--host", "127.0.0.1", "--memory-limit", "2GiB"], "worker")
         deadline = time.time() + 60

@@ -16,13 +16,13 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+from cli_cluster import scheduler_address, scheduler_args
 from distributed import Client
 
 from dmcsvm.engine.dask_executor import DaskExecutor
@@ -81,12 +81,6 @@ def _assert_same_optimum(B, r, B_ref, r_ref, X):
     assert diff <= MAX_DIFFERING, diff
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _dask_cli():
     cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
     assert cli, "the `dask` command line (distributed) is not installed"
@@ -98,13 +92,16 @@ class _Cluster:
 
     def __init__(self, tmp_path, n_workers=2, nanny=True):
         dask_cli = _dask_cli()
-        port = _free_port()
-        self.addr = f"tcp://127.0.0.1:{port}"
         self.procs = []
         self.logs = tmp_path
         self.nanny = nanny
-        self.scheduler = self._spawn(dask_cli, ["scheduler", "--host", "127.0.0.1", "--port",
-                                                str(port), "--no-dashboard"], "scheduler")
+        self.scheduler = self._spawn(dask_cli, scheduler_args(tmp_path / "scheduler.json"),
+                                     "scheduler")
+        try:
+            self.addr = scheduler_address(tmp_path / "scheduler.json", self.scheduler)
+        except Exception:
+            self.close()
+            raise
         self.workers = [self.start_worker() for _ in range(n_workers)]
         deadline = time.time() + 90
         while True:

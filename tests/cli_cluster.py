@@ -1,0 +1,37 @@
+"""A ``dask scheduler`` started from the command line for the tests that need real processes.
+
+The scheduler picks its own port (``--port 0``) and writes its address to a scheduler file:
+choosing a free port in the test and passing it on raced with every other process of a parallel
+run (a fresh-clone run lost a scheduler to ``[Errno 98] Address already in use`` and the fixture
+then waited 90 s for it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+def scheduler_args(scheduler_file) -> list[str]:
+    """``dask scheduler`` arguments: 127.0.0.1, a port of its choosing, no dashboard, its address
+    written to ``scheduler_file``."""
+    return ["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+            "--scheduler-file", str(scheduler_file)]
+
+
+def scheduler_address(scheduler_file, proc, timeout: float = 90.0) -> str:
+    """The address the scheduler ``proc`` wrote to ``scheduler_file``, once it is there; raises
+    if the process exits first or ``timeout`` seconds pass."""
+    path = Path(scheduler_file)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists():
+            try:
+                return json.loads(path.read_text())["address"]
+            except (ValueError, KeyError):
+                pass                    # being written
+        if proc.poll() is not None:
+            raise RuntimeError(f"dask scheduler exited with code {proc.returncode} before "
+                               f"writing {path}")
+        time.sleep(0.1)
+    raise TimeoutError(f"dask scheduler wrote no {path} within {timeout:.0f} s")
