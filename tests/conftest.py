@@ -26,44 +26,6 @@ def _import_dmcsvm_from_here_in_subprocesses():
 _import_dmcsvm_from_here_in_subprocesses()
 
 
-def _compile_numba_once():
-    """Tiny fits through every estimator's main paths (dense float64 / float32 and CSR rows,
-    scalar and per-row bounds, rbf / poly / linear), so that their numba specializations are
-    compiled once into the on-disk cache before the test processes start.  In a fresh clone the
-    three xdist workers otherwise compiled the same functions side by side (cold run 8:33 against
-    6:34 warm); this costs ~40 s of one core when the cache is cold and ~2 s when it is warm."""
-    import warnings
-
-    import numpy as np
-    import scipy.sparse as sp
-
-    from dmcsvm import MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC, ScatterSVC
-
-    one = dict(max_iter=5, n_jobs=1)
-    models = [MulticlassSVC(**one), MulticlassSVC(kernel="linear", **one),
-              MulticlassSVC(kernel="poly", class_weight="balanced", **one),
-              MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1),
-              MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1, kernel="linear",
-                                solver="rounds"),
-              OneVsRestSVC(**one), OneVsRestSVC(kernel="poly", class_weight="balanced", **one),
-              OneVsOneSVC(**one), ScatterSVC(**one)]
-    X = np.random.default_rng(0).normal(size=(60, 4))
-    y = np.arange(60) % 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")     # 5 rounds do not converge; that is not the point
-        for model in models:
-            for rows in (X, X.astype(np.float32), sp.csr_matrix(X)):
-                model.fit(rows, y).decision_function(rows)
-
-
-def pytest_configure(config):
-    """A run spread over xdist workers (``-n``) compiles the numba code once, here in the
-    controller, before the workers start (:func:`_compile_numba_once`)."""
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
-        return
-    _compile_numba_once()
-
-
 def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
     cluster of their own carry the mark themselves.  A module whose test ids come from a helper
