@@ -8,8 +8,21 @@ then waited 90 s for it)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
+
+import pytest
+
+
+def dask_cli() -> str:
+    """The ``dask`` command line beside this interpreter (or on PATH); fails the test without it."""
+    cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    if cli is None:
+        pytest.fail("the `dask` command line (distributed) is not installed")
+    return cli
 
 
 def scheduler_args(scheduler_file) -> list[str]:

@@ -6,15 +6,13 @@ import contextlib
 import os
 import pickle
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from cli_cluster import scheduler_address, scheduler_args
+from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from distributed import Client, LocalCluster
 
 from dmcsvm import MulticlassSVC
@@ -206,16 +204,14 @@ def test_bad_client_value():
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
     """`dask scheduler` and two `dask worker` processes on 127.0.0.1, shut down after."""
-    dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
-    if dask_cli is None:
-        pytest.fail("the `dask` command line (distributed) is not installed")
+    cli = dask_cli()
     logdir = tmp_path_factory.mktemp("cluster")
     procs = []
 
     def spawn(args, name):
         log = open(logdir / f"{name}.log", "w")
         # a session of its own: the teardown kills it with every process it started
-        procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
+        procs.append(subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
                                       cwd=str(logdir), start_new_session=True))
 
     spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
@@ -231,7 +227,7 @@ def real_cluster(tmp_path_factory):
                 client = Client(addr, timeout=5)
                 client.wait_for_workers(2, timeout=30)
                 break
-            except Exception:  # noqa: BLE001 - the scheduler may not be listening yet
+            except Exception:  # noqa: BLE001 - the workers may not have joined yet
                 if client is not None:
                     client.close()
                     client = None

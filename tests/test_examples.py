@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_cluster import scheduler_address, scheduler_args
+from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from data_dir import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,15 +94,13 @@ def test_existing_scheduler_without_address_starts_a_stand_in():
 def scheduler(tmp_path_factory):
     """`dask scheduler` and one `dask worker` process on 127.0.0.1, shut down after."""
     from distributed import Client
-    dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
-    if dask_cli is None:
-        pytest.fail("the `dask` command line (distributed) is not installed")
+    cli = dask_cli()
     logdir = tmp_path_factory.mktemp("cluster")
     procs = []
 
     def spawn(args, name):
         log = open(logdir / f"{name}.log", "w")
-        procs.append(subprocess.Popen([dask_cli, *args], stdout=log, stderr=subprocess.STDOUT,
+        procs.append(subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
                                       cwd=str(logdir)))
 
     spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
@@ -118,7 +115,7 @@ def scheduler(tmp_path_factory):
                 with Client(addr, timeout=5) as c:
                     c.wait_for_workers(1, timeout=30)
                     ok = True
-            except Exception:  # noqa: BLE001 - the scheduler may not be listening yet
+            except Exception:  # noqa: BLE001 - the workers may not have joined yet
                 time.sleep(0.5)
         if not ok:
             pytest.fail("could not connect to the dask scheduler started on " + addr)

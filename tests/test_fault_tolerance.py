@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 
 import numpy as np
 import pytest
-from cli_cluster import scheduler_address, scheduler_args
+from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from distributed import Client
 
 from dmcsvm.engine.dask_executor import DaskExecutor
@@ -81,21 +80,15 @@ def _assert_same_optimum(B, r, B_ref, r_ref, X):
     assert diff <= MAX_DIFFERING, diff
 
 
-def _dask_cli():
-    cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
-    assert cli, "the `dask` command line (distributed) is not installed"
-    return cli
-
-
 class _Cluster:
     """A `dask scheduler` and worker processes on 127.0.0.1 (with or without nannies)."""
 
     def __init__(self, tmp_path, n_workers=2, nanny=True):
-        dask_cli = _dask_cli()
+        cli = dask_cli()
         self.procs = []
         self.logs = tmp_path
         self.nanny = nanny
-        self.scheduler = self._spawn(dask_cli, scheduler_args(tmp_path / "scheduler.json"),
+        self.scheduler = self._spawn(cli, scheduler_args(tmp_path / "scheduler.json"),
                                      "scheduler")
         try:
             self.addr = scheduler_address(tmp_path / "scheduler.json", self.scheduler)
@@ -109,7 +102,7 @@ class _Cluster:
                 with Client(self.addr, timeout=5) as c:
                     c.wait_for_workers(n_workers, timeout=30)
                 break
-            except Exception:  # noqa: BLE001 - the scheduler may not be listening yet
+            except Exception:  # noqa: BLE001 - the workers may not have joined yet
                 if time.time() > deadline:
                     self.close()
                     raise
@@ -117,7 +110,7 @@ class _Cluster:
 
     def start_worker(self):
         k = sum(1 for p in self.procs) - 1
-        return self._spawn(_dask_cli(), ["worker", self.addr, "--nthreads", "1", "--no-dashboard",
+        return self._spawn(dask_cli(), ["worker", self.addr, "--nthreads", "1", "--no-dashboard",
                                          "--host", "127.0.0.1", "--memory-limit", "2GiB",
                                          *([] if self.nanny else ["--no-nanny"])], f"worker{k}")
 

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from cli_cluster import scheduler_address, scheduler_args
+from cli_cluster import dask_cli, scheduler_address, scheduler_args
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import load_model, save_model
@@ -352,18 +352,17 @@ def _hold_scenario():
 def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
     """``dask worker --no-nanny`` sets no OMP_NUM_THREADS=1: partitions now hold BLAS at one
     thread themselves, so the model equals the in-process one bit for bit."""
-    import shutil
     from distributed import Client
     from threadpoolctl import threadpool_info
-    dask_cli = shutil.which("dask", path=os.path.dirname(sys.executable)) or shutil.which("dask")
+    cli = dask_cli()
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([dask_cli, *scheduler_args(sched_file)], stdout=subprocess.DEVNULL,
+    procs = [subprocess.Popen([cli, *scheduler_args(sched_file)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=env)]
     try:
         addr = scheduler_address(sched_file, procs[0])
-        procs.append(subprocess.Popen([dask_cli, "worker", addr, "--nthreads", "1", "--no-nanny",
+        procs.append(subprocess.Popen([cli, "worker", addr, "--nthreads", "1", "--no-nanny",
                                        "--no-dashboard", "--host", "127.0.0.1"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       env=env))

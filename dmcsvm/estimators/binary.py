@@ -178,10 +178,9 @@ class _SMOParams(SVMEstimator):
 
     def _fit_problems(self, td, problems, row_C=None, starts=None):
         """Solve the binary problems ``problems`` (a list of sign vectors over all rows, arrays
-        or :class:`~dmcsvm.engine.problem_rows.PairSigns`) on one set
-        of partitions, with per-row bounds ``row_C`` (weights) when given, each from its start
-        in ``starts`` (None: zero).  Returns per problem ``(support, y*a of the support,
-        intercept, result)``."""
+        or :class:`~dmcsvm.engine.problem_rows.PairSigns`) on one set of partitions, with per-row
+        bounds ``row_C`` (weights) when given, each from its start in ``starts`` (None: zero).
+        Returns per problem ``(support, y*a of the support, intercept, result)``."""
         s = self._decomposition_settings()
         spec = kernel_of(self, td)
         self._spec = spec
