@@ -408,7 +408,16 @@ def main(argv=None):
     ap.add_argument("--tag", default="external")
     ap.add_argument("--reproject", action="store_true",
                     help="recompute the projections of --out from its constants (no measuring)")
+    ap.add_argument("--node", action="store_true",
+                    help="validate on one many-core machine: in-process fits on --threads and "
+                         "LocalCluster fits on --workers one-thread workers, direct and tree")
+    ap.add_argument("--threads", default="1,2,4,8,16")
+    ap.add_argument("--workers", default="1,2,4,8")
+    ap.add_argument("--node-n", type=int, default=64000)
+    ap.add_argument("--node-d", type=int, default=32)
     a = ap.parse_args(argv)
+    if a.node:
+        return node(a)
     if a.reproject:
         return reproject(a.out)
     if a.external:
@@ -475,13 +484,120 @@ def main(argv=None):
         cluster.close()
 
     # ------------------------------------------------------------------ model fit + validation
-    # Per data set, the constants are fitted on that data set's fastest 1-thread fit (the repeat
-    # least disturbed by the other processes on the box) and then predict its other fits:
-    # t_solve(b, P) on history_, one factor per partition term, and for Dask the 1-worker fit's
-    # partition slowdown (worker process) and per-round transport.  Measured times are compared
-    # as min (like the calibration) and median over the repeats.
-    import copy
     costs.c0, costs.c_call, costs.bw_local = (out["probe"][k] for k in ("c0", "c_call", "bw_local"))
+    validate(out, costs, b_max, {k: v[2] for k, v in DASK_RUNS.items()})
+    fastest = lambda rs: min(rs, key=lambda r: r["fit_s"])  # noqa: E731
+    # the coordinator's t_solve(b, P) for the projections: pooled over every data set's fastest
+    # 1-thread fit (two values of P when letter runs)
+    out["coord_fit"] = fit_coordinator(costs, [(fastest(ds["runs"]["inprocess1"]), ds["d"], ds["P"])
+                                               for ds in out["datasets"].values()], None, None)
+    name0 = datasets[0][0]
+    ds0 = out["datasets"][name0]
+    base = fastest(ds0["runs"]["inprocess1"])
+    out["costs"] = costs.to_dict()
+    out["costs_dask_here"] = out["calibration"][name0]["costs_dask"]
+
+    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
+                                                                    b_max)
+    slim(out)
+    out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
+    _report.write(out, a.out)
+    print(f"wrote {a.out} ({out['script_runtime_s']:.0f} s)")
+    report(out, Path(a.out))
+
+
+def node(a):
+    """``--node``: the validation on one many-core machine (a stand-in for a cluster node, where
+    processes do not share two cores): in-process fits on 1..max threads and LocalCluster fits
+    on 1..max one-thread workers, called directly and down the tree, on a blobs problem sized so
+    that partitions dominate a round; the Dask probe on that machine; the model calibrated on its
+    1-thread and 1-worker fits predicting the rest; the projections with its constants.  Writes
+    ``--out`` after every fit, so a run cut short keeps what it measured."""
+    from distributed import Client, LocalCluster
+    threads = [int(v) for v in a.threads.split(",")]
+    workers = [int(v) for v in a.workers.split(",")]
+    repeat = a.repeat or 2
+    b_max = a.batch_size or 1000
+    run = _report.Run(__file__, "scaling model validated on one many-core node",
+                      _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")))
+    out = {"node": {"threads": threads, "workers": workers, "n": a.node_n, "d": a.node_d}}
+
+    def save():
+        _report.write(run.envelope(out, repeat=repeat, batch_size=b_max), a.out)
+
+    print("unit costs ...", flush=True)
+    uc = unit_costs(a.quick)
+    out["unit_costs"] = uc
+    costs = sm.Costs(k_e=uc["k_e"], k_f=uc["k_f"], k_c=uc["k_c"], k_u=uc["k_u"], k_s=uc["k_s"],
+                     k_o=uc["k_o"], m0=uc["m0"], m1=uc["m1"], m2=uc["m2"], th0=uc["th0"])
+    out["costs_micro"] = costs.to_dict()
+    save()
+    X, y = blobs(a.node_n, a.node_d, 10)
+    n, d = X.shape
+    logs = install_recorder()
+    from dmcsvm import MulticlassSVC
+    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])   # numba warm-up
+    runs = {}
+    out["datasets"] = {"blobs": {"n": n, "d": d, "P": 10, "runs": runs}}
+    model_kw = {}
+
+    def fit(key, mode, k, client=None, kw=None):
+        EXECUTOR_KW.clear()
+        EXECUTOR_KW.update(kw or {})
+        r = one_fit(X, y, b_max, 10.0, mode, k, client, logs)
+        EXECUTOR_KW.clear()
+        r["b_max"] = b_max
+        runs.setdefault(key, []).append(r)
+        print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, Np {r['Np']}, "
+              f"load {r['load_before']}", flush=True)
+        save()
+
+    print(f"fits on blobs ({n} x {d}, 10 classes), batch {b_max} ...", flush=True)
+    for rep in range(repeat):
+        for T in threads:
+            fit(f"inprocess{T}", "inprocess", T)
+    for W in workers:
+        t = time.perf_counter()
+        cluster = LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+        out[f"cluster{W}x1_start_s"] = time.perf_counter() - t
+        MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
+        try:
+            for rep in range(repeat):
+                fit(f"dask{W}", "dask", 0, client, {"tree": False})
+                model_kw[f"dask{W}"] = {}
+                if W >= 2:
+                    fit(f"dask{W}_tree", "dask", 0, client, {"tree": True})
+                    model_kw[f"dask{W}_tree"] = {"tree": int(np.ceil(np.log2(W))) + 1}
+            if W == max(workers):
+                print("dask probe ...", flush=True)
+                out["probe"] = dask_probe(client, a.quick)
+                save()
+        finally:
+            client.close()
+            cluster.close()
+    costs.c0, costs.c_call, costs.bw_local = (out["probe"][k] for k in ("c0", "c_call", "bw_local"))
+    validate(out, costs, b_max, model_kw)
+    base = min(runs["inprocess1"], key=lambda r: r["fit_s"])
+    out["coord_fit"] = fit_coordinator(costs, [(base, d, 10)], None, None)
+    out["costs"] = costs.to_dict()
+    out["costs_dask_here"] = out["calibration"]["blobs"]["costs_dask"]
+    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, n, b_max)
+    slim(out)
+    save()
+    print(f"wrote {a.out}")
+    report(run.envelope(out), Path(a.out))
+
+
+def validate(out, costs, b_max, model_kw):
+    """Per data set, the constants are fitted on that data set's fastest 1-thread fit (the repeat
+    least disturbed by the other processes on the box) and then predict its other fits:
+    t_solve(b, P) on history_, one factor per partition term, and for Dask the 1-worker fit's
+    partition slowdown (worker process) and per-round transport.  Measured times are compared
+    as min (like the calibration) and median over the repeats.  ``model_kw``: run key -> the
+    model's options for that run (``calls``, ``tree`` depth)."""
+    import copy
     micro = copy.deepcopy(costs)
     out["validation"], out["calibration"] = [], {}
     fastest = lambda rs: min(rs, key=lambda r: r["fit_s"])  # noqa: E731
@@ -512,7 +628,7 @@ def main(argv=None):
             Np = rs[0]["Np"]
             rmin = fastest(rs)
             own = trajectory(rmin, b_max)
-            dkw = DASK_RUNS[key][2] if mode == "dask" else {}
+            dkw = model_kw.get(key, {}) if mode == "dask" else {}
             p1 = sm.predict_fit(cd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
             p2 = sm.predict_fit(cd, own, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
             p3 = (sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
@@ -532,23 +648,6 @@ def main(argv=None):
                 "t_solve_per_round_ms": 1e3 * float(np.mean(h["t_solve"])),
                 "load": [r["load_before"] for r in rs],
                 "calibrated_on": key in ("inprocess1", "dask1")})
-    # the coordinator's t_solve(b, P) for the projections: pooled over every data set's fastest
-    # 1-thread fit (two values of P when letter runs)
-    out["coord_fit"] = fit_coordinator(costs, [(fastest(ds["runs"]["inprocess1"]), ds["d"], ds["P"])
-                                               for ds in out["datasets"].values()], None, None)
-    name0 = datasets[0][0]
-    ds0 = out["datasets"][name0]
-    base = fastest(ds0["runs"]["inprocess1"])
-    out["costs"] = costs.to_dict()
-    out["costs_dask_here"] = out["calibration"][name0]["costs_dask"]
-
-    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
-                                                                    b_max)
-    slim(out)
-    out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
-    _report.write(out, a.out)
-    print(f"wrote {a.out} ({out['script_runtime_s']:.0f} s)")
-    report(out, Path(a.out))
 
 
 PROBLEMS = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
