@@ -220,3 +220,45 @@ def test_zarr_column_cache_lru_and_rows(tmp_path):
     c.close()
     assert list(tmp_path.iterdir()) == []
     assert ZarrColumnCache(6, budget_bytes=10).capacity == 0
+
+
+def test_memory_column_cache_lru_pins_and_compaction():
+    """The slab LRU: eviction order, columns read this round kept, shrinking re-packs every
+    column (against masking each by hand) and frees room for more, a new width starts over."""
+    from dmcsvm.engine.cache import ColumnCache, compact_slots
+    rng = np.random.default_rng(0)
+    c = ColumnCache(budget_bytes=3 * 8 * 4)                     # three float32 columns of 8
+    cols = {k: rng.random(8, dtype=np.float32) for k in range(6)}
+    for k in (0, 1, 2):
+        c.put(k, cols[k])
+    assert len(c) == 3 and c.nbytes == 3 * 8 * 4
+    c.start_round()
+    np.testing.assert_array_equal(c.get(0), cols[0])            # 0 is now the most recent
+    c.put(3, cols[3])                                           # evicts 1, the least recent
+    assert 1 not in c and {0, 2, 3} <= set(c._slot)
+    c.start_round()
+    held = c.get(2), c.get(3), c.get(0)                         # every column read this round
+    c.put(4, cols[4])                                           # nothing may be evicted: skipped
+    assert 4 not in c
+    for k, v in zip((2, 3, 0), held):
+        np.testing.assert_array_equal(v, cols[k])
+    keep = np.array([1, 0, 1, 1, 0, 0, 1, 0], dtype=bool)
+    c.compact(keep)
+    for k in (0, 2, 3):
+        np.testing.assert_array_equal(c.get(k), cols[k][keep])
+    assert c.nbytes == 3 * 4 * 4
+    for k in (4, 5, 1):                                         # half-width slots: room for 6
+        c.put(k, cols[k][keep])
+    assert len(c) == 6
+    c.put(9, np.ones(5, dtype=np.float32))                      # another active set
+    assert len(c) == 1 and c.get(9).shape == (5,)
+    c.clear()
+    assert c.get(9) is None and c.nbytes == 0
+    assert ColumnCache(0).put(1, cols[1]) is None and len(ColumnCache(0)) == 0
+    # the numba pass alone, in place, against the masked copies
+    buf = rng.random(4 * 10)
+    kept = np.flatnonzero(np.arange(10) % 3 != 1)               # 7 of 10 entries
+    ref = [buf[s * 10:(s + 1) * 10][kept].copy() for s in range(4)]
+    compact_slots(buf, np.array([0, 2, 3]), 10, kept)
+    for q, s in enumerate((0, 2, 3)):                           # the q-th used slot -> slot q
+        np.testing.assert_array_equal(buf[q * 7:(q + 1) * 7], ref[s])

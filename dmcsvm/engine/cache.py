@@ -1,18 +1,45 @@
-"""In-memory LRU of kernel columns ``K(X_part_active, x_s)`` with a byte budget."""
+"""In-memory LRU of kernel columns ``K(X_part_active, x_s)`` with a byte budget.
+
+The columns live side by side in one preallocated buffer (a slab of equal-width slots) rather
+than as one array each: shrinking then re-packs every cached column in one nogil numba pass
+(:func:`compact_slots`) instead of one masked copy and one allocation per column under the GIL.
+Per-column arrays made a fit with the cache on slower than with it off, and slower still when the
+partitions are threads of one process (bench_thread_scaling.py, scaling.md).
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
+import numba
 import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def compact_slots(buf, slots, old_width, keep_idx):
+    """Re-pack the columns in ``slots`` (increasing) of ``buf``, each ``old_width`` long at offset
+    ``slot * old_width``, to their entries ``keep_idx`` (increasing): the q-th of them to slot q
+    of width ``len(keep_idx)``.
+
+    In place and safe: every write position ``q * w_new + i`` lies at or before the position it
+    reads, ``slots[q] * old_width + keep_idx[i]``, and before every later read."""
+    w = keep_idx.shape[0]
+    for q in range(slots.shape[0]):
+        src = slots[q] * old_width
+        dst = q * w
+        for i in range(w):
+            buf[dst + i] = buf[src + keep_idx[i]]
 
 
 class ColumnCache:
     """LRU map from a global pattern id to its kernel column over the partition's active rows.
 
     The columns follow the partition's active set: when rows are shrunk away, :meth:`compact`
-    drops the same rows from every cached column (as LIBSVM does on shrinking), and
-    :meth:`clear` empties the cache when the active set grows again.
+    drops the same rows from every cached column (as LIBSVM does on shrinking) and the freed
+    bytes hold more columns; :meth:`clear` empties the cache when the active set grows again.
+    :meth:`get` returns a view into the buffer, valid until the next :meth:`put`, :meth:`compact`
+    or :meth:`clear`; the columns read since :meth:`start_round` are not evicted by a
+    :meth:`put` in the same round (a caller may still hold them).
 
     Parameters
     ----------
@@ -22,45 +49,85 @@ class ColumnCache:
 
     def __init__(self, budget_bytes: int):
         self.budget = int(max(0, budget_bytes))
-        self._cols: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.nbytes = 0
+        self._buf: np.ndarray | None = None
+        self._width = 0
+        self._slot: OrderedDict[int, int] = OrderedDict()     # key -> slot, least recent first
+        self._next = 0                      # slots from here on were never used at this width
+        self._pinned: set[int] = set()
         self.hits = 0
         self.misses = 0
 
     def __len__(self):
-        return len(self._cols)
+        return len(self._slot)
 
     def __contains__(self, key):
-        return key in self._cols
+        return key in self._slot
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached columns."""
+        return 0 if self._buf is None else len(self._slot) * self._width * self._buf.itemsize
+
+    def _view(self, slot: int) -> np.ndarray:
+        return self._buf[slot * self._width:(slot + 1) * self._width]
+
+    def start_round(self) -> None:
+        """Columns read from now on are kept until the next call (see the class docstring)."""
+        self._pinned.clear()
 
     def get(self, key: int):
-        col = self._cols.get(key)
-        if col is None:
+        slot = self._slot.get(key)
+        if slot is None:
             return None
-        self._cols.move_to_end(key)
-        return col
+        self._slot.move_to_end(key)
+        self._pinned.add(key)
+        return self._view(slot)
 
     def put(self, key: int, col: np.ndarray) -> None:
-        if col.nbytes > self.budget:
+        """Copy ``col`` into the cache (evicting the least recently used unpinned columns)."""
+        col = np.asarray(col)
+        if col.nbytes > self.budget or col.shape[0] == 0:
             return
-        old = self._cols.pop(key, None)
-        if old is not None:
-            self.nbytes -= old.nbytes
-        while self._cols and self.nbytes + col.nbytes > self.budget:
-            _, ev = self._cols.popitem(last=False)
-            self.nbytes -= ev.nbytes
-        self._cols[key] = col
-        self.nbytes += col.nbytes
+        if self._buf is None or col.dtype != self._buf.dtype:
+            self.clear()
+            self._buf = np.empty(self.budget // col.itemsize, dtype=col.dtype)
+        elif self._slot and col.shape[0] != self._width:
+            self.clear()                 # a column of another active set: start again
+        if not self._slot:
+            self._width, self._next = col.shape[0], 0
+        slot = self._slot.pop(key, None)
+        if slot is None:
+            if self._next < self._buf.shape[0] // self._width:
+                slot, self._next = self._next, self._next + 1
+            else:
+                victim = next((k for k in self._slot if k not in self._pinned), None)
+                if victim is None:
+                    return
+                slot = self._slot.pop(victim)
+        self._buf[slot * self._width:(slot + 1) * self._width] = col
+        self._slot[key] = slot
 
     def compact(self, keep: np.ndarray) -> None:
         """Keep only the entries ``keep`` (boolean mask over the old active rows) of every column."""
-        total = 0
-        for k, col in self._cols.items():
-            c = np.ascontiguousarray(col[keep])
-            self._cols[k] = c
-            total += c.nbytes
-        self.nbytes = total
+        if not self._slot:
+            return
+        keep_idx = np.flatnonzero(keep).astype(np.int64)
+        if keep_idx.shape[0] == 0:
+            self.clear()
+            return
+        keys = np.fromiter(self._slot.keys(), dtype=np.int64, count=len(self._slot))
+        slots = np.fromiter(self._slot.values(), dtype=np.int64, count=len(self._slot))
+        order = np.argsort(slots)
+        compact_slots(self._buf, slots[order], self._width, keep_idx)
+        # the q-th used slot (by position) is now slot q; the LRU order is unchanged
+        new_slot = np.empty_like(slots)
+        new_slot[order] = np.arange(slots.shape[0])
+        for k, q in zip(keys.tolist(), new_slot.tolist()):
+            self._slot[k] = q
+        self._width, self._next = keep_idx.shape[0], len(self._slot)
 
     def clear(self) -> None:
-        self._cols.clear()
-        self.nbytes = 0
+        self._slot.clear()
+        self._next = 0
+        self._pinned.clear()
+        self._width = 0

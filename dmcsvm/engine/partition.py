@@ -139,7 +139,7 @@ class Partition(PartitionBase):
             for j in range(keep):
                 g = int(ids[mj[j]])
                 if self.cache.budget:
-                    self.cache.put(g, KT[j].copy())
+                    self.cache.put(g, KT[j])
                 if self.disk.capacity:
                     self.disk.put(g, KT[j], self.active)
         return tk, tu

@@ -156,7 +156,7 @@ class PartitionBase:
                 KT[miss] = self._kernel_T(Xm)
             for j in miss if cache_ok else ():
                 if self.cache.budget:
-                    self.cache.put(int(ids[j]), KT[j].copy())
+                    self.cache.put(int(ids[j]), KT[j])
                 if self.disk.capacity:
                     self.disk.put(int(ids[j]), KT[j], self.active)
         return KT.T
@@ -233,6 +233,7 @@ class PartitionBase:
         positions ``j`` of the misses."""
         hits, miss = {}, []
         n_disk = 0
+        self.cache.start_round()          # the columns returned stay valid through this round
         for j, g in enumerate(ids):
             col = self.cache.get(int(g))
             if col is None and self.disk.capacity:
