@@ -406,6 +406,9 @@ def main(argv=None):
     ap.add_argument("--bw-mbit", type=float, default=None,
                     help="--external: the link's bandwidth (Mbit/s) for the prediction")
     ap.add_argument("--tag", default="external")
+    ap.add_argument("--reference", default=None,
+                    help="with --reproject: project with --out's constants over this result "
+                         "file's trajectory (e.g. a --node run against results/scaling.json)")
     ap.add_argument("--reproject", action="store_true",
                     help="recompute the projections of --out from its constants (no measuring)")
     ap.add_argument("--node", action="store_true",
@@ -418,6 +421,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.node:
         return node(a)
+    if a.reproject and a.reference:
+        return reproject_with(a.out, a.reference)
     if a.reproject:
         return reproject(a.out)
     if a.external:
@@ -708,6 +713,29 @@ def projections(out, costs, base, n_meas, b_max, c_call=None):
                                  "W": x["W"], "speedup_vs_1x16": x["speedup_vs_1x16"]})
     return ({"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
              "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}, sens)
+
+
+def reproject_with(path, reference):
+    """The projections with the constants of the result file ``path`` (e.g. a ``--node`` run: its
+    unit costs, Dask probe and coordinator fit) over the trajectory of ``reference`` (the run the
+    published projections use), so that only the constants differ; stored in ``path`` as
+    ``projection_reference_trajectory``."""
+    import dataclasses
+    env = json.loads(Path(path).read_text())
+    out = _body(env)
+    ref = _body(json.loads(Path(reference).read_text()))
+    names = {f.name for f in dataclasses.fields(sm.Costs)}
+    costs = sm.Costs(**{k: v for k, v in out["costs"].items() if k in names})
+    ds0 = next(iter(ref["datasets"].values()))
+    base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
+    proj, sens = projections(out, costs, base, ds0["n"], base["b_max"])
+    out["projection_reference_trajectory"] = {"reference": str(reference), "projection": proj,
+                                              "sensitivity": sens}
+    _report.write(env, path)
+    for p in proj["problems"]:
+        if p["problem"] != "letter-sized":
+            print(f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s'] / 3600:.3g} h | "
+                  f"{p['speedup_vs_1x16']:.2f} | {p['serial_share']:.2f} |")
 
 
 def reproject(path):
