@@ -262,3 +262,18 @@ def test_memory_column_cache_lru_pins_and_compaction():
     compact_slots(buf, np.array([0, 2, 3]), 10, kept)
     for q, s in enumerate((0, 2, 3)):                           # the q-th used slot -> slot q
         np.testing.assert_array_equal(buf[q * 7:(q + 1) * 7], ref[s])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_rows_equals_numpy_fancy_index_add(dtype):
+    """The nogil score scatter gives NumPy's ``F[rows] += dK`` bit for bit, and touches no
+    other row."""
+    from dmcsvm.numerics.scores import add_rows
+    rng = np.random.default_rng(3)
+    F = rng.normal(size=(50, 7)) * 1e3
+    rows = np.sort(rng.choice(50, 31, replace=False)).astype(np.int64)
+    dK = rng.normal(size=(31, 7)).astype(dtype)
+    want = F.copy()
+    want[rows] += dK
+    add_rows(F, rows, dK)
+    assert np.array_equal(F, want)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
+from ..numerics.scores import add_rows
 from .messages import CSReply, RoundMessage, has_batch
 from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
 from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401
@@ -78,7 +79,7 @@ class Partition(PartitionBase):
                 if self.active.shape[0] == self.F.shape[0]:
                     self.F += dK
                 else:
-                    self.F[self.active] += dK
+                    add_rows(self.F, self.active, dK)
                 tk += t2 - t1
                 tu += time.perf_counter() - t2
             t2 = time.perf_counter()
@@ -115,7 +116,7 @@ class Partition(PartitionBase):
                 if full:
                     self.F += dK
                 else:
-                    self.F[self.active] += dK
+                    add_rows(self.F, self.active, dK)
                 tu += time.perf_counter() - t1
         if miss:
             mj = np.asarray(miss, dtype=np.int64)
@@ -130,7 +131,7 @@ class Partition(PartitionBase):
                 t2 = time.perf_counter()
                 if keep:
                     KT[:, pa:pb] = Kc[:keep]
-                self.F[rows] += Kc.T @ dBm
+                add_rows(self.F, rows, Kc.T @ dBm)
                 t3 = time.perf_counter()
                 tk += t2 - t1
                 tu += t3 - t2
