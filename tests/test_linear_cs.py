@@ -56,6 +56,28 @@ def test_slacks_equal_numpy_scores(sparse):
             assert out[i, q] == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_primal_check_on_threads_equals_one_thread(sparse):
+    """The primal check's slacks split over threads (rows apart) give the one-thread values bit
+    for bit, for dense and CSR rows; the last share ends at the last row."""
+    rng = np.random.default_rng(8)
+    n, d = 3500, 9
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.5)
+    count = np.array([2, 1, 3], dtype=np.int64)
+    pcls = np.repeat(np.arange(3), count).astype(np.int64)
+    cls = rng.integers(0, 3, n).astype(np.int64)
+    yp = np.array([0, 2, 3], dtype=np.int64)[cls]
+    prob = L.LinearProblem.of(sp.csr_matrix(X) if sparse else X, 0.7, 1.3)
+    out = []
+    for threads in (1, 3):
+        st = L.SequentialState(prob, yp, cls, pcls, 1.0, 1e-3, True, 0, threads=threads)
+        st.run(3)
+        out.append(st.objective())
+    xi1, xi3 = out[0][0], out[1][0]
+    assert np.array_equal(xi1, xi3) and np.isfinite(xi1[:, 0]).all()
+    assert out[0][1:] == out[1][1:]
+
 @pytest.mark.parametrize("seed", range(5))
 def test_subproblem_equals_exact_pattern_optimizer(seed):
     """The per-pattern solve (LIBLINEAR's sub-problem) equals pattern.opt_exact, with the

@@ -329,7 +329,8 @@ class SequentialAnnealResult:
 def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
                       rng, seed: int, progress=None,
                       final_settings: SolverSettings | None = None,
-                      row_C=None, start=None, epoch0: int = 0) -> SequentialAnnealResult:
+                      row_C=None, start=None, epoch0: int = 0,
+                      threads: int = 1) -> SequentialAnnealResult:
     """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
     and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
     the sequential dual method of :mod:`dmcsvm.coordinators.linear_cs` (explicit prototypes, no
@@ -349,7 +350,7 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     first, count = prototype_groups(pcls)
     n = cls.shape[0]
     st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed,
-                             row_C=row_C)
+                             row_C=row_C, threads=threads)
     hist = {k: [] for k in EPOCH_KEYS}
     passes = lcs.new_history()
     passes["epoch"] = []             # each check tagged with its epoch (0: the final solve)

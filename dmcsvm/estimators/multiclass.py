@@ -23,7 +23,7 @@ from ._base import (
     reals,
 )
 from ._checkpoint import CheckpointSession
-from ._engine import make_executor, release_executor, run_chunks
+from ._engine import make_executor, n_threads, release_executor, run_chunks
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store, score_block
 from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
@@ -227,7 +227,8 @@ class MulticlassSVC(SVMEstimator):
         m = classes.shape[0]
         if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
-            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start)
+            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start,
+                                            threads=n_threads(self.n_jobs))
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)

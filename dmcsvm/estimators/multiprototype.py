@@ -26,7 +26,7 @@ from ..engine.prototype_partition import LinearPrototypePartition, PrototypePart
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics.linear_prototypes import linear_coefficients
 from ._base import SVMEstimator, choices, integers, reals
-from ._engine import blas_limits, make_executor, release_executor
+from ._engine import blas_limits, make_executor, n_threads, release_executor
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
@@ -336,7 +336,8 @@ class MultiPrototypeSVC(SVMEstimator):
             res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
                                     lcs.seed_of(self.random_state),
                                     progress=self._print_epoch if self.verbose else None,
-                                    row_C=row_C, **(warm or {}))
+                                    row_C=row_C, threads=n_threads(self.n_jobs),
+                                    **(warm or {}))
         st = res.state
         sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
         self.classes_ = classes

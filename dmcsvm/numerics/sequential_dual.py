@@ -331,11 +331,16 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
     :func:`~dmcsvm.numerics.linear_prototypes.positive_slacks` gives from a score matrix, with
     the scores ``a <W_r, x_i> + c0 s_r`` made row by row (no n x P score matrix: one pass over
     the rows, n P d flops, the cost of the primal checks of :func:`dmcsvm.coordinators.linear_cs.solve_fixed`)."""
-    n = out.shape[0]
+    return slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, 0, out.shape[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
+    """:func:`slacks` of rows ``lo..hi-1`` only (threads split the rows; each row alone)."""
     P = W.shape[0]
     qmax = out.shape[1]
     f = np.empty(P)
-    for i in range(n):
+    for i in range(lo, hi):
         c = cls[i]
         th = -np.inf
         for r in range(P):
