@@ -20,7 +20,9 @@ THREAD_POLICY = f"""\
         runs k single-threaded fits and never oversubscribes.  Partitions of fewer than
         {InProcessExecutor.POOL_MIN_ROWS:,} rows run in turn on one thread (a thread hand-off
         costs more than their round).  Ignored with a ``client`` (a Dask cluster's worker
-        threads are its parallelism)."""
+        threads are its parallelism).  Threads share one interpreter: on a 16-core machine
+        they gained up to about 4-8 cores, and a ``LocalCluster`` of one-thread workers was as
+        fast or faster from 8 cores on (benchmarks/results/scaling.md)."""
 
 
 def n_threads(n_jobs) -> int:
