@@ -833,7 +833,7 @@ def external(a):
 
 def report(out, path):
     """The summary tables as markdown on stdout (scaling.md is written by hand from them)."""
-    out = _body(out)
+    env, out = out, _body(out)
     c = out["costs"]
     print("\nconstants:", json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v)
                                        for k, v in c.items()}))
@@ -854,12 +854,12 @@ def report(out, path):
               f"{p['speedup_vs_1x16']:.2f} | {p['speedup_cap']:.1f} | "
               + " | ".join(f"{s[k]:.3g}" for k in sm.TERMS) + " |")
     try:
-        plot(out, path.with_suffix(".png"))
+        plot(out, path.with_suffix(".png"), cores=(env.get("machine") or {}).get("cpu_count"))
     except Exception as e:  # noqa: BLE001 - the figure is optional
         print("plot failed:", e)
 
 
-def plot(out, path):
+def plot(out, path, cores=None):
     plt = _report.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     ax = axes[0]
@@ -873,7 +873,7 @@ def plot(out, path):
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, fontsize=7, rotation=30)
     ax.set_ylabel("fit s")
-    ax.set_title("validation on this 2-core box")
+    ax.set_title(f"validation on this {cores or os.cpu_count()}-core machine")
     ax.legend(fontsize=7)
     ax = axes[1]
     for i, pname in enumerate(dict.fromkeys(p["problem"] for p in out["projection"]["problems"])):
