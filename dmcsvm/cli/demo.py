@@ -41,13 +41,16 @@ def _add_model_args(p):
 def start_warmup(model, X, y, rows=200):
     """Compile (or load from numba's cache) the numba code of ``model``'s fit and predict in a
     background thread of this process, on ``rows`` rows of the training data (same dtype, so the
-    same specializations), while the LocalCluster starts.
+    same specializations), while this process loads what the cluster needs.
 
     On a first run every process that meets a numba function compiles it; the workers and the
     coordinator used to do that at the same time, each for itself (3 processes compiling the
     same code on a 2-core box).  Compiled once here, the code is in numba's on-disk cache
     (``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``) before any worker needs it, and
-    the workers load it.  Returns the thread; join it before training on the cluster.
+    the workers load it.  Returns the thread; join it before the LocalCluster starts: its
+    scheduler runs in this process, and while numba compiles here the scheduler's event loop
+    gets too little of the GIL to answer the workers' heartbeats in time (a worker then logged
+    "Failed to communicate with scheduler during heartbeat" with a traceback on a first run).
     """
     import threading
 
@@ -100,14 +103,14 @@ def cmd_demo(a) -> int:
 
         from distributed import Client, LocalCluster
         workers = a.local_workers or min(os.cpu_count() or 1, 4)
+        if warm is not None:
+            warm.join()
+            print(f"numba code ready (compiled once here, cached for the workers) after "
+                  f"{time.perf_counter() - t:.1f} s")
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             where = f"LocalCluster, {workers} workers x 1 thread"
-            print(f"started {where} in {time.perf_counter() - t:.1f} s")
-            if warm is not None:
-                warm.join()
-                print(f"numba code ready (compiled once here, cached for the workers) after "
-                      f"{time.perf_counter() - t:.1f} s")
+            print(f"started {where} after {time.perf_counter() - t:.1f} s")
             t = time.perf_counter()
             model.set_params(client=client).fit(Xtr, ytr)
             fit_s = time.perf_counter() - t
