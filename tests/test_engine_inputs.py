@@ -255,6 +255,13 @@ def test_memory_column_cache_lru_pins_and_compaction():
     c.clear()
     assert c.get(9) is None and c.nbytes == 0
     assert ColumnCache(0).put(1, cols[1]) is None and len(ColumnCache(0)) == 0
+    # the buffer grows with the columns, not to the budget at once; columns survive a growth
+    big = ColumnCache(budget_bytes=10 ** 9)
+    many = rng.random((200, 8), dtype=np.float32)
+    for k in range(200):
+        big.put(k, many[k])
+    assert big._buf.nbytes < 10 ** 6 and len(big) == 200
+    assert all(np.array_equal(big.get(k), many[k]) for k in range(200))
     # the numba pass alone, in place, against the masked copies
     buf = rng.random(4 * 10)
     kept = np.flatnonzero(np.arange(10) % 3 != 1)               # 7 of 10 entries

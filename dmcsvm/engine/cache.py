@@ -90,13 +90,15 @@ class ColumnCache:
             return
         if self._buf is None or col.dtype != self._buf.dtype:
             self.clear()
-            self._buf = np.empty(self.budget // col.itemsize, dtype=col.dtype)
+            self._buf = np.empty(0, dtype=col.dtype)
         elif self._slot and col.shape[0] != self._width:
             self.clear()                 # a column of another active set: start again
         if not self._slot:
             self._width, self._next = col.shape[0], 0
         slot = self._slot.pop(key, None)
         if slot is None:
+            if self._next >= self._buf.shape[0] // self._width:
+                self._grow()
             if self._next < self._buf.shape[0] // self._width:
                 slot, self._next = self._next, self._next + 1
             else:
@@ -106,6 +108,17 @@ class ColumnCache:
                 slot = self._slot.pop(victim)
         self._buf[slot * self._width:(slot + 1) * self._width] = col
         self._slot[key] = slot
+
+    def _grow(self) -> None:
+        """Double the buffer, up to the budget (slots keep their places): a large budget is not
+        taken up front by a problem whose columns never fill it."""
+        limit = self.budget // self._buf.itemsize
+        size = min(limit, max(2 * self._buf.shape[0], 64 * self._width))
+        if size > self._buf.shape[0]:
+            buf = np.empty(size, dtype=self._buf.dtype)
+            used = self._next * self._width
+            buf[:used] = self._buf[:used]
+            self._buf = buf
 
     def compact(self, keep: np.ndarray) -> None:
         """Keep only the entries ``keep`` (boolean mask over the old active rows) of every column."""
