@@ -284,3 +284,25 @@ def test_add_rows_equals_numpy_fancy_index_add(dtype):
     want[rows] += dK
     add_rows(F, rows, dK)
     assert np.array_equal(F, want)
+
+
+def test_small_memory_cache_reaches_the_optimum_of_an_ample_one():
+    """A column cache far smaller than the columns a fit meets (evictions, columns pinned in
+    their round, re-packing on shrinking, growth) ends where an ample cache does, and both
+    where a fit without a cache does, up to the stopping tolerance (a kernel column computed in
+    another block can differ in its last bits, which changes the path a little)."""
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    X = (X[:600] / 16.0).astype(np.float32)
+    y = y[:600]
+    kw = dict(C=5.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100, n_jobs=2)
+    plain = MulticlassSVC(cache_size=0, **kw).fit(X, y)
+    small = MulticlassSVC(cache_size=0.03, **kw).fit(X, y)      # ~25 columns per partition
+    ample = MulticlassSVC(cache_size=200, **kw).fit(X, y)
+    hits = [m.history_["rows_cached"][-1] for m in (small, ample)]
+    assert 0 < hits[0] < hits[1]                                 # the small one evicted
+    d0, d1, d2 = (m.history_["dual"][-1] for m in (plain, small, ample))
+    assert abs(d1 - d2) <= 1e-12 * abs(d2)
+    assert abs(d0 - d2) <= 1e-7 * abs(d2)
+    np.testing.assert_array_equal(small.predict(X), ample.predict(X))
+    np.testing.assert_array_equal(plain.predict(X), ample.predict(X))
