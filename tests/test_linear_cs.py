@@ -78,6 +78,25 @@ def test_primal_check_on_threads_equals_one_thread(sparse):
     assert np.array_equal(xi1, xi3) and np.isfinite(xi1[:, 0]).all()
     assert out[0][1:] == out[1][1:]
 
+
+def test_primal_check_raises_an_error_of_another_thread(monkeypatch):
+    """A share of the rows that fails on another thread fails the check (no unwritten rows)."""
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(3000, 4))
+    cls = rng.integers(0, 3, 3000).astype(np.int64)
+    pcls = np.arange(3, dtype=np.int64)
+    st = L.SequentialState(L.LinearProblem.of(X, 1.0, 0.0), cls, cls, pcls, 1.0, 1e-3, True, 0,
+                           threads=2)
+    real = L.slacks_range
+
+    def flaky(*args):
+        if args[-2] > 0:
+            raise FloatingPointError("share failed")
+        return real(*args)
+    monkeypatch.setattr(L, "slacks_range", flaky)
+    with pytest.raises(FloatingPointError, match="share failed"):
+        st.objective()
+
 @pytest.mark.parametrize("seed", range(5))
 def test_subproblem_equals_exact_pattern_optimizer(seed):
     """The per-pattern solve (LIBLINEAR's sub-problem) equals pattern.opt_exact, with the

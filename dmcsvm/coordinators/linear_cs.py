@@ -139,14 +139,24 @@ class SequentialState:
         args = (p.rows, p.a, p.c0, self.W, self.s, self.cls, self.pcls, self.first, self.count, xi)
         cuts = np.linspace(0, n, min(self.threads, max(1, n // 1024)) + 1).astype(np.int64)
         # rows apart in nogil numba, the first share on this thread: the same values whatever
-        # the number of threads (each row's slack is computed alone)
-        others = [threading.Thread(target=slacks_range, args=args + (int(lo), int(hi)))
+        # the number of threads (each row's slack is computed alone); an error in another
+        # thread is raised here, not left behind as unwritten rows of ``xi``
+        failed = []
+
+        def share(lo, hi):
+            try:
+                slacks_range(*args, lo, hi)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller
+                failed.append(e)
+        others = [threading.Thread(target=share, args=(int(lo), int(hi)))
                   for lo, hi in zip(cuts[1:-1], cuts[2:])]
         for t in others:
             t.start()
         slacks_range(*args, int(cuts[0]), int(cuts[1]))
         for t in others:
             t.join()
+        if failed:
+            raise failed[0]
         rows = np.arange(self.B.shape[0])
         sa = float(self.B[rows, self.yp].sum())
         xi_own = xi[rows, self.yp - self.first[self.cls]]
