@@ -7,9 +7,9 @@ The method itself and its numba kernels (``passes``, ``subproblem``, ``reset_act
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +61,9 @@ class LinearProblem:
 class SequentialState:
     """``B``, ``W``, ``s`` and the shrinking state of a sequential-dual solve (kept across the
     epochs of an MProtSVM search)."""
+
+    #: rows per thread of a primal check at least (fewer: a thread's start costs more than them)
+    CHECK_SHARE_MIN_ROWS = 1024
 
     def __init__(self, prob: LinearProblem, yp, cls, pcls, C, tol, shrinking, seed_value,
                  row_C=None, threads: int = 1):
@@ -137,26 +140,20 @@ class SequentialState:
         n = self.B.shape[0]
         xi = np.empty((n, int(self.count.max())))
         args = (p.rows, p.a, p.c0, self.W, self.s, self.cls, self.pcls, self.first, self.count, xi)
-        cuts = np.linspace(0, n, min(self.threads, max(1, n // 1024)) + 1).astype(np.int64)
+        cuts = [int(c) for c in np.linspace(
+            0, n, min(self.threads, max(1, n // self.CHECK_SHARE_MIN_ROWS)) + 1)]
         # rows apart in nogil numba, the first share on this thread: the same values whatever
-        # the number of threads (each row's slack is computed alone); an error in another
-        # thread is raised here, not left behind as unwritten rows of ``xi``
-        failed = []
-
-        def share(lo, hi):
-            try:
-                slacks_range(*args, lo, hi)
-            except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller
-                failed.append(e)
-        others = [threading.Thread(target=share, args=(int(lo), int(hi)))
-                  for lo, hi in zip(cuts[1:-1], cuts[2:])]
-        for t in others:
-            t.start()
-        slacks_range(*args, int(cuts[0]), int(cuts[1]))
-        for t in others:
-            t.join()
-        if failed:
-            raise failed[0]
+        # the number of threads (each row's slack is computed alone); ``result()`` raises an
+        # error of another share here rather than leave its rows of ``xi`` unwritten
+        if len(cuts) == 2:
+            slacks_range(*args, 0, n)
+        else:
+            with ThreadPoolExecutor(len(cuts) - 2) as pool:
+                rest = [pool.submit(slacks_range, *args, lo, hi)
+                        for lo, hi in zip(cuts[1:-1], cuts[2:])]
+                slacks_range(*args, cuts[0], cuts[1])
+                for f in rest:
+                    f.result()
         rows = np.arange(self.B.shape[0])
         sa = float(self.B[rows, self.yp].sum())
         xi_own = xi[rows, self.yp - self.first[self.cls]]
