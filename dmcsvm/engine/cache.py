@@ -54,8 +54,6 @@ class ColumnCache:
         self._slot: OrderedDict[int, int] = OrderedDict()     # key -> slot, least recent first
         self._next = 0                      # slots from here on were never used at this width
         self._pinned: set[int] = set()
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self):
         return len(self._slot)
