@@ -197,6 +197,12 @@ def unit_costs(quick):
     return out
 
 
+def micro_costs(uc):
+    """The model's constants measured by :func:`unit_costs` (the rest keep their defaults)."""
+    return sm.Costs(**{k: uc[k] for k in ("k_e", "k_f", "k_c", "k_u", "k_s", "k_o", "m0", "m1",
+                                         "m2", "th0")})
+
+
 # ----------------------------------------------------------------------------- 2. fits
 class Recorder:
     """Wraps an executor: per round the time of step, candidates, new X rows, bytes."""
@@ -240,7 +246,8 @@ def install_recorder():
     return logs
 
 
-def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale"):
+def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale", executor_kw=None):
+    """One timed fit; ``executor_kw``: options set on its DaskExecutor (install_recorder)."""
     from dmcsvm import MulticlassSVC
     kw = dict(C=C, gamma=gamma, batch_size=b, disk_cache_size=0)
     if mode == "inprocess":
@@ -249,9 +256,14 @@ def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale"):
         kw["client"] = client
     clf = MulticlassSVC(**kw)
     l0 = load()
-    t = time.perf_counter()
-    clf.fit(X, y)
-    wall = time.perf_counter() - t
+    EXECUTOR_KW.clear()
+    EXECUTOR_KW.update(executor_kw or {})
+    try:
+        t = time.perf_counter()
+        clf.fit(X, y)
+        wall = time.perf_counter() - t
+    finally:
+        EXECUTOR_KW.clear()
     h = {k: np.asarray(v, dtype=float).tolist() for k, v in clf.history_.items()}
     rec = logs[-1] if logs else []
     stats = clf.engine_stats_
@@ -436,8 +448,7 @@ def main(argv=None):
     print("unit costs ...", flush=True)
     uc = unit_costs(quick)
     out["unit_costs"] = uc
-    costs = sm.Costs(k_e=uc["k_e"], k_f=uc["k_f"], k_c=uc["k_c"], k_u=uc["k_u"], k_s=uc["k_s"],
-                     k_o=uc["k_o"], m0=uc["m0"], m1=uc["m1"], m2=uc["m2"], th0=uc["th0"])
+    costs = micro_costs(uc)
     out["costs_micro"] = costs.to_dict()
 
     datasets = []
@@ -473,10 +484,8 @@ def main(argv=None):
                 mode = "inprocess" if key.startswith("inprocess") else "dask"
                 k = int(key[-1]) if mode == "inprocess" else 0
                 client = cl[DASK_RUNS[key][0]][1] if mode == "dask" else None
-                EXECUTOR_KW.clear()
-                EXECUTOR_KW.update(DASK_RUNS[key][1] if mode == "dask" else {})
-                r = one_fit(X, y, b_max, C, mode, k, client, logs, gamma)
-                EXECUTOR_KW.clear()
+                r = one_fit(X, y, b_max, C, mode, k, client, logs, gamma,
+                            DASK_RUNS[key][1] if mode == "dask" else None)
                 r["b_max"] = b_max
                 runs.setdefault(key, []).append(r)
                 print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}",
@@ -533,8 +542,7 @@ def node(a):
     print("unit costs ...", flush=True)
     uc = unit_costs(a.quick)
     out["unit_costs"] = uc
-    costs = sm.Costs(k_e=uc["k_e"], k_f=uc["k_f"], k_c=uc["k_c"], k_u=uc["k_u"], k_s=uc["k_s"],
-                     k_o=uc["k_o"], m0=uc["m0"], m1=uc["m1"], m2=uc["m2"], th0=uc["th0"])
+    costs = micro_costs(uc)
     out["costs_micro"] = costs.to_dict()
     save()
     X, y = blobs(a.node_n, a.node_d, 10)
@@ -547,10 +555,7 @@ def node(a):
     model_kw = {}
 
     def fit(key, mode, k, client=None, kw=None):
-        EXECUTOR_KW.clear()
-        EXECUTOR_KW.update(kw or {})
-        r = one_fit(X, y, b_max, 10.0, mode, k, client, logs)
-        EXECUTOR_KW.clear()
+        r = one_fit(X, y, b_max, 10.0, mode, k, client, logs, executor_kw=kw)
         r["b_max"] = b_max
         runs.setdefault(key, []).append(r)
         print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, Np {r['Np']}, "
