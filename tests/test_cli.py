@@ -71,6 +71,14 @@ def dna(tmp_path_factory):
     return d
 
 
+def _train_dna(dna, path):
+    """A model of the dna rows, fitted here and saved as ``dmcsvm train`` saves it (the tests that
+    only need some model skip a subprocess's seconds of imports; the CLI's own training is
+    checked against the API in test_train_predict_evaluate_equal_the_api)."""
+    from dmcsvm.model_io import save_model
+    save_model(MulticlassSVC(C=10, n_jobs=1).fit(str(dna / "train.zarr")), path)
+
+
 # ---------------------------------------------------------------------------------- convert/info
 
 @pytest.mark.slow
@@ -202,8 +210,7 @@ def test_every_registered_estimator_trains_from_the_command_line(name, tmp_path)
 def test_predict_on_a_store_loads_neither_distributed_nor_dask_array(dna, tmp_path):
     """A local predict or evaluate of a store runs on dask's threads without importing
     distributed or dask.array (together 1.2 s of every command-line predict before)."""
-    from dmcsvm.model_io import save_model
-    save_model(MulticlassSVC(C=10, n_jobs=1).fit(str(dna / "train.zarr")), tmp_path / "m.npz")
+    _train_dna(dna, tmp_path / "m.npz")
     m, t = str(tmp_path / "m.npz"), str(dna / "test.zarr")
     code = ("import sys; from dmcsvm.cli import main; "
             f"assert main(['predict', {m!r}, {t!r}, '-o', {str(tmp_path / 'p.txt')!r}, "
@@ -274,7 +281,7 @@ def test_mixed_feature_counts(tmp_path, dna):
     line = usage_error("convert", tmp_path / "bad.csv", tmp_path / "bad.zarr")
     assert line == f"dmcsvm: error: {tmp_path / 'bad.csv'}, line 5: 16 fields, expected 17"
     # a LIBSVM test file with a feature beyond the model's 180
-    ok("train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--n-jobs", 1)
+    _train_dna(dna, tmp_path / "m.npz")
     (tmp_path / "wide.svm").write_text("1 3:1\n2 200:1\n")
     line = usage_error("predict", tmp_path / "m.npz", tmp_path / "wide.svm", "-o",
                        tmp_path / "p.txt")
@@ -335,7 +342,7 @@ def _edit_meta(src, dst, edit):
 
 @pytest.mark.slow
 def test_edited_model_files_are_refused(dna, tmp_path):
-    ok("train", dna / "train.zarr", "-o", tmp_path / "m.npz", "--n-jobs", 1)
+    _train_dna(dna, tmp_path / "m.npz")
     _edit_meta(tmp_path / "m.npz", tmp_path / "v.npz", lambda m: m.update(format_version=99))
     line = usage_error("predict", tmp_path / "v.npz", dna / "test.zarr", "-o", tmp_path / "p.txt")
     assert "format_version 99, written by a newer dmcsvm" in line
