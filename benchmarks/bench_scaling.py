@@ -47,6 +47,8 @@ import scaling_model as sm  # noqa: E402
 import _report
 from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
 
+from dmcsvm.engine.messages import RoundMessage, has_batch, held_rows  # noqa: E402
+
 
 #: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them;
 #: the executor before WorkerGroup, still there as DaskExecutor(group=False));
@@ -54,8 +56,10 @@ from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
 #: one actor; implemented: DaskExecutor(tree=False)); per_worker_2b: the same with each worker
 #: sending its top 2b/W (2b in all; model only); tree: the message forwarded and the replies merged
 #: along a binary tree of workers, each node passing on its subtree's top b (implemented:
-#: DaskExecutor(tree=True), the default from TREE_MIN_GROUPS workers on)
-DESIGNS = ("current", "per_worker", "per_worker_2b", "tree")
+#: DaskExecutor(tree=True), the default from TREE_MIN_GROUPS workers on); tree_bank: the tree with
+#: the batch rows every worker banks left out of the message (implemented: DaskExecutor's
+#: bank_rows, the default; the share held per round comes from the trajectory's ``held``)
+DESIGNS = ("current", "per_worker", "per_worker_2b", "tree", "tree_bank")
 
 #: the Dask fits measured here: key -> (cluster, DaskExecutor options, model options)
 DASK_RUNS = {"dask1": ("1x1", {}, {}),
@@ -209,6 +213,7 @@ class Recorder:
 
     def __init__(self, inner, log):
         self._inner, self._log = inner, log
+        self._seen = set()      # ids whose X the Dask workers bank (DaskExecutor._banked)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -225,8 +230,15 @@ class Recorder:
         mb = sum(v.nbytes for v in vars(msg).values() if isinstance(v, np.ndarray))
         dB = getattr(msg, "dB", None)
         nnz = float(np.count_nonzero(dB) / dB.size) if dB is not None and dB.size else 0.0
+        # batch rows a Dask worker already banks (left out of the message: pack_message)
+        have = held_rows(msg, self._seen)
+        held = 0 if have is None else int(np.count_nonzero(have))
+        if getattr(msg, "bank_ids", None) is not None:
+            self._seen.intersection_update(msg.bank_ids.tolist())
+        if has_batch(msg) and isinstance(msg, RoundMessage) and isinstance(msg.XB, np.ndarray):
+            self._seen.update(msg.ids.tolist())
         self._log.append({"t_step": dt, "ncand": ncand, "nnew": nnew, "reply_bytes": rb,
-                          "msg_bytes": mb, "nnz_frac": nnz})
+                          "msg_bytes": mb, "nnz_frac": nnz, "held": held})
         return reps
 
 
@@ -292,6 +304,9 @@ def trajectory(run, b_max):
          "ncomp": comp / Np, "ncach": cach / Np, "ncand": ncand,
          "new_frac": np.where(ncand > 0, nnew / np.maximum(ncand, 1), 0.0), "b_max": b_max,
          "Np": Np}
+    if len(rec) == R and all("held" in r for r in rec):
+        # the share of each round's batch rows that the workers bank (not sent again)
+        t["held_frac"] = np.array([r["held"] for r in rec], float) / np.maximum(bprev, 1)
     if "steps" in h:
         t["steps"] = np.array(h["steps"], float)
     return t
@@ -423,6 +438,9 @@ def main(argv=None):
                          "file's trajectory (e.g. a --node run against results/scaling.json)")
     ap.add_argument("--reproject", action="store_true",
                     help="recompute the projections of --out from its constants (no measuring)")
+    ap.add_argument("--held", action="store_true",
+                    help="re-run --out's reference fit (in process, deterministic) to record the "
+                         "batch rows the workers bank each round, then project again")
     ap.add_argument("--node", action="store_true",
                     help="validate on one many-core machine: in-process fits on --threads and "
                          "LocalCluster fits on --workers one-thread workers, direct and tree")
@@ -433,6 +451,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.node:
         return node(a)
+    if a.held:
+        return held_shares(a.out)
     if a.reproject and a.reference:
         return reproject_with(a.out, a.reference)
     if a.reproject:
@@ -695,8 +715,11 @@ def projections(out, costs, base, n_meas, b_max, c_call=None):
         for design in DESIGNS:
             kw = {"per_worker": design != "current",
                   # the tree as implemented: every node passes on its subtree's top b
-                  "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj}.get(design),
-                  "tree": design == "tree"}
+                  "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj,
+                               "tree_bank": b_proj}.get(design),
+                  "tree": design.startswith("tree"), "bank": design == "tree_bank"}
+            if kw["bank"] and "held_frac" not in trp:
+                continue
             ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
             for W in (1, 8, 32, 128):
                 p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
@@ -743,6 +766,42 @@ def reproject_with(path, reference):
                   f"{p['speedup_vs_1x16']:.2f} | {p['serial_share']:.2f} |")
 
 
+def held_shares(path):
+    """The reference trajectory's share of batch rows the Dask workers bank, per round: its fit
+    (the first data set's fastest in-process one-thread run, which is deterministic) again with
+    the recorder, checked to be the same trajectory (rounds, dual of every round), each round's
+    ``held`` stored in the run's ``rec``; then the projections again (design ``tree_bank``)."""
+    env = json.loads(Path(path).read_text())
+    out = _body(env)
+    ds0 = next(iter(out["datasets"].values()))
+    base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
+    X, y = blobs(ds0["n"], ds0["d"], ds0["P"])
+    logs = install_recorder()
+    r = one_fit(X, y, base["b_max"], 10.0, "inprocess", 1, None, logs, "scale")
+    held = np.array([x["held"] for x in r["rec"]], float)
+    sent = np.r_[0.0, np.array(r["history"]["batch"][:-1], float)]
+    share = held / np.maximum(sent, 1)
+    same = r["rounds"] == base["rounds"] and np.allclose(r["history"]["dual"],
+                                                         base["history"]["dual"], rtol=1e-5)
+    R = len(base["rec"])
+    if not same:
+        # the solver's path moved since the reference was measured: its per-round shares,
+        # stretched over the reference's rounds (round k of R at the same fraction of the fit)
+        share = np.interp(np.linspace(0, 1, R), np.linspace(0, 1, len(share)), share)
+    bref = np.r_[0.0, np.array(base["history"]["batch"][:-1], float)]
+    for x, h, bb in zip(base["rec"], share, bref):
+        x["held"] = float(h * bb)
+    out["held_source"] = {"library": _report.library_source()["git"],
+                          "same_trajectory": bool(same), "rounds_now": int(r["rounds"]),
+                          "rounds_reference": int(base["rounds"]),
+                          "held_rows": float(held.sum()), "batch_rows": float(sent.sum())}
+    print(f"batch rows banked by the workers: {held.sum():.0f} of {sent.sum():.0f} "
+          f"({held.sum() / max(sent.sum(), 1):.1%}); {r['rounds']} rounds now, "
+          f"{base['rounds']} in the reference" + ("" if same else " (shares stretched)"))
+    _report.write(env, path)
+    reproject(path)
+
+
 def reproject(path):
     """Projections again from a result file's constants and kept trajectory (no measuring):
     for a change of the model or of the designs."""
@@ -781,7 +840,8 @@ def slim(out):
                 r["history_sums"] = {k: float(np.sum(h[k])) for k in KEEP if k in h and k.startswith("t_")}
                 if r is base:
                     r["history"] = {k: [float(f"{v:.6g}") for v in h[k]] for k in KEEP if k in h}
-                    r["rec"] = [{"ncand": x["ncand"], "nnew": x["nnew"]} for x in r["rec"]]
+                    r["rec"] = [{k: x[k] for k in ("ncand", "nnew", "held") if k in x}
+                                for x in r["rec"]]
                 else:
                     r["history"] = {}
                     r["rec"] = []
@@ -883,9 +943,15 @@ def plot(out, path, cores=None):
     ax = axes[1]
     for i, pname in enumerate(dict.fromkeys(p["problem"] for p in out["projection"]["problems"])):
         for design, ls in (("current", "-"), ("per_worker", "--"), ("per_worker_2b", ":"),
-                           ("tree", "-.")):
+                           ("tree", "-."), ("tree_bank", (0, (1, 3)))):
             ps = [p for p in out["projection"]["problems"]
                   if p["problem"] == pname and p["design"] == design]
+            if not ps:
+                continue
+            if not isinstance(ls, str):           # a dash pattern: markers drawn apart
+                ax.plot([p["W"] for p in ps], [p["speedup_vs_1x16"] for p in ps], ls=ls,
+                        marker="s", color=f"C{i}", label=f"{pname}, {design}")
+                continue
             ax.plot([p["W"] for p in ps], [p["speedup_vs_1x16"] for p in ps], "o" + ls,
                     color=f"C{i}", label=f"{pname}, {design}")
     ax.plot([1, 128], [1, 128], "k:", lw=0.8, label="linear")

@@ -84,8 +84,10 @@ def t_merge(c: Costs, ncand, nnew, P, d):
     return c.m0 + c.m1 * ncand * (P + 7) + c.m2 * nnew * d
 
 
-def msg_bytes(b, P, d, nnz_frac=0.15, xbytes=4):
-    return b * (xbytes * d + 8 + 12 * nnz_frac * P)
+def msg_bytes(b, P, d, nnz_frac=0.15, xbytes=4, held_frac=0.0):
+    """A round message: the batch's X rows (but the share ``held_frac`` the workers bank, each
+    sent as a 4-byte position), ids and the nonzeros of dB."""
+    return b * ((1.0 - held_frac) * xbytes * d + 4 * held_frac + 8 + 12 * nnz_frac * P)
 
 
 def reply_bytes(ncand, nnew, P, d, xbytes=4):
@@ -93,7 +95,7 @@ def reply_bytes(ncand, nnew, P, d, xbytes=4):
 
 
 def t_comm(c: Costs, mode, calls, b, P, d, ncand, nnew, rtt=0.0, bw=None, nnz_frac=0.15,
-           tree=0):
+           tree=0, held_frac=0.0):
     """Communication of a round, split: ``calls`` (per-call cost, serial on the coordinator),
     ``bytes`` (one message copy per call plus the replies through the coordinator's link),
     ``fixed`` (c0 + one round-trip time).  In-process: the thread hand-off only.  ``tree`` > 0:
@@ -104,19 +106,22 @@ def t_comm(c: Costs, mode, calls, b, P, d, ncand, nnew, rtt=0.0, bw=None, nnz_fr
         return {"calls": 0.0, "bytes": 0.0, "fixed": c.th0}
     bw = bw or c.bw_local
     if tree:
-        lvl = 2 * msg_bytes(b, P, d, nnz_frac) + 2 * reply_bytes(ncand, nnew, P, d)
+        lvl = 2 * msg_bytes(b, P, d, nnz_frac, held_frac=held_frac) \
+            + 2 * reply_bytes(ncand, nnew, P, d)
         return {"calls": 2 * c.c_call * tree, "bytes": tree * lvl / bw,
                 "fixed": c.c0 + tree * rtt}
-    nbytes = calls * msg_bytes(b, P, d, nnz_frac) + reply_bytes(ncand, nnew, P, d)
+    nbytes = calls * msg_bytes(b, P, d, nnz_frac, held_frac=held_frac) \
+        + reply_bytes(ncand, nnew, P, d)
     return {"calls": c.c_call * calls, "bytes": nbytes / bw, "fixed": c.c0 + rtt}
 
 
 def round_parts(c: Costs, mode, n, n_a, Np, b, P, d, ncomp, ncach, ncand, nnew, rtt=0.0,
-                bw=None, steps=None, nnz_frac=0.15, calls=None, tree=0):
+                bw=None, steps=None, nnz_frac=0.15, calls=None, tree=0, held_frac=0.0):
     """The terms of one round (seconds): coord_solve, coord_merge, comm_calls, comm_bytes,
-    comm_fixed, part.  ``calls``: actor calls per round (default one per partition)."""
+    comm_fixed, part.  ``calls``: actor calls per round (default one per partition);
+    ``held_frac``: the share of the batch rows the workers bank (not sent)."""
     cm = t_comm(c, mode, Np if calls is None else calls, b, P, d, ncand, nnew, rtt, bw, nnz_frac,
-                tree)
+                tree, held_frac)
     return {"coord_solve": t_solve(c, b, P, d, steps),
             "coord_merge": t_merge(c, ncand, nnew, P, d),
             "comm_calls": cm["calls"], "comm_bytes": cm["bytes"], "comm_fixed": cm["fixed"],
@@ -127,11 +132,12 @@ TERMS = ("coord_solve", "coord_merge", "comm_calls", "comm_bytes", "comm_fixed",
 
 
 def predict_fit(c: Costs, traj: dict, mode, Np, n, P, d, rtt=0.0, bw=None, n_scale=1.0,
-                calls=None, cand_cap=None, tree=0):
+                calls=None, cand_cap=None, tree=0, bank=False):
     """Fit time and its split over a trajectory (arrays per round: n_active, batch, ncomp,
     ncach, n_viol, new_frac; optional ncand, steps).  ``n_scale`` multiplies row counts (n,
     n_active, violators) for a larger problem with the same normalized trajectory.  ``calls``:
-    actor calls per round; each call's source reports up to ``b_max`` candidates."""
+    actor calls per round; each call's source reports up to ``b_max`` candidates.  ``bank``:
+    the batch rows the workers bank are left out of the messages (``traj['held_frac']``)."""
     tot = dict.fromkeys(TERMS, 0.0)
     steps = traj.get("steps")
     sources = Np if calls is None else calls
@@ -147,7 +153,8 @@ def predict_fit(c: Costs, traj: dict, mode, Np, n, P, d, rtt=0.0, bw=None, n_sca
         nnew = ncand * traj["new_frac"][r]
         parts = round_parts(c, mode, n * n_scale, traj["n_active"][r] * n_scale, Np, b, P, d,
                             traj["ncomp"][r], traj["ncach"][r], ncand, nnew, rtt, bw,
-                            None if steps is None else steps[r], calls=calls, tree=tree)
+                            None if steps is None else steps[r], calls=calls, tree=tree,
+                            held_frac=traj["held_frac"][r] if bank else 0.0)
         for k, v in parts.items():
             tot[k] += v
     tot["total"] = sum(tot[k] for k in TERMS)
@@ -155,7 +162,7 @@ def predict_fit(c: Costs, traj: dict, mode, Np, n, P, d, rtt=0.0, bw=None, n_sca
 
 
 def project(c: Costs, traj: dict, W, cores, n, P, d, rounds, rtt, bw, n_meas, per_worker=False,
-            cand_cap=None, tree=False):
+            cand_cap=None, tree=False, bank=False):
     """Projected fit time on W workers x ``cores`` cores (one partition per core) for a problem of
     ``n`` rows, with the normalized trajectory of a measured run (n_meas rows) stretched to
     ``rounds`` rounds.  ``per_worker``: the design change of scaling.md (one call, one message
@@ -167,6 +174,6 @@ def project(c: Costs, traj: dict, W, cores, n, P, d, rounds, rtt, bw, n_meas, pe
     scale = n / n_meas
     tot = predict_fit(c, traj, "dask", W * cores, n_meas, P, d, rtt=rtt, bw=bw, n_scale=scale,
                       calls=W if per_worker else None, cand_cap=cand_cap,
-                      tree=int(np.ceil(np.log2(max(W, 1)))) + 1 if tree else 0)
+                      tree=int(np.ceil(np.log2(max(W, 1)))) + 1 if tree else 0, bank=bank)
     f = rounds / len(traj["batch"])
     return {k: v * f for k, v in tot.items()}

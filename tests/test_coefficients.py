@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from dmcsvm.coordinators.coefficients import CoefficientRows
-from dmcsvm.coordinators.crammer_singer import _RowBank
-from dmcsvm.coordinators.id_index import IdIndex
+from dmcsvm.engine.id_index import IdIndex
+from dmcsvm.engine.row_bank import RowBank
 
 
 def test_id_index_answers_as_a_dict():
@@ -44,7 +44,7 @@ def test_row_bank_keeps_the_first_row_of_each_id_and_what_keep_names(sparse):
     and banked rows in order, ``keep`` drops the rest (and the dense bank reuses its rows)."""
     rng = np.random.default_rng(4)
     d = 6
-    bank, ref = _RowBank(), {}
+    bank, ref = RowBank(), {}
 
     def rows(X):
         return sp.csr_matrix(X) if sparse else X

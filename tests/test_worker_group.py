@@ -129,6 +129,39 @@ def test_a_round_sent_again_is_answered_from_memory():
         g.close()
 
 
+def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
+    """A round whose batch rows the group banked earlier carries none of them and updates the
+    scores exactly as the same round with the rows; ``bank_ids`` prunes the bank."""
+    from dmcsvm.engine.messages import held_rows
+    X, y = _problem()
+    s, ps = _settings(4)
+    specs = [(k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
+             for k, (lo, hi) in enumerate([(0, 50), (50, 120)])]
+    full, banked = WorkerGroup(specs, n_threads=1), WorkerGroup(specs, n_threads=1)
+    try:
+        dB = np.zeros((3, 4))
+        dB[:, 0], dB[:, 1] = 0.5, -0.5
+        ids = np.array([3, 60, 90])
+        for g in (full, banked):
+            g.step_packed(pack_message(RoundMessage(ids=ids, XB=X[ids], dB=dB)), 1)
+        assert sorted(banked._bank.ids().tolist()) == [3, 60, 90]
+        again = RoundMessage(ids=ids[::-1], XB=X[ids[::-1]], dB=0.5 * dB)
+        have = held_rows(again, {3, 60, 90})
+        assert have.all()
+        a = pickle.loads(full.step_packed(pack_message(again), 2))
+        b = pickle.loads(banked.step_packed(pack_message(again, have), 2))
+        for (k, ra), (j, rb) in zip(a, b):
+            assert k == j and np.array_equal(ra.cand_ids, rb.cand_ids)
+            assert np.array_equal(ra.cand_F, rb.cand_F) and ra.sum_BF == rb.sum_BF
+        for p, q in zip(full.parts.values(), banked.parts.values()):
+            np.testing.assert_array_equal(p.F, q.F)
+        banked.step_packed(pack_message(RoundMessage(reship=True, bank_ids=np.array([60]))), 3)
+        assert banked._bank.ids().tolist() == [60]
+    finally:
+        full.close()
+        banked.close()
+
+
 @pytest.mark.cluster
 def test_tree_of_four_workers_matches_inprocess():
     """Rounds down a tree of four workers (root -> 1, 2; 1 -> 3) give the in-process rounds,
@@ -150,16 +183,22 @@ def test_tree_of_four_workers_matches_inprocess():
     B_ref, r_ref = run(InProcessExecutor(2))
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        used = {}
-        for tree in (True, False):
-            ex = DaskExecutor(client, tree=tree)
+        used, got, rows = {}, {}, {}
+        for tree, bank in ((True, True), (False, True), (True, False)):
+            ex = DaskExecutor(client, tree=tree, bank_rows=bank)
             B, r = run(ex)
-            used[tree] = ex.bytes_sent
+            used[tree, bank], got[tree, bank] = ex.bytes_sent, B
+            rows[tree, bank] = (ex.rows_sent, ex.rows_held)
             assert len(ex.groups) == 4
             assert r.n_iter == r_ref.n_iter and r.converged
             np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
     # the direct path sends each round to 4 groups, the tree to its root only
-    assert used[False] == 4 * used[True]
+    assert used[False, True] == 4 * used[True, True]
+    # batch rows the groups banked in earlier rounds are not sent again; the same solve
+    np.testing.assert_array_equal(got[True, True], got[True, False])
+    sent, held = rows[True, True]
+    assert rows[True, False] == (sent + held, 0) and held > 0
+    assert used[True, True] < used[True, False]
 
 
 def test_tree_setting_is_checked():

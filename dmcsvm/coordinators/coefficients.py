@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .id_index import IdIndex
+from ..engine.id_index import IdIndex
 
 
 class CoefficientRows:

@@ -29,10 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
+from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
+from ..engine.row_bank import RowBank
 from ..engine.threads import BlasThreadHold
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
@@ -40,7 +41,6 @@ from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
 from .coefficients import CoefficientRows
 from .history import RoundHistory
-from .id_index import IdIndex
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
@@ -122,91 +122,6 @@ class SolveResult:
     partitions: list = field(default_factory=list)
 
 
-class _RowBank:
-    """X rows of the patterns that entered a batch since the last :meth:`keep`, and of the support
-    patterns: the partitions ship a row's X once (``cand_new``) and the coordinator banks it.
-    Dense rows sit in one array (rows by :class:`IdIndex` slot, gathered with one fancy index a
-    batch), CSR rows one 1-row matrix per id."""
-
-    def __init__(self):
-        self._index = IdIndex()
-        self._X = None              # dense rows: (capacity x d); rows [0, _used) are live
-        self._used = 0
-        self._sparse: dict[int, object] = {}
-
-    def __len__(self) -> int:
-        return len(self._index) + len(self._sparse)
-
-    def ids(self) -> np.ndarray:
-        """The banked ids, sorted."""
-        if self._sparse:
-            return np.sort(np.fromiter(self._sparse, dtype=np.int64, count=len(self._sparse)))
-        return self._index.ids()
-
-    def add(self, ids, X):
-        ids = np.asarray(ids, dtype=np.int64)
-        if sp.issparse(X):
-            for j, g in enumerate(ids.tolist()):
-                if g not in self._sparse:
-                    self._sparse[g] = X[j:j + 1]
-            return
-        new = np.flatnonzero(self._index.lookup(ids) < 0)
-        if new.shape[0] == 0:
-            return
-        new = new[np.unique(ids[new], return_index=True)[1]]     # an id once
-        need = self._used + new.shape[0]
-        if self._X is None or need > self._X.shape[0]:
-            grown = np.empty((max(need, 2 * self._used, 64), X.shape[1]), dtype=X.dtype)
-            if self._used:
-                grown[:self._used] = self._X[:self._used]
-            self._X = grown
-        slots = np.arange(self._used, need)
-        self._X[slots] = X[new]
-        self._index.add(ids[new], slots)
-        self._used = need
-
-    def _rows(self, ids) -> np.ndarray:
-        slots = self._index.lookup(ids)
-        if (slots < 0).any():
-            raise KeyError(int(np.asarray(ids)[np.flatnonzero(slots < 0)[0]]))
-        return self._X[slots]
-
-    def batch(self, ids, xrow, Xnew, d, sparse, dtype):
-        """X rows of a batch in order: row ``xrow[j]`` of ``Xnew`` where ``xrow[j] >= 0``, else the
-        banked row of ``ids[j]``."""
-        if sparse:
-            return sp.vstack([Xnew[int(r)] if r >= 0 else self._sparse[int(g)]
-                              for g, r in zip(ids, xrow)], format="csr") if len(ids) else \
-                sp.csr_matrix((0, d), dtype=dtype)
-        ids, xrow = np.asarray(ids, dtype=np.int64), np.asarray(xrow, dtype=np.int64)
-        out = np.empty((len(ids), d), dtype=Xnew.dtype if Xnew.shape[0] else dtype)
-        fresh = xrow >= 0
-        out[fresh] = Xnew[xrow[fresh]]
-        if not fresh.all():
-            out[~fresh] = self._rows(ids[~fresh])
-        return out
-
-    def keep(self, ids) -> None:
-        """Drop every banked row but those of ``ids`` (the partitions forget the same rows'
-        ``shipped`` marks with the message's ``reship``)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if self._sparse:
-            live = set(ids.tolist())
-            self._sparse = {g: x for g, x in self._sparse.items() if g in live}
-            return
-        _, old = self._index.keep(ids)
-        if self._X is not None:
-            self._X[:old.shape[0]] = self._X[old]   # (the fancy index reads into a temporary)
-        self._used = old.shape[0]
-
-    def stack(self, ids, d, sparse, dtype):
-        if len(ids) == 0:
-            return sp.csr_matrix((0, d), dtype=dtype) if sparse else np.zeros((0, d), dtype=dtype)
-        if sparse:
-            return sp.vstack([self._sparse[int(g)] for g in ids]).tocsr()
-        return self._rows(ids)
-
-
 @dataclass
 class CoordinatorState:
     """What the coordinator owns between rounds, kept across :func:`solve` calls so that a solve
@@ -215,7 +130,7 @@ class CoordinatorState:
     the batches since the last prune, the round counter, the history (bounded: :mod:`.history`)."""
 
     B: CoefficientRows
-    bank: _RowBank = field(default_factory=_RowBank)
+    bank: RowBank = field(default_factory=RowBank)
     rounds: int = 0
     history: RoundHistory = field(default_factory=lambda: RoundHistory(HISTORY_KEYS))
     #: the message chosen in the last round, not yet sent to the partitions (its ``dB`` is in
@@ -448,6 +363,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 # here, at sending, since a solve that stops drops the batch it chose last)
                 bank.keep(np.union1d(B.support(), msg.ids))
                 msg.reship = True
+                msg.bank_ids = bank.ids()     # the Dask workers' banks keep the same rows
                 prune = False
             # how this loop picks candidates: a Dask worker sends only those it can still pick
             msg.pick = (int(s.batch_size), float(s.tol))

@@ -32,7 +32,7 @@ from distributed.utils import CancelledError
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
-from .messages import pack_message
+from .messages import RoundMessage, has_batch, held_rows, pack_message
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
 from .worker_group import WorkerGroup
@@ -209,7 +209,7 @@ class DaskExecutor:
 
     def __init__(self, client, n_partitions: int | None = None, mode: str = "actor",
                  recover: bool = True, recover_timeout: float = 60.0, direct: bool | None = None,
-                 group: bool = True, tree="auto"):
+                 group: bool = True, tree="auto", bank_rows: bool = True):
         if mode not in ("actor", "future"):
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         if tree not in ("auto", True, False):
@@ -250,6 +250,13 @@ class DaskExecutor:
         self.n_partitions = int(n_partitions or threads)
         self.direct = direct     # resolved by start(): actor calls straight to the workers?
         self.bytes_sent = 0      # packed round messages sent to the partitions (actor mode)
+        # ids whose X rows every group holds in its bank (WorkerGroup): a message leaves those
+        # rows out; valid while no group was rebuilt since (a rebuilt group's bank is empty)
+        self.bank_rows = bool(bank_rows)
+        self._held: set = set()
+        self._held_at = 0        # len(self.recoveries) when _held was last valid
+        self.rows_sent = 0       # batch X rows sent in round messages (actor mode)
+        self.rows_held = 0       # batch X rows left out: the groups had them
 
     # ---------------------------------------------------------------- coordinator state
     def set_snapshot(self, fn, name: str = "state") -> None:
@@ -802,7 +809,8 @@ class DaskExecutor:
         if self.mode == "actor":
             # one packed frame each way per group (WorkerGroup.step_packed / tree_step); a rebuilt
             # group answers through the same path
-            blob = pack_message(msg)
+            have = self._held_rows(msg)
+            blob = pack_message(msg, have)
             self._seq += 1
             op = ("step", blob, self._seq)
             got = self._tree_round(op) if self.uses_tree() else None
@@ -810,6 +818,7 @@ class DaskExecutor:
                 self.bytes_sent += len(blob) * len(self.parts)
                 futs = [self._send(g, "step_packed", *op[1:]) for g in range(len(self.parts))]
                 got = [pickle.loads(r) for r in self._gather(futs, op).values()]
+            self._banked(msg)
             replies = sorted((kr for part in got for kr in part), key=lambda kr: kr[0])
             return [r for _, r in replies]
         c = self.client
@@ -818,6 +827,32 @@ class DaskExecutor:
                          key=f"dmcsvm-round-p{k}-{_next()}")
                 for k, (p, w) in enumerate(zip(self.parts, self.placement))]
         return self._gather_futures(futs)
+
+    def _held_rows(self, msg):
+        """The batch rows of ``msg`` every group banks (:func:`held_rows`), counted."""
+        if len(self.recoveries) != self._held_at:      # a group was rebuilt: its bank is empty
+            self._held.clear()
+            self._held_at = len(self.recoveries)
+        have = held_rows(msg, self._held) if self.bank_rows else None
+        if has_batch(msg) and msg.XB is not None:
+            n_have = 0 if have is None else int(np.count_nonzero(have))
+            self.rows_held += n_have
+            self.rows_sent += len(msg.ids) - n_have
+        return have
+
+    def _banked(self, msg) -> None:
+        """After a round every group answered: the rows their banks now hold (as
+        ``WorkerGroup._bank_rows`` keeps and adds them)."""
+        if not self.bank_rows or not isinstance(msg, RoundMessage):
+            return
+        if len(self.recoveries) != self._held_at:
+            self._held.clear()
+            self._held_at = len(self.recoveries)
+            return
+        if msg.bank_ids is not None:
+            self._held.intersection_update(msg.bank_ids.tolist())
+        if has_batch(msg) and isinstance(msg.XB, np.ndarray):
+            self._held.update(msg.ids.tolist())
 
     def _tree_round(self, op):
         """One round down the tree: the replies of every group as lists of ``(partition,

@@ -139,8 +139,9 @@ class GradientReply(Reply):
 class RoundMessage:
     """The Crammer-Singer round: the batch ``ids`` with its X rows ``XB`` and update ``dB``
     (``F += K(X, X_B) dB``), the shrinking margin, an optional unshrink (the support patterns
-    ``{"ids", "X", "B"}`` to rebuild shrunk rows from) and ``reship`` (the coordinator pruned its
-    row bank to the support and this batch)."""
+    ``{"ids", "X", "B"}`` to rebuild shrunk rows from), ``reship`` (the coordinator pruned its
+    row bank to the support and this batch) and then ``bank_ids``, the ids its bank kept (the
+    Dask workers' banks keep the same rows)."""
 
     ids: np.ndarray | None = None
     XB: object = None
@@ -148,6 +149,7 @@ class RoundMessage:
     shrink_margin: float = field(default=np.inf, metadata={REPORT_ONLY: True})
     unshrink: dict | None = None
     reship: bool = False
+    bank_ids: np.ndarray | None = None
     # (b, tol): the coordinator picks at most b candidates, violators (psi > tol) first; a
     # worker sends only those it can still pick (prune_candidates)
     pick: tuple | None = field(default=None, metadata={REPORT_ONLY: True})
@@ -212,12 +214,28 @@ def _set_fields(msg) -> dict:
     return out
 
 
-def pack_message(msg) -> bytes:
+def held_rows(msg, held) -> np.ndarray | None:
+    """Which batch rows of ``msg`` have X rows in every receiver's bank: a boolean mask over
+    ``msg.ids``, given the set ``held`` of such ids; None when the message has no dense batch
+    rows to leave out (only the Crammer-Singer family's messages are banked)."""
+    if not held or not isinstance(msg, RoundMessage) or not has_batch(msg) \
+            or not isinstance(msg.XB, np.ndarray):
+        return None
+    return np.fromiter((int(g) in held for g in msg.ids), dtype=bool, count=len(msg.ids))
+
+
+def pack_message(msg, have=None) -> bytes:
     """One round's message as one pickle blob of plain values (numpy arrays, its type's name),
     with ``dB`` sent as its nonzeros when that is smaller: a pattern's update touches only the few
     prototypes its sub-problem moved (about 3 of 26 on letter), so the dense ``|B| x P`` block is
     mostly zeros.  :func:`unpack_message` gives back the same values bit for bit (a signed zero
-    comes back as +0.0, which adds the same)."""
+    comes back as +0.0, which adds the same).
+
+    ``have``: which batch rows every receiver holds in its bank (:func:`held_rows`); those rows
+    of ``XB`` are left out (``XB_held``: their positions), the receiver takes them from its
+    bank.  A batch is mostly support patterns that were in earlier batches, and ``XB`` is most
+    of a round's message on wide data (MNIST-sized: 3.1 MB of X rows against ~0.1 MB of the
+    rest, sent down every level of the tree; benchmarks/results/scaling.md)."""
     wire = _set_fields(msg)
     wire["kind"] = type(msg).__name__
     dB = wire.get("dB")
@@ -229,17 +247,35 @@ def pack_message(msg) -> bytes:
             del wire["dB"]
             pos = at.astype(np.int32) if dB.size < 2 ** 31 else at
             wire["dB_nonzero"] = (dB.shape, pos, flat[at])
+    if have is not None and have.any():
+        wire["XB"] = msg.XB[~have]
+        wire["XB_held"] = np.flatnonzero(have).astype(np.int32)
     return pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack_message(blob: bytes):
-    """The message :func:`pack_message` packed, with ``dB`` dense again."""
+def unpack_message(blob: bytes, bank=None, rows=True):
+    """The message :func:`pack_message` packed, with ``dB`` dense again and the ``XB`` rows it
+    left out taken from ``bank`` (a :class:`~dmcsvm.engine.row_bank.RowBank`).  ``rows=False``:
+    those rows are not needed (a partition rebuilt from the coordinator's state applies only
+    the report-only fields); ``XB`` is then None."""
     wire = pickle.loads(blob)
     if "dB_nonzero" in wire:
         shape, at, val = wire.pop("dB_nonzero")
         dB = np.zeros(shape)
         dB.reshape(-1)[at] = val
         wire["dB"] = dB
+    if "XB_held" in wire:
+        at, sent = wire.pop("XB_held"), wire.pop("XB")
+        if rows:
+            if bank is None:
+                raise RuntimeError("a round message left out X rows that this receiver has no "
+                                   "bank for")
+            XB = np.empty((len(wire["ids"]), sent.shape[1]), dtype=sent.dtype)
+            fresh = np.ones(XB.shape[0], dtype=bool)
+            fresh[at] = False
+            XB[fresh] = sent
+            XB[at] = bank.stack(wire["ids"][at], sent.shape[1], False, sent.dtype)
+            wire["XB"] = XB
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
 
 

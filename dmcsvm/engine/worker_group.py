@@ -15,6 +15,10 @@ whatever the number of workers.
 Rounds are numbered.  A group remembers the replies of the last round it applied, so a round sent
 again to a group that already applied it (a parent died before it could forward the children's
 replies) is answered from that memory, bit for bit, without applying the update twice.
+
+Each group banks the X rows of the batches it applied, pruned as the coordinator prunes its own
+(the message's ``bank_ids``), so that a message carries only the batch rows no group has seen
+(:func:`~dmcsvm.engine.messages.pack_message`); the executor tracks which rows every group holds.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .messages import prune_candidates, report_only, unpack_message
+import numpy as np
+
+from .messages import (
+    RoundMessage,
+    has_batch,
+    prune_candidates,
+    report_only,
+    unpack_message,
+)
+from .row_bank import RowBank
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
@@ -48,6 +61,7 @@ class WorkerGroup:
         self._seq = None          # number of the last round applied
         self._last = None         # its replies [(k, reply)], before pruning, and its ``pick``
         self._lock = threading.Lock()   # a round sent again while it runs waits for it
+        self._bank = RowBank()          # X rows of the batches applied (module docstring)
 
     # ---------------------------------------------------------------- rounds
     def _map(self, fn) -> list:
@@ -63,12 +77,24 @@ class WorkerGroup:
         round's update already (only its report-only fields apply)."""
         with self._lock:
             if seq != self._seq:
-                msg = unpack_message(blob)
+                msg = unpack_message(blob, self._bank, rows=not rebuilt)
                 if rebuilt:
                     msg = report_only(msg)
+                else:
+                    self._bank_rows(msg)
                 replies = list(zip(self.order, self._map(lambda p: p.step(msg))))
                 self._seq, self._last = seq, (replies, getattr(msg, "pick", None))
             return self._last
+
+    def _bank_rows(self, msg) -> None:
+        """Bank the message's dense X rows, after pruning to the coordinator's ``bank_ids`` (only
+        the Crammer-Singer family's messages: the SMO coordinators keep no bank to follow)."""
+        if not isinstance(msg, RoundMessage):
+            return
+        if msg.bank_ids is not None:
+            self._bank.keep(msg.bank_ids)
+        if has_batch(msg) and isinstance(msg.XB, np.ndarray):
+            self._bank.add(msg.ids, msg.XB)
 
     def step_packed(self, blob: bytes, seq: int, rebuilt: bool = False) -> bytes:
         """One round on this group's partitions: ``blob`` from

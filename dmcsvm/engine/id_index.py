@@ -1,4 +1,4 @@
-"""Pattern id -> slot maps for the coordinator's stores keyed by pattern id (coefficient rows,
+"""Pattern id -> slot maps for the stores keyed by pattern id (the coordinator's coefficient rows,
 banked X rows, the Gram cache): two sorted ``int64`` arrays and a binary search.
 
 Every round looks up a whole batch (thousands of ids) in each store; a ``dict`` of Python ints
