@@ -26,3 +26,38 @@ def test_warmup_thread_compiles_without_touching_the_model():
     MulticlassSVC(C=10.0, n_jobs=1).fit(X[:300], y[:300])
     assert {n: len(getattr(pattern, n).signatures) for n in sigs} == sigs
     assert all(v >= 1 for v in sigs.values())
+
+
+def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, monkeypatch):
+    """``dmcsvm train --local-workers`` compiles on the store's first rows before its
+    LocalCluster (whose scheduler runs in this process) starts, as the demo does; rows of one
+    class are relabelled for it (only the code matters)."""
+    import distributed
+    import numpy as np
+
+    from dmcsvm.cli import _common, main
+    from dmcsvm.store import write_arrays
+    X, y = load_digits(return_X_y=True)
+    order = np.argsort(y, kind="stable")          # the first 200 rows are all of class 0
+    write_arrays(tmp_path / "d.zarr", X[order] / 16.0, y[order])
+    events, seen = [], {}
+
+    class Thread:
+        def join(self):
+            events.append("warm-up")
+
+    def warmup(model, Xw, yw, rows=200):
+        seen.update(n=len(Xw), classes=np.unique(yw).tolist())
+        return Thread()
+
+    class NoCluster:
+        def __init__(self, **kw):
+            events.append("cluster")
+            raise RuntimeError("no cluster in this test")
+    monkeypatch.setattr(_common, "start_warmup", warmup)
+    monkeypatch.setattr(distributed, "LocalCluster", NoCluster)
+    assert main(["train", str(tmp_path / "d.zarr"), "-o", str(tmp_path / "m.npz"),
+                 "--local-workers", "2"]) == 1
+    assert events == ["warm-up", "cluster"]
+    assert seen["n"] == 200 and seen["classes"] == [0, 1]
+    assert not (tmp_path / "m.npz").exists()

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ..runtime_params import CLI_OPTIONS
-from ._common import add_param_options, estimator_params, param_defaults
+from ._common import add_param_options, estimator_params, param_defaults, start_warmup
 
 #: where the demo's defaults differ from MulticlassSVC's, and why (said in --help): a first run
 #: on digits should be quick and accurate
@@ -36,35 +36,6 @@ def _add_model_args(p):
                              for k, (_, why) in DEMO_DEFAULTS.items()})
     g.add_argument("--verbose", action="store_true",
                    help="show a progress bar of the rounds (default: off)")
-
-
-def start_warmup(model, X, y, rows=200):
-    """Compile (or load from numba's cache) the numba code of ``model``'s fit and predict in a
-    background thread of this process, on ``rows`` rows of the training data (same dtype, so the
-    same specializations), while this process loads what the cluster needs.
-
-    On a first run every process that meets a numba function compiles it; the workers and the
-    coordinator used to do that at the same time, each for itself (3 processes compiling the
-    same code on a 2-core box).  Compiled once here, the code is in numba's on-disk cache
-    (``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``) before any worker needs it, and
-    the workers load it.  Returns the thread; join it before the LocalCluster starts: its
-    scheduler runs in this process, and while numba compiles here the scheduler's event loop
-    gets too little of the GIL to answer the workers' heartbeats in time (a worker then logged
-    "Failed to communicate with scheduler during heartbeat" with a traceback on a first run).
-    """
-    import threading
-
-    params = dict(model.get_params(deep=False), client=None, n_jobs=1, verbose=False)
-    Xs, ys = X[:rows], y[:rows]                  # a shuffled split: every class is there
-
-    def work():
-        try:
-            type(model)(**params).fit(Xs, ys).predict(Xs[:8])
-        except Exception:          # only a head start: the real fit reports any problem
-            pass
-    t = threading.Thread(target=work, name="dmcsvm-numba-warmup", daemon=True)
-    t.start()
-    return t
 
 
 def _report(model, fit_s, pred_s, acc, n_train, n_test, name):

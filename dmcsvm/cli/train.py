@@ -36,6 +36,7 @@ from ._common import (
     plural,
     read_arrays,
     stderr_is_tty,
+    warm_up_on_store,
 )
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
@@ -218,21 +219,26 @@ def run(a) -> int:
         raise UsageError(f"{a.estimator} records no per-round history for --log-json")
     progress = bool(getattr(est, "verbose", False))
     problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
-    with as_store(a.data, a, progress=progress) as info, cluster_client(a) as client:
-        if client is not None:
-            est.set_params(client=client)
-        t = time.perf_counter()
-        with problems:
-            if fits_stores(est):
-                est.fit(info.url)
-            else:
-                from ..store import read_sample_weight
-                X, y = read_arrays(info)
-                sw = read_sample_weight(info)
-                est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
-        fit_s = time.perf_counter() - t
-        if "client" in est.get_params(deep=False):
-            est.set_params(client=None)      # where it trained is not part of the model
+    with as_store(a.data, a, progress=progress) as info:
+        if a.local_workers:
+            # numba compiles here before the LocalCluster's scheduler shares this process
+            # (start_warmup: compiling beside it starved its heartbeats on a first run)
+            warm_up_on_store(est, info)
+        with cluster_client(a) as client:
+            if client is not None:
+                est.set_params(client=client)
+            t = time.perf_counter()
+            with problems:
+                if fits_stores(est):
+                    est.fit(info.url)
+                else:
+                    from ..store import read_sample_weight
+                    X, y = read_arrays(info)
+                    sw = read_sample_weight(info)
+                    est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
+            fit_s = time.perf_counter() - t
+            if "client" in est.get_params(deep=False):
+                est.set_params(client=None)      # where it trained is not part of the model
         n_train = info.n_samples
     save_model(est, a.output)
     give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
