@@ -47,7 +47,7 @@ import scaling_model as sm  # noqa: E402
 import _report
 from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
 
-from dmcsvm.engine.messages import RoundMessage, has_batch, held_rows  # noqa: E402
+from dmcsvm.engine.messages import HeldIds  # noqa: E402
 
 
 #: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them;
@@ -213,7 +213,7 @@ class Recorder:
 
     def __init__(self, inner, log):
         self._inner, self._log = inner, log
-        self._seen = set()      # ids whose X the Dask workers bank (DaskExecutor._banked)
+        self._seen = HeldIds()      # ids whose X the Dask workers bank (as DaskExecutor)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -231,12 +231,9 @@ class Recorder:
         dB = getattr(msg, "dB", None)
         nnz = float(np.count_nonzero(dB) / dB.size) if dB is not None and dB.size else 0.0
         # batch rows a Dask worker already banks (left out of the message: pack_message)
-        have = held_rows(msg, self._seen)
+        have = self._seen.rows(msg)
         held = 0 if have is None else int(np.count_nonzero(have))
-        if getattr(msg, "bank_ids", None) is not None:
-            self._seen.intersection_update(msg.bank_ids.tolist())
-        if has_batch(msg) and isinstance(msg, RoundMessage) and isinstance(msg.XB, np.ndarray):
-            self._seen.update(msg.ids.tolist())
+        self._seen.applied(msg)
         self._log.append({"t_step": dt, "ncand": ncand, "nnew": nnew, "reply_bytes": rb,
                           "msg_bytes": mb, "nnz_frac": nnz, "held": held})
         return reps

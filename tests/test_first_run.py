@@ -42,19 +42,15 @@ def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, m
     write_arrays(tmp_path / "d.zarr", X[order] / 16.0, y[order])
     events, seen = [], {}
 
-    class Thread:
-        def join(self):
-            events.append("warm-up")
-
     def warmup(model, Xw, yw, rows=200):
+        events.append("warm-up")
         seen.update(n=len(Xw), classes=np.unique(yw).tolist())
-        return Thread()
 
     class NoCluster:
         def __init__(self, **kw):
             events.append("cluster")
             raise RuntimeError("no cluster in this test")
-    monkeypatch.setattr(_common, "start_warmup", warmup)
+    monkeypatch.setattr(_common, "warm_up", warmup)
     monkeypatch.setattr(distributed, "LocalCluster", NoCluster)
     assert main(["train", str(tmp_path / "d.zarr"), "-o", str(tmp_path / "m.npz"),
                  "--local-workers", "2"]) == 1

@@ -134,7 +134,9 @@ def test_banked_rows_are_left_out_and_restored_from_the_receivers_bank():
     msg = m.RoundMessage(ids=np.array([7, 2, 9, 4, 11, 3]), XB=XB, dB=rng.normal(size=(6, 3)))
     bank = RowBank()
     bank.add(np.array([9, 3, 7]), XB[[2, 5, 0]])
-    have = m.held_rows(msg, {3, 7, 9, 100})
+    held = m.HeldIds()
+    held.ids.update({3, 7, 9, 100})
+    have = held.rows(msg)
     assert have.tolist() == [True, False, True, False, False, True]
     blob = m.pack_message(msg, have)
     assert len(blob) < len(m.pack_message(msg)) - 3 * 200 * 4 + 200   # 3 rows fewer
@@ -145,9 +147,9 @@ def test_banked_rows_are_left_out_and_restored_from_the_receivers_bank():
         m.unpack_message(blob)
     assert m.unpack_message(blob, rows=False).XB is None
     # nothing to leave out: no set, a gradient (SMO) message, or an empty batch
-    assert m.held_rows(msg, set()) is None
-    assert m.held_rows(m.GradientMessage(ids=msg.ids, XB=XB), {3}) is None
-    assert m.held_rows(m.RoundMessage(), {3}) is None
+    assert m.HeldIds().rows(msg) is None
+    assert held.rows(m.GradientMessage(ids=msg.ids, XB=XB)) is None
+    assert held.rows(m.RoundMessage()) is None
 
 
 def test_report_only_keeps_the_marked_fields():

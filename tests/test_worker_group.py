@@ -131,8 +131,9 @@ def test_a_round_sent_again_is_answered_from_memory():
 
 def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
     """A round whose batch rows the group banked earlier carries none of them and updates the
-    scores exactly as the same round with the rows; ``bank_ids`` prunes the bank."""
-    from dmcsvm.engine.messages import held_rows
+    scores exactly as the same round with the rows; ``bank_ids`` prunes the bank.  The
+    sender's mirror (HeldIds) holds the same ids as the group's bank throughout."""
+    from dmcsvm.engine.messages import HeldIds
     X, y = _problem()
     s, ps = _settings(4)
     specs = [(k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
@@ -142,11 +143,14 @@ def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
         dB = np.zeros((3, 4))
         dB[:, 0], dB[:, 1] = 0.5, -0.5
         ids = np.array([3, 60, 90])
+        held = HeldIds()
+        first = RoundMessage(ids=ids, XB=X[ids], dB=dB)
         for g in (full, banked):
-            g.step_packed(pack_message(RoundMessage(ids=ids, XB=X[ids], dB=dB)), 1)
-        assert sorted(banked._bank.ids().tolist()) == [3, 60, 90]
+            g.step_packed(pack_message(first), 1)
+        held.applied(first)
+        assert sorted(banked._bank.ids().tolist()) == [3, 60, 90] == sorted(held.ids)
         again = RoundMessage(ids=ids[::-1], XB=X[ids[::-1]], dB=0.5 * dB)
-        have = held_rows(again, {3, 60, 90})
+        have = held.rows(again)
         assert have.all()
         a = pickle.loads(full.step_packed(pack_message(again), 2))
         b = pickle.loads(banked.step_packed(pack_message(again, have), 2))
@@ -155,8 +159,10 @@ def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
             assert np.array_equal(ra.cand_F, rb.cand_F) and ra.sum_BF == rb.sum_BF
         for p, q in zip(full.parts.values(), banked.parts.values()):
             np.testing.assert_array_equal(p.F, q.F)
-        banked.step_packed(pack_message(RoundMessage(reship=True, bank_ids=np.array([60]))), 3)
-        assert banked._bank.ids().tolist() == [60]
+        prune = RoundMessage(reship=True, bank_ids=np.array([60]))
+        banked.step_packed(pack_message(prune), 3)
+        held.applied(prune)
+        assert banked._bank.ids().tolist() == [60] == sorted(held.ids)
     finally:
         full.close()
         banked.close()

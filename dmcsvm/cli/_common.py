@@ -263,21 +263,26 @@ def start_warmup(model, X, y, rows=200):
     """
     import threading
 
-    params = dict(model.get_params(deep=False), client=None, n_jobs=1, verbose=False)
-    Xs, ys = X[:rows], y[:rows]                  # a shuffled split: every class is there
-
-    def work():
-        try:
-            type(model)(**params).fit(Xs, ys).predict(Xs[:8])
-        except Exception:          # only a head start: the real fit reports any problem
-            pass
-    t = threading.Thread(target=work, name="dmcsvm-numba-warmup", daemon=True)
+    t = threading.Thread(target=warm_up, args=(model, X, y, rows), name="dmcsvm-numba-warmup",
+                         daemon=True)
     t.start()
     return t
 
 
+def warm_up(model, X, y, rows=200) -> None:
+    """Fit and predict a copy of ``model`` (in this process, one thread) on the first ``rows``
+    rows: what :func:`start_warmup` runs.  Any error is ignored (only a head start: the real fit
+    reports any problem)."""
+    params = dict(model.get_params(deep=False), client=None, n_jobs=1, verbose=False)
+    Xs, ys = X[:rows], y[:rows]                  # a shuffled split: every class is there
+    try:
+        type(model)(**params).fit(Xs, ys).predict(Xs[:8])
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+
+
 def warm_up_on_store(model, info, rows=200) -> None:
-    """Compile (or load from numba's cache) ``model``'s fit and predict code in this process on
+    """Compile (or load from numba's cache) ``model``'s fit and predict code in this thread on
     the first ``rows`` rows of the store, before a LocalCluster starts (``train
     --local-workers``): see :func:`start_warmup`.  Only the code matters, not the labels: if
     those rows hold one class, every other row is relabelled so that the fit runs."""
@@ -289,7 +294,7 @@ def warm_up_on_store(model, info, rows=200) -> None:
     if np.unique(y).shape[0] < 2:
         y = y.copy()
         y[1::2] = y[0] + 1 if np.issubdtype(y.dtype, np.number) else f"{y[0]}_other"
-    start_warmup(model, X, y, rows=m).join()
+    warm_up(model, X, y, rows=m)
 
 
 # ---------------------------------------------------------------------------------- outputs

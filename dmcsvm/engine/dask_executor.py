@@ -32,7 +32,7 @@ from distributed.utils import CancelledError
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
-from .messages import RoundMessage, has_batch, held_rows, pack_message
+from .messages import HeldIds, has_batch, pack_message
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
 from .worker_group import WorkerGroup
@@ -253,7 +253,7 @@ class DaskExecutor:
         # ids whose X rows every group holds in its bank (WorkerGroup): a message leaves those
         # rows out; valid while no group was rebuilt since (a rebuilt group's bank is empty)
         self.bank_rows = bool(bank_rows)
-        self._held: set = set()
+        self._held = HeldIds()
         self._held_at = 0        # len(self.recoveries) when _held was last valid
         self.rows_sent = 0       # batch X rows sent in round messages (actor mode)
         self.rows_held = 0       # batch X rows left out: the groups had them
@@ -828,12 +828,16 @@ class DaskExecutor:
                 for k, (p, w) in enumerate(zip(self.parts, self.placement))]
         return self._gather_futures(futs)
 
-    def _held_rows(self, msg):
-        """The batch rows of ``msg`` every group banks (:func:`held_rows`), counted."""
-        if len(self.recoveries) != self._held_at:      # a group was rebuilt: its bank is empty
+    def _held_now(self) -> HeldIds:
+        """What every group banks; forgotten when a group was rebuilt (its bank starts empty)."""
+        if len(self.recoveries) != self._held_at:
             self._held.clear()
             self._held_at = len(self.recoveries)
-        have = held_rows(msg, self._held) if self.bank_rows else None
+        return self._held
+
+    def _held_rows(self, msg):
+        """The batch rows of ``msg`` every group banks (:meth:`HeldIds.rows`), counted."""
+        have = self._held_now().rows(msg) if self.bank_rows else None
         if has_batch(msg) and msg.XB is not None:
             n_have = 0 if have is None else int(np.count_nonzero(have))
             self.rows_held += n_have
@@ -841,18 +845,12 @@ class DaskExecutor:
         return have
 
     def _banked(self, msg) -> None:
-        """After a round every group answered: the rows their banks now hold (as
-        ``WorkerGroup._bank_rows`` keeps and adds them)."""
-        if not self.bank_rows or not isinstance(msg, RoundMessage):
-            return
-        if len(self.recoveries) != self._held_at:
-            self._held.clear()
-            self._held_at = len(self.recoveries)
-            return
-        if msg.bank_ids is not None:
-            self._held.intersection_update(msg.bank_ids.tolist())
-        if has_batch(msg) and isinstance(msg.XB, np.ndarray):
-            self._held.update(msg.ids.tolist())
+        """After a round every group answered: the rows their banks now hold.  A group rebuilt
+        during the round applied only the report-only fields, so its bank holds nothing yet."""
+        if self.bank_rows and self._held_at == len(self.recoveries):
+            self._held.applied(msg)
+        else:
+            self._held_now()
 
     def _tree_round(self, op):
         """One round down the tree: the replies of every group as lists of ``(partition,

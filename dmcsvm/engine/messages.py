@@ -214,14 +214,39 @@ def _set_fields(msg) -> dict:
     return out
 
 
-def held_rows(msg, held) -> np.ndarray | None:
-    """Which batch rows of ``msg`` have X rows in every receiver's bank: a boolean mask over
-    ``msg.ids``, given the set ``held`` of such ids; None when the message has no dense batch
-    rows to leave out (only the Crammer-Singer family's messages are banked)."""
-    if not held or not isinstance(msg, RoundMessage) or not has_batch(msg) \
-            or not isinstance(msg.XB, np.ndarray):
-        return None
-    return np.fromiter((int(g) in held for g in msg.ids), dtype=bool, count=len(msg.ids))
+def banked_batch(msg) -> bool:
+    """Whether a receiver banks ``msg``'s batch rows: a Crammer-Singer-family message with dense
+    X rows (the SMO coordinators keep no bank for the workers to follow)."""
+    return isinstance(msg, RoundMessage) and has_batch(msg) and isinstance(msg.XB, np.ndarray)
+
+
+class HeldIds:
+    """The ids whose X rows every receiver banks, as the sender sees them: each receiver keeps a
+    message's ``bank_ids`` (when set) and then adds its banked batch rows
+    (``WorkerGroup._bank_rows``); :meth:`applied` follows the same two steps."""
+
+    def __init__(self):
+        self.ids: set = set()
+
+    def rows(self, msg) -> np.ndarray | None:
+        """Which batch rows of ``msg`` every receiver holds: a boolean mask over ``msg.ids`` for
+        :func:`pack_message`, or None when none can be left out."""
+        if not self.ids or not banked_batch(msg):
+            return None
+        held = self.ids
+        return np.fromiter((int(g) in held for g in msg.ids), dtype=bool, count=len(msg.ids))
+
+    def applied(self, msg) -> None:
+        """Every receiver applied ``msg``."""
+        if not isinstance(msg, RoundMessage):
+            return
+        if msg.bank_ids is not None:
+            self.ids.intersection_update(msg.bank_ids.tolist())
+        if banked_batch(msg):
+            self.ids.update(msg.ids.tolist())
+
+    def clear(self) -> None:
+        self.ids.clear()
 
 
 def pack_message(msg, have=None) -> bytes:
@@ -231,7 +256,7 @@ def pack_message(msg, have=None) -> bytes:
     mostly zeros.  :func:`unpack_message` gives back the same values bit for bit (a signed zero
     comes back as +0.0, which adds the same).
 
-    ``have``: which batch rows every receiver holds in its bank (:func:`held_rows`); those rows
+    ``have``: which batch rows every receiver holds in its bank (:meth:`HeldIds.rows`); those rows
     of ``XB`` are left out (``XB_held``: their positions), the receiver takes them from its
     bank.  A batch is mostly support patterns that were in earlier batches, and ``XB`` is most
     of a round's message on wide data (MNIST-sized: 3.1 MB of X rows against ~0.1 MB of the
@@ -270,12 +295,10 @@ def unpack_message(blob: bytes, bank=None, rows=True):
             if bank is None:
                 raise RuntimeError("a round message left out X rows that this receiver has no "
                                    "bank for")
-            XB = np.empty((len(wire["ids"]), sent.shape[1]), dtype=sent.dtype)
-            fresh = np.ones(XB.shape[0], dtype=bool)
-            fresh[at] = False
-            XB[fresh] = sent
-            XB[at] = bank.stack(wire["ids"][at], sent.shape[1], False, sent.dtype)
-            wire["XB"] = XB
+            # row xrow[j] of the rows sent, or the banked row where xrow[j] = -1
+            xrow = np.full(len(wire["ids"]), -1, dtype=np.int64)
+            xrow[np.setdiff1d(np.arange(xrow.shape[0]), at)] = np.arange(sent.shape[0])
+            wire["XB"] = bank.batch(wire["ids"], xrow, sent, sent.shape[1], False, sent.dtype)
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
 
 

@@ -28,15 +28,7 @@ import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
-from .messages import (
-    RoundMessage,
-    has_batch,
-    prune_candidates,
-    report_only,
-    unpack_message,
-)
+from .messages import RoundMessage, banked_batch, prune_candidates, report_only, unpack_message
 from .row_bank import RowBank
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
@@ -87,13 +79,13 @@ class WorkerGroup:
             return self._last
 
     def _bank_rows(self, msg) -> None:
-        """Bank the message's dense X rows, after pruning to the coordinator's ``bank_ids`` (only
-        the Crammer-Singer family's messages: the SMO coordinators keep no bank to follow)."""
+        """Bank the message's dense X rows (:func:`banked_batch`), after pruning to the
+        coordinator's ``bank_ids``; :class:`~dmcsvm.engine.messages.HeldIds` mirrors this."""
         if not isinstance(msg, RoundMessage):
             return
         if msg.bank_ids is not None:
             self._bank.keep(msg.bank_ids)
-        if has_batch(msg) and isinstance(msg.XB, np.ndarray):
+        if banked_batch(msg):
             self._bank.add(msg.ids, msg.XB)
 
     def step_packed(self, blob: bytes, seq: int, rebuilt: bool = False) -> bytes:
