@@ -487,10 +487,10 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_clien
     X = X.astype(np.float32)
     url = str(tmp_path / "train.zarr")
     write_arrays(url, X, y, rows_per_chunk=30)          # partition edges 0/60/120 either way
-    # batch_size 40 of 120 rows: ~200 rounds of the linear path's one pass (1,349 with 12, each
-    # round a Dask actor round trip on the two cluster fits); 3 epochs: re-assignments happen in
-    # each (the equality of assignments below covers them)
-    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=3, batch_size=40,
+    # a batch of all 120 rows: 124 rounds on the linear path (676 with batches of 40, each round
+    # a Dask actor round trip on the two cluster fits); 3 epochs: 54 and 41 rows are re-assigned
+    # after the first and second (the equality of assignments below covers them)
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=3, batch_size=120,
               random_state=4, n_partitions=2)
     kw.update(FIXED_CASES[kernel])
     ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)

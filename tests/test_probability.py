@@ -227,22 +227,23 @@ def test_log_loss_within_5_percent_of_calibrated_svc(name):
 # ------------------------------------------------------------------ command line
 
 @pytest.mark.slow
-def test_cli_predict_probability(blob_store, tmp_path):
-    import subprocess
+def test_cli_predict_probability(blob_store, tmp_path, capsys):
+    from dmcsvm.cli import main                 # the console script's entry point, in-process
     url, X, y = blob_store
     est = MulticlassSVC(n_jobs=1, probability=True, random_state=0).fit(X, y)
     save(est, tmp_path / "m.npz")
     save(MulticlassSVC(n_jobs=1).fit(X, y), tmp_path / "plain.npz")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "dmcsvm.cli", *map(str, args)],
-                              capture_output=True, text=True, timeout=300)
-    r = cli("predict", tmp_path / "m.npz", url, "-o", tmp_path / "p.txt", "--probability")
-    assert r.returncode == 0, r.stderr
+        code = main([str(a) for a in args])
+        return code, capsys.readouterr().err
+    code, err = cli("predict", tmp_path / "m.npz", url, "-o", tmp_path / "p.txt", "--probability")
+    assert code == 0, err
     lines = (tmp_path / "p.txt").read_text().splitlines()
     assert lines[0].split() == ["label"] + [str(c) for c in est.classes_]
     P = np.array([[float(v) for v in ln.split()[1:]] for ln in lines[1:]])
     np.testing.assert_array_equal(P, est.predict_proba(url))      # repr round-trips exactly
     assert [ln.split()[0] for ln in lines[1:]] == [str(v) for v in est.predict(url)]
-    r = cli("predict", tmp_path / "plain.npz", url, "-o", tmp_path / "q.txt", "--probability")
-    assert r.returncode == 2 and "--probability" in r.stderr and not (tmp_path / "q.txt").exists()
+    code, err = cli("predict", tmp_path / "plain.npz", url, "-o", tmp_path / "q.txt",
+                    "--probability")
+    assert code == 2 and "--probability" in err and not (tmp_path / "q.txt").exists()
