@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from pathlib import Path
 
 import oracles
 import pytest
@@ -25,19 +24,6 @@ def _import_dmcsvm_from_here_in_subprocesses():
 
 
 _import_dmcsvm_from_here_in_subprocesses()
-
-
-def pytest_configure(config):
-    """Under pytest-xdist, each worker compiles its share of the numba code before its first
-    test (``tests/numba_warmup.py``): on a fresh clone the workers no longer each compile the
-    same core at the same time."""
-    import numba_warmup
-    me = numba_warmup.xdist_worker()
-    base = getattr(config.option, "basetemp", None)
-    if me is None or not base:
-        return
-    # the workers' basetemps (.../popen-gwN) share their parent, unique to this run
-    numba_warmup.warm_up(*me, Path(base).parent)
 
 
 def pytest_collection_modifyitems(items):
