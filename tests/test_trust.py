@@ -269,7 +269,8 @@ def _beside_scenario():
 
     def run(on_round):
         spec = KernelSpec("rbf", 0.2)
-        s = SolverSettings(C=10.0, tol=1e-6, gap_tol=0.0, batch_size=5).check()
+        # 10 rounds each: B's rounds 2-5 are the ones observed
+        s = SolverSettings(C=10.0, tol=1e-6, gap_tol=0.0, batch_size=5, max_iter=10).check()
         ps = PartitionSettings(kernel=spec.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
                                n_candidates=5, pcls=np.arange(3))
         ex = InProcessExecutor(1).start(X, y, y, ps)
