@@ -10,15 +10,12 @@ over these tests.  The end-to-end train / predict / evaluate and the SIGKILL run
 from __future__ import annotations
 
 import collections
-import contextlib
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,28 +25,11 @@ from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import estimator_registry, load_model
 from dmcsvm.store import open_store, read_all
 from data_dir import DATA
+from dmcsvm_cli import run_cli as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DNA, DNA_T = DATA / "dna" / "dna.scale", DATA / "dna" / "dna.scale.t"   # LIBSVM, 180 features
 LETTER = DATA / "letter" / "letter-recognition.data"                  # CSV, label (A-Z) first
-
-
-def cli(*args, timeout=600, process=False):
-    """``dmcsvm ARGS``: its exit status, stdout and stderr.  In-process through ``main`` with
-    warnings ignored, or with ``process=True`` as ``python -m dmcsvm.cli`` with
-    ``PYTHONWARNINGS=ignore``."""
-    args = [str(a) for a in args]
-    if process:
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        return subprocess.run([sys.executable, "-m", "dmcsvm.cli", *args],
-                              capture_output=True, text=True, timeout=timeout, env=env)
-    from dmcsvm.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
-        warnings.simplefilter("ignore")
-        code = main(args)
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def ok(*args, **kw):

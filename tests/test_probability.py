@@ -24,6 +24,7 @@ from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, On
 from dmcsvm.estimators._calibration import apply_calibration, platt_sigmoid
 from dmcsvm.store import write_arrays
 from data_dir import DATA
+from dmcsvm_cli import run_cli
 
 ALL = [
     lambda: MulticlassSVC(n_jobs=1, probability=True),
@@ -227,16 +228,15 @@ def test_log_loss_within_5_percent_of_calibrated_svc(name):
 # ------------------------------------------------------------------ command line
 
 @pytest.mark.slow
-def test_cli_predict_probability(blob_store, tmp_path, capsys):
-    from dmcsvm.cli import main                 # the console script's entry point, in-process
+def test_cli_predict_probability(blob_store, tmp_path):
     url, X, y = blob_store
     est = MulticlassSVC(n_jobs=1, probability=True, random_state=0).fit(X, y)
     save(est, tmp_path / "m.npz")
     save(MulticlassSVC(n_jobs=1).fit(X, y), tmp_path / "plain.npz")
 
     def cli(*args):
-        code = main([str(a) for a in args])
-        return code, capsys.readouterr().err
+        r = run_cli(*args)
+        return r.returncode, r.stderr
     code, err = cli("predict", tmp_path / "m.npz", url, "-o", tmp_path / "p.txt", "--probability")
     assert code == 0, err
     lines = (tmp_path / "p.txt").read_text().splitlines()

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
+from dmcsvm_cli import run_cli
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import load_model, save_model
@@ -146,9 +147,7 @@ def _store(tmp_path, name="s.zarr", n=3000):
 
 
 def _cli(*args):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "dmcsvm.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return run_cli(*args, process=True, timeout=300)
 
 
 def test_nan_in_a_store_is_caught_with_its_row(tmp_path):
