@@ -277,6 +277,13 @@ def batch_bounds(agg, pick, C, key="cand_C"):
     return float(C) if np.all(Cb == C) else Cb
 
 
+def row_bounds(Cb, n):
+    """``batch_bounds``' answer as one bound per batch row: the Crammer-Singer batch solves then
+    compile one variant for weighted and unweighted fits (as the partitions'
+    ``row_bounds``)."""
+    return np.full(n, Cb) if np.ndim(Cb) == 0 else Cb
+
+
 def _progress(settings, n):
     if not settings.verbose:
         return None
@@ -403,7 +410,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 batch = pt.solve_batch if batch_solver is None else batch_solver
                 args = (B[ids], agg.cand_F[pick], Kbb, agg.cand_yp[pick],
                         agg.cand_cls[pick], pcls, agg.cand_kdiag[pick],
-                        batch_bounds(agg, pick, s.C),
+                        row_bounds(batch_bounds(agg, pick, s.C), len(ids)),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
                 if greedy:
                     rest = viol.copy()

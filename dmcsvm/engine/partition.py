@@ -184,7 +184,7 @@ class Partition(PartitionBase):
         psi = np.empty(na)
         sa, sbf, sxi, max_v, sum_v, max_psi, n_viol = pt.scan_rows(
             s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag,
-            s.C if self.Crow is None else self.Crow, s.tol, rows, shrink_margin, self.calm, V, psi)
+            self.row_bounds(), s.tol, rows, shrink_margin, self.calm, V, psi)
         # candidates: the best n_candidates violators by selection value, then (near_tol) the
         # rows closest to violating by psi
         cand = np.flatnonzero(psi > s.tol)
@@ -349,7 +349,7 @@ class CandidateHint:
         V = np.empty(rows.shape[0])
         psi = np.empty(rows.shape[0])
         pt.selection_values(s.selection, p.B, p.F, p.yp, p.cls, p.pcls, p.kdiag,
-                            s.C if p.Crow is None else p.Crow, rows, V, psi)
+                            p.row_bounds(), rows, V, psi)
         viol = psi > s.tol
         nv = int(np.count_nonzero(viol))
         if nv:

@@ -98,6 +98,7 @@ class PartitionBase:
             self.Crow = np.ascontiguousarray(settings.row_C, dtype=np.float64)
             if self.Crow.shape != (n,):
                 raise ValueError(f"partition {part_id}: {self.Crow.shape} row bounds for {n} rows")
+        self._C_full = None
         # the rows the kernel passes cover: all of them unless a subclass shrinks the set
         self.active = np.arange(n, dtype=np.int64)
         self.cache = ColumnCache(settings.cache_bytes)
@@ -129,6 +130,18 @@ class PartitionBase:
     def n_rows(self) -> int:
         """Rows this partition owns."""
         return self.hi - self.lo
+
+    def row_bounds(self) -> np.ndarray:
+        """Every row's dual upper bound as one array: the weighted ``C_i``, or ``settings.C``
+        repeated.  The numba passes then compile one variant for weighted and unweighted fits
+        alike (a scalar ``C`` compiled a second copy of the scan and the working-set solve,
+        about 6 s in a process that runs both)."""
+        if self.Crow is not None:
+            return self.Crow
+        C = float(self.s.C)
+        if self._C_full is None or self._C_full[:1].tolist() != [C]:
+            self._C_full = np.full(self.n_rows, C)
+        return self._C_full
 
     # ---------------------------------------------------------------- kernel columns
     def _kt(self, n_cols: int, n_rows: int):
