@@ -22,7 +22,8 @@ def test_warmup_thread_compiles_without_touching_the_model():
     assert model.get_params() == before and not hasattr(model, "classes_")
     # the code the warm-up compiled is what the real fit uses: no new specialization
     from dmcsvm.numerics import pattern
-    sigs = {name: len(getattr(pattern, name).signatures) for name in ("solve_working_set", "scan_rows")}
+    sigs = {name: len(getattr(pattern, name).signatures)
+            for name in ("_working_set_passes", "scan_rows")}
     MulticlassSVC(C=10.0, n_jobs=1).fit(X[:300], y[:300])
     assert {n: len(getattr(pattern, n).signatures) for n in sigs} == sigs
     assert all(v >= 1 for v in sigs.values())
