@@ -264,12 +264,11 @@ def pick_candidates(agg, b, tol, theta, greedy):
     return pick, agg.cand_psi > tol
 
 
-def batch_bounds(agg, pick, C, key="cand_C"):
-    """Dual upper bounds of the batch rows ``pick`` of the merged candidates: the scalar ``C``
-    when every one of them has it (always without weights: the arithmetic of an unweighted
-    solve), else their per-row ``C_i`` (``cand_C``, reported by the partitions that own them).
-    Batch solvers (``pattern.solve_batch``, ``solve_working_set``, a ``batch_solver``) take
-    either (as do the SMO decomposition's, whose partitions report ``cand_U``)."""
+def batch_bounds(agg, pick, C, key):
+    """Dual upper bounds of the batch rows ``pick`` of the merged candidates for the SMO
+    decomposition: the scalar ``C`` when every one of them has it (always without weights: the
+    arithmetic of an unweighted solve), else their per-row bounds (``key``, e.g. ``cand_U``,
+    reported by the partitions that own them)."""
     Cb = getattr(agg, key)
     if Cb is None:
         return float(C)
@@ -277,11 +276,15 @@ def batch_bounds(agg, pick, C, key="cand_C"):
     return float(C) if np.all(Cb == C) else Cb
 
 
-def row_bounds(Cb, n):
-    """``batch_bounds``' answer as one bound per batch row: the Crammer-Singer batch solves then
-    compile one variant for weighted and unweighted fits (as the partitions'
-    ``row_bounds``)."""
-    return np.full(n, Cb) if np.ndim(Cb) == 0 else Cb
+def batch_row_bounds(agg, pick, C):
+    """One dual upper bound per batch row ``pick`` of the merged candidates: their ``C_i``
+    (``cand_C``, reported by the partitions that own them), or ``C`` repeated without weights.
+    Always an array, as the partitions' ``row_bounds``: the Crammer-Singer batch solves
+    (``pattern.solve_batch``, ``solve_working_set``, a ``batch_solver``) then compile one
+    variant for weighted and unweighted fits."""
+    if agg.cand_C is None:
+        return np.full(len(pick), float(C))
+    return np.ascontiguousarray(agg.cand_C[pick], dtype=np.float64)
 
 
 def _progress(settings, n):
@@ -323,10 +326,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         in the state that row describes (the batch chosen in that round is dropped).
     batch_solver : callable, optional
         Replaces :func:`~dmcsvm.numerics.pattern.solve_batch` and is called with the same
-        arguments (the bound ``C``: a scalar, or one per batch row when patterns are weighted,
-        :func:`batch_bounds`) except the batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype
-        solve of linear kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`);
-        with ``inner_steps > 0`` its ``working_set`` method replaces
+        arguments (the bounds ``C``: one per batch row, :func:`batch_row_bounds`) except the
+        batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype solve of linear
+        kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`); with
+        ``inner_steps > 0`` its ``working_set`` method replaces
         :func:`~dmcsvm.numerics.pattern.solve_working_set` the same way.
     """
     s = settings
@@ -410,7 +413,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 batch = pt.solve_batch if batch_solver is None else batch_solver
                 args = (B[ids], agg.cand_F[pick], Kbb, agg.cand_yp[pick],
                         agg.cand_cls[pick], pcls, agg.cand_kdiag[pick],
-                        row_bounds(batch_bounds(agg, pick, s.C), len(ids)),
+                        batch_row_bounds(agg, pick, s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
                 if greedy:
                     rest = viol.copy()

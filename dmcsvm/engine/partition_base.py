@@ -138,9 +138,8 @@ class PartitionBase:
         about 6 s in a process that runs both)."""
         if self.Crow is not None:
             return self.Crow
-        C = float(self.s.C)
-        if self._C_full is None or self._C_full[:1].tolist() != [C]:
-            self._C_full = np.full(self.n_rows, C)
+        if self._C_full is None:        # settings are fixed for the partition's life
+            self._C_full = np.full(self.n_rows, float(self.s.C))
         return self._C_full
 
     # ---------------------------------------------------------------- kernel columns
