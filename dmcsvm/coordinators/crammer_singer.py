@@ -411,7 +411,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     Kbb = kernel_block(spec, XB, XB) if batch_solver is None else XB
                     G, gpos = Kbb, np.arange(len(ids))
                 batch = pt.solve_batch if batch_solver is None else batch_solver
-                args = (B[ids], agg.cand_F[pick], Kbb, agg.cand_yp[pick],
+                Bb = B[ids]
+                args = (Bb, agg.cand_F[pick], Kbb, agg.cand_yp[pick],
                         agg.cand_cls[pick], pcls, agg.cand_kdiag[pick],
                         batch_row_bounds(agg, pick, s.C),
                         float(s.tol), float(fp_eps), int(s.batch_sweeps))
@@ -446,8 +447,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     stalled = True
                 if moved.any():
                     ids, XB, dB = ids[moved], XB[np.flatnonzero(moved)], dB[moved]
-                    B_prev = B[ids].copy()
-                    B[ids] += dB
+                    B_prev = Bb[moved]          # (the batch solves do not write their Bb)
+                    B[ids] = B_prev + dB
                     bank.add(ids, XB)
                     msg = RoundMessage(ids=ids, XB=XB, dB=dB,
                                        shrink_margin=min(agg.max_psi, s.shrink_cap))

@@ -55,15 +55,22 @@ _MERGERS = {
 }
 
 
+_RULES: dict = {}      # reply type -> ((field name, merger), ...): read once per type
+
+
 def merge(replies):
     """One reply of the same type from the partitions' replies (in partition order), each field
     combined by its declared rule; a field that a partition kind leaves None stays None."""
     first = replies[0]
+    kind = type(first)
+    rules = _RULES.get(kind)
+    if rules is None:
+        rules = _RULES[kind] = tuple((f.name, _MERGERS[f.metadata[MERGE]]) for f in fields(kind))
     out = {}
-    for f in fields(first):
-        values = [getattr(r, f.name) for r in replies]
-        out[f.name] = None if values[0] is None else _MERGERS[f.metadata[MERGE]](values)
-    return type(first)(**out)
+    for name, combine in rules:
+        values = [getattr(r, name) for r in replies]
+        out[name] = None if values[0] is None else combine(values)
+    return kind(**out)
 
 
 # ------------------------------------------------------------------------------ replies
