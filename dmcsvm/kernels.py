@@ -241,17 +241,36 @@ def copy_gram(G, out):
 def row_norms_sq(X) -> np.ndarray:
     """Squared Euclidean row norms in float64 (dense or CSR)."""
     if sp.issparse(X):
-        X64 = X.tocsr().astype(np.float64)
+        X = X.tocsr()
+        if X.has_canonical_format:
+            # each row's squares summed in stored order (bincount adds in sequence), without
+            # building two more matrices as ``X.multiply(X).sum(axis=1)`` did: a round of a
+            # sparse fit asks this of its batch (0.3 ms of a 40-row fit's 3.7 ms rounds)
+            d = X.data.astype(np.float64)
+            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+            return np.bincount(rows, weights=d * d, minlength=X.shape[0]).astype(np.float64,
+                                                                          copy=False)
+        X64 = X.astype(np.float64)      # duplicates are summed before squaring
         return np.asarray(X64.multiply(X64).sum(axis=1)).ravel()
     X64 = np.asarray(X, dtype=np.float64)
     return np.einsum("ij,ij->i", X64, X64)
+
+
+#: a sparse ``XB`` of at most this many entries (rows x features) is made dense for ``XA @ XB.T``
+_DENSE_B_MAX = 2 ** 17
 
 
 def _gram(XA, XB) -> np.ndarray:
     """Dense ``XA @ XB.T`` in the common precision of the inputs."""
     if sp.issparse(XA) or sp.issparse(XB):
         if sp.issparse(XA) and sp.issparse(XB):
-            G = (XA @ XB.T).toarray()
+            if XB.shape[0] * XB.shape[1] <= _DENSE_B_MAX:
+                # CSR times a dense block adds each entry's products in the order of XA's row,
+                # as the sparse product does (the same values), without building a sparse
+                # result: 15-20x faster for a round's small batch, 4x at 100 x 500
+                G = np.asarray(XA @ XB.toarray().T)
+            else:
+                G = (XA @ XB.T).toarray()
         elif sp.issparse(XA):
             G = np.asarray(XA @ np.asarray(XB).T)
         else:

@@ -268,6 +268,31 @@ def test_row_norms_sq_dense_sparse_float32():
                                rtol=1e-14)
 
 
+def test_row_norms_sq_of_csr_rows_sums_each_rows_squares_in_order():
+    """CSR norms: each row's squares added in stored order (float32 data squared in float64),
+    empty rows 0.0, and a matrix with duplicate or unsorted entries normed as the matrix it
+    stands for (duplicates summed before squaring)."""
+    rng = np.random.default_rng(5)
+    X = sp.random(30, 400, density=0.3, format="csr", random_state=5, dtype=np.float32)
+    X.data = (X.data * rng.normal(size=X.nnz) * 1e3).astype(np.float32)
+    keep = np.ones(X.shape[0], dtype=np.float32)
+    keep[3] = 0.0
+    X = (sp.diags(keep) @ X).tocsr()             # row 3 empty
+    X.eliminate_zeros()
+    X.sum_duplicates()                           # (sorts the indices: the canonical form)
+    assert X.has_canonical_format and X.indptr[3] == X.indptr[4]
+    got = row_norms_sq(X)
+    want = np.array([sum(float(v) * float(v) for v in X.data[X.indptr[i]:X.indptr[i + 1]])
+                     for i in range(X.shape[0])])
+    assert got.dtype == np.float64 and got[3] == 0.0
+    np.testing.assert_array_equal(got, want)
+    dup = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), np.array([1, 1, 0, 2]),
+                         np.array([0, 3, 3, 4])), shape=(3, 3))
+    assert not dup.has_canonical_format
+    np.testing.assert_array_equal(row_norms_sq(dup), [3.0 ** 2 + 3.0 ** 2, 0.0, 16.0])
+    assert row_norms_sq(sp.csr_matrix((0, 4))).dtype == np.float64
+
+
 # ------------------------------------------------------------------------------------------------
 # kernel_diag
 # ------------------------------------------------------------------------------------------------
@@ -339,3 +364,21 @@ def test_kernelspec_roundtrip():
     assert KernelSpec(**spec.to_dict()) == spec
     # degree is only meaningful for poly; other kernels accept any value there
     assert KernelSpec("rbf", gamma=1.0, degree=0).name == "rbf"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sparse_gram_with_a_dense_made_batch_equals_the_sparse_product(monkeypatch, dtype):
+    """A small sparse ``XB`` is made dense for ``XA @ XB.T`` (``_DENSE_B_MAX``): the same values
+    bit for bit as the sparse product, so the threshold never changes a model."""
+    from dmcsvm import kernels
+    rng = np.random.default_rng(7)
+    XA = sp.random(120, 300, density=0.05, format="csr", random_state=1, dtype=dtype)
+    XB = sp.random(9, 300, density=0.2, format="csr", random_state=2, dtype=dtype)
+    XA.data = ((XA.data - 0.5) * 10.0 ** rng.integers(-3, 3, XA.nnz)).astype(dtype)
+    XB.data = (XB.data - 0.5).astype(dtype)
+    want = (XA @ XB.T).toarray()
+    for limit in (0, XB.shape[0] * XB.shape[1]):        # the sparse product, the dense batch
+        monkeypatch.setattr(kernels, "_DENSE_B_MAX", limit)
+        got = kernels._gram(XA, XB)
+        assert got.dtype == want.dtype and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
