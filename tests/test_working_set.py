@@ -44,14 +44,15 @@ def _psi_rows(B, F, y, pcls, C):
     return np.array([pt.psi_value(B[k], F[k], y[k], y[k], pcls, C) for k in range(B.shape[0])])
 
 
+@pytest.mark.parametrize("relax", [1.0, 1.4])
 @pytest.mark.parametrize("code", sorted(set(pt.OPTIMIZERS.values())))
 @pytest.mark.parametrize("inner_tol", [1e-2, 1e-6])
-def test_working_set_solve_reaches_inner_tol(code, inner_tol):
+def test_working_set_solve_reaches_inner_tol(code, inner_tol, relax):
     B, F, K, y, kd, C = _batch_problem(3)
     pcls = np.arange(B.shape[1])
     gpos = np.arange(B.shape[0])
     dB, gains, steps = pt.solve_working_set(code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10,
-                                            10 ** 6, inner_tol)
+                                            10 ** 6, inner_tol, relax)
     B1 = B + dB
     F1 = F + K @ dB
     assert _psi_rows(B1, F1, y, pcls, C).max() <= inner_tol * (1 + 1e-6) + 1e-12
@@ -69,6 +70,10 @@ def test_working_set_solve_reaches_inner_tol(code, inner_tol):
     def dual(Bx):
         return Bx[np.arange(n), y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
     assert dual(B1) >= dual(B) - 1e-12
+    if code == pt.OPT_EXACT:
+        # the reported gains (of 2 alpha_y - ||M||^2, twice the dual) add up to the dual's rise
+        # (over-relaxed: g t (2 - t) each)
+        assert gains.sum() == pytest.approx(2.0 * (dual(B1) - dual(B)), rel=1e-8)
     assert steps.sum() >= 1 and np.all(steps >= 0)
     assert np.all(steps[~np.any(dB != 0, axis=1)] >= 0)
 
@@ -312,3 +317,44 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
     assert n1 > 0 and not any(pooled[:n1]) and all(pooled[n1:])
     assert r1.n_iter == r2.n_iter
     np.testing.assert_array_equal(B1, B2)
+
+
+def test_over_relaxed_step_stays_feasible_and_gains_what_it_reports():
+    """``_over_relax`` lengthens an exact step by ``relax`` unless a bound stops it first; the
+    dual along the step's line is ``D0 + g (2t - t^2)``, so the step gains ``g t (2 - t)``."""
+    B, F, K, y, kd, C = _batch_problem(4)
+    pcls = np.arange(B.shape[1])
+    n = B.shape[0]
+    F_out = F - K @ B
+
+    def dual(Bx):
+        return Bx[np.arange(n), y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+    lengthened = capped = 0
+    for j in range(n):
+        b0 = B[j].copy()
+        b = b0.copy()
+        f = F[j].copy()
+        g = pt.optimize_pattern(pt.OPT_EXACT, b, f, y[j], y[j], pcls, kd[j], C, 0.0, 1e-10)
+        if not np.any(b != b0):
+            continue
+        exact = b.copy()
+        g2 = pt._over_relax(b, b0, y[j], C, 1.4, g)
+        assert abs(b.sum()) <= 1e-12 * C and b[y[j]] <= C and np.delete(b, y[j]).max() <= 0.0
+        t = (b - b0) @ (exact - b0) / ((exact - b0) @ (exact - b0))
+        assert 1.0 - 1e-12 <= t <= 1.4 + 1e-12
+        np.testing.assert_allclose(b - b0, t * (exact - b0), rtol=0, atol=1e-12 * C)
+        Bx, Bt = B.copy(), B.copy()
+        Bx[j], Bt[j] = exact, b
+        # gains are of 2 alpha_y - ||M||^2: twice the dual
+        assert 2.0 * (dual(Bx) - dual(B)) == pytest.approx(g, rel=1e-8)
+        assert 2.0 * (dual(Bt) - dual(B)) == pytest.approx(g2, rel=1e-8)
+        lengthened += t > 1.4 - 1e-9
+        capped += 1.0 + 1e-9 < t < 1.4 - 1e-9
+    assert lengthened and capped          # the problem exercises both cases
+
+
+def test_inner_relax_outside_one_to_two_is_refused():
+    from dmcsvm.coordinators.crammer_singer import SolverSettings
+    for bad in (0.5, 2.0):
+        with pytest.raises(ValueError, match=rf"inner_relax must be in \[1, 2\), got {bad}"):
+            SolverSettings(inner_relax=bad).check()

@@ -72,6 +72,9 @@ class SolverSettings:
     # 15, 22, 3.3 s; satimage 2.6 / 1.0 s; letter 38 / 49 s.  Rows with psi in (tol / 2, tol]
     # (PartitionSettings.near_tol) fill a batch that has room (they are about to violate)
     inner_steps: float = 0.0
+    # the working-set solve's over-relaxation of exact steps (pattern._over_relax; 1: none, the
+    # default here as for MultiPrototypeSVC's search; MulticlassSVC uses 1.4)
+    inner_relax: float = 1.0
     inner_frac: float = 0.3
     inner_floor: float = 0.5
     inner_prog: float = 0.3
@@ -104,6 +107,8 @@ class SolverSettings:
             raise ValueError(f"batch_sweeps must be an integer >= 1, got {self.batch_sweeps!r}")
         if int(self.batch_size) != self.batch_size or self.batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not (1.0 <= self.inner_relax < 2.0):
+            raise ValueError(f"inner_relax must be in [1, 2), got {self.inner_relax!r}")
         if not (np.isfinite(self.cache_size) and self.cache_size >= 0):
             raise ValueError(f"cache_size must be a number of MB >= 0, got {self.cache_size!r}")
         return self
@@ -427,7 +432,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     max_steps = int(max(1, s.inner_steps * len(ids)))
                     if batch_solver is None:
                         dB, gains, st = pt.solve_working_set(
-                            opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol)
+                            opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol,
+                            s.inner_relax)
                     else:
                         dB, gains, st = batch_solver.working_set(
                             opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol)
