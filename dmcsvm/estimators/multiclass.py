@@ -105,9 +105,7 @@ class MulticlassSVC(SVMEstimator):
         Working-set size: patterns that may be optimized in one round (each partition reports
         up to this many candidates).  The coordinator solves the working set on its kernel
         block by re-selection (the most violated patterns first, again while they stay the
-        most violated), the exact optimizer's steps over-relaxed 1.4x within their bounds
-        (12-40 % fewer pattern optimizations on five data sets), before one update is sent;
-        1 is the papers' sequential algorithm.
+        most violated) before one update is sent; 1 is the papers' sequential algorithm.
     batch_sweeps : int, default=1
         Sweeps over a batch in one round for the one-pass batch solve (used by the linear
         explicit-prototype path); the kernel path's working-set solve ignores it.
