@@ -187,8 +187,7 @@ class MulticlassSVC(SVMEstimator):
                               batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
                               cache_size=float(self.cache_size),
                               verbose=bool(self.verbose),
-                              **{"inner_steps": 20.0, "inner_relax": 1.4,
-                                 **getattr(self, '_extra', {})}).check()
+                              **{"inner_steps": 20.0, **getattr(self, '_extra', {})}).check()
 
     def _disk_cache_mb(self) -> float:
         """Disk budget (MB) of the zarr kernel-column cache; 'auto' is 4096 MB for the partitions
