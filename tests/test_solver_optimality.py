@@ -97,21 +97,20 @@ def test_working_set_solve_reaches_exact_optimum(cs, problems, kernel, optimizer
 @pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("kernel", ["poly", "rbf"])
 def test_over_relaxed_working_set_reaches_exact_optimum(cs, problems, kernel, selection):
-    """MulticlassSVC's default round: the exact optimizer's steps over-relaxed 1.4x within their
-    bounds (``inner_relax``, pattern._over_relax) reach the same exact optimum."""
+    """The working-set round with the exact optimizer's steps over-relaxed 1.4x within their
+    bounds (``inner_relax``, pattern._over_relax; off by default) reaches the same exact
+    optimum."""
     p = problems[kernel]
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer="exact",
-                             selection=selection, batch_size=7, tol=SOLVER_TOL, inner_steps=20.0,
-                             inner_relax=1.4)
+        B, r = _working_set_run(cs, p, "exact", selection, "mean", inner_relax=1.4)
     _check_optimal(cs, p, B, r, f"over-relaxed working set {kernel}/{selection}")
 
 
-def _working_set_run(cs, p, optimizer, selection, threshold):
+def _working_set_run(cs, p, optimizer, selection, threshold, **extra):
     return cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
                          selection=selection, threshold=threshold, batch_size=7, tol=SOLVER_TOL,
-                         inner_steps=20.0)
+                         inner_steps=20.0, **extra)
 
 
 @pytest.mark.parametrize("kernel", ["poly", "rbf"])

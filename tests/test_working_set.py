@@ -40,6 +40,17 @@ def _batch_problem(seed, nb=40, P=5, C=2.0, gamma=0.4):
     return B, F, K, y, np.diag(K).copy(), C
 
 
+def _batch_dual(B, F, K, y):
+    """The batch's share of the dual as a function of its coefficients: ``sum alpha_y -
+    1/2 ||M||^2`` with the scores ``F`` (at ``B``) minus the batch's own part as the outside."""
+    F_out = F - K @ B
+    rows = np.arange(B.shape[0])
+
+    def dual(Bx):
+        return Bx[rows, y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+    return dual
+
+
 def _psi_rows(B, F, y, pcls, C):
     return np.array([pt.psi_value(B[k], F[k], y[k], y[k], pcls, C) for k in range(B.shape[0])])
 
@@ -65,10 +76,7 @@ def test_working_set_solve_reaches_inner_tol(code, inner_tol, relax):
     other[np.arange(n), y] = 0.0
     assert other.max() <= 1e-12
     # the batch's share of the dual (sum alpha_y - 1/2 ||M||^2 with F as the outside part) rises
-    F_out = F - K @ B
-
-    def dual(Bx):
-        return Bx[np.arange(n), y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+    dual = _batch_dual(B, F, K, y)
     assert dual(B1) >= dual(B) - 1e-12
     if code == pt.OPT_EXACT:
         # the reported gains (of 2 alpha_y - ||M||^2, twice the dual) add up to the dual's rise
@@ -325,10 +333,7 @@ def test_over_relaxed_step_stays_feasible_and_gains_what_it_reports():
     B, F, K, y, kd, C = _batch_problem(4)
     pcls = np.arange(B.shape[1])
     n = B.shape[0]
-    F_out = F - K @ B
-
-    def dual(Bx):
-        return Bx[np.arange(n), y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+    dual = _batch_dual(B, F, K, y)
     lengthened = capped = 0
     for j in range(n):
         b0 = B[j].copy()

@@ -638,8 +638,8 @@ def _over_relax(b, b0, y, C, relax, g):
         b[r] = 0.0 if v >= 0.0 or (d > 0.0 and (0.0 - b0[r]) / d <= t) else v
         rest += b[r]
     # alpha_y closes the pattern's equality constraint (sum_r alpha_r = 0) exactly, within C
-    v = -rest
-    b[y] = C if v > C else (0.0 if v < 0.0 else v)
+    # (the others are <= 0, so -rest >= 0)
+    b[y] = min(-rest, C)
     return g * t * (2.0 - t)
 
 
