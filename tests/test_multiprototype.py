@@ -209,12 +209,13 @@ def test_linear_batch_solve_matches_kernel_batch_solve(sparse, optimizer, sweeps
     np.testing.assert_allclose(g_l, g_k, rtol=atol, atol=1e-12)
 
 
+@pytest.mark.parametrize("relax", [1.0, 1.4])
 @pytest.mark.parametrize("weighted", [False, True], ids=["C", "C_i"])
 @pytest.mark.parametrize("sparse", [False, True])
-def test_linear_working_set_equals_kernel_working_set(sparse, weighted):
+def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     """The working-set solve by re-selection on explicit prototypes takes the same steps (rows,
     counts) and reaches the same batch solution as :func:`pattern.solve_working_set` on K_BB, and
-    leaves every batch row within its inner tolerance."""
+    leaves every batch row within its inner tolerance, with exact and over-relaxed steps."""
     rng = np.random.default_rng(5)
     nb = 30
     XB, cb, yb, pcls = random_batch(rng, nb, 5, [2, 1, 3], -0.6)
@@ -229,10 +230,10 @@ def test_linear_working_set_equals_kernel_working_set(sparse, weighted):
     code = pt.OPTIMIZERS["exact"]
     tol, inner_tol, max_steps = 1e-6, 1e-3, 20 * nb
     dB_k, g_k, st_k = pt.solve_working_set(code, Bb, Fb, K, np.arange(nb), yb, cb, pcls, kdiag,
-                                           C, tol, 1e-8, max_steps, inner_tol)
+                                           C, tol, 1e-8, max_steps, inner_tol, relax)
     XBs = sp.csr_matrix(XB) if sparse else XB
     dB_l, g_l, st_l = lp.LinearBatchSolver(a, c0).working_set(
-        code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, tol, 1e-8, max_steps, inner_tol)
+        code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, tol, 1e-8, max_steps, inner_tol, relax)
     assert st_k.sum() > nb and st_k.sum() < max_steps       # re-selection took extra steps
     np.testing.assert_array_equal(st_l, st_k)
     np.testing.assert_allclose(dB_l, dB_k, rtol=0, atol=1e-10)

@@ -98,7 +98,7 @@ def test_working_set_solve_reaches_exact_optimum(cs, problems, kernel, optimizer
 @pytest.mark.parametrize("kernel", ["poly", "rbf"])
 def test_over_relaxed_working_set_reaches_exact_optimum(cs, problems, kernel, selection):
     """The working-set round with the exact optimizer's steps over-relaxed 1.4x within their
-    bounds (``inner_relax``, pattern._over_relax; off by default) reaches the same exact
+    bounds (``inner_relax``, pattern._over_relax; the default) reaches the same exact
     optimum."""
     p = problems[kernel]
     with warnings.catch_warnings():

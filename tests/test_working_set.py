@@ -358,6 +358,23 @@ def test_over_relaxed_step_stays_feasible_and_gains_what_it_reports():
     assert lengthened and capped          # the problem exercises both cases
 
 
+def test_over_relax_holds_a_coefficient_that_rounding_moves_at_its_bound():
+    """An exact step that leaves ``alpha_y`` at ``C`` but, by rounding, an ulp above where it
+    started must relax like the step that leaves it exactly there: ``t = (C - b0) / d`` is 0 / 0
+    there, and letting it cap ``t`` at 1 steered dense and CSR fits (scores an ulp apart) onto
+    paths 5e-3 apart."""
+    C, g = 1.2, 0.5
+    exact = np.array([C, -0.8, -0.4])
+    out = {}
+    for name, by in (("at bound", C), ("an ulp below", np.nextafter(C, 0.0))):
+        b0 = np.array([by, -0.5, -0.7])
+        b = exact.copy()
+        out[name] = (b, pt._over_relax(b, b0, 0, C, 1.4, g))
+    for b, gain in out.values():
+        np.testing.assert_allclose(b, [C, -0.5 - 1.4 * 0.3, -0.7 + 1.4 * 0.3], rtol=0, atol=1e-15)
+        assert gain == pytest.approx(g * 1.4 * 0.6, rel=1e-12)
+
+
 def test_inner_relax_outside_one_to_two_is_refused():
     from dmcsvm.coordinators.crammer_singer import SolverSettings
     for bad in (0.5, 2.0):

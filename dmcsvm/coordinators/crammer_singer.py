@@ -72,11 +72,12 @@ class SolverSettings:
     # 15, 22, 3.3 s; satimage 2.6 / 1.0 s; letter 38 / 49 s.  Rows with psi in (tol / 2, tol]
     # (PartitionSettings.near_tol) fill a batch that has room (they are about to violate)
     inner_steps: float = 0.0
-    # the working-set solve's over-relaxation of exact steps (pattern._over_relax; 1: none, the
-    # default everywhere).  1.4 took 12-40 % fewer optimizations on the five vs_libsvm sets, same
-    # accuracy, 2-6 % more SVs, but dense and CSR input then stopped on models 5e-3 apart at
-    # tol 1e-3 (1e-10 without): rounding differences steer the relaxed ascent apart
-    inner_relax: float = 1.0
+    # the working-set solves' over-relaxation of exact steps (pattern._over_relax, kernel and
+    # explicit-prototype; 1: none).  Measured at 1.0 / 1.4 / 1.6 / 1.8 (vs_libsvm settings): 1.4
+    # took 12-40 % fewer optimizations on the five vs_libsvm sets, the same accuracy; 1.8 more
+    # than 1.0.  The relaxed ascent's path is sensitive to rounding: dense and CSR input (kernel
+    # values a few ulp apart) stop on models about tol apart, not 1e-10 as with exact steps
+    inner_relax: float = 1.4
     inner_frac: float = 0.3
     inner_floor: float = 0.5
     inner_prog: float = 0.3
@@ -438,7 +439,8 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                             s.inner_relax)
                     else:
                         dB, gains, st = batch_solver.working_set(
-                            opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol)
+                            opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol,
+                            s.inner_relax)
                     n_steps = int(st.sum())
                 else:
                     dB, gains = batch(opt_code, *args)

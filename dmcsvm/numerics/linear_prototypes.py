@@ -209,9 +209,10 @@ def _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a
 
 @numba.njit(cache=True, nogil=True)
 def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT, ds, touched,
-                  yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0):
+                  yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0, relax):
     """Optimize batch row ``j`` exactly (``optimize_pattern``) at scores ``f`` and fold its change
-    into ``dB``, ``dW`` (or ``dWT``) and ``ds``.  Returns the gain and whether anything moved."""
+    into ``dB``, ``dW`` (or ``dWT``) and ``ds``; ``relax > 1`` over-relaxes an exact step
+    (:func:`dmcsvm.numerics.pattern._over_relax`).  Returns the gain and whether anything moved."""
     P = f.shape[0]
     for r in range(P):
         b[r] = Bb[j, r] + dB[j, r]
@@ -219,6 +220,8 @@ def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
     g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
+    if relax > 1.0 and code == pt.OPT_EXACT:
+        g = pt._over_relax(b, b0, yb[j], Cj, relax, g)
     moved = False
     for r in range(P):
         v = b[r] - b0[r]
@@ -237,13 +240,13 @@ def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
 
 @numba.njit(cache=True, nogil=True)
 def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdiag, C, tol,
-                  fp_eps, sweeps, a, c0, max_steps, inner_tol):
+                  fp_eps, sweeps, a, c0, max_steps, inner_tol, relax):
     """Shared body of the dense / CSR batch solves (``Xd`` empty for CSR).
 
     ``max_steps == 0``: ``sweeps`` passes in order (:func:`dmcsvm.numerics.pattern.solve_batch`).
     ``max_steps > 0``: the working-set solve by re-selection
     (:func:`dmcsvm.numerics.pattern.solve_working_set`, same passes, cuts and stops) on explicit
-    prototypes.  Returns ``(dB, gains, steps)``."""
+    prototypes, its exact steps over-relaxed by ``relax``.  Returns ``(dB, gains, steps)``."""
     nb, P = Bb.shape
     dense = Xd.shape[0] > 0
     dB = np.zeros((nb, P))
@@ -292,7 +295,8 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                 if pt.psi_value(bc, f, yb[j], cb[j], pcls, Cj) <= cut:
                     continue
                 g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW,
-                                      dWT, ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0)
+                                      dWT, ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0,
+                                      relax)
                 total += 1
                 steps[j] += 1
                 gains[j] += g
@@ -318,7 +322,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                 if p <= tol:
                     continue
             g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
-                                  ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0)
+                                  ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0, 1.0)
             gains[j] += g
             steps[j] += 1
         if sweep > 0 and worst <= tol:
@@ -327,14 +331,15 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
 
 
 def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0,
-                       max_steps=0, inner_tol=0.0):
+                       max_steps=0, inner_tol=0.0, relax=1.0):
     """The coordinator's batch solve (as :func:`dmcsvm.numerics.pattern.solve_batch`) for a linear
     kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
     x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per
     pattern instead of O(batch size), so a batch may hold every violator (LIBLINEAR-style passes).
     With ``max_steps > 0`` it is the working-set solve of
-    :func:`dmcsvm.numerics.pattern.solve_working_set` instead (``sweeps`` unused).
+    :func:`dmcsvm.numerics.pattern.solve_working_set` instead (``sweeps`` unused; ``relax`` as
+    there).
     ``XB`` is dense or CSR; ``C`` a scalar or one bound per batch row (weighted patterns).
     Returns ``(dB, gains, steps)``."""
     C = float(C) if np.ndim(C) == 0 else np.ascontiguousarray(C, dtype=np.float64)
@@ -346,7 +351,7 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
     kdiag = np.ascontiguousarray(kdiag, dtype=np.float64)
     d = XB.shape[1]
     opts = (float(tol), float(fp_eps), int(sweeps), float(a), float(c0), int(max_steps),
-            float(inner_tol))
+            float(inner_tol), float(relax))
     if sp.issparse(XB):
         Xc = XB.tocsr()
         return _batch_linear(code, Bb, Fb, np.zeros((0, d)), Xc.indptr.astype(np.int64),
@@ -372,6 +377,6 @@ class LinearBatchSolver:
         return dB, gains
 
     def working_set(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
-                    inner_tol):
+                    inner_tol, relax=1.0):
         return solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, 1,
-                                  self.a, self.c0, max(1, int(max_steps)), inner_tol)
+                                  self.a, self.c0, max(1, int(max_steps)), inner_tol, relax)

@@ -615,14 +615,17 @@ def _over_relax(b, b0, y, C, relax, g):
     step maximizes the concave dual over the pattern's feasible set, so along its line the dual is
     ``D0 + g (2t - t^2)`` and any ``t`` in ``(1, 2)`` still gains ``g t (2 - t)``: successive
     over-relaxation of the pattern-wise coordinate ascent.  Returns the gain of the step taken.
-    Measured (vs_libsvm settings, tol 1e-4, gap_tol 1e-3): ``relax = 1.4`` took 33-40 % fewer
-    optimizations on letter, usps, satimage and pendigits (12 % on dna), the same accuracy, 2-6 %
-    more support vectors; off by default (``SolverSettings.inner_relax``)."""
+    The default (``SolverSettings.inner_relax`` 1.4) takes 12-40 % fewer optimizations on the
+    vs_libsvm sets than exact steps (benchmarks/results/vs_libsvm.md)."""
     P = b.shape[0]
     t = relax
+    # a coefficient at its bound that the exact step "moves" by rounding (|d| ~ 1e-16) would set
+    # t = 0 / 0 (measured: it blocked one path's relaxation and not another's whose scores were
+    # an ulp apart, 0.1 apart after one step); below ``tiny`` it is held at its bound instead
+    tiny = 1e-12 * C
     for r in range(P):
         d = b[r] - b0[r]
-        if d > 0.0:
+        if d > tiny:
             ub = C if r == y else 0.0
             t = min(t, (ub - b0[r]) / d)
     if t <= 1.0:
