@@ -25,6 +25,9 @@ from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, ta
 
 #: arrays of a partition's saved state (save_state / load_state)
 _STATE_KEYS = ("F", "B", "active", "calm")
+#: rows of a float32 kernel block turned float64 at a time for the unshrink's product with B_SV
+#: (a 512 x n_SV temporary, not a second copy of the whole block)
+_F64_ROWS = 512
 
 
 class Partition(PartitionBase):
@@ -155,17 +158,24 @@ class Partition(PartitionBase):
             mask[self.active] = False
             inactive = np.flatnonzero(mask)
             if len(sv["ids"]):
-                # K(X_inactive, X_SV) in row blocks of bounded size (n_SV can be large)
-                step = max(1, self.s.kernel_block_bytes // (8 * len(sv["ids"])))
+                # K(X_inactive, X_SV) in row blocks of bounded size (n_SV can be large), in the
+                # kernel dtype into the partition's reused block (a fresh float64 block per call
+                # cost 5x the float32 one on letter, mostly in page faults); the product with
+                # B_SV is summed in float64, a slice of rows at a time
+                nsv = len(sv["ids"])
+                step = max(1, self.s.kernel_block_bytes // (8 * nsv))
                 sv_norms = row_norms_sq(sv["X"])
                 for a, b, Xc in self.data.chunks():
                     pa, pb = np.searchsorted(inactive, [a, b])
                     for q in range(pa, pb, step):
                         rows = inactive[q:min(q + step, pb)]
-                        self.kernel_elements += rows.shape[0] * len(sv["ids"])
+                        self.kernel_elements += rows.shape[0] * nsv
                         K = kernel_block(self.spec, take_rows(Xc, rows - a), sv["X"],
+                                         out=self._kt(rows.shape[0], nsv),
                                          norms_a=self.norms[rows], norms_b=sv_norms)
-                        self.F[rows] = K @ sv["B"]
+                        for u in range(0, rows.shape[0], _F64_ROWS):
+                            Ku = K[u:u + _F64_ROWS].astype(np.float64, copy=False)
+                            self.F[rows[u:u + _F64_ROWS]] = Ku @ sv["B"]
             else:
                 self.F[inactive] = 0.0
             self.active = np.arange(n, dtype=np.int64)
