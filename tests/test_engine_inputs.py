@@ -273,6 +273,24 @@ def test_memory_column_cache_lru_pins_and_compaction():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compact_block_moves_the_kept_block_to_the_corner_in_place(dtype):
+    """The Gram cache's eviction: ``G[keep][:, keep]`` to ``G[:k, :k]`` without a temporary,
+    against NumPy's fancy-indexed copy; keep sets that start at 0, keep the last row, or all."""
+    from dmcsvm.engine.cache import compact_block
+    rng = np.random.default_rng(5)
+    for keep in (np.array([0, 1, 4, 5, 8, 10]), np.array([2, 3, 7, 11]), np.arange(12),
+                 np.array([11])):
+        G = rng.normal(size=(12, 12)).astype(dtype)
+        want = G[np.ix_(keep, keep)].copy()
+        rest = G.copy()
+        compact_block(G, keep)
+        k = keep.shape[0]
+        np.testing.assert_array_equal(G[:k, :k], want)
+        np.testing.assert_array_equal(G[k:, :], rest[k:, :])      # below the block: untouched
+        np.testing.assert_array_equal(G[:k, k:], rest[:k, k:])    # right of it too
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_add_rows_equals_numpy_fancy_index_add(dtype):
     """The nogil score scatter gives NumPy's ``F[rows] += dK`` bit for bit, and touches no
     other row."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from ..engine.cache import compact_block
 from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.row_bank import RowBank
@@ -199,8 +200,11 @@ class _GramCache:
                 need = self.m + new.shape[0]
             if need > self.G.shape[0]:
                 # grow (doubling, within the budget; past it only for a working set larger
-                # than the budget alone)
+                # than the budget alone); straight to the budget's size past half of it, where
+                # the next doubling would reach it anyway (no second copy of a large block)
                 cap = max(need, min(max(2 * self.G.shape[0], 256), limit))
+                if 2 * need > limit:
+                    cap = max(need, limit)
                 G = np.empty((cap, cap), dtype=self.dtype)
                 X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
                 G[:self.m, :self.m] = self.G[:self.m, :self.m]
@@ -246,8 +250,8 @@ class _GramCache:
         nothing (``limit``: :meth:`_limit`)."""
         have, keep = self.pos.keep(ids if len(ids) <= limit else ids[:0])
         k = keep.shape[0]
-        if k:       # (the fancy index reads into a temporary first: k^2 values, within budget)
-            self.G[:k, :k] = self.G[np.ix_(keep, keep)]
+        if k:
+            compact_block(self.G, keep)
             self.X[:k] = self.X[keep]
         p[:] = -1
         p[have] = np.arange(k)
