@@ -658,7 +658,8 @@ def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, f
 
     ``U`` (column order) holds an upper bound on every row's ``psi``: psi is a largest minus a
     smallest score (CS 2001 Eq. 32) over prototypes whose bounds only the row's own step moves,
-    so a change ``K_kj d_r`` of row k's scores moves it by at most ``2 |K_kj| max_r |d_r|``;
+    so a change ``K_kj d_r`` of row k's scores moves it by at most
+    ``|K_kj| (max_r d_r^+ + max_r d_r^-)`` (the largest score up, the smallest down);
     ``slack`` covers the rounding of the update (``solve_working_set``).
     ``relax > 1`` over-relaxes an exact step (:func:`_over_relax`).
     Returns the gain, whether anything changed, and ``max_k |K_kj| max_r |d_r|`` (the most any
@@ -674,16 +675,21 @@ def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, f
     if relax > 1.0 and code == OPT_EXACT:
         g = _over_relax(b, b0, yb[j], bound_at(C, j), relax, g)
     first = -1
-    dmax = 0.0
+    dup = 0.0                   # the largest rise and the largest fall of a coefficient
+    ddown = 0.0
     for r in range(P):
-        d = abs(b[r] - b0[r])
+        d = b[r] - b0[r]
         if d != 0.0 and first < 0:
             first = r
-        dmax = max(dmax, d)
+        dup = max(dup, d)
+        ddown = max(ddown, -d)
     if first < 0:
         return g, False, 0.0
+    dmax = max(dup, ddown)
     gj = G[gj_pos]              # K_BB is symmetric: row j is the column, read contiguously
-    w = 2.0 * (1.0 + 1e-9) * dmax
+    # row k's largest score rises by at most |K_kj| times one of dup / ddown and its smallest
+    # falls by at most |K_kj| times the other (which one: the sign of K_kj)
+    w = (1.0 + 1e-9) * (dup + ddown)
     kmax = 0.0
     d = b[first] - b0[first]
     Fr = FT[first]
