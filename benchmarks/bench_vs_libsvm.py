@@ -18,9 +18,10 @@ round (every row unshrunk when ``n_active == n_train``), pattern optimizations p
 rounds and the per-round time split (coordinator solve / slowest partition / round, summed).
 ``--tol`` / ``--gap-tol`` set dmcsvm's stopping rule (default: its defaults).
 
-Each fit / predict is timed ``--repeat`` times (default 1; the minimum is reported) after an untimed
-warm-up fit on a small subset, so that numba's compilation / cache loading and first-touch costs are
-not charged to dmcsvm.  Writes a JSON (``--out``) and a markdown table next to it (``vs_libsvm.md``).
+Each fit / predict is timed ``--repeat`` times (default 1; the minimum is reported), dmcsvm's and
+SVC's calls alternated (the VM's speed drifts within minutes), after an untimed warm-up fit on a
+small subset, so that numba's compilation / cache loading and first-touch costs are not charged
+to dmcsvm.  Writes a JSON (``--out``) and a markdown table next to it (``vs_libsvm.md``).
 
 Goals tracked (issue 14), per set: fit ratio dmcsvm/SVC <= 1.0, accuracy >= SVC's - 0.3 points,
 relative duality gap <= 1e-3 with every row unshrunk, pattern optimizations per SV < 10.
@@ -47,13 +48,21 @@ CACHE_MB = 200
 N_JOBS = 2
 
 
-def _time(fn, repeat):
-    best, out = np.inf, None
+def _time_pair(fa, fb, repeat):
+    """Best of ``repeat`` timed calls of ``fa`` and of ``fb``, alternated (a, b, a, b, ...): this
+    VM's speed drifts 20-40 % within minutes (LIBSVM's letter fit: 3.2 to 4.9 s in one quarter
+    hour), and timing one side's repeats after the other's put the drift into the ratio.
+    Returns ``(best_a, out_a, best_b, out_b)``, the outputs of the last calls."""
+    best_a = best_b = np.inf
+    out_a = out_b = None
     for _ in range(repeat):
         t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+        out_a = fa()
+        best_a = min(best_a, time.perf_counter() - t)
+        t = time.perf_counter()
+        out_b = fb()
+        best_b = min(best_b, time.perf_counter() - t)
+    return best_a, out_a, best_b, out_b
 
 
 #: the five sets of issue 14 (``../shared/data``; every loader scales to [-1, 1] on the training set)
@@ -137,10 +146,14 @@ def run_dataset(name, cfg, repeat, extra):
     # ---- dmcsvm (float32 fast path)
     X32, Xte32 = Xtr.astype(np.float32), Xte.astype(np.float32)
     dm = MulticlassSVC(C=C, kernel="rbf", gamma=gamma, cache_size=CACHE_MB, n_jobs=N_JOBS, **extra)
+    # scikit-learn SVC (LIBSVM one-vs-one, float64), timed alternately with dmcsvm
+    sv = SVC(C=C, kernel="rbf", gamma=gamma, cache_size=CACHE_MB)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        t_fit, _ = _time(lambda: dm.fit(X32, ytr), repeat)
-    t_pred, pred = _time(lambda: dm.predict(Xte32), repeat)
+        t_fit, _, sv_fit, _ = _time_pair(lambda: dm.fit(X32, ytr), lambda: sv.fit(Xtr, ytr),
+                                         repeat)
+    t_pred, pred, sv_pred, sv_labels = _time_pair(lambda: dm.predict(Xte32),
+                                                  lambda: sv.predict(Xte), repeat)
     h = dm.history_
     res["dmcsvm"] = {
         "params": {k: v for k, v in dm.get_params().items()
@@ -169,9 +182,7 @@ def run_dataset(name, cfg, repeat, extra):
     }
 
     # ---- scikit-learn SVC (LIBSVM one-vs-one, float64)
-    sv = SVC(C=C, kernel="rbf", gamma=gamma, cache_size=CACHE_MB)
-    t_fit, _ = _time(lambda: sv.fit(Xtr, ytr), repeat)
-    t_pred, pred = _time(lambda: sv.predict(Xte), repeat)
+    t_fit, t_pred, pred = sv_fit, sv_pred, sv_labels
     res["svc"] = {
         "params": {"C": C, "kernel": "rbf", "gamma": gamma, "cache_size": CACHE_MB,
                    "decision_function_shape": sv.decision_function_shape, "tol": sv.tol},
@@ -250,7 +261,8 @@ def main(argv=None):
           "",
           f"Same RBF kernel, C, gamma, "
           f"cache_size={CACHE_MB} MB; dmcsvm defaults otherwise, n_jobs={N_JOBS}, float32 input; "
-          f"SVC float64. One timed run each (`--repeat {a.repeat}`), after an untimed warm-up. "
+          f"SVC float64. Best of `--repeat {a.repeat}` timed runs each, dmcsvm and SVC "
+          f"alternated, after an untimed warm-up. "
           f"dmcsvm stopping: tol={a.tol if a.tol is not None else 'default'}, "
           f"gap_tol={a.gap_tol if a.gap_tol is not None else 'default'} (the rel. gap column is "
           f"that of the last round, every row unshrunk).", "",
