@@ -76,8 +76,8 @@ class SolverSettings:
     # the working-set solves' over-relaxation of exact steps (pattern._over_relax, kernel and
     # explicit-prototype; 1: none).  Measured at 1.0 / 1.4 / 1.6 / 1.8 (vs_libsvm settings): 1.4
     # took 12-40 % fewer optimizations on the five vs_libsvm sets, the same accuracy; 1.8 more
-    # than 1.0.  The relaxed ascent's path is sensitive to rounding: dense and CSR input (kernel
-    # values a few ulp apart) stop on models about tol apart, not 1e-10 as with exact steps
+    # than 1.0.  Dense and CSR input (kernel values a few ulp apart) stop on models 6e-15 apart
+    # with it, as with exact steps (once a 0/0 at a bound no longer decided the step's length)
     inner_relax: float = 1.4
     inner_frac: float = 0.3
     inner_floor: float = 0.5
