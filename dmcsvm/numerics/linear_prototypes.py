@@ -212,16 +212,14 @@ def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
                   yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0, relax):
     """Optimize batch row ``j`` exactly (``optimize_pattern``) at scores ``f`` and fold its change
     into ``dB``, ``dW`` (or ``dWT``) and ``ds``; ``relax > 1`` over-relaxes an exact step
-    (:func:`dmcsvm.numerics.pattern._over_relax`).  Returns the gain and whether anything moved."""
+    (:func:`dmcsvm.numerics.pattern.relaxed_step`).  Returns the gain and whether anything moved."""
     P = f.shape[0]
     for r in range(P):
         b[r] = Bb[j, r] + dB[j, r]
         b0[r] = b[r]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-    g = pt.optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps)
-    if relax > 1.0 and code == pt.OPT_EXACT:
-        g = pt._over_relax(b, b0, yb[j], Cj, relax, g)
+    g = pt.relaxed_step(code, b, b0, f, yb[j], cb[j], pcls, kpp, Cj, phi, fp_eps, relax)
     moved = False
     for r in range(P):
         v = b[r] - b0[r]

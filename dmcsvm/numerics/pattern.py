@@ -647,6 +647,18 @@ def _over_relax(b, b0, y, C, relax, g):
 
 
 @numba.njit(cache=True, nogil=True)
+def relaxed_step(code, b, b0, f, y, c, pcls, kpp, C, phi, fp_eps, relax):
+    """One working-set step of a pattern: ``optimize_pattern`` from ``b`` (``b0``: a copy of
+    it), then, for the exact optimizer, the step over-relaxed by ``relax`` (:func:`_over_relax`;
+    the other optimizers' steps are not exact maximizers along their line).  The kernel and the
+    explicit-prototype working sets both step this way.  Returns the gain."""
+    g = optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps)
+    if relax > 1.0 and code == OPT_EXACT:
+        g = _over_relax(b, b0, y, C, relax, g)
+    return g
+
+
+@numba.njit(cache=True, nogil=True)
 def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, fp_eps, b0, f,
               kcol, U, slack, relax):
     """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
@@ -661,7 +673,7 @@ def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, f
     so a change ``K_kj d_r`` of row k's scores moves it by at most
     ``|K_kj| (max_r d_r^+ + max_r d_r^-)`` (the largest score up, the smallest down);
     ``slack`` covers the rounding of the update (``solve_working_set``).
-    ``relax > 1`` over-relaxes an exact step (:func:`_over_relax`).
+    ``relax > 1`` over-relaxes an exact step (:func:`relaxed_step`).
     Returns the gain, whether anything changed, and ``max_k |K_kj| max_r |d_r|`` (the most any
     score moved)."""
     nb, P = Bc.shape
@@ -671,9 +683,7 @@ def _step_row(code, j, cj, Bc, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, f
         f[r] = FT[r, cj]
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
-    g = optimize_pattern(code, b, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps)
-    if relax > 1.0 and code == OPT_EXACT:
-        g = _over_relax(b, b0, yb[j], bound_at(C, j), relax, g)
+    g = relaxed_step(code, b, b0, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps, relax)
     first = -1
     dup = 0.0                   # the largest rise and the largest fall of a coefficient
     ddown = 0.0
