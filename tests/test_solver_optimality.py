@@ -96,15 +96,15 @@ def test_working_set_solve_reaches_exact_optimum(cs, problems, kernel, optimizer
 
 @pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("kernel", ["poly", "rbf"])
-def test_over_relaxed_working_set_reaches_exact_optimum(cs, problems, kernel, selection):
-    """The working-set round with the exact optimizer's steps over-relaxed 1.4x within their
-    bounds (``inner_relax``, pattern._over_relax; the default) reaches the same exact
+def test_exact_step_working_set_reaches_exact_optimum(cs, problems, kernel, selection):
+    """The working-set round with the exact optimizer's steps not over-relaxed
+    (``inner_relax=1``; the default 1.4 is what the test above runs) reaches the same exact
     optimum."""
     p = problems[kernel]
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        B, r = _working_set_run(cs, p, "exact", selection, "mean", inner_relax=1.4)
-    _check_optimal(cs, p, B, r, f"over-relaxed working set {kernel}/{selection}")
+        B, r = _working_set_run(cs, p, "exact", selection, "mean", inner_relax=1.0)
+    _check_optimal(cs, p, B, r, f"exact-step working set {kernel}/{selection}")
 
 
 def _working_set_run(cs, p, optimizer, selection, threshold, **extra):
