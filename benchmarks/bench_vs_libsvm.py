@@ -182,13 +182,12 @@ def run_dataset(name, cfg, repeat, extra):
     }
 
     # ---- scikit-learn SVC (LIBSVM one-vs-one, float64)
-    t_fit, t_pred, pred = sv_fit, sv_pred, sv_labels
     res["svc"] = {
         "params": {"C": C, "kernel": "rbf", "gamma": gamma, "cache_size": CACHE_MB,
                    "decision_function_shape": sv.decision_function_shape, "tol": sv.tol},
         "input_dtype": "float64",
-        "fit_time_s": t_fit, "predict_time_s": t_pred,
-        "accuracy": float(np.mean(pred == yte)),
+        "fit_time_s": sv_fit, "predict_time_s": sv_pred,
+        "accuracy": float(np.mean(sv_labels == yte)),
         "n_support": int(sv.support_.shape[0]),
         "libsvm_iterations_total": int(np.sum(sv.n_iter_)),   # summed over the m(m-1)/2 binary problems
     }
