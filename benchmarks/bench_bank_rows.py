@@ -17,13 +17,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
 from bench_scaling import blobs  # noqa: E402
 
 
-def fit(client, X, y, bank, tree, batch):
-    """One fit; the executor's counters and the model's last dual."""
+def fit_with(client, X, y, batch, **executor):
+    """One MulticlassSVC fit on ``client`` with the DaskExecutor's attributes ``executor`` set
+    (e.g. ``bank_rows``, ``tree``, ``pack_rows``): the executor's counters and the model's last
+    dual."""
     import dmcsvm.estimators.multiclass as mc
     from dmcsvm import MulticlassSVC
     made = []
@@ -31,7 +35,8 @@ def fit(client, X, y, bank, tree, batch):
 
     def wrapped(est):
         ex, owned = orig(est)
-        ex.bank_rows, ex.tree = bank, tree
+        for k, v in executor.items():
+            setattr(ex, k, v)
         made.append(ex)
         return ex, owned
     mc.make_executor = wrapped
@@ -42,10 +47,16 @@ def fit(client, X, y, bank, tree, batch):
     finally:
         mc.make_executor = orig
     ex = made[-1]
-    return {"bank_rows": bank, "fit_s": wall, "rounds": int(clf.n_iter_),
-            "bytes_sent": int(ex.bytes_sent), "rows_sent": int(ex.rows_sent),
-            "rows_held": int(ex.rows_held), "tree": bool(ex.uses_tree()),
-            "dual": float(clf.history_["dual"][-1]), "n_sv": int(len(clf.support_))}
+    return {**executor, "fit_s": wall, "rounds": int(clf.n_iter_),
+            "bytes_sent": int(ex.bytes_sent), "bytes_received": int(ex.bytes_received),
+            "rows_sent": int(ex.rows_sent), "rows_held": int(ex.rows_held),
+            "tree": bool(ex.uses_tree()), "dual": float(clf.history_["dual"][-1]),
+            "coef_sum": float(np.abs(clf.dual_coef_).sum()), "n_sv": int(len(clf.support_))}
+
+
+def fit(client, X, y, bank, tree, batch):
+    """One fit with ``bank_rows`` and ``tree`` set (:func:`fit_with`)."""
+    return fit_with(client, X, y, batch, bank_rows=bank, tree=tree)
 
 
 def main(argv=None):

@@ -58,8 +58,10 @@ from dmcsvm.engine.messages import HeldIds  # noqa: E402
 #: along a binary tree of workers, each node passing on its subtree's top b (implemented:
 #: DaskExecutor(tree=True), the default from TREE_MIN_GROUPS workers on); tree_bank: the tree with
 #: the batch rows every worker banks left out of the message (implemented: DaskExecutor's
-#: bank_rows, the default; the share held per round comes from the trajectory's ``held``)
-DESIGNS = ("current", "per_worker", "per_worker_2b", "tree", "tree_bank")
+#: bank_rows, the default; the share held per round comes from the trajectory's ``held``);
+#: tree_bank_packed: and the X rows sent as their nonzeros when that is smaller (implemented:
+#: DaskExecutor's pack_rows, the default; only for a problem with a measured density, below)
+DESIGNS = ("current", "per_worker", "per_worker_2b", "tree", "tree_bank", "tree_bank_packed")
 
 #: the Dask fits measured here: key -> (cluster, DaskExecutor options, model options)
 DASK_RUNS = {"dask1": ("1x1", {}, {}),
@@ -80,7 +82,7 @@ def med(ts):
     return float(statistics.median(ts))
 
 
-def timeit(fn, repeat=5, warm=1):
+def _times(fn, repeat, warm):
     for _ in range(warm):
         fn()
     ts = []
@@ -88,7 +90,17 @@ def timeit(fn, repeat=5, warm=1):
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
-    return med(ts)
+    return ts
+
+
+def timeit(fn, repeat=5, warm=1):
+    """Median seconds of ``fn()`` over ``repeat`` calls after ``warm`` untimed ones."""
+    return med(_times(fn, repeat, warm))
+
+
+def best(fn, repeat=5, warm=1):
+    """Fastest of ``repeat`` calls of ``fn()`` after ``warm`` untimed ones."""
+    return min(_times(fn, repeat, warm))
 
 
 # ----------------------------------------------------------------------------- data
@@ -435,6 +447,10 @@ def main(argv=None):
                          "file's trajectory (e.g. a --node run against results/scaling.json)")
     ap.add_argument("--reproject", action="store_true",
                     help="recompute the projections of --out from its constants (no measuring)")
+    ap.add_argument("--packing", action="store_true",
+                    help="measure the MNIST digits' density and the CPU of packing X rows "
+                         "(bench_row_packing.py) into --out, then project again (design "
+                         "tree_bank_packed)")
     ap.add_argument("--held", action="store_true",
                     help="re-run --out's reference fit (in process, deterministic) to record the "
                          "batch rows the workers bank each round, then project again")
@@ -450,6 +466,8 @@ def main(argv=None):
         return node(a)
     if a.held:
         return held_shares(a.out)
+    if a.packing:
+        return measure_packing(a.out, a.data_dir)
     if a.reproject and a.reference:
         return reproject_with(a.out, a.reference)
     if a.reproject:
@@ -680,8 +698,20 @@ def validate(out, costs, b_max, model_kw):
 PROBLEMS = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
             ("50M x 100", 50_000_000, 100, 10)]
 
+#: problems whose X rows have a measured share of nonzeros (``--packing``: the MNIST test digits;
+#: MNIST8M's rows are deformed MNIST digits, of which no copy is here) for tree_bank_packed
+PACKED_PROBLEMS = ("MNIST8M-sized",)
 
-def projections(out, costs, base, n_meas, b_max, c_call=None):
+#: the densities the packed MNIST8M-sized projection is also shown at (the sensitivity table)
+DENSITIES = (0.25, 0.33, 0.5, 0.66)
+
+
+def packing_of(out, ref=None):
+    """The ``--packing`` measurement (density, k_pack, k_unpack) of ``out``, else of ``ref``."""
+    return out.get("row_packing") or (ref or {}).get("row_packing")
+
+
+def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, density=None):
     """Projected fits of :data:`PROBLEMS` for every design on 1/8/32/128 workers x 16 cores, and
     how the MNIST8M-sized speed-ups move with the per-call cost (the probe's coordinator CPU per
     call, its wall time per call, and the 1.63 ms CPU of the run of 2026-11-26 at load 20).
@@ -689,11 +719,15 @@ def projections(out, costs, base, n_meas, b_max, c_call=None):
     Partition constants: the one-core unit costs at large blocks (uncalibrated: the in-fit
     factors come from small blocks and load); coordinator: t_solve fitted on history_, merge unit
     costs; per-call cost: the coordinator's CPU per actor call in the probe (``c_call``
-    overrides it)."""
+    overrides it).  ``packing`` (:func:`packing_of`): the design ``tree_bank_packed`` for
+    :data:`PACKED_PROBLEMS`, at the measured density (``density`` overrides it), with the
+    measured CPU of packing."""
     import copy
     cp = copy.deepcopy(costs)
     for k in ("k_e", "k_c", "k_u", "k_s", "k_o"):
         setattr(cp, k, out["unit_costs"][k])
+    if packing:
+        cp.k_pack, cp.k_unpack = packing["k_pack"], packing["k_unpack"]
     cp.c_call = out["probe"]["c_call_cpu"] if c_call is None else c_call
     cp.c0 = out["probe"]["c0_cpu"]
     tr = trajectory(base, b_max)
@@ -714,14 +748,20 @@ def projections(out, costs, base, n_meas, b_max, c_call=None):
                   # the tree as implemented: every node passes on its subtree's top b
                   "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj,
                                "tree_bank": b_proj}.get(design),
-                  "tree": design.startswith("tree"), "bank": design == "tree_bank"}
+                  "tree": design.startswith("tree"), "bank": design.startswith("tree_bank")}
             if kw["bank"] and "held_frac" not in trp:
                 continue
+            if design == "tree_bank_packed":
+                if not packing or pname not in PACKED_PROBLEMS:
+                    continue
+                kw["cand_cap"] = b_proj
+                kw["density"] = packing["density"] if density is None else density
             ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
             for W in (1, 8, 32, 128):
                 p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
                 serial = sum(p[k] for k in sm.TERMS if k != "part")
                 proj.append({"problem": pname, "design": design, "n": n, "d": d, "P": P, "W": W,
+                             "density": kw.get("density"),
                              "cores": 16, "rounds": rounds, "fit_s": p["total"], "split": p,
                              "serial_share": serial / p["total"],
                              "speedup_vs_1x16": ref["total"] / p["total"],
@@ -731,11 +771,21 @@ def projections(out, costs, base, n_meas, b_max, c_call=None):
         for label, cc in (("probe CPU per call", out["probe"]["c_call_cpu"]),
                           ("probe wall per call", out["probe"]["c_call"]),
                           ("1.63 ms (2026-11-26 run, load 20)", 1.63e-3)):
-            pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cc)
+            pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cc, packing=packing)
             for x in pj["problems"]:
                 if x["problem"] == "MNIST8M-sized" and x["W"] > 1:
                     sens.append({"c_call": cc, "label": label, "design": x["design"],
                                  "W": x["W"], "speedup_vs_1x16": x["speedup_vs_1x16"]})
+        if packing and density is None:
+            for rho in DENSITIES:
+                pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cp.c_call,
+                                    packing=packing, density=rho)
+                for x in pj["problems"]:
+                    if x["problem"] == "MNIST8M-sized" and x["design"] == "tree_bank_packed" \
+                            and x["W"] > 1:
+                        sens.append({"density": rho, "label": f"density {rho}",
+                                     "design": x["design"], "W": x["W"],
+                                     "speedup_vs_1x16": x["speedup_vs_1x16"]})
     return ({"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
              "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}, sens)
 
@@ -753,7 +803,8 @@ def reproject_with(path, reference):
     costs = sm.Costs(**{k: v for k, v in out["costs"].items() if k in names})
     ds0 = next(iter(ref["datasets"].values()))
     base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
-    proj, sens = projections(out, costs, base, ds0["n"], base["b_max"])
+    proj, sens = projections(out, costs, base, ds0["n"], base["b_max"],
+                             packing=packing_of(out, ref))
     out["projection_reference_trajectory"] = {"reference": str(reference), "projection": proj,
                                               "sensitivity": sens}
     _report.write(env, path)
@@ -809,10 +860,25 @@ def reproject(path):
     costs = sm.Costs(**{k: v for k, v in out["costs"].items() if k in names})
     ds0 = next(iter(out["datasets"].values()))
     base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
-    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
-                                                                    base["b_max"])
+    out["projection"], out["projection_sensitivity"] = projections(
+        out, costs, base, ds0["n"], base["b_max"], packing=packing_of(out))
     _report.write(env, path)
     report(env, Path(path))
+
+
+def measure_packing(path, data_dir):
+    """``--packing``: the MNIST test digits' density and the CPU of packing their rows
+    (bench_row_packing.py), stored in ``path`` as ``row_packing``; then the projections again."""
+    from bench_row_packing import load_mnist_test, packing_costs
+    env = json.loads(Path(path).read_text())
+    out = _body(env)
+    X, _ = load_mnist_test(data_dir)
+    out["row_packing"] = dict(packing_costs(X), library=_report.library_source()["git"],
+                              machine=_report.machine_info(), load=_report.other_load())
+    print("row packing:", {k: v for k, v in out["row_packing"].items()
+                           if k not in ("machine", "library")})
+    _report.write(env, path)
+    reproject(path)
 
 
 #: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
@@ -940,7 +1006,8 @@ def plot(out, path, cores=None):
     ax = axes[1]
     for i, pname in enumerate(dict.fromkeys(p["problem"] for p in out["projection"]["problems"])):
         for design, ls in (("current", "-"), ("per_worker", "--"), ("per_worker_2b", ":"),
-                           ("tree", "-."), ("tree_bank", (0, (1, 3)))):
+                           ("tree", "-."), ("tree_bank", (0, (1, 3))),
+                           ("tree_bank_packed", (0, (3, 1, 1, 1)))):
             ps = [p for p in out["projection"]["problems"]
                   if p["problem"] == pname and p["design"] == design]
             if not ps:

@@ -32,7 +32,7 @@ from distributed.utils import CancelledError
 
 from .executor import partition_bounds, with_row_bounds
 from .memory import plan_partition
-from .messages import HeldIds, has_batch, pack_message
+from .messages import HeldIds, has_batch, pack_message, unpack_reply_rows
 from .partition import Partition, PartitionSettings
 from .rows import DaskSource, StoreRows
 from .worker_group import WorkerGroup
@@ -183,6 +183,14 @@ class DaskExecutor:
         tree and merge the replies on the way back, so the coordinator's link and CPU carry one
         message and one reply per round.  'auto': from ``TREE_MIN_GROUPS`` groups on
         (benchmarks/results/scaling.md: below that, direct calls cost less).
+    bank_rows : bool
+        Actor mode: each group banks the batch rows it applied and a message leaves out the rows
+        every group holds (default).
+    pack_rows : bool
+        Actor mode: dense X rows travel as their nonzeros when that is smaller, in the messages
+        and in the groups' replies (:mod:`~dmcsvm.engine.row_packing`; lossless, the same solve
+        bit for bit).  False: always dense (for measuring; packing costs about 2 ns of CPU per
+        entry, which a link faster than ~20 Gb/s could carry in less time).
 
     Fault tolerance (actor mode, ``recover=True``).  The partitions lost with their worker -- during
     a round, between rounds, or while no worker is alive for up to ``recover_timeout`` seconds --
@@ -209,7 +217,8 @@ class DaskExecutor:
 
     def __init__(self, client, n_partitions: int | None = None, mode: str = "actor",
                  recover: bool = True, recover_timeout: float = 60.0, direct: bool | None = None,
-                 group: bool = True, tree="auto", bank_rows: bool = True):
+                 group: bool = True, tree="auto", bank_rows: bool = True,
+                 pack_rows: bool = True):
         if mode not in ("actor", "future"):
             raise ValueError(f"mode must be 'actor' or 'future', got {mode!r}")
         if tree not in ("auto", True, False):
@@ -250,9 +259,11 @@ class DaskExecutor:
         self.n_partitions = int(n_partitions or threads)
         self.direct = direct     # resolved by start(): actor calls straight to the workers?
         self.bytes_sent = 0      # packed round messages sent to the partitions (actor mode)
+        self.bytes_received = 0  # and their packed replies
         # ids whose X rows every group holds in its bank (WorkerGroup): a message leaves those
         # rows out; valid while no group was rebuilt since (a rebuilt group's bank is empty)
         self.bank_rows = bool(bank_rows)
+        self.pack_rows = bool(pack_rows)
         self._held = HeldIds()
         self._held_at = 0        # len(self.recoveries) when _held was last valid
         self.rows_sent = 0       # batch X rows sent in round messages (actor mode)
@@ -356,7 +367,8 @@ class DaskExecutor:
             specs.append((k, self._partition_cls, (k, lo, hi, r, yp, cls, self._settings[k])))
         if self.mode == "actor":
             threads = int((self.worker_info.get(w) or {}).get("nthreads") or 1)
-            return self.client.submit(WorkerGroup, specs, threads, actor=True, workers=[w],
+            return self.client.submit(WorkerGroup, specs, threads, self.pack_rows, actor=True,
+                                      workers=[w],
                                       allow_other_workers=False, key=key)
         _, part_cls, args = specs[0]
         return self.client.submit(part_cls, *args, workers=[w],
@@ -810,17 +822,17 @@ class DaskExecutor:
             # one packed frame each way per group (WorkerGroup.step_packed / tree_step); a rebuilt
             # group answers through the same path
             have = self._held_rows(msg)
-            blob = pack_message(msg, have)
+            blob = pack_message(msg, have, pack=self.pack_rows)
             self._seq += 1
             op = ("step", blob, self._seq)
             got = self._tree_round(op) if self.uses_tree() else None
             if got is None:
                 self.bytes_sent += len(blob) * len(self.parts)
                 futs = [self._send(g, "step_packed", *op[1:]) for g in range(len(self.parts))]
-                got = [pickle.loads(r) for r in self._gather(futs, op).values()]
+                got = [self._loads(r) for r in self._gather(futs, op).values()]
             self._banked(msg)
             replies = sorted((kr for part in got for kr in part), key=lambda kr: kr[0])
-            return [r for _, r in replies]
+            return [unpack_reply_rows(r) for _, r in replies]
         c = self.client
         self._check_futures_mode()
         futs = [c.submit(_step_task, p, msg, workers=[w], allow_other_workers=False, pure=False,
@@ -865,7 +877,7 @@ class DaskExecutor:
             return None
         while True:
             try:
-                got, lost = pickle.loads(f.result(timeout=ACTOR_POLL_S))
+                got, lost = self._loads(f.result(timeout=ACTOR_POLL_S))
                 break
             except (TimeoutError, asyncio.TimeoutError):
                 self._check_scheduler()
@@ -878,8 +890,13 @@ class DaskExecutor:
         if lost:
             self.bytes_sent += len(blob) * len(lost)
             futs = [self._send(g, "step_packed", *op[1:]) for g in lost]
-            out += [pickle.loads(r) for r in self._gather(futs, op, lost).values()]
+            out += [self._loads(r) for r in self._gather(futs, op, lost).values()]
         return out
+
+    def _loads(self, blob: bytes):
+        """A group's pickled reply, its bytes counted."""
+        self.bytes_received += len(blob)
+        return pickle.loads(blob)
 
     def _check_futures_mode(self):
         """Pinned futures: a partition whose worker was removed would be re-created empty by the

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import scipy.sparse as sp
 
+from .row_packing import PackedRows, pack_rows, unpack_rows
+
 #: metadata key of a reply field's merge rule
 MERGE = "merge"
 #: metadata key of a message field that a rebuilt partition keeps when it answers the round it
@@ -256,7 +258,7 @@ class HeldIds:
         self.ids.clear()
 
 
-def pack_message(msg, have=None) -> bytes:
+def pack_message(msg, have=None, pack: bool = True) -> bytes:
     """One round's message as one pickle blob of plain values (numpy arrays, its type's name),
     with ``dB`` sent as its nonzeros when that is smaller: a pattern's update touches only the few
     prototypes its sub-problem moved (about 3 of 26 on letter), so the dense ``|B| x P`` block is
@@ -267,7 +269,9 @@ def pack_message(msg, have=None) -> bytes:
     of ``XB`` are left out (``XB_held``: their positions), the receiver takes them from its
     bank.  A batch is mostly support patterns that were in earlier batches, and ``XB`` is most
     of a round's message on wide data (MNIST-sized: 3.1 MB of X rows against ~0.1 MB of the
-    rest, sent down every level of the tree; benchmarks/results/scaling.md)."""
+    rest, sent down every level of the tree; benchmarks/results/scaling.md).  The X rows sent
+    (``XB``, an unshrink's ``X``) travel as their nonzeros when that is smaller
+    (:func:`~dmcsvm.engine.row_packing.pack_rows`, bit for bit), unless ``pack`` is False."""
     wire = _set_fields(msg)
     wire["kind"] = type(msg).__name__
     dB = wire.get("dB")
@@ -282,6 +286,10 @@ def pack_message(msg, have=None) -> bytes:
     if have is not None and have.any():
         wire["XB"] = msg.XB[~have]
         wire["XB_held"] = np.flatnonzero(have).astype(np.int32)
+    if pack and "XB" in wire:
+        wire["XB"] = pack_rows(wire["XB"])
+    if pack and wire.get("unshrink") is not None and "X" in wire["unshrink"]:
+        wire["unshrink"] = dict(wire["unshrink"], X=pack_rows(wire["unshrink"]["X"]))
     return pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -291,6 +299,10 @@ def unpack_message(blob: bytes, bank=None, rows=True):
     those rows are not needed (a partition rebuilt from the coordinator's state applies only
     the report-only fields); ``XB`` is then None."""
     wire = pickle.loads(blob)
+    if isinstance(wire.get("XB"), PackedRows) and (rows or "XB_held" not in wire):
+        wire["XB"] = unpack_rows(wire["XB"])
+    if wire.get("unshrink") is not None and isinstance(wire["unshrink"].get("X"), PackedRows):
+        wire["unshrink"] = dict(wire["unshrink"], X=unpack_rows(wire["unshrink"]["X"]))
     if "dB_nonzero" in wire:
         shape, at, val = wire.pop("dB_nonzero")
         dB = np.zeros(shape)
@@ -307,6 +319,24 @@ def unpack_message(blob: bytes, bank=None, rows=True):
             xrow[np.setdiff1d(np.arange(xrow.shape[0]), at)] = np.arange(sent.shape[0])
             wire["XB"] = bank.batch(wire["ids"], xrow, sent, sent.shape[1], False, sent.dtype)
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
+
+
+def pack_reply_rows(replies) -> list:
+    """``replies`` (``[(partition, reply)]``) with each reply's candidate X rows (``cand_X``) in
+    their wire form (:func:`~dmcsvm.engine.row_packing.pack_rows`): a worker's reply carries the
+    X rows of its new candidates, up every level of the tree."""
+    out = []
+    for k, r in replies:
+        X = getattr(r, "cand_X", None)
+        packed = pack_rows(X)
+        out.append((k, r if packed is X else replace(r, cand_X=packed)))
+    return out
+
+
+def unpack_reply_rows(reply):
+    """``reply`` with its ``cand_X`` dense again (after :func:`pack_reply_rows`)."""
+    X = getattr(reply, "cand_X", None)
+    return replace(reply, cand_X=unpack_rows(X)) if isinstance(X, PackedRows) else reply
 
 
 def pick_order(V, psi, b, tol, theta=None) -> np.ndarray:

@@ -28,7 +28,14 @@ import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .messages import RoundMessage, banked_batch, prune_candidates, report_only, unpack_message
+from .messages import (
+    RoundMessage,
+    banked_batch,
+    pack_reply_rows,
+    prune_candidates,
+    report_only,
+    unpack_message,
+)
 from .row_bank import RowBank
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
@@ -43,9 +50,12 @@ class WorkerGroup:
         ``(k, partition_cls, args)`` per partition: its number and how to build it.
     n_threads : int
         Threads running the partitions of a round (the worker's threads).
+    pack_rows : bool
+        Whether the replies' candidate X rows travel as their nonzeros when that is smaller
+        (:func:`~dmcsvm.engine.messages.pack_reply_rows`).
     """
 
-    def __init__(self, specs, n_threads: int = 1):
+    def __init__(self, specs, n_threads: int = 1, pack_rows: bool = True):
         self.parts = {int(k): cls(*args) for k, cls, args in specs}
         self.order = sorted(self.parts)
         n = min(max(1, int(n_threads)), len(self.order))
@@ -54,6 +64,7 @@ class WorkerGroup:
         self._last = None         # its replies [(k, reply)], before pruning, and its ``pick``
         self._lock = threading.Lock()   # a round sent again while it runs waits for it
         self._bank = RowBank()          # X rows of the batches applied (module docstring)
+        self._pack = bool(pack_rows)
 
     # ---------------------------------------------------------------- rounds
     def _map(self, fn) -> list:
@@ -92,9 +103,22 @@ class WorkerGroup:
         """One round on this group's partitions: ``blob`` from
         :func:`~dmcsvm.engine.messages.pack_message`; the reply is the pickled list of
         ``(partition, reply)``, candidates pruned as the message's ``pick`` says
-        (:func:`~dmcsvm.engine.messages.prune_candidates`)."""
+        (:func:`~dmcsvm.engine.messages.prune_candidates`), their X rows in wire form
+        (:func:`~dmcsvm.engine.messages.pack_reply_rows`)."""
         replies, pick = self._local(blob, seq, rebuilt)
-        return pickle.dumps(prune_candidates(replies, pick), protocol=_PICKLE)
+        return pickle.dumps(self._wire(prune_candidates(replies, pick)), protocol=_PICKLE)
+
+    def _wire(self, replies) -> list:
+        return pack_reply_rows(replies) if self._pack else replies
+
+    def _own_wire(self, blob: bytes, seq: int) -> tuple:
+        """This group's replies to round ``seq`` cut to what the coordinator can pick and in wire
+        form, while the children's subtrees still run: only a leaf's packing is left on the
+        round's critical path.  Cutting the union again later keeps the same candidates
+        (:func:`~dmcsvm.engine.messages.prune_candidates`: a pick from the union is a pick from
+        its own list)."""
+        replies, pick = self._local(blob, seq)
+        return self._wire(prune_candidates(replies, pick)), pick
 
     async def tree_step(self, blob: bytes, seq: int, children) -> bytes:
         """One round over the subtree rooted here.  ``children``: ``[(address, actor key,
@@ -118,7 +142,7 @@ class WorkerGroup:
 
         calls = [asyncio.ensure_future(forward(c)) for c in children]
         loop = asyncio.get_running_loop()
-        own, pick = await loop.run_in_executor(None, self._local, blob, seq)
+        own, pick = await loop.run_in_executor(None, self._own_wire, blob, seq)
         replies = list(own)
         lost: list = []
         for child, call in zip(children, calls):
@@ -129,7 +153,8 @@ class WorkerGroup:
                 continue
             replies.extend(got)
             lost.extend(gone)
-        return pickle.dumps((prune_candidates(replies, pick), lost), protocol=_PICKLE)
+        # the children's candidate rows arrive packed and are cut packed (own: see _own_wire)
+        return pickle.dumps((self._wire(prune_candidates(replies, pick)), lost), protocol=_PICKLE)
 
     # ---------------------------------------------------------------- other calls
     def call(self, name: str, args: tuple) -> list:
