@@ -57,6 +57,36 @@ def test_slacks_equal_numpy_scores(sparse):
 
 
 
+def test_slacks_of_scores_equal_the_row_by_row_slacks():
+    """``SD.slacks_of_scores`` (a block of GEMM products, rows ``lo..``) against ``SD.slacks``,
+    block by block over uneven blocks; and a dense state's primal check (block GEMMs over
+    several blocks) against the same rows as CSR (row-by-row dots)."""
+    rng = np.random.default_rng(6)
+    n, d = 2600, 7
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
+    count = np.array([1, 3, 2], dtype=np.int64)
+    pcls = np.repeat(np.arange(3), count).astype(np.int64)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    cls = rng.integers(0, 3, n).astype(np.int64)
+    W, s = rng.normal(size=(pcls.shape[0], d)), rng.normal(size=pcls.shape[0])
+    want = SD.slacks((X,), 0.7, 1.3, W, s, cls, pcls, first, count, np.empty((n, 3)))
+    got = np.full((n, 3), -1.0)
+    for lo, hi in ((0, 5), (5, 1030), (1030, n)):
+        SD.slacks_of_scores(X[lo:hi] @ W.T, 0.7, 1.3, s, cls, pcls, first, count, got, lo)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    yp = first[cls]
+    out = {}
+    for sparse in (False, True):
+        prob = L.LinearProblem.of(sp.csr_matrix(X) if sparse else X, 0.7, 1.3)
+        st = L.SequentialState(prob, yp, cls, pcls, 1.0, 1e-3, True, 0, threads=2)
+        st.run(2)
+        out[sparse] = st.objective()
+    assert L.CHECK_BLOCK_ROWS < n
+    np.testing.assert_allclose(out[False][0], out[True][0], rtol=1e-12, atol=1e-12)
+    assert out[False][1] == pytest.approx(out[True][1], rel=1e-13)
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_primal_check_on_threads_equals_one_thread(sparse):
     """The primal check's slacks split over threads (rows apart) give the one-thread values bit
@@ -87,13 +117,13 @@ def test_primal_check_raises_an_error_of_another_thread(monkeypatch):
     pcls = np.arange(3, dtype=np.int64)
     st = L.SequentialState(L.LinearProblem.of(X, 1.0, 0.0), cls, cls, pcls, 1.0, 1e-3, True, 0,
                            threads=2)
-    real = L.slacks_range
+    real = L._check_rows
 
-    def flaky(*args):
-        if args[-2] > 0:
+    def flaky(st, xi, lo, hi, WT):
+        if lo > 0:
             raise FloatingPointError("share failed")
-        return real(*args)
-    monkeypatch.setattr(L, "slacks_range", flaky)
+        return real(st, xi, lo, hi, WT)
+    monkeypatch.setattr(L, "_check_rows", flaky)
     with pytest.raises(FloatingPointError, match="share failed"):
         st.objective()
 

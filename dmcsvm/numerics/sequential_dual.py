@@ -335,6 +335,34 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
 
 
 @numba.njit(cache=True, nogil=True)
+def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
+    """:func:`slacks` of rows ``lo..lo+len(G)-1`` from their products with the prototypes,
+    ``G[i - lo, r] = <x_i, W_r>`` (a GEMM of a block of dense rows; the scores are
+    ``a G + c0 s``).  On dense rows the GEMM and this pass take about half the time of
+    :func:`slacks_range`'s row-by-row dots (letter, q = 5: 3.8 against 7.1 ms)."""
+    m, P = G.shape
+    qmax = out.shape[1]
+    f = np.empty(P)
+    for k in range(m):
+        i = lo + k
+        c = cls[i]
+        th = -np.inf
+        for r in range(P):
+            fr = a * G[k, r] + c0 * s[r]
+            f[r] = fr
+            if pcls[r] != c and fr > th:
+                th = fr
+        f0 = first[c]
+        for q in range(qmax):
+            if q < count[c]:
+                xi = th + 1.0 - f[f0 + q]
+                out[i, q] = xi if xi > 0.0 else 0.0
+            else:
+                out[i, q] = np.inf
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
     """:func:`slacks` of rows ``lo..hi-1`` only (threads split the rows; each row alone)."""
     P = W.shape[0]
