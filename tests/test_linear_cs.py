@@ -31,19 +31,24 @@ def _random_row(rng, P, C):
     return y, neg, b
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_slacks_equal_numpy_scores(sparse):
-    """``SD.slacks`` (the primal checks' pass over the rows) against the score matrix
-    ``a X W^T + c0 s`` and the slack of each row w.r.t. each of its class's prototypes, with
-    classes of different prototype counts (missing prototypes: inf)."""
-    rng = np.random.default_rng(5)
-    n, d = 40, 7
+def _slack_problem(rng, n, d):
+    """Rows (40 % zeros), three classes of 1 / 3 / 2 prototypes, random ``W`` and ``s``."""
     X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
     count = np.array([1, 3, 2], dtype=np.int64)
     pcls = np.repeat(np.arange(3), count).astype(np.int64)
     first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
     cls = rng.integers(0, 3, n).astype(np.int64)
     W, s = rng.normal(size=(pcls.shape[0], d)), rng.normal(size=pcls.shape[0])
+    return X, count, pcls, first, cls, W, s
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_slacks_equal_numpy_scores(sparse):
+    """``SD.slacks`` (the primal checks' pass over the rows) against the score matrix
+    ``a X W^T + c0 s`` and the slack of each row w.r.t. each of its class's prototypes, with
+    classes of different prototype counts (missing prototypes: inf)."""
+    n, d = 40, 7
+    X, count, pcls, first, cls, W, s = _slack_problem(np.random.default_rng(5), n, d)
     a, c0 = 0.7, 1.3
     rows = (sp.csr_matrix(X).indptr, sp.csr_matrix(X).indices, sp.csr_matrix(X).data) \
         if sparse else (X,)
@@ -61,14 +66,8 @@ def test_slacks_of_scores_equal_the_row_by_row_slacks():
     """``SD.slacks_of_scores`` (a block of GEMM products, rows ``lo..``) against ``SD.slacks``,
     block by block over uneven blocks; and a dense state's primal check (block GEMMs over
     several blocks) against the same rows as CSR (row-by-row dots)."""
-    rng = np.random.default_rng(6)
     n, d = 2600, 7
-    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
-    count = np.array([1, 3, 2], dtype=np.int64)
-    pcls = np.repeat(np.arange(3), count).astype(np.int64)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
-    cls = rng.integers(0, 3, n).astype(np.int64)
-    W, s = rng.normal(size=(pcls.shape[0], d)), rng.normal(size=pcls.shape[0])
+    X, count, pcls, first, cls, W, s = _slack_problem(np.random.default_rng(6), n, d)
     want = SD.slacks((X,), 0.7, 1.3, W, s, cls, pcls, first, count, np.empty((n, 3)))
     got = np.full((n, 3), -1.0)
     for lo, hi in ((0, 5), (5, 1030), (1030, n)):

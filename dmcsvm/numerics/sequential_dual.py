@@ -334,6 +334,18 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
     return slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, 0, out.shape[0])
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_slacks(f, th, f0, cnt, out, i):
+    """Row ``i``'s slacks w.r.t. its class's prototypes ``f0 .. f0 + cnt - 1`` from its scores
+    ``f`` and the largest score ``th`` of another class; ``+inf`` in the unused slots."""
+    for q in range(out.shape[1]):
+        if q < cnt:
+            xi = th + 1.0 - f[f0 + q]
+            out[i, q] = xi if xi > 0.0 else 0.0
+        else:
+            out[i, q] = np.inf
+
+
 @numba.njit(cache=True, nogil=True)
 def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
     """:func:`slacks` of rows ``lo..lo+len(G)-1`` from their products with the prototypes,
@@ -341,7 +353,6 @@ def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
     ``a G + c0 s``).  On dense rows the GEMM and this pass take about half the time of
     :func:`slacks_range`'s row-by-row dots (letter, q = 5: 3.8 against 7.1 ms)."""
     m, P = G.shape
-    qmax = out.shape[1]
     f = np.empty(P)
     for k in range(m):
         i = lo + k
@@ -352,13 +363,7 @@ def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
             f[r] = fr
             if pcls[r] != c and fr > th:
                 th = fr
-        f0 = first[c]
-        for q in range(qmax):
-            if q < count[c]:
-                xi = th + 1.0 - f[f0 + q]
-                out[i, q] = xi if xi > 0.0 else 0.0
-            else:
-                out[i, q] = np.inf
+        _row_slacks(f, th, first[c], count[c], out, i)
     return out
 
 
@@ -366,7 +371,6 @@ def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
 def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
     """:func:`slacks` of rows ``lo..hi-1`` only (threads split the rows; each row alone)."""
     P = W.shape[0]
-    qmax = out.shape[1]
     f = np.empty(P)
     for i in range(lo, hi):
         c = cls[i]
@@ -376,11 +380,5 @@ def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
             f[r] = fr
             if pcls[r] != c and fr > th:
                 th = fr
-        f0 = first[c]
-        for q in range(qmax):
-            if q < count[c]:
-                xi = th + 1.0 - f[f0 + q]
-                out[i, q] = xi if xi > 0.0 else 0.0
-            else:
-                out[i, q] = np.inf
+        _row_slacks(f, th, first[c], count[c], out, i)
     return out
