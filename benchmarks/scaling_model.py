@@ -15,6 +15,8 @@ A fit is ``R`` rounds; a round is serial on the coordinator and parallel over th
               Dask:       c0 + c_call * Np + RTT + bytes / BW
               bytes     = Np * msg + sum(replies),  msg = b * (4 d + 8 + 12 * nnz_frac * P)
                           reply = ncand * (8 P + 7 * 8) + nnew * 4 d    (summed over partitions)
+              packed rows (density rho of nonzeros): 4 d -> d * min(4, 4 / d + 6 rho), plus the
+              CPU of packing (k_pack + k_unpack per dense entry sent, one leaf's own rows)
 
 ``b`` patterns per batch, ``P`` prototypes (classes), ``d`` features, ``n`` rows, ``n_a`` active rows
 (shrinking), ``Np = W * c`` partitions (one per core, the estimator's default), ``ncomp``/``ncach``
