@@ -189,7 +189,7 @@ class DaskExecutor:
     pack_rows : bool
         Actor mode: dense X rows travel as their nonzeros when that is smaller, in the messages
         and in the groups' replies (:mod:`~dmcsvm.engine.row_packing`; lossless, the same solve
-        bit for bit).  False: always dense (for measuring; packing costs about 2 ns of CPU per
+        bit for bit).  False: always dense (for measuring; packing costs about 1 ns of CPU per
         entry, which a link faster than ~20 Gb/s could carry in less time).
 
     Fault tolerance (actor mode, ``recover=True``).  The partitions lost with their worker -- during
