@@ -746,15 +746,14 @@ def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, dens
         for design in DESIGNS:
             kw = {"per_worker": design != "current",
                   # the tree as implemented: every node passes on its subtree's top b
-                  "cand_cap": {"per_worker_2b": 2 * b_proj, "tree": b_proj,
-                               "tree_bank": b_proj}.get(design),
+                  "cand_cap": {"per_worker_2b": 2 * b_proj}.get(
+                      design, b_proj if design.startswith("tree") else None),
                   "tree": design.startswith("tree"), "bank": design.startswith("tree_bank")}
             if kw["bank"] and "held_frac" not in trp:
                 continue
             if design == "tree_bank_packed":
                 if not packing or pname not in PACKED_PROBLEMS:
                     continue
-                kw["cand_cap"] = b_proj
                 kw["density"] = packing["density"] if density is None else density
             ref = sm.project(cp, trp, 1, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
             for W in (1, 8, 32, 128):

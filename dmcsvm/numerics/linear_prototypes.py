@@ -27,6 +27,20 @@ import scipy.sparse as sp
 from . import pattern as pt
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def row_slacks(f, th, f0, cnt, out, i):
+    """Row ``i``'s slacks w.r.t. its class's prototypes ``f0 .. f0 + cnt - 1`` (AS 2005 §4) from
+    its scores ``f`` and the largest score ``th`` of another class; ``+inf`` in the unused
+    slots.  :func:`positive_slacks` and the sequential dual method's primal checks
+    (:mod:`dmcsvm.numerics.sequential_dual`) share it."""
+    for q in range(out.shape[1]):
+        if q < cnt:
+            xi = th + 1.0 - f[f0 + q]
+            out[i, q] = xi if xi > 0.0 else 0.0
+        else:
+            out[i, q] = np.inf
+
+
 @numba.njit(cache=True, nogil=True)
 def positive_slacks(F, cls, pcls, first, count, out):
     """Slack of every row w.r.t. each of its positive prototypes (AS 2005 §4):
@@ -34,20 +48,13 @@ def positive_slacks(F, cls, pcls, first, count, out):
     ``theta_i = max_{r in N_i} F[i, r]``, for ``s < count[c_i]``; ``+inf`` in the unused slots
     (classes with fewer prototypes than ``out.shape[1]``)."""
     n, P = F.shape
-    qmax = out.shape[1]
     for i in range(n):
         c = cls[i]
         th = -np.inf
         for r in range(P):
             if pcls[r] != c and F[i, r] > th:
                 th = F[i, r]
-        f0 = first[c]
-        for s in range(qmax):
-            if s < count[c]:
-                xi = th + 1.0 - F[i, f0 + s]
-                out[i, s] = xi if xi > 0.0 else 0.0
-            else:
-                out[i, s] = np.inf
+        row_slacks(F[i], th, first[c], count[c], out, i)
     return out
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from numba.extending import overload
 
 from . import pattern as pt
+from .linear_prototypes import row_slacks
 
 _C_REL = pt._C_REL      # alpha_y within C * (1 - _C_REL) of C is at the bound
 
@@ -334,18 +335,6 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
     return slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, 0, out.shape[0])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _row_slacks(f, th, f0, cnt, out, i):
-    """Row ``i``'s slacks w.r.t. its class's prototypes ``f0 .. f0 + cnt - 1`` from its scores
-    ``f`` and the largest score ``th`` of another class; ``+inf`` in the unused slots."""
-    for q in range(out.shape[1]):
-        if q < cnt:
-            xi = th + 1.0 - f[f0 + q]
-            out[i, q] = xi if xi > 0.0 else 0.0
-        else:
-            out[i, q] = np.inf
-
-
 @numba.njit(cache=True, nogil=True)
 def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
     """:func:`slacks` of rows ``lo..lo+len(G)-1`` from their products with the prototypes,
@@ -363,7 +352,7 @@ def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
             f[r] = fr
             if pcls[r] != c and fr > th:
                 th = fr
-        _row_slacks(f, th, first[c], count[c], out, i)
+        row_slacks(f, th, first[c], count[c], out, i)
     return out
 
 
@@ -380,5 +369,5 @@ def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
             f[r] = fr
             if pcls[r] != c and fr > th:
                 th = fr
-        _row_slacks(f, th, first[c], count[c], out, i)
+        row_slacks(f, th, first[c], count[c], out, i)
     return out
