@@ -93,13 +93,24 @@ def local_client(_session_cluster):
     """The session's LocalCluster client.  Every test starts from an idle, whole cluster: the same
     two workers and no task left by an earlier test, which this fixture checks before and after."""
     client = _session_cluster
-    workers = set(client.scheduler_info()["workers"])
+    workers = _live_workers(client)
+    if len(workers) < 2:
+        # a nanny restarting a worker (for example under memory pressure from the other test
+        # processes) leaves the scheduler short for a moment; wait for it, asking the scheduler
+        # itself rather than the client's cached identity
+        client.wait_for_workers(2, timeout=60)
+        workers = _live_workers(client)
     assert len(workers) == 2, "the session cluster lost a worker"
     _wait_idle(client)
     yield client
     gc.collect()
     _wait_idle(client)
-    assert set(client.scheduler_info()["workers"]) == workers, "a worker left the session cluster"
+    assert _live_workers(client) == workers, "a worker left the session cluster"
+
+
+def _live_workers(client):
+    """The addresses of the workers the scheduler holds now."""
+    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
 
 
 def _wait_idle(client, timeout=30.0):
