@@ -38,6 +38,44 @@ def load_mnist_test(data_dir) -> tuple[np.ndarray, np.ndarray]:
     return X.astype(np.float32) / np.float32(255.0), y.astype(np.int64)
 
 
+#: deformations like MNIST8M's (InfiMNIST, Loosli, Canu & Bottou 2007: MNIST digits under
+#: smooth random displacement fields and translations, stored as uint8 pixels), from the mildest
+#: to the strongest: (name, elastic amplitude alpha in pixels, field smoothing sigma, largest
+#: shift in pixels, largest thickening coefficient); elastic fields as in Simard et al. 2003
+DEFORMATIONS = (("sub-pixel shifts (up to 1 px)", 0.0, 4.0, 1.0, 0.0),
+                ("elastic alpha 16 + shifts (1 px)", 16.0, 4.0, 1.0, 0.0),
+                ("elastic alpha 34 + shifts (2 px) + thickening", 34.0, 4.0, 2.0, 1.0))
+
+
+def deformed_densities(X, n=None, seed=0) -> list[dict]:
+    """The share of nonzero pixels in the first ``n`` digits of ``X`` (pixels / 255; None: all)
+    after each of :data:`DEFORMATIONS`, resampled bilinearly and rounded back to uint8 as MNIST8M stores them:
+    resampling at sub-pixel positions spreads a stroke's edge by up to one pixel, so deformed
+    digits are denser than the originals (what the packed rows' bytes depend on)."""
+    from scipy import ndimage
+    rng = np.random.default_rng(seed)
+    imgs = np.rint(X[:n] * 255.0).reshape(-1, 28, 28)
+    yy, xx = np.meshgrid(np.arange(28.0), np.arange(28.0), indexing="ij")
+    out = []
+    for name, alpha, sigma, shift, thick in DEFORMATIONS:
+        nnz = 0
+        for img in imgs:
+            dy, dx = (ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), sigma) * alpha
+                      for _ in range(2))
+            ty, tx = rng.uniform(-shift, shift, 2)
+            warped = ndimage.map_coordinates(img, [yy + dy + ty, xx + dx + tx], order=1)
+            if thick:
+                # thickening along the stroke's normal: the image plus a multiple of its
+                # gradient magnitude (Simard's thickness tangent)
+                warped = warped + rng.uniform(-thick, thick) * np.hypot(*np.gradient(warped))
+            nnz += np.count_nonzero(np.clip(np.rint(warped), 0, 255))
+        out.append({"deformation": name, "alpha": alpha, "sigma": sigma, "shift_px": shift,
+                    "thickening": thick, "digits": int(len(imgs)),
+                    "density": nnz / imgs.size,
+                    "original_density": float(np.count_nonzero(imgs) / imgs.size)})
+    return out
+
+
 def packing_costs(X, batch=1000, repeat=30, seed=0) -> dict:
     """Density, bytes and the CPU of a packed batch over a dense one (seconds per dense entry),
     min over ``repeat`` on ``batch`` random rows of ``X``."""

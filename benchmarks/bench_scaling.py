@@ -699,7 +699,9 @@ PROBLEMS = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 1
             ("50M x 100", 50_000_000, 100, 10)]
 
 #: problems whose X rows have a measured share of nonzeros (``--packing``: the MNIST test digits;
-#: MNIST8M's rows are deformed MNIST digits, of which no copy is here) for tree_bank_packed
+#: MNIST8M's rows are deformed MNIST digits, of which no copy is here: ``--packing`` also
+#: measures digits deformed like them, and the sensitivity table shows those densities) for
+#: tree_bank_packed
 PACKED_PROBLEMS = ("MNIST8M-sized",)
 
 #: the densities the packed MNIST8M-sized projection is also shown at (the sensitivity table)
@@ -776,7 +778,8 @@ def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, dens
                     sens.append({"c_call": cc, "label": label, "design": x["design"],
                                  "W": x["W"], "speedup_vs_1x16": x["speedup_vs_1x16"]})
         if packing and density is None:
-            for rho in DENSITIES:
+            deformed = [x["density"] for x in packing.get("deformed", ())]
+            for rho in sorted(set(DENSITIES) | set(deformed)):
                 pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cp.c_call,
                                     packing=packing, density=rho)
                 for x in pj["problems"]:
@@ -868,11 +871,12 @@ def reproject(path):
 def measure_packing(path, data_dir):
     """``--packing``: the MNIST test digits' density and the CPU of packing their rows
     (bench_row_packing.py), stored in ``path`` as ``row_packing``; then the projections again."""
-    from bench_row_packing import load_mnist_test, packing_costs
+    from bench_row_packing import deformed_densities, load_mnist_test, packing_costs
     env = json.loads(Path(path).read_text())
     out = _body(env)
     X, _ = load_mnist_test(data_dir)
-    out["row_packing"] = dict(packing_costs(X), library=_report.library_source()["git"],
+    out["row_packing"] = dict(packing_costs(X), deformed=deformed_densities(X),
+                              library=_report.library_source()["git"],
                               machine=_report.machine_info(), load=_report.other_load())
     print("row packing:", {k: v for k, v in out["row_packing"].items()
                            if k not in ("machine", "library")})
