@@ -29,6 +29,7 @@ from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import GradientMessage, RoundMessage
 from dmcsvm.engine.partition import Partition, PartitionSettings
 from dmcsvm.kernels import KernelSpec, kernel_block
+from dmcsvm.numerics import linear_prototypes as lp
 from dmcsvm.numerics import pattern as pt
 from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
@@ -255,6 +256,70 @@ def test_worker_killed_mid_round_on_the_tree_recovers(cluster, reference, die_pa
     assert sorted((k, w) for k, w, _, _ in ex.recoveries) == \
         [(k, dead) for k, w in enumerate(placed) if w == dead]
     _assert_same_optimum(B, r, B_ref, r_ref, X)
+
+
+@pytest.mark.cluster
+def test_multiprototype_worker_killed_between_draw_and_install_recovers(cluster):
+    """MultiPrototypeSVC's partitions own the assignment; the coordinator holds none (issue 15).
+    A worker killed after an epoch's draw, before the message that installs it, takes its
+    partitions' pending draws with it.  They are rebuilt with the prototypes their coefficients
+    name (the best-scoring one for rows without), the search goes on, and the final solve
+    reaches the optimum of the final assignment: the dual an in-process solve of that
+    assignment reaches from zero."""
+    from dmcsvm.coordinators.multiprototype import (
+        AnnealSettings,
+        RandomAssignment,
+        anneal,
+        prototype_classes,
+    )
+    from dmcsvm.engine.prototype_partition import PrototypePartition
+    X, y = _problem()
+    n, m = len(y), int(y.max()) + 1
+    pcls = prototype_classes([2] * m)
+    s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()
+
+    def run(ex, yp0, epochs, progress=None):
+        ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
+                               n_candidates=6, pcls=pcls, cache_bytes=10 ** 5)
+        ex.start(X, yp0, y, ps, bounds=[(0, 50), (50, 110), (110, n)],
+                 partition_cls=PrototypePartition)
+        try:
+            return anneal(ex, n, pcls, SPEC, s, AnnealSettings(max_epochs=epochs), X.shape[1],
+                          False, np.random.RandomState(0), progress=progress)
+        finally:
+            ex.close()
+
+    with Client(cluster.addr) as client:
+        ex = DaskExecutor(client)
+        killed = []
+
+        def progress(row):
+            # the first epoch that moves coefficients: the rebuilt rows must take them
+            if row["n_moved"] >= 7 and not killed:
+                victim = ex.placement[1]
+                pid = client.run(os.getpid, workers=[victim])[victim]
+                killed.append(([k for k, w in enumerate(ex.placement) if w == victim],
+                               row["epoch"]))
+                os.kill(pid, signal.SIGKILL)
+                _wait_removed(client, victim)
+
+        res = run(ex, RandomAssignment(5, pcls, 0, n), 12, progress)
+        assert killed and sorted(k for k, _, _, _ in ex.recoveries) == killed[0][0]
+    print("killed after epoch", killed[0][1], "of", res.n_epochs, res.epochs["n_moved"])
+    assert res.n_epochs > killed[0][1] and res.final.converged    # the search went on
+    yp = res.yp
+    assert yp.shape == (n,) and np.all(pcls[yp] == y)
+    B = np.zeros((n, pcls.shape[0]))
+    sv = res.state.support()
+    B[sv] = res.state.B[sv]
+    # feasible for the final assignment (Eq. 11): rows sum to zero, alpha_i^{y_i} >= 0, the
+    # rest <= 0
+    assert np.abs(B.sum(1)).max() <= 1e-10
+    own = B[np.arange(n), yp]
+    assert own.min() >= 0.0
+    assert (B - np.eye(pcls.shape[0])[yp] * own[:, None]).max() <= 0.0
+    ref = run(InProcessExecutor(1), yp, 0)
+    assert abs(res.dual - ref.dual) <= 1e-6 * abs(ref.dual), (res.dual, ref.dual)
 
 
 def _kill_all_workers(c, client):
@@ -501,13 +566,25 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
     assert rec.providers
     for part in rec.parts:
         snap = rec.snapshot(part.lo, part.hi)
-        # a prototype partition must take its assignment from the snapshot
+        # a prototype partition derives its assignment (the coordinator holds none): the
+        # prototype its coefficients name, else its class's best-scoring one
         yp0 = part.yp.copy() if kind == "multiclass" else np.zeros_like(part.yp)
         fresh = type(part)(part.part_id, part.lo, part.hi, X[part.lo:part.hi], yp0, part.cls,
                            part.s)
         fresh.restore(snap)
         np.testing.assert_array_equal(fresh.B, part.B)
-        np.testing.assert_array_equal(fresh.yp, part.yp)
+        if kind == "multiclass":
+            np.testing.assert_array_equal(fresh.yp, part.yp)
+        else:
+            has = np.any(part.B != 0.0, axis=1)
+            assert has.any() and not has.all()
+            np.testing.assert_array_equal(fresh.yp[has], part.yp[has])
+            xi = np.empty((part.F.shape[0], int(part.count.max())))
+            lp.positive_slacks(fresh.F, part.cls, part.pcls, part.first, part.count, xi)
+            best = part.first[part.cls] + np.argmin(xi, axis=1)
+            np.testing.assert_array_equal(fresh.yp[~has], best[~has])
+            assert np.all(part.pcls[fresh.yp] == part.cls)
+            part.yp = fresh.yp.copy()      # the rest of the state must match the live one's
         # shipped: every row whose X the coordinator holds (a superset of the rows the live
         # partition saw in a batch: a batch dropped by the epoch's stop rule is banked too)
         assert np.all(fresh.shipped >= part.shipped)

@@ -12,7 +12,11 @@ import pytest
 import scipy.sparse as sp
 
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC
-from dmcsvm.coordinators.multiprototype import initial_assignment, prototype_classes
+from dmcsvm.coordinators.multiprototype import (
+    RandomAssignment,
+    initial_assignment,
+    prototype_classes,
+)
 from dmcsvm.engine.messages import PrototypeMessage
 from dmcsvm.engine.prototype_partition import encode_linear, prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
@@ -268,15 +272,30 @@ def test_prototype_step_scores_and_encoding(sparse):
     assert lp.linear_coefficients(KernelSpec("rbf")) is None
 
 
-def test_initial_assignment_is_balanced_and_random():
-    pcls = prototype_classes([3, 2])
-    cls = np.array([0] * 10 + [1] * 5, dtype=np.int64)
-    yp = initial_assignment(cls, pcls, np.random.RandomState(0))
-    assert np.all(pcls[yp] == cls)
-    assert sorted(np.bincount(yp[cls == 0]).tolist()) == [3, 3, 4]
-    assert sorted(np.bincount(yp[cls == 1] - 3).tolist()) == [2, 3]
-    yp2 = initial_assignment(cls, pcls, np.random.RandomState(1))
-    assert not np.array_equal(yp, yp2)
+def test_initial_assignment_is_random_and_the_same_for_any_partitioning():
+    """pi(1): every row to a prototype of its class, uniformly; a row's prototype depends on the
+    seed, its index and its class only, so partitions drawing their own slices agree with one
+    draw of all rows (what lets the coordinator hold no n-long assignment)."""
+    rng = np.random.default_rng(0)
+    pcls = prototype_classes([3, 2, 1])
+    n = 30000
+    cls = rng.integers(0, 3, n).astype(np.int64)
+    yp = initial_assignment(cls, pcls, 12345)
+    assert yp.dtype == np.int64 and np.all(pcls[yp] == cls)
+    for c, (f, q) in enumerate([(0, 3), (3, 2), (5, 1)]):
+        freq = np.bincount(yp[cls == c] - f, minlength=q) / np.count_nonzero(cls == c)
+        np.testing.assert_allclose(freq, 1.0 / q, atol=0.02)
+    ra = RandomAssignment(12345, pcls, 0, n)
+    cuts = [0, 1, 977, 20000, n]
+    parts = [ra[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    assert [len(p) for p in parts] == [1, 976, 19023, 10000]
+    got = np.concatenate([p.draw(cls[a:b]) for p, a, b in zip(parts, cuts[:-1], cuts[1:])])
+    np.testing.assert_array_equal(got, yp)
+    assert not np.array_equal(initial_assignment(cls, pcls, 54321), yp)
+    with pytest.raises(ValueError, match="^3 class indices for 1 rows$"):
+        parts[0].draw(cls[:3])
+    with pytest.raises(IndexError, match="takes only slices"):
+        ra[np.arange(3)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -318,7 +337,8 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
     pcls = np.searchsorted(model.classes_, model.prototype_class_)
     cls = np.searchsorted(model.classes_, y)
     yp = model.assignment_
-    assert np.array_equal(yp, initial_assignment(cls, pcls, np.random.RandomState(0)))
+    assert np.array_equal(yp, initial_assignment(cls, pcls,
+                                                 lp.epoch_seed(np.random.RandomState(0))))
     assert model.converged_ and model.n_epochs_ == 0
     spec = model._spec
     K = kernel_reference(spec, X, X)
@@ -650,12 +670,14 @@ class _Recording:
 @pytest.mark.parametrize("weighted", [False, True], ids=["C", "row-C"])
 @pytest.mark.parametrize("T", [0.0, 0.7])
 def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
-    """Each partition draws its rows from the slacks it kept: the same new assignment and energy
-    as :func:`_redraw` on all rows' slacks in one array, for 1 or 3 partitions; the replies carry
-    only the changed rows, never an n x q array."""
+    """Each partition draws its rows from the slacks it kept: the same new assignment, energy and
+    moved coefficients as :func:`_redraw` on all rows' slacks in one array, for 1 or 3
+    partitions.  The draw waits in the partitions until a message names its seed; the replies
+    carry only the re-assigned rows that have coefficients, never an n-long or n x q array."""
     from dmcsvm.coordinators.coefficients import CoefficientRows
-    from dmcsvm.coordinators.multiprototype import _redraw, _redraw_parts, _slacks
+    from dmcsvm.coordinators.multiprototype import _moved, _redraw, _redraw_parts, _slacks
     from dmcsvm.engine.executor import InProcessExecutor
+    from dmcsvm.engine.messages import PrototypeMessage
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.engine.prototype_partition import PrototypePartition
 
@@ -668,7 +690,13 @@ def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
     yp = first[cls] + rng.integers(0, q, n)
     row_C = rng.uniform(0.5, 2.0, n) if weighted else None
     F = rng.normal(size=(n, m * q))
+    # a third of the rows hold coefficients: +a on their prototype, -a on one of another class
+    Bd = np.zeros((n, m * q))
+    held = rng.choice(n, 30, replace=False)
+    Bd[held, yp[held]] = 0.5
+    Bd[held, (yp[held] + q) % (m * q)] = -0.5
     B = CoefficientRows(n, m * q)
+    B[held] = Bd[held]
     draws = []
     for n_parts in (1, 3):
         pset = PartitionSettings(kernel=KernelSpec("rbf", gamma=0.5).to_dict(), C=1.5,
@@ -679,26 +707,36 @@ def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
                                                             row_C=row_C))
         for p in ex.ex.parts:
             p.F[:] = F[p.lo:p.hi]
+            p.B[:] = Bd[p.lo:p.hi]
         slack, mM, _ = _slacks(ex, None, False, False, 4, False, np.float64)
-        changed, new, E_new, moved = _redraw_parts(ex, 77, T, yp, mM, B)
-        draws.append((changed, new, E_new))
+        n_changed, E_new, moved = _redraw_parts(ex, 77, T, mM)
         # a partition without kept slacks (rebuilt after a lost worker) computes them: same draw
         for p in ex.ex.parts:
             p._xi = None
-        again = _redraw_parts(ex, 77, T, yp, mM, B)
-        np.testing.assert_array_equal(again[0], changed)
-        np.testing.assert_array_equal(again[1], new)
-        assert again[2] == E_new
-        assert all(not isinstance(v, np.ndarray) or v.shape[0] <= changed.shape[0]
-                   for _, reps in ex.replies for rep in reps for v in rep.values())
+        again = _redraw_parts(ex, 77, T, mM)
+        assert again[:2] == (n_changed, E_new)
+        for a, b in zip(again[2], moved):
+            np.testing.assert_array_equal(a, b)
+        assert all(v.shape[0] <= moved[0].shape[0] for _, reps in ex.replies for rep in reps
+                   for v in rep.get("moved", {}).values())
+        # nothing installed until a message names the draw's seed
+        np.testing.assert_array_equal(np.concatenate(ex.call("assignment")), yp)
+        ex.ex.step(PrototypeMessage(assign=77))
+        draws.append((n_changed, E_new, moved, np.concatenate(ex.call("assignment"))))
         ex.close()
     xi = np.empty((n, q))
     lp.positive_slacks(F, cls, pcls, first, np.full(m, q), xi)
-    new_yp, E_ref, changed_ref, _ = _redraw(xi, yp, cls, first, 77, T, 1.5, 0.0, B, row_C)
+    new_yp, E_ref, changed_ref, moved_ref = _redraw(xi, yp, cls, first, 77, T, 1.5, mM, B,
+                                                    row_C)
+    assert moved_ref.size == np.intersect1d(changed_ref, held).size > 0
+    assert np.array_equal(moved_ref, _moved(B, changed_ref, yp))
     own = xi[np.arange(n), yp - first[cls]]
     assert slack == pytest.approx(1.5 * own.sum() if row_C is None else row_C @ own, rel=1e-12)
     assert changed_ref.size > 0
-    for changed, new, E_new in draws:
-        np.testing.assert_array_equal(changed, changed_ref)
-        np.testing.assert_array_equal(new, new_yp[changed_ref])
+    for n_changed, E_new, (ids, old, new), got in draws:
+        assert n_changed == changed_ref.size
+        np.testing.assert_array_equal(got, new_yp)
+        np.testing.assert_array_equal(ids, moved_ref)
+        np.testing.assert_array_equal(old, yp[moved_ref])
+        np.testing.assert_array_equal(new, new_yp[moved_ref])
         assert E_new == pytest.approx(E_ref, rel=1e-12)

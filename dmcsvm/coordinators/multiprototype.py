@@ -21,13 +21,16 @@ against 6.32 %.
 
 One executor serves the whole search: every epoch is one ``solve(..., state=st, first_msg=...,
 stop=...)`` on the same partitions, the :class:`CoordinatorState` keeping ``B`` across epochs.
-The move of re-assigned patterns' coefficients is an ordinary batch update (``dB`` with
-``-alpha`` on the old and ``+alpha`` on the new prototype) sent as the next epoch's first
-message together with the new assignment (a ``PrototypeMessage``'s ``assign``, applied by
-:class:`~dmcsvm.engine.prototype_partition.PrototypePartition`).  The draws of Eq. 17 use the
-coordinator's random generator only, on slacks gathered from the partitions in partition order, so
-both executors see the same draws.  After the last epoch the convex problem of the final
-assignment is solved to the solver's tolerances.
+The partitions own the assignment (issue 15: the coordinator holds no per-row array): each
+draws its rows' initial prototypes (:class:`RandomAssignment`) and their re-assignments of
+Eq. 17, from the slacks it keeps, with its slice of the epoch's uniform stream (the epoch's seed
+comes from the coordinator's generator), so the draws do not depend on the partitioning or the
+executor.  Only the re-assigned rows that have coefficients travel back; the move of their
+coefficients is an ordinary batch update (``dB`` with ``-alpha`` on the old and ``+alpha`` on
+the new prototype) sent as the next epoch's first message, whose ``assign`` (the draw's seed)
+tells every :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` to install its draw.
+After the last epoch the convex problem of the final assignment is solved to the solver's
+tolerances, and the assignment is gathered once, as the result.
 """
 
 from __future__ import annotations
@@ -94,18 +97,57 @@ def prototype_classes(q_per_class) -> np.ndarray:
     return np.repeat(np.arange(q.shape[0], dtype=np.int64), q)
 
 
-def initial_assignment(cls, pcls, rng) -> np.ndarray:
-    """Random initial assignment ``pi(1)`` (Fig. 11): the patterns of each class, in random order,
-    dealt in turn to the class's prototypes, so each prototype starts with ``n_c / q_c`` patterns
-    (at least one).  ``rng`` is a ``numpy.random.RandomState``."""
+def initial_assignment(cls, pcls, seed: int, lo: int = 0) -> np.ndarray:
+    """Random initial assignment ``pi(1)`` (Fig. 11) of the rows ``lo, lo + 1, ...`` whose class
+    indices are ``cls``: each row to one of its class's prototypes, uniformly, by the row's value
+    of the uniform stream of ``seed`` (:func:`~dmcsvm.numerics.linear_prototypes.epoch_uniforms`).
+    A row's prototype depends only on ``seed``, its global index and its class, so a partition
+    draws its own rows' (:class:`RandomAssignment`) and the coordinator holds no n-long array."""
     first, count = prototype_groups(pcls)
     cls = np.asarray(cls, dtype=np.int64)
-    yp = np.empty(cls.shape[0], dtype=np.int64)
-    for c in range(count.shape[0]):
-        idx = np.flatnonzero(cls == c)
-        perm = rng.permutation(idx.shape[0])
-        yp[idx[perm]] = first[c] + np.arange(idx.shape[0]) % count[c]
-    return yp
+    u = lp.epoch_uniforms(seed, lo, lo + cls.shape[0])
+    q = count[cls]
+    return first[cls] + np.minimum((u * q).astype(np.int64), q - 1)
+
+
+class RandomAssignment:
+    """The initial assignment :func:`initial_assignment` of rows ``[lo, hi)``, drawn where it is
+    used: the executors slice it per partition (``ra[a:b]``, nothing drawn) and a
+    :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` draws its rows' prototypes
+    from its own class indices (:meth:`draw`).  Small and picklable (issue 15: the coordinator
+    of a store fit holds no per-row array)."""
+
+    ndim = 1
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, seed: int, pcls, lo: int, hi: int):
+        self.seed, self.lo, self.hi = int(seed), int(lo), int(hi)
+        self.pcls = np.ascontiguousarray(pcls, dtype=np.int64)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.hi - self.lo,)
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise IndexError("a RandomAssignment takes only slices (draw() gives the values)")
+        a, b, step = key.indices(len(self))
+        if step != 1:
+            raise IndexError("a RandomAssignment slice takes no step")
+        return RandomAssignment(self.seed, self.pcls, self.lo + a, self.lo + max(a, b))
+
+    def draw(self, cls) -> np.ndarray:
+        """The prototypes of the rows, whose class indices are ``cls`` (one per row)."""
+        cls = np.asarray(cls, dtype=np.int64)
+        if cls.shape != self.shape:
+            raise ValueError(f"{cls.shape[0]} class indices for {len(self)} rows")
+        return initial_assignment(cls, self.pcls, self.seed, self.lo)
+
+    def __repr__(self) -> str:
+        return f"RandomAssignment(seed={self.seed}, rows {self.lo}:{self.hi})"
 
 
 def _redraw(xi, yp, cls, first, seed, T, C, mM, B, row_C=None):
@@ -129,15 +171,17 @@ def _moved(B, changed, yp):
     return changed[B[changed, yp[changed]] != 0.0] if changed.size else changed
 
 
-def _redraw_parts(executor, seed, T, yp, mM, B):
+def _redraw_parts(executor, seed, T, mM):
     """:func:`_redraw` on the partitions (each draws its rows from the slacks its last
-    ``slacks`` call kept): ``(re-assigned rows, their new prototypes, E(t+1), those with a
-    coefficient to move)``; only the changed rows travel."""
+    ``slacks`` call kept, and keeps the draw until a message's ``assign`` installs it):
+    ``(rows re-assigned, E(t+1), those with a coefficient to move as (ids, old prototypes, new
+    prototypes))``.  Only the moved rows travel (issue 15: no n-long assignment here)."""
     parts = executor.call("redraw", seed, float(T))
-    changed = np.concatenate([p["ids"] for p in parts]).astype(np.int64)
-    new = np.concatenate([p["yp"] for p in parts]).astype(np.int64)
+    n_changed = sum(int(p["n_changed"]) for p in parts)
+    moved = tuple(np.concatenate([p["moved"][k] for p in parts]).astype(np.int64)
+                  for k in ("ids", "old", "new"))
     E_new = 0.5 * mM + sum(p["slack"] for p in parts)
-    return changed, new, E_new, _moved(B, changed, yp)
+    return n_changed, E_new, moved
 
 
 def _first_energy(C, n, row_C, start) -> float:
@@ -169,7 +213,7 @@ def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
             sum(p["sum_alpha"] for p in parts))
 
 
-def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray, spec: KernelSpec,
+def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
            settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
            x_dtype=np.float64, linear: bool = False, progress=None,
            final_settings: SolverSettings | None = None, row_C=None, start=None,
@@ -181,25 +225,23 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     executor : InProcessExecutor or DaskExecutor
         Started on :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` (any kernel) or,
         with ``linear=True``, :class:`~dmcsvm.engine.prototype_partition.LinearPrototypePartition`
-        partitions whose ``yp`` is ``yp0``.
+        partitions, given the class of every row and the initial assignment (an array, or a
+        :class:`RandomAssignment` each partition draws its rows' from).  The partitions own the
+        assignment from then on; the coordinator holds no per-row array (issue 15).
     n : int
         Number of training patterns.
-    cls : ndarray of int, shape (n,)
-        Class index of every pattern.
     pcls : ndarray of int, shape (P,)
         Class of every prototype, grouped by class (:func:`prototype_classes`).
-    yp0 : ndarray of int, shape (n,)
-        Initial assignment (prototype index of every pattern, of its own class).
     spec : KernelSpec
     settings : SolverSettings
         Inner solver options (``C``, optimizer, selection, tolerances of the final solve ...).
     schedule : AnnealSettings
         ``T0``, ``tau``, ``max_epochs``.  ``max_epochs = 0`` (or one prototype per class) solves
-        the convex problem of ``yp0`` only.
+        the convex problem of the initial assignment only.
     d, sparse, x_dtype
         Feature count, whether X rows are CSR, their dtype.
     rng : numpy.random.RandomState
-        The coordinator's generator: one uniform number per pattern per epoch for Eq. 17.
+        The coordinator's generator: the seed of each epoch's draws of Eq. 17.
     linear : bool
         Partitions are linear (explicit ``W``): batch messages are sent as ``dW``.
     progress : callable, optional
@@ -212,7 +254,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
         ``executor.start``; None: every pattern's bound is ``C``.
     start : tuple, optional
         ``(ids, X_ids, B_ids)``: coefficients to start from (a warm start, feasible for
-        ``yp0``), sent to the partitions in the first round; None: from zero.
+        the initial assignment), sent to the partitions in the first round; None: from zero.
     epoch0 : int
         Epochs already searched (a warm start goes on at the temperature ``T(epoch0 + 1)``, for
         at most ``max_epochs`` more epochs).
@@ -220,10 +262,10 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     Returns
     -------
     AnnealResult
+        Its ``yp`` is the final assignment, gathered from the partitions at the end.
     """
     C = float(settings.C)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
-    cls = np.ascontiguousarray(cls, dtype=np.int64)
     first, count = prototype_groups(pcls)
     P = pcls.shape[0]
     ex = LinearMessages(executor) if linear else executor
@@ -233,9 +275,6 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     state = CoordinatorState.fresh(n, P)
     state.history["epoch"] = []      # each round tagged with its epoch (0: the final solve)
     B = state.B
-    yp = np.array(yp0, dtype=np.int64, copy=True)
-    if hasattr(executor, "set_snapshot"):   # a rebuilt partition takes the current assignment
-        executor.set_snapshot(lambda lo, hi: {"yp": yp[lo:hi].copy()}, "assignment")
     hist = {k: [] for k in EPOCH_KEYS}
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
@@ -275,28 +314,28 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
             if sa - 0.5 * mM <= prev_dual:
                 break        # no progress left
         T = schedule.temperature(t)
-        changed, new, E_new, moved = _redraw_parts(ex, lp.epoch_seed(rng), T, yp, mM, B)
+        seed = lp.epoch_seed(rng)
+        n_changed, E_new, (moved, old, new) = _redraw_parts(ex, seed, T, mM)
         if T == 0.0 and E_new >= E:
             break            # greedy search at a stationary point: no epoch can lower the energy
         _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM,
-                temperature=T, n_changed=int(changed.size), n_moved=int(moved.size),
+                temperature=T, n_changed=n_changed, n_moved=int(moved.size),
                 rounds=state.rounds - r0, inner_converged=bool(res.converged),
                 elapsed=time.perf_counter() - t_start)
         E = E_new
-        if changed.size == 0:
+        if n_changed == 0:
             if res.converged or T == 0.0:
                 # stationary: the assignment is stable and its problem solved, or the greedy
                 # search (T = 0) keeps it; the final solve below finishes its problem
                 break
             continue
-        # restore admissibility (module docstring): alpha_i^{old} moves to the new prototype, a
-        # batch update like any other
-        msg = PrototypeMessage(assign={"ids": changed, "yp": new})
-        old = yp[moved]
-        yp[changed] = new        # in place: no O(n) copy per epoch (the snapshot reads yp)
+        # the partitions install their draw with the next message; admissibility is restored
+        # in it (module docstring): alpha_i^{old} moves to the new prototype, a batch update
+        # like any other
+        msg = PrototypeMessage(assign=seed)
         if moved.size:
             msg.ids, msg.XB = moved, state.bank.stack(moved, d, sparse, x_dtype)
-            msg.dB = lp.move_step(B, moved, old, yp[moved])
+            msg.dB = lp.move_step(B, moved, old, new)
             B[moved] += msg.dB
     # the convex problem of the final assignment, to the solver's tolerances
     fs = final_settings or settings
@@ -305,6 +344,7 @@ def anneal(executor, n: int, cls: np.ndarray, pcls: np.ndarray, yp0: np.ndarray,
     slack, mM, sa = _slacks(ex, state, linear, fs.shrinking, d, sparse, x_dtype)
     energy = 0.5 * mM + slack
     epochs = {k: np.asarray(v) for k, v in hist.items()}
+    yp = np.concatenate(ex.call("assignment")).astype(np.int64, copy=False)
     return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
                         dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]),
                         round_epoch=np.asarray(state.history["epoch"], dtype=np.int64))

@@ -166,10 +166,11 @@ class RoundMessage:
 
 @dataclass(kw_only=True)
 class PrototypeMessage(RoundMessage):
-    """A multi-prototype round: optionally new positive prototypes ``assign = {"ids", "yp"}``
-    (global ids), installed before the reply."""
+    """A multi-prototype round: optionally ``assign``, the seed of the re-assignment every
+    partition drew and keeps pending (``PrototypePartition.redraw``), installed before the
+    reply."""
 
-    assign: dict | None = None
+    assign: int | None = None
 
 
 @dataclass(kw_only=True)

@@ -2,13 +2,13 @@
 :class:`Partition` plus what the annealed epochs need, and the explicit-prototype partition of the
 linear fast path.
 
-* :class:`PrototypePartition` (any kernel) takes a :class:`~.messages.PrototypeMessage`, whose
-  ``assign`` is ``{"ids": global ids, "yp": their new positive prototype}`` (applied with the
-  message's update, before the reply, so the reply already sees the new assignment), and adds
-  :meth:`slacks` (its share of the primal's slack term and of ``||M||^2``, keeping every row's
-  slacks ``xi_i^s`` over its positive prototypes) and :meth:`redraw` (the re-assignment of
-  Eq. 17 drawn from those slacks, returning only the rows that change): the ``n x q`` slacks
-  never leave the partition.
+* :class:`PrototypePartition` (any kernel) owns its rows' assignment: the coordinator holds none
+  (issue 15).  It adds :meth:`slacks` (its share of the primal's slack term and of ``||M||^2``,
+  keeping every row's slacks ``xi_i^s`` over its positive prototypes) and :meth:`redraw` (the
+  re-assignment of Eq. 17 drawn from those slacks and kept pending; only the rows that have a
+  coefficient to move travel back), and takes a :class:`~.messages.PrototypeMessage` whose
+  ``assign`` (the seed of a draw) installs the pending draw with the message's update: the
+  ``n x q`` slacks and the n-long assignment never leave the partition.
 * :class:`LinearPrototypePartition` (kernel ``scale <x, z> + c0``) keeps the prototypes ``W``
   (P x d) and the coefficient sums ``s`` explicitly and scores its rows by
   ``F = scale X W^T + c0 s`` (DESIGN
@@ -53,18 +53,28 @@ class PrototypePartition(Partition):
     """
 
     def __init__(self, part_id, lo, hi, X, yp, cls, settings: PartitionSettings):
+        if hasattr(yp, "draw"):
+            # a RandomAssignment (coordinators.multiprototype): this partition draws its rows'
+            # initial prototypes from their classes
+            cls = np.asarray(cls, dtype=np.int64)
+            yp = yp.draw(cls)
         super().__init__(part_id, lo, hi, X, yp, cls, settings)
+        # this partition owns its rows' assignment and changes it in place: never a view of
+        # the caller's array
+        self.yp = self.yp.copy()
         self.first, self.count = prototype_groups(self.pcls)
         self._xi = None             # the slacks of the last `slacks` call, read by `redraw`
+        self._pending = None        # (seed, rows, new prototypes) of the last `redraw`
 
-    def _assign(self, assign) -> None:
-        """Install new positive prototypes ``assign["yp"]`` for the global ids ``assign["ids"]``
-        that fall in this partition.  The caller has zeroed the coefficients of every such row
-        that had any (AS 2005 §6.1: KKT restored), so ``B`` stays feasible."""
-        ids = np.asarray(assign["ids"], dtype=np.int64)
-        own = (ids >= self.lo) & (ids < self.hi)
-        if own.any():
-            self.yp[ids[own] - self.lo] = np.asarray(assign["yp"], dtype=np.int64)[own]
+    def _assign(self, seed) -> None:
+        """Install the pending draw of :meth:`redraw` ``seed``.  The coordinator has moved the
+        coefficients of every re-assigned row that had any to its new prototype (AS 2005 §6.1,
+        module docstring of :mod:`dmcsvm.coordinators.multiprototype`) in the same message, so
+        ``B`` stays feasible.  A partition rebuilt since the draw has none pending: its
+        assignment was derived from the coefficients that already moved (:meth:`restore`)."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] == int(seed):
+            self.yp[pending[1]] = pending[2]
 
     def step(self, msg: RoundMessage):
         """One round (see :meth:`Partition.step`) with the ``assign`` of a
@@ -75,6 +85,10 @@ class PrototypePartition(Partition):
         if assign is not None:
             self._assign(assign)
         return super().step(msg)
+
+    def assignment(self) -> np.ndarray:
+        """This partition's rows' positive prototypes (the fit's ``assignment_`` at its end)."""
+        return self.yp.copy()
 
     def _refresh_all(self, sv) -> None:
         """Make every row's score current (scores of shrunk rows are stale) via the core's
@@ -123,8 +137,10 @@ class PrototypePartition(Partition):
         Returns
         -------
         dict
-            ``ids`` (global ids of the rows whose prototype changes), ``yp`` (their new
-            prototypes) and ``slack`` (this partition's slack term at the new assignment).
+            ``n_changed`` (rows whose prototype changes), ``moved`` (those of them with a
+            coefficient to move, ``alpha_i^{y_i} != 0``: ``{"ids": global ids, "old": their
+            prototypes, "new": their new ones}``) and ``slack`` (this partition's slack term at
+            the new assignment).  The draw is kept until a message's ``assign`` names ``seed``.
         """
         if self._xi is None:
             # a partition rebuilt on another worker since the coordinator's `slacks` call (its
@@ -133,15 +149,34 @@ class PrototypePartition(Partition):
         slot = self.yp - self.first[self.cls]
         new_slot, slack = lp.redraw_slots(self._xi, slot, seed, self.lo, T, self.s.C, self.Crow)
         changed = np.flatnonzero(new_slot != slot)
-        return {"ids": changed + self.lo, "yp": self.first[self.cls[changed]] + new_slot[changed],
+        new = self.first[self.cls[changed]] + new_slot[changed]
+        self._pending = (int(seed), changed, new)
+        # all of a row's coefficients are zero unless alpha_i^{y_i} > 0 (the row sums to zero
+        # and the other prototypes' are <= 0)
+        has = self.B[changed, self.yp[changed]] != 0.0
+        return {"n_changed": int(changed.shape[0]),
+                "moved": {"ids": changed[has] + self.lo, "old": self.yp[changed[has]],
+                          "new": new[has]},
                 "slack": slack}
 
     def restore(self, snapshot: dict) -> bool:
-        """:meth:`Partition.restore`; the snapshot must carry this partition's current
-        assignment ``yp`` (re-assignments are part of the coordinator's state)."""
-        if snapshot.get("yp") is None:
-            raise ValueError("a prototype partition's snapshot needs its assignment 'yp'")
-        return super().restore(snapshot)
+        """:meth:`Partition.restore`, then the assignment, which the coordinator does not hold:
+        a row with coefficients keeps the prototype they name (its only positive one,
+        ``alpha_i^{y_i} > 0``), a row without takes the prototype of its class that scores it
+        best (least slack: Eq. 17's draw at ``T = 0``).  Any prototype of its class is
+        admissible for a row without coefficients (Eq. 11), so the search goes on from a
+        feasible state; it is not, bit for bit, the path the lost partition would have taken."""
+        super().restore(snapshot)
+        self._pending = None
+        n = self.F.shape[0]
+        xi = np.empty((n, int(self.count.max())))
+        lp.positive_slacks(self.F, self.cls, self.pcls, self.first, self.count, xi)
+        yp = self.first[self.cls] + np.argmin(xi, axis=1)
+        has = np.any(self.B != 0.0, axis=1)
+        yp[has] = np.argmax(self.B[has], axis=1)
+        self.yp = yp
+        self._xi = None
+        return True
 
 
 class LinearPrototypePartition(PrototypePartition):

@@ -217,8 +217,9 @@ def scatter_start(est, td, classes, y_idx, box):
 def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
     """Where a :class:`~dmcsvm.MultiPrototypeSVC` fit starts from ``est``'s previous fit:
     ``(yp, start, epoch)`` — the assignment (the previous one for every row whose class is
-    unchanged, ``yp0``'s draw for the others), the coefficients of :func:`cs_start` on it (or
-    None when there are none) and the last epoch of the previous search, at whose temperature
+    unchanged, ``yp0``'s draw for the others; ``yp0`` an array or a
+    :class:`~dmcsvm.coordinators.multiprototype.RandomAssignment`), the coefficients of
+    :func:`cs_start` on it (or None when there are none) and the last epoch of the previous search, at whose temperature
     the new search goes on.  None (with a warning saying why, unless ``warm_start`` is off or
     there is no previous fit) when the previous fit does not describe this problem.
 
@@ -233,7 +234,10 @@ def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
         _say_cold(why)
         return None
     prev = np.asarray(est.assignment_, dtype=np.int64)
-    yp = np.array(yp0, dtype=np.int64, copy=True)
+    # a warm start reads every row's class and prototype here (a store's too: O(n), only for
+    # a warm start); a RandomAssignment is drawn for all rows
+    y_idx = np.asarray(y_idx, dtype=np.int64)
+    yp = yp0.draw(y_idx) if hasattr(yp0, "draw") else np.array(yp0, dtype=np.int64, copy=True)
     k = min(prev.shape[0], td.n)
     same = pcls[prev[:k]] == y_idx[:k]
     yp[:k][same] = prev[:k][same]

@@ -16,14 +16,15 @@ from ..coordinators import linear_cs as lcs
 from ..coordinators.crammer_singer import SolverSettings
 from ..coordinators.multiprototype import (
     AnnealSettings,
+    RandomAssignment,
     anneal,
     anneal_sequential,
-    initial_assignment,
     prototype_classes,
 )
 from ..engine.executor import partition_bounds
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
+from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, n_threads, release_executor
@@ -33,6 +34,13 @@ from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
 
 _PREDICT_CHUNK = 2048
+
+
+def _class_counts(y_idx, m) -> np.ndarray:
+    """Rows of every class: ``bincount``, chunk by chunk for a store's class index."""
+    if hasattr(y_idx, "bincount"):
+        return y_idx.bincount(m)
+    return np.bincount(y_idx, minlength=m)
 SOLVERS = ("auto", "sequential", "rounds")
 
 
@@ -123,9 +131,11 @@ class MultiPrototypeSVC(SVMEstimator):
         and ``predict_log_proba`` exist; the map works on the per-class scores of
         ``decision_function`` (:mod:`dmcsvm.estimators._calibration`).
     random_state : int, RandomState or None, default=None
-        Seeds the initial assignment and the draws of Eq. 17 (done by the coordinator, so the
-        in-process and Dask executors give the same model for the same seed), and the folds of
-        the probability calibration.
+        Seeds the initial assignment (every pattern to a prototype of its class, uniformly),
+        the draws of Eq. 17 and the folds of the probability calibration.  Each partition draws
+        its own rows from a stream indexed by the row's number, so the in-process and Dask
+        executors, any partitioning and any input form (array, CSR, dask array, store) give the
+        same model for the same seed.
     warm_start : bool, default=False
         Start ``fit`` from the previous fit: its assignment (rows whose class changed, and rows
         appended, are drawn afresh), its coefficients (scaled down when ``C`` shrank, as in
@@ -145,7 +155,9 @@ class MultiPrototypeSVC(SVMEstimator):
     prototype_class_ : ndarray of shape (n_prototypes_total,)
         Class label of every prototype (prototypes are grouped by class).
     assignment_ : ndarray of shape (n_samples,)
-        Prototype each training pattern is assigned to at the end.
+        Prototype each training pattern is assigned to at the end.  During a fit the partitions
+        own the assignment (the coordinator holds no per-row array, whatever ``n``); it is
+        gathered once, at the end, for this attribute.
     prototypes_ : ndarray of shape (n_prototypes_total, n_features) or None
         Explicit prototypes for linear kernels: ``f_r(x) = prototypes_[r] . x + intercept_[r]``;
         None for other kernels.
@@ -256,9 +268,11 @@ class MultiPrototypeSVC(SVMEstimator):
         CSR matrix, dask array, or the path/URL of a dmcsvm zarr store with ``y=None``; each
         partition reads its own rows and scores them where it lives), and ``sample_weight``."""
         settings, schedule = self._settings()
-        td, classes, y_idx = fit_inputs(self, X, y)
+        # from a store the class index stays there: each partition reads its own rows' labels
+        # and draws its rows' initial prototypes (the coordinator holds no per-row array)
+        td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         m = classes.shape[0]
-        q = self._prototype_counts(classes, np.bincount(y_idx, minlength=m))
+        q = self._prototype_counts(classes, _class_counts(y_idx, m))
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
@@ -270,7 +284,9 @@ class MultiPrototypeSVC(SVMEstimator):
                              "matrix, no client, no checkpoint)")
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
-        yp0 = initial_assignment(y_idx, pcls, rng)
+        yp0 = RandomAssignment(lp.epoch_seed(rng), pcls, 0, td.n)
+        if sequential:
+            yp0 = yp0.draw(y_idx)
         warm = {}
         ws = mprot_start(self, td, classes, y_idx, q, pcls, yp0, settings.C, row_C)
         if ws is not None:
@@ -301,7 +317,7 @@ class MultiPrototypeSVC(SVMEstimator):
                            bounds=partition_bounds(td.n, n_parts, td.align),
                            partition_cls=LinearPrototypePartition if linear else PrototypePartition,
                            row_C=row_C)
-            res = anneal(executor, td.n, y_idx, pcls, yp0, spec, settings, schedule,
+            res = anneal(executor, td.n, pcls, spec, settings, schedule,
                          td.d, td.sparse, rng, x_dtype=td.dtype, linear=linear,
                          progress=progress, final_settings=final, row_C=row_C, **warm)
         finally:

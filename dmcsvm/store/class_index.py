@@ -99,6 +99,14 @@ class StoreClassIndex:
                 out[order[i:j]] = self._read(a - self.lo, b - self.lo)[s[i:j] - (a - self.lo)]
         return out
 
+    def bincount(self, minlength: int = 0) -> np.ndarray:
+        """Rows of every class, read chunk by chunk (O(chunk) memory)."""
+        out = np.zeros(max(int(minlength), len(self.classes)), dtype=np.int64)
+        for a, b in _blocks(self.info, self.lo, self.hi):
+            c = np.bincount(self._read(a - self.lo, b - self.lo), minlength=out.shape[0])
+            out[:c.shape[0]] += c
+        return out
+
     def __array__(self, dtype=None, copy=None):
         """Every row's class index, read now (O(rows) memory: for a partition's own rows)."""
         out = np.empty(len(self), dtype=np.int64)
