@@ -44,6 +44,10 @@ def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
     np.testing.assert_array_equal(idx[ids], ref_idx[ids])
     np.testing.assert_array_equal(idx[37:150][np.array([0, 112])], ref_idx[[37, 149]])
     assert idx[np.zeros(0, dtype=np.int64)].shape == (0,)
+    # class sizes, chunk by chunk (MultiPrototypeSVC's prototype counts are checked on them)
+    np.testing.assert_array_equal(idx.bincount(7), np.bincount(ref_idx, minlength=7))
+    np.testing.assert_array_equal(idx[37:150].bincount(),
+                                  np.bincount(ref_idx[37:150], minlength=len(classes)))
 
 
 def test_bad_indexing_is_refused(tmp_path):
@@ -114,6 +118,57 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
                                atol=1e-12)
     if name != "MulticlassSVC":
         np.testing.assert_allclose(on_store.intercept_, ref.intercept_, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "linear"])
+def test_multiprototype_store_fit_holds_no_per_row_array(tmp_path, monkeypatch, kernel):
+    """MultiPrototypeSVC from a store: labels read by block or by partition, the initial
+    assignment drawn by each partition, the re-assignments kept in the partitions (a redraw
+    reply carries only its moved rows); the model and the assignment are the in-memory fit's."""
+    from sklearn.datasets import load_digits
+
+    from dmcsvm import MultiPrototypeSVC
+    X, y = load_digits(return_X_y=True)
+    X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
+    url = str(tmp_path / "d.zarr")
+    write_arrays(url, X, y, rows_per_chunk=20)
+    reads = []
+    real = ci.read_labels
+
+    def recording(info, lo=0, hi=None):
+        reads.append((lo, hi))
+        return real(info, lo, hi)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the store's labels were read whole")
+
+    monkeypatch.setattr(ci, "read_labels", recording)
+    monkeypatch.setattr(ci, "SCAN_ROWS", 60)
+    monkeypatch.setattr(store_pkg, "read_labels", whole)
+    replies = []
+    call = InProcessExecutor.call
+
+    def recording_call(self, what, *args):
+        out = call(self, what, *args)
+        replies.append((what, out))
+        return out
+
+    monkeypatch.setattr(InProcessExecutor, "call", recording_call)
+    kw = dict(n_prototypes=3, C=10.0, kernel=kernel, gamma=0.05, max_epochs=6, tol=1e-4,
+              n_jobs=2, n_partitions=3, random_state=0, solver="rounds")
+    on_store = MultiPrototypeSVC(**kw).fit(url)
+    monkeypatch.undo()
+    ref = MultiPrototypeSVC(**kw).fit(X, y)
+    assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
+    redraws = [r for what, out in replies if what == "redraw" for r in out]
+    assert len(redraws) == 3 * on_store.n_epochs_ > 0
+    moved = [r["moved"]["ids"].shape[0] for r in redraws]
+    assert sum(moved) == on_store.epoch_history_["n_moved"].sum() > 0
+    assert sum(r["n_changed"] for r in redraws) == on_store.epoch_history_["n_changed"].sum()
+    assert all(v.shape[0] == m for r, m in zip(redraws, moved) for v in r["moved"].values())
+    np.testing.assert_array_equal(on_store.assignment_, ref.assignment_)
+    np.testing.assert_array_equal(on_store.support_, ref.support_)
+    np.testing.assert_allclose(on_store.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-12)
 
 
 def test_one_class_store_is_refused_by_the_chunked_scan(tmp_path):
