@@ -272,6 +272,51 @@ def test_memory_column_cache_lru_pins_and_compaction():
         np.testing.assert_array_equal(buf[q * 7:(q + 1) * 7], ref[s])
 
 
+@pytest.mark.parametrize("capacity", [3, 7, 40])
+def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
+    """``gather`` / ``put_many`` (a round's columns at once) leave the cache as ``get`` /
+    ``put`` one column at a time do: the same columns read, misses, slots, LRU order and pins,
+    through evictions (keys evicted by a later key of the same call), skipped puts when
+    everything is pinned, growth, compaction and a width change."""
+    from dmcsvm.engine.cache import ColumnCache
+    rng = np.random.default_rng(capacity)
+    one, many = ColumnCache(capacity * 8 * 4), ColumnCache(capacity * 8 * 4)
+    width = 8
+    for step in range(300):
+        if step == 150:                                   # shrinking: both re-pack
+            keep = np.arange(width) % 3 != 1
+            one.compact(keep)
+            many.compact(keep)
+            width = int(keep.sum())
+        if step == 250:                                   # the active set grew: emptied
+            one.clear()
+            many.clear()
+            width = 6
+        one.start_round()
+        many.start_round()
+        keys = rng.choice(60, rng.integers(1, 12), replace=False)
+        out_one = np.zeros((len(keys), width), dtype=np.float32)
+        miss_one = []
+        for j, k in enumerate(keys):
+            col = one.get(int(k))
+            if col is None:
+                miss_one.append(j)
+            else:
+                out_one[j] = col
+        out_many = np.zeros_like(out_one)
+        miss_many = many.gather(keys, out_many)
+        assert miss_many == miss_one
+        np.testing.assert_array_equal(out_many, out_one)
+        new = rng.random((len(miss_one), width), dtype=np.float32)
+        for k, col in zip(keys[miss_one], new):
+            one.put(int(k), col)
+        many.put_many(keys[miss_one], new)
+        assert list(many._slot.items()) == list(one._slot.items())
+        assert many._pinned == one._pinned and many._next == one._next
+        used = one._next * one._width
+        np.testing.assert_array_equal(many._buf[:used], one._buf[:used])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_compact_block_moves_the_kept_block_to_the_corner_in_place(dtype):
     """The Gram cache's eviction: ``G[keep][:, keep]`` to ``G[:k, :k]`` without a temporary,

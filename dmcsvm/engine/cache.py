@@ -96,31 +96,71 @@ class ColumnCache:
         self._pinned.add(key)
         return self._view(slot)
 
+    def gather(self, keys, out) -> list:
+        """:meth:`get` of every key at once: the cached columns of ``keys`` copied into the rows
+        ``out[j]`` (one gather, not one view and one copy per column: a round asks for hundreds
+        of columns, and the per-column Python cost was a tenth of a small fit); returns the
+        positions ``j`` of the misses.  Hits become the most recently used and are pinned."""
+        slot_of = self._slot.get
+        keys = [int(k) for k in keys]
+        pos, slots, miss = [], [], []
+        for j, k in enumerate(keys):
+            s = slot_of(k)
+            if s is None:
+                miss.append(j)
+            else:
+                pos.append(j)
+                slots.append(s)
+        if pos:
+            touch = self._slot.move_to_end
+            for j in pos:
+                touch(keys[j])
+            self._pinned.update(keys[j] for j in pos)
+            table = self._buf[: self._next * self._width].reshape(-1, self._width)
+            out[pos] = table[slots]
+        return miss
+
+    def put_many(self, keys, cols) -> None:
+        """:meth:`put` of ``cols[j]`` under ``keys[j]`` for every ``j``, in order (the same slots
+        and evictions), with one scatter into the buffer."""
+        keys = [int(k) for k in keys]
+        if not keys:
+            return
+        cols = np.asarray(cols)
+        if cols.shape[1] * cols.itemsize > self.budget or cols.shape[1] == 0:
+            return
+        if self._buf is None or cols.dtype != self._buf.dtype:
+            self.clear()
+            self._buf = np.empty(0, dtype=cols.dtype)
+        elif self._slot and cols.shape[1] != self._width:
+            self.clear()
+        if not self._slot:
+            self._width, self._next = cols.shape[1], 0
+        rows, slots = [], []
+        for j, key in enumerate(keys):
+            slot = self._slot.pop(key, None)
+            if slot is None:
+                if self._next >= self._buf.shape[0] // self._width:
+                    self._grow()
+                if self._next < self._buf.shape[0] // self._width:
+                    slot, self._next = self._next, self._next + 1
+                else:
+                    victim = next((k for k in self._slot if k not in self._pinned), None)
+                    if victim is None:
+                        continue
+                    slot = self._slot.pop(victim)
+            self._slot[key] = slot
+            rows.append(j)
+            slots.append(slot)
+        if rows:
+            # a slot taken twice in this call (a column evicted by a later one) ends with the
+            # later column, as sequential puts leave it
+            table = self._buf[: self._next * self._width].reshape(-1, self._width)
+            table[slots] = cols[rows]
+
     def put(self, key: int, col: np.ndarray) -> None:
         """Copy ``col`` into the cache (evicting the least recently used unpinned columns)."""
-        col = np.asarray(col)
-        if col.nbytes > self.budget or col.shape[0] == 0:
-            return
-        if self._buf is None or col.dtype != self._buf.dtype:
-            self.clear()
-            self._buf = np.empty(0, dtype=col.dtype)
-        elif self._slot and col.shape[0] != self._width:
-            self.clear()                 # a column of another active set: start again
-        if not self._slot:
-            self._width, self._next = col.shape[0], 0
-        slot = self._slot.pop(key, None)
-        if slot is None:
-            if self._next >= self._buf.shape[0] // self._width:
-                self._grow()
-            if self._next < self._buf.shape[0] // self._width:
-                slot, self._next = self._next, self._next + 1
-            else:
-                victim = next((k for k in self._slot if k not in self._pinned), None)
-                if victim is None:
-                    return
-                slot = self._slot.pop(victim)
-        self._buf[slot * self._width:(slot + 1) * self._width] = col
-        self._slot[key] = slot
+        self.put_many([key], np.asarray(col)[None])
 
     def _grow(self) -> None:
         """Double the buffer, up to the budget (slots keep their places): a large budget is not

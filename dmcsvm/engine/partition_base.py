@@ -157,20 +157,24 @@ class PartitionBase:
         in memory) and cached unless ``cache_ok`` is False.  Built as ``K^T`` (one contiguous
         row per batch pattern), returned transposed."""
         KT = self._kt(len(ids), self.active.shape[0])
-        hits, miss = self._lookup(ids)
-        for j, col in hits.items():
-            KT[j] = col
+        if self.disk.capacity:
+            hits, miss = self._lookup(ids)
+            for j, col in hits.items():
+                KT[j] = col
+        else:                       # memory tier only: one gather
+            self.cache.start_round()
+            miss = self.cache.gather(ids, KT)
+            self._count_lookup(len(ids) - len(miss), 0, len(miss))
         if miss:
             Xm = XB if len(miss) == len(ids) else take_rows(XB, np.asarray(miss))
             if len(miss) == len(ids):
                 self._kernel_T(Xm, out=KT)
             else:
                 KT[miss] = self._kernel_T(Xm)
-            for j in miss if cache_ok else ():
-                if self.cache.budget:
-                    self.cache.put(int(ids[j]), KT[j])
-                if self.disk.capacity:
-                    self.disk.put(int(ids[j]), KT[j], self.active)
+            if cache_ok and self.cache.budget:
+                self.cache.put_many(np.asarray(ids)[miss], KT[miss])
+            for j in miss if cache_ok and self.disk.capacity else ():
+                self.disk.put(int(ids[j]), KT[j], self.active)
         return KT.T
 
     def _kernel_T(self, XB, out=None):
@@ -258,11 +262,14 @@ class PartitionBase:
                 miss.append(j)
             else:
                 hits[j] = col
-        self.rows_cached += len(hits)
-        self.rows_disk += n_disk
-        self.rows_computed += len(miss)
-        self.kernel_elements += len(miss) * int(self.active.shape[0])
+        self._count_lookup(len(hits), n_disk, len(miss))
         return hits, miss
+
+    def _count_lookup(self, n_hits, n_disk, n_miss) -> None:
+        self.rows_cached += n_hits
+        self.rows_disk += n_disk
+        self.rows_computed += n_miss
+        self.kernel_elements += n_miss * int(self.active.shape[0])
 
     def _group_size(self, n_cols: int, block_bytes: int | None = None) -> int:
         """Batch columns per kernel block so that one block stays within ``block_bytes``
