@@ -62,24 +62,26 @@ def test_bad_indexing_is_refused(tmp_path):
         idx[np.array([[1, 2]])]
 
 
-@pytest.mark.parametrize("name", ["MulticlassSVC", "OneVsRestSVC", "OneVsOneSVC", "BinarySVC"])
-def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monkeypatch, name):
-    """The coordinator never reads the label array whole: every read is one scan block, one
-    partition's rows (for the SMO family: each binary problem's signs, computed by every
-    partition from its own labels) or the rows of a batch or of the support, and the model is
-    the in-memory one's."""
-    import scipy.sparse as sp
+def _digits_store(tmp_path, binary=False):
+    """The first 240 scikit-learn digits (binary: >= 5) as arrays and as a store of 20-row
+    chunks."""
     from sklearn.datasets import load_digits
-
-    import dmcsvm
     X, y = load_digits(return_X_y=True)
     X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
-    if name == "BinarySVC":
+    if binary:
         y = (y >= 5).astype(np.int64)
     url = str(tmp_path / "d.zarr")
     write_arrays(url, X, y, rows_per_chunk=20)
-    reads = []
+    return X, y, url
+
+
+def _fit_watched(monkeypatch, est, url):
+    """``est.fit(url)`` with every label read recorded (``(lo, hi)``; reading the whole label
+    array fails), scan blocks of 60 rows, and every executor ``call``'s replies kept:
+    ``(est, reads, replies)``."""
+    reads, replies = [], []
     real = ci.read_labels
+    call = InProcessExecutor.call
 
     def recording(info, lo=0, hi=None):
         reads.append((lo, hi))
@@ -88,22 +90,35 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
     def whole(*args, **kwargs):
         raise AssertionError("the store's labels were read whole")
 
-    monkeypatch.setattr(ci, "read_labels", recording)
-    monkeypatch.setattr(ci, "SCAN_ROWS", 60)
-    monkeypatch.setattr(store_pkg, "read_labels", whole)
-    replies = []
-    call = InProcessExecutor.call
-
     def recording_call(self, what, *args):
         out = call(self, what, *args)
         replies.append((what, out))
         return out
 
+    monkeypatch.setattr(ci, "read_labels", recording)
+    monkeypatch.setattr(ci, "SCAN_ROWS", 60)
+    monkeypatch.setattr(store_pkg, "read_labels", whole)
     monkeypatch.setattr(InProcessExecutor, "call", recording_call)
+    try:
+        est.fit(url)
+    finally:
+        monkeypatch.undo()
+    return est, reads, replies
+
+
+@pytest.mark.parametrize("name", ["MulticlassSVC", "OneVsRestSVC", "OneVsOneSVC", "BinarySVC"])
+def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monkeypatch, name):
+    """The coordinator never reads the label array whole: every read is one scan block, one
+    partition's rows (for the SMO family: each binary problem's signs, computed by every
+    partition from its own labels) or the rows of a batch or of the support, and the model is
+    the in-memory one's."""
+    import scipy.sparse as sp
+
+    import dmcsvm
+    X, y, url = _digits_store(tmp_path, binary=name == "BinarySVC")
     cls = getattr(dmcsvm, name)
     kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
-    on_store = cls(**kw).fit(url)
-    monkeypatch.undo()
+    on_store, reads, replies = _fit_watched(monkeypatch, cls(**kw), url)
     ref = cls(**kw).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
     # the end-of-solve summaries carry per-group numbers, nothing per row
@@ -125,39 +140,11 @@ def test_multiprototype_store_fit_holds_no_per_row_array(tmp_path, monkeypatch, 
     """MultiPrototypeSVC from a store: labels read by block or by partition, the initial
     assignment drawn by each partition, the re-assignments kept in the partitions (a redraw
     reply carries only its moved rows); the model and the assignment are the in-memory fit's."""
-    from sklearn.datasets import load_digits
-
     from dmcsvm import MultiPrototypeSVC
-    X, y = load_digits(return_X_y=True)
-    X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
-    url = str(tmp_path / "d.zarr")
-    write_arrays(url, X, y, rows_per_chunk=20)
-    reads = []
-    real = ci.read_labels
-
-    def recording(info, lo=0, hi=None):
-        reads.append((lo, hi))
-        return real(info, lo, hi)
-
-    def whole(*args, **kwargs):
-        raise AssertionError("the store's labels were read whole")
-
-    monkeypatch.setattr(ci, "read_labels", recording)
-    monkeypatch.setattr(ci, "SCAN_ROWS", 60)
-    monkeypatch.setattr(store_pkg, "read_labels", whole)
-    replies = []
-    call = InProcessExecutor.call
-
-    def recording_call(self, what, *args):
-        out = call(self, what, *args)
-        replies.append((what, out))
-        return out
-
-    monkeypatch.setattr(InProcessExecutor, "call", recording_call)
+    X, y, url = _digits_store(tmp_path)
     kw = dict(n_prototypes=3, C=10.0, kernel=kernel, gamma=0.05, max_epochs=6, tol=1e-4,
               n_jobs=2, n_partitions=3, random_state=0, solver="rounds")
-    on_store = MultiPrototypeSVC(**kw).fit(url)
-    monkeypatch.undo()
+    on_store, reads, replies = _fit_watched(monkeypatch, MultiPrototypeSVC(**kw), url)
     ref = MultiPrototypeSVC(**kw).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
     redraws = [r for what, out in replies if what == "redraw" for r in out]
