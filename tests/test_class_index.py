@@ -46,6 +46,7 @@ def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
     assert idx[np.zeros(0, dtype=np.int64)].shape == (0,)
     # class sizes, chunk by chunk (MultiPrototypeSVC's prototype counts are checked on them)
     np.testing.assert_array_equal(idx.bincount(7), np.bincount(ref_idx, minlength=7))
+    np.testing.assert_array_equal(ci.class_counts(idx, 7), np.bincount(ref_idx, minlength=7))
     np.testing.assert_array_equal(idx[37:150].bincount(),
                                   np.bincount(ref_idx[37:150], minlength=len(classes)))
 

@@ -219,9 +219,10 @@ def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
     ``(yp, start, epoch)`` — the assignment (the previous one for every row whose class is
     unchanged, ``yp0``'s draw for the others; ``yp0`` an array or a
     :class:`~dmcsvm.coordinators.multiprototype.RandomAssignment`), the coefficients of
-    :func:`cs_start` on it (or None when there are none) and the last epoch of the previous search, at whose temperature
-    the new search goes on.  None (with a warning saying why, unless ``warm_start`` is off or
-    there is no previous fit) when the previous fit does not describe this problem.
+    :func:`cs_start` on it (or None when there are none) and the last epoch of the previous
+    search, at whose temperature the new search goes on.  None (with a warning saying why,
+    unless ``warm_start`` is off or there is no previous fit) when the previous fit does not
+    describe this problem.
 
     Any assignment of every row to a prototype of its own class is admissible (AS 2005 Eq. 11),
     so only the coefficients need the checks of the Crammer–Singer start."""

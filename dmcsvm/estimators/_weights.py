@@ -25,6 +25,7 @@ import numbers
 import numpy as np
 
 from ..errors import NonFiniteError, check_sample_weight
+from ..store.class_index import class_counts
 
 __all__ = ["check_sample_weight", "class_weights", "fit_bounds", "pattern_bounds"]
 
@@ -98,7 +99,7 @@ def class_weights(class_weight, classes, y_idx) -> np.ndarray:
         if class_weight != "balanced":
             raise ValueError(f"class_weight must be a dict, 'balanced' or None, got "
                              f"{class_weight!r}")
-        counts = np.bincount(np.asarray(y_idx, dtype=np.int64), minlength=m).astype(np.float64)
+        counts = class_counts(y_idx, m).astype(np.float64)
         with np.errstate(divide="ignore"):
             return np.where(counts > 0, float(len(y_idx)) / (m * counts), 1.0)
     if not isinstance(class_weight, dict):

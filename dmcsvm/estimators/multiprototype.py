@@ -26,6 +26,7 @@ from ..engine.prototype_partition import LinearPrototypePartition, PrototypePart
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
+from ..store.class_index import class_counts
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, n_threads, release_executor
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store
@@ -34,13 +35,6 @@ from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
 
 _PREDICT_CHUNK = 2048
-
-
-def _class_counts(y_idx, m) -> np.ndarray:
-    """Rows of every class: ``bincount``, chunk by chunk for a store's class index."""
-    if hasattr(y_idx, "bincount"):
-        return y_idx.bincount(m)
-    return np.bincount(y_idx, minlength=m)
 SOLVERS = ("auto", "sequential", "rounds")
 
 
@@ -272,7 +266,7 @@ class MultiPrototypeSVC(SVMEstimator):
         # and draws its rows' initial prototypes (the coordinator holds no per-row array)
         td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         m = classes.shape[0]
-        q = self._prototype_counts(classes, _class_counts(y_idx, m))
+        q = self._prototype_counts(classes, class_counts(y_idx, m))
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))

@@ -47,6 +47,14 @@ def scan_classes(info) -> tuple[np.ndarray, np.ndarray | None]:
     return classes, table
 
 
+def class_counts(y_idx, m: int) -> np.ndarray:
+    """Rows of each of the ``m`` classes of a class index: ``np.bincount`` of an array, chunk by
+    chunk for a :class:`StoreClassIndex` (no n-long read)."""
+    if isinstance(y_idx, StoreClassIndex):
+        return y_idx.bincount(m)
+    return np.bincount(np.asarray(y_idx, dtype=np.int64), minlength=m)
+
+
 class StoreClassIndex:
     """Class index (int64, into ``classes``) of rows ``[lo, hi)`` of the store ``info`` (its
     :class:`~dmcsvm.store.layout.StoreInfo`, validated once by ``open_store``), read from the
