@@ -86,6 +86,78 @@ def test_slacks_of_scores_equal_the_row_by_row_slacks():
     assert out[False][1] == pytest.approx(out[True][1], rel=1e-13)
 
 
+def _two_share_state(seed, d):
+    """A 3000-row, three-class state whose primal checks split over two threads."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(3000, d))
+    cls = rng.integers(0, 3, 3000).astype(np.int64)
+    return L.SequentialState(L.LinearProblem.of(X, 1.0, 0.0), cls, cls,
+                             np.arange(3, dtype=np.int64), 1.0, 1e-3, True, 0, threads=2)
+
+
+def test_range_max_equals_numpy():
+    """``SD._range_max`` (four running maxima) is ``max(m, f[lo:hi])`` for every range of a
+    13-long vector, empty ones included, whatever the remainder of the length by four."""
+    rng = np.random.default_rng(12)
+    f = rng.normal(size=13)
+    for lo in range(14):
+        for hi in range(lo, 14):
+            for m in (-np.inf, 0.3):
+                want = max([m] + list(f[lo:hi]))
+                assert SD._range_max(f, lo, hi, m) == want
+
+
+def test_slacks_of_scores_with_many_prototypes_equal_numpy():
+    """The slack pass with groups of 5 / 1 / 7 / 4 prototypes (the largest score of another class
+    comes from both sides of the row's group, in runs of every length mod 4) against the score
+    matrix and NumPy's maxima, bit for bit."""
+    rng = np.random.default_rng(13)
+    n, d = 300, 6
+    count = np.array([5, 1, 7, 4], dtype=np.int64)
+    pcls = np.repeat(np.arange(4), count).astype(np.int64)
+    first, _ = prototype_groups(pcls)
+    P = pcls.shape[0]
+    cls = rng.integers(0, 4, n).astype(np.int64)
+    X, W, s = rng.normal(size=(n, d)), rng.normal(size=(P, d)), rng.normal(size=P)
+    G = X @ W.T
+    got = SD.slacks_of_scores(G, 0.7, 1.3, s, cls, pcls, first, count, np.empty((n, 7)), 0)
+    F = 0.7 * G + 1.3 * s
+    for i in range(n):
+        th = F[i, pcls != cls[i]].max()
+        own = F[i, first[cls[i]]:first[cls[i]] + count[cls[i]]]
+        want = np.full(7, np.inf)
+        want[:own.shape[0]] = np.maximum(0.0, th + 1.0 - own)
+        assert np.array_equal(got[i], want)
+
+
+def test_primal_checks_share_one_pool_closed_at_the_end():
+    """A state's threaded checks reuse one pool (not a pool per check); ``close`` stops its
+    threads and a later check starts them again; fits on the sequential dual path leave none."""
+    import threading
+
+    def check_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("dmcsvm-check")]
+
+    st = _two_share_state(14, 5)
+    first = st.objective()
+    pool = st._pool
+    assert pool is not None and len(check_threads()) == 1
+    again = st.objective()
+    assert st._pool is pool and len(check_threads()) == 1
+    assert np.array_equal(first[0], again[0])
+    st.close()
+    assert st._pool is None and check_threads() == []
+    assert np.array_equal(st.objective()[0], first[0])
+    st.close()
+    Xd, yd = load_digits(return_X_y=True)
+    Xd = np.vstack([Xd, Xd]) / 16.0
+    MulticlassSVC(kernel="linear", C=0.1, n_jobs=2).fit(Xd, np.concatenate([yd, yd]))
+    from dmcsvm import MultiPrototypeSVC
+    MultiPrototypeSVC(n_prototypes=2, kernel="linear", C=0.1, max_epochs=3, n_jobs=2,
+                      random_state=0).fit(Xd, np.concatenate([yd, yd]))
+    assert check_threads() == []
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_primal_check_on_threads_equals_one_thread(sparse):
     """The primal check's slacks split over threads (rows apart) give the one-thread values bit
@@ -110,12 +182,7 @@ def test_primal_check_on_threads_equals_one_thread(sparse):
 
 def test_primal_check_raises_an_error_of_another_thread(monkeypatch):
     """A share of the rows that fails on another thread fails the check (no unwritten rows)."""
-    rng = np.random.default_rng(9)
-    X = rng.normal(size=(3000, 4))
-    cls = rng.integers(0, 3, 3000).astype(np.int64)
-    pcls = np.arange(3, dtype=np.int64)
-    st = L.SequentialState(L.LinearProblem.of(X, 1.0, 0.0), cls, cls, pcls, 1.0, 1e-3, True, 0,
-                           threads=2)
+    st = _two_share_state(9, 4)
     real = L._check_rows
 
     def flaky(st, xi, lo, hi, WT):

@@ -117,7 +117,14 @@ class SequentialState:
         self.passes = 0
         self.visited = 0
         self.last = None         # the objective() computed after the last pass, if any
+        self._pool = None        # the checks' threads, started at the first check that shares
         seed(int(seed_value))
+
+    def close(self) -> None:
+        """Stop the primal checks' threads (a later check starts them again)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def run(self, max_passes, stage=False):
         p = self.prob
@@ -176,10 +183,15 @@ class SequentialState:
         if len(cuts) == 2:
             _check_rows(self, xi, 0, n, WT)
         else:
-            with ThreadPoolExecutor(len(cuts) - 2) as pool:
-                rest = [pool.submit(_check_rows, self, xi, lo, hi, WT)
-                        for lo, hi in zip(cuts[1:-1], cuts[2:])]
+            # one pool for the solve's thousands of checks (a pool per check cost a fifth of a
+            # letter q = 5 check: thread starts)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(len(cuts) - 2, thread_name_prefix="dmcsvm-check")
+            rest = [self._pool.submit(_check_rows, self, xi, lo, hi, WT)
+                    for lo, hi in zip(cuts[1:-1], cuts[2:])]
+            try:
                 _check_rows(self, xi, cuts[0], cuts[1], WT)
+            finally:
                 for f in rest:
                     f.result()
         rows = np.arange(self.B.shape[0])
@@ -319,8 +331,11 @@ def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None, th
         st.add(start[0], start[2])
     hist = new_history()
     from threadpoolctl import threadpool_limits
-    with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save
-        conv, _ = solve_fixed(st, settings.max_iter, history=hist, t0=t0)
+    try:
+        with threadpool_limits(1):  # the checks' small GEMMs: threads cost more than they save
+            conv, _ = solve_fixed(st, settings.max_iter, history=hist, t0=t0)
+    finally:
+        st.close()
     sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
     X = td.source
     est.classes_ = classes

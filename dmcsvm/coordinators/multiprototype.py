@@ -391,46 +391,49 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     n = cls.shape[0]
     st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed,
                              row_C=row_C, threads=threads)
-    hist = {k: [] for k in EPOCH_KEYS}
-    passes = lcs.new_history()
-    passes["epoch"] = []             # each check tagged with its epoch (0: the final solve)
-    t_start = time.perf_counter()
-    E = _first_energy(C, n, row_C, start)
-    if start is not None:
-        st.add(start[0], start[2])
-    t = int(epoch0)
-    search = schedule.max_epochs > 0 and int(count.max()) > 1
-    while search and t < epoch0 + schedule.max_epochs:
-        t += 1
-        p0 = st.passes
-        passes.tags["epoch"] = t
-        conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
-                                  stop=lcs.Below(E), warn=False, gap_tol=settings.gap_tol)
-        xi, primal, dual, mM = st.last
-        T = schedule.temperature(t)
-        new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,
-                                                C, mM, st.B, row_C)
-        if T == 0.0 and E_new >= E:
-            break            # greedy search at a stationary point
-        _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
-                n_changed=int(changed.size), n_moved=int(moved.size), rounds=st.passes - p0,
-                inner_converged=bool(conv), elapsed=time.perf_counter() - t_start)
-        E = E_new
-        if changed.size == 0:
-            if conv or T == 0.0:
-                break        # stationary (see anneal)
-            continue
-        st.reassign(changed, new_yp[changed])
-    fs = final_settings or settings
-    st.tol = float(fs.tol)
-    st.ctl[1] = max(10.0 * st.tol, 1.0)
-    passes.tags["epoch"] = 0
-    conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
-    if st.last is None or passes["round"][-1] != st.passes:
-        st.last = st.objective()
-    _, primal, dual, _ = st.last
-    return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
-                                  passes={k: np.asarray(v) for k, v in passes.items()},
-                                  energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
-                                  converged=bool(conv),
-                                  round_epoch=np.asarray(passes["epoch"], dtype=np.int64))
+    try:
+        hist = {k: [] for k in EPOCH_KEYS}
+        passes = lcs.new_history()
+        passes["epoch"] = []             # each check tagged with its epoch (0: the final solve)
+        t_start = time.perf_counter()
+        E = _first_energy(C, n, row_C, start)
+        if start is not None:
+            st.add(start[0], start[2])
+        t = int(epoch0)
+        search = schedule.max_epochs > 0 and int(count.max()) > 1
+        while search and t < epoch0 + schedule.max_epochs:
+            t += 1
+            p0 = st.passes
+            passes.tags["epoch"] = t
+            conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
+                                      stop=lcs.Below(E), warn=False, gap_tol=settings.gap_tol)
+            xi, primal, dual, mM = st.last
+            T = schedule.temperature(t)
+            new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,
+                                                    C, mM, st.B, row_C)
+            if T == 0.0 and E_new >= E:
+                break            # greedy search at a stationary point
+            _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
+                    n_changed=int(changed.size), n_moved=int(moved.size), rounds=st.passes - p0,
+                    inner_converged=bool(conv), elapsed=time.perf_counter() - t_start)
+            E = E_new
+            if changed.size == 0:
+                if conv or T == 0.0:
+                    break        # stationary (see anneal)
+                continue
+            st.reassign(changed, new_yp[changed])
+        fs = final_settings or settings
+        st.tol = float(fs.tol)
+        st.ctl[1] = max(10.0 * st.tol, 1.0)
+        passes.tags["epoch"] = 0
+        conv, _ = lcs.solve_fixed(st, fs.max_iter, history=passes, t0=t_start, gap_tol=fs.gap_tol)
+        if st.last is None or passes["round"][-1] != st.passes:
+            st.last = st.objective()
+        _, primal, dual, _ = st.last
+        return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
+                                      passes={k: np.asarray(v) for k, v in passes.items()},
+                                      energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
+                                      converged=bool(conv),
+                                      round_epoch=np.asarray(passes["epoch"], dtype=np.int64))
+    finally:
+        st.close()        # the primal checks' threads

@@ -1,0 +1,89 @@
+"""Software prefetch for numba kernels that visit rows in a random order.
+
+The sequential dual passes (:mod:`dmcsvm.numerics.sequential_dual`) visit the patterns in a
+random order, and each visit reads the pattern's X row, its active-prototype list and its
+coefficients from arrays far larger than the caches, each read a cache miss the loop then waits
+for.  The next pattern is known one visit ahead, so its lines can be requested while the current
+one is computed.  A prefetch is only a hint: it changes no value, only when the line arrives.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+
+
+def _emit_prefetch(builder, ptr):
+    """``llvm.prefetch(ptr, read, high locality, data cache)``."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                      ir.Constant(i32, 1)])
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):
+    """Ask for the cache line holding ``arr[i]`` (1-d ``arr``; numba only; no bounds check, and
+    none needed: a prefetch of a bad address is dropped, never a fault)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a, idx = args
+        idx = context.cast(builder, idx, sig.args[1], types.intp)
+        ary = context.make_array(sig.args[0])(context, builder, a)
+        _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, sig.args[0], ary,
+                                                         [idx], wraparound=False))
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
+
+
+@intrinsic
+def prefetch2(typingctx, arr, i, k):
+    """Ask for the cache line holding ``arr[i, k]`` (2-d ``arr``; numba only)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)
+            and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a, ii, kk = args
+        ii = context.cast(builder, ii, sig.args[1], types.intp)
+        kk = context.cast(builder, kk, sig.args[2], types.intp)
+        ary = context.make_array(sig.args[0])(context, builder, a)
+        _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, sig.args[0], ary,
+                                                         [ii, kk], wraparound=False))
+        return context.get_dummy_value()
+
+    return types.void(arr, i, k), codegen
+
+
+def prefetch_row(rows, i):
+    """Ask for X row ``i`` (its first 1 KB and its end; numba only): ``rows`` is ``(Xd,)``
+    (dense) or ``(indptr, indices, data)`` (CSR), as :mod:`.sequential_dual` takes them."""
+
+
+@overload(prefetch_row)
+def _prefetch_row(rows, i):
+    if len(rows) == 1:
+        def impl(rows, i):
+            Xd = rows[0]
+            d = Xd.shape[1]
+            # every line of the first 1 KB (the hardware prefetcher follows a longer row)
+            for k in range(0, min(d, 128), 8):
+                prefetch2(Xd, i, k)
+            prefetch2(Xd, i, d - 1)
+    else:
+        def impl(rows, i):
+            indptr, indices, data = rows
+            a = indptr[i]
+            b = max(indptr[i + 1] - 1, a)
+            prefetch(indices, a)
+            prefetch(indices, b)
+            prefetch(data, a)
+            prefetch(data, b)
+    return impl
