@@ -140,6 +140,30 @@ def _full_scan_solve(code, B, F, K, y, pcls, kd, C, tol, fp_eps, max_steps, inne
     return Bc - B, gains, steps
 
 
+def test_psi_columns_equal_psi_value():
+    """Every column's psi taken prototype by prototype equals :func:`pattern.psi_value` bit for
+    bit: classes of 2 / 1 / 3 prototypes (the positive class's other prototypes do not count),
+    positive coefficients at, near and below their bound, negatives at 0 and below, per-column
+    bounds."""
+    rng = np.random.default_rng(21)
+    pcls = np.array([0, 0, 1, 2, 2, 2], dtype=np.int64)
+    m, P = 300, pcls.shape[0]
+    cls = rng.integers(0, 3, m).astype(np.int64)
+    first = np.array([0, 2, 3])
+    yp = first[cls] + (rng.integers(0, 3, m) % np.array([2, 1, 3])[cls])
+    Cc = rng.uniform(0.5, 2.0, m)
+    B = np.where(rng.random((m, P)) < 0.5, -rng.uniform(0.0, 1.0, (m, P)), 0.0)
+    rows = np.arange(m)
+    B[rows, yp] = np.choose(rng.integers(0, 3, m), [Cc, Cc * (1 - 1e-13), 0.5 * Cc])
+    F = rng.normal(size=(m, P))
+    FT, BT = np.ascontiguousarray(F.T), np.ascontiguousarray(B.T)
+    out = np.empty(m)
+    pt.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
+    want = np.array([pt.psi_value(B[k], F[k], yp[k], cls[k], pcls, Cc[k]) for k in rows])
+    assert np.array_equal(out, want)
+    assert (want == 0.0).any() and (want > 0.0).any()
+
+
 @pytest.mark.parametrize("gamma", [0.4, 6.0])
 @pytest.mark.parametrize("code", [pt.OPT_EXACT, pt.OPT_BASIC, pt.OPT_FIXED_POINT])
 @pytest.mark.parametrize("weighted", [False, True])
