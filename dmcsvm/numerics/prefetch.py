@@ -25,22 +25,23 @@ def _emit_prefetch(builder, ptr):
                       ir.Constant(i32, 1)])
 
 
+def _prefetch_codegen(context, builder, sig, args):
+    """Lower ``prefetch(arr, *indices)``: the address of ``arr[indices]``, then the hint."""
+    aty = sig.args[0]
+    idx = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+    ary = context.make_array(aty)(context, builder, args[0])
+    _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, aty, ary, idx,
+                                                     wraparound=False))
+    return context.get_dummy_value()
+
+
 @intrinsic
 def prefetch(typingctx, arr, i):
     """Ask for the cache line holding ``arr[i]`` (1-d ``arr``; numba only; no bounds check, and
     none needed: a prefetch of a bad address is dropped, never a fault)."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
         return None
-
-    def codegen(context, builder, sig, args):
-        a, idx = args
-        idx = context.cast(builder, idx, sig.args[1], types.intp)
-        ary = context.make_array(sig.args[0])(context, builder, a)
-        _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, sig.args[0], ary,
-                                                         [idx], wraparound=False))
-        return context.get_dummy_value()
-
-    return types.void(arr, i), codegen
+    return types.void(arr, i), _prefetch_codegen
 
 
 @intrinsic
@@ -49,17 +50,7 @@ def prefetch2(typingctx, arr, i, k):
     if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)
             and isinstance(k, types.Integer)):
         return None
-
-    def codegen(context, builder, sig, args):
-        a, ii, kk = args
-        ii = context.cast(builder, ii, sig.args[1], types.intp)
-        kk = context.cast(builder, kk, sig.args[2], types.intp)
-        ary = context.make_array(sig.args[0])(context, builder, a)
-        _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, sig.args[0], ary,
-                                                         [ii, kk], wraparound=False))
-        return context.get_dummy_value()
-
-    return types.void(arr, i, k), codegen
+    return types.void(arr, i, k), _prefetch_codegen
 
 
 def prefetch_row(rows, i):
