@@ -248,6 +248,22 @@ def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     assert max(psi) <= inner_tol
 
 
+def test_has_coefficients_equals_a_scan_of_the_rows():
+    """``lp.has_coefficients`` (reads ``B[i, yp_i]`` only) equals "any non-zero entry" on
+    feasible coefficients: rows at zero, rows with one or several negatives, rows at the bound."""
+    rng = np.random.default_rng(8)
+    n, P = 40, 6
+    yp = rng.integers(0, P, n)
+    B = np.where(rng.random((n, P)) < 0.3, -rng.uniform(0.1, 1.0, (n, P)), 0.0)
+    B[np.arange(n), yp] = 0.0
+    B[::4] = 0.0
+    B[np.arange(n), yp] = -B.sum(axis=1)
+    rows = rng.permutation(n)[:25]
+    want = np.any(B[rows] != 0.0, axis=1)
+    assert np.array_equal(lp.has_coefficients(B, rows, yp), want)
+    assert want.any() and not want.all()
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_prototype_step_scores_and_encoding(sparse):
     rng = np.random.default_rng(4)

@@ -246,9 +246,8 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
             row = dict(round=st.passes, dual=dual, primal=primal, gap=gap, max_psi=viol,
                        n_active=int(st.ctl[0]),
                        n_active_protos=int(st.asz[st.order[:int(st.ctl[0])]].sum()),
-                       # a row has coefficients iff alpha_i^{y_i} > 0 (it sums to zero and
-                       # its other entries are <= 0): O(n), not a scan of the n x P matrix
-                       n_sv=int(np.count_nonzero(st.B[np.arange(st.B.shape[0]), st.yp])),
+                       n_sv=int(np.count_nonzero(lp.has_coefficients(
+                           st.B, np.arange(st.B.shape[0]), st.yp))),
                        elapsed=time.perf_counter() - t0, t_pass=t_pass,
                        t_check=time.perf_counter() - t)
             history.append(row)

@@ -166,9 +166,8 @@ def _redraw(xi, yp, cls, first, seed, T, C, mM, B, row_C=None):
 
 
 def _moved(B, changed, yp):
-    """The re-assigned rows that have coefficients: all of a row's are zero unless
-    ``alpha_i^{y_i} > 0`` (the row sums to zero and the negative prototypes' are <= 0)."""
-    return changed[B[changed, yp[changed]] != 0.0] if changed.size else changed
+    """The re-assigned rows that have coefficients (:func:`lp.has_coefficients`)."""
+    return changed[lp.has_coefficients(B, changed, yp)] if changed.size else changed
 
 
 def _redraw_parts(executor, seed, T, mM):

@@ -151,9 +151,7 @@ class PrototypePartition(Partition):
         changed = np.flatnonzero(new_slot != slot)
         new = self.first[self.cls[changed]] + new_slot[changed]
         self._pending = (int(seed), changed, new)
-        # all of a row's coefficients are zero unless alpha_i^{y_i} > 0 (the row sums to zero
-        # and the other prototypes' are <= 0)
-        has = self.B[changed, self.yp[changed]] != 0.0
+        has = lp.has_coefficients(self.B, changed, self.yp)
         return {"n_changed": int(changed.shape[0]),
                 "moved": {"ids": changed[has] + self.lo, "old": self.yp[changed[has]],
                           "new": new[has]},

@@ -139,6 +139,13 @@ def linear_coefficients(spec) -> tuple[float, float]:
     return None
 
 
+def has_coefficients(B, rows, yp):
+    """Which of ``rows`` have any non-zero coefficient, from ``B[i, yp_i]`` alone: a row's
+    coefficients sum to zero and all but its positive prototype's are ``<= 0``, so they are all
+    zero unless ``alpha_i^{y_i} > 0`` (O(len(rows)), not a scan of the rows' P entries)."""
+    return B[rows, yp[rows]] != 0.0
+
+
 def move_step(B, rows, old, new):
     """``dB`` (len(rows) x P) moving each row's positive coefficient ``B[i, old_i]`` to its new
     prototype ``new_i`` (the restore after a re-assignment, :mod:`dmcsvm.coordinators.multiprototype`)."""
