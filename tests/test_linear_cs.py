@@ -140,13 +140,13 @@ def test_primal_checks_share_one_pool_closed_at_the_end():
 
     st = _two_share_state(14, 5)
     first = st.objective()
-    pool = st._pool
-    assert pool is not None and len(check_threads()) == 1
+    assert st._pool.started and len(check_threads()) == 1
+    thread = check_threads()[0]
     again = st.objective()
-    assert st._pool is pool and len(check_threads()) == 1
+    assert check_threads() == [thread]       # the same thread: one pool, not one per check
     assert np.array_equal(first[0], again[0])
     st.close()
-    assert st._pool is None and check_threads() == []
+    assert not st._pool.started and check_threads() == []
     assert np.array_equal(st.objective()[0], first[0])
     st.close()
     Xd, yd = load_digits(return_X_y=True)

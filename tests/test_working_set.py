@@ -324,7 +324,7 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
         np.testing.assert_array_equal(G1[np.ix_(p1, p1)], G2[np.ix_(p2, p2)])
         np.testing.assert_allclose(G1[np.ix_(p1, p1)], kernel_block(spec, X[ids], X[ids]),
                                    atol=1e-6)
-    assert serial._pool is None and threaded._pool is not None
+    assert not serial._pool.started and threaded._pool.started
     threaded.close()
 
 
@@ -337,7 +337,7 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
 
     def recording_block(self, ids, XB):
         out = block(self, ids, XB)
-        pooled.append(self._pool is not None)
+        pooled.append(self._pool.started)
         return out
     monkeypatch.setattr(_GramCache, "block", recording_block)
     X, y = cs.make_blobs_problem(7, 90, 4, 3, spread=1.4, scale=1.5)

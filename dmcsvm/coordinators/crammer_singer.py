@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,7 +34,7 @@ from ..engine.cache import compact_block
 from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.row_bank import RowBank
-from ..engine.threads import BlasThreadHold
+from ..engine.threads import BlasThreadHold, LazyPool
 from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
@@ -177,7 +176,7 @@ class _GramCache:
     def __init__(self, spec, budget_bytes, dtype, threads=1):
         self.spec = spec
         self.threads = int(threads)     # threads for the chunks (the partitions idle meanwhile)
-        self._pool = None               # started at the first block with two chunks or more
+        self._pool = LazyPool(self.threads, "gram")   # started at the first block of 2+ chunks
         self.budget = int(budget_bytes)
         self.dtype = np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
         self.pos = IdIndex()            # pattern id -> its row / column in G
@@ -225,8 +224,6 @@ class _GramCache:
             for a in starts:
                 rows(a)
         else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dmcsvm-gram")
             list(self._pool.map(rows, starts))
         p[new] = m + np.arange(nn)
         self.pos.add(np.asarray(ids)[new], p[new])
@@ -234,9 +231,7 @@ class _GramCache:
         return self.G, p
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._pool.close()
 
     def _limit(self) -> int:
         """Rows (and columns) of the largest block within the budget."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +16,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ..engine.prototype_partition import prototype_groups
+from ..engine.threads import LazyPool
 from ..numerics import linear_prototypes as lp
 from ..numerics.sequential_dual import passes, reset_active, seed, slacks_of_scores, slacks_range
 from .history import RoundHistory
@@ -117,14 +117,18 @@ class SequentialState:
         self.passes = 0
         self.visited = 0
         self.last = None         # the objective() computed after the last pass, if any
-        self._pool = None        # the checks' threads, started at the first check that shares
+        # the checks' row shares (fixed by n and threads) and their threads, started at the
+        # first check that shares
+        n_blocks = -(-n // CHECK_BLOCK_ROWS)
+        shares = min(self.threads, max(1, n // self.CHECK_SHARE_MIN_ROWS), n_blocks)
+        self._cuts = [min(n, int(c) * CHECK_BLOCK_ROWS)
+                      for c in np.round(np.linspace(0, n_blocks, shares + 1))]
+        self._pool = LazyPool(max(1, len(self._cuts) - 2), "check")
         seed(int(seed_value))
 
     def close(self) -> None:
         """Stop the primal checks' threads (a later check starts them again)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._pool.close()
 
     def run(self, max_passes, stage=False):
         p = self.prob
@@ -172,10 +176,7 @@ class SequentialState:
         n = self.B.shape[0]
         xi = np.empty((n, int(self.count.max())))
         WT = np.ascontiguousarray(self.W.T)
-        n_blocks = -(-n // CHECK_BLOCK_ROWS)
-        shares = min(self.threads, max(1, n // self.CHECK_SHARE_MIN_ROWS), n_blocks)
-        cuts = [min(n, int(c) * CHECK_BLOCK_ROWS)
-                for c in np.round(np.linspace(0, n_blocks, shares + 1))]
+        cuts = self._cuts
         # rows apart in nogil numba and BLAS, the first share on this thread: the same values
         # whatever the number of threads (each row's slack comes from the same block GEMM and
         # is computed alone); ``result()`` raises an error of another share here rather than
@@ -183,10 +184,6 @@ class SequentialState:
         if len(cuts) == 2:
             _check_rows(self, xi, 0, n, WT)
         else:
-            # one pool for the solve's thousands of checks (a pool per check cost a fifth of a
-            # letter q = 5 check: thread starts)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(len(cuts) - 2, thread_name_prefix="dmcsvm-check")
             rest = [self._pool.submit(_check_rows, self, xi, lo, hi, WT)
                     for lo, hi in zip(cuts[1:-1], cuts[2:])]
             try:

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import threadpool_limits
 
-__all__ = ["one_blas_thread", "BlasThreadHold"]
+__all__ = ["one_blas_thread", "BlasThreadHold", "LazyPool"]
 
 _lock = threading.Lock()
 _holders = 0
@@ -73,3 +74,36 @@ class BlasThreadHold:
         if self._held:
             self._held = False
             _release()
+
+
+class LazyPool:
+    """A thread pool started at its first use and kept for the solve's later ones, until
+    :meth:`close` (a later use starts it again): a solve's thousands of small parallel steps
+    (the coordinator's Gram rows, the sequential solver's primal checks) would otherwise pay a
+    pool's thread starts each time (a fifth of a letter q = 5 primal check)."""
+
+    def __init__(self, workers: int, name: str):
+        self.workers, self.name = int(workers), name
+        self._pool = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the threads are running (from the first use to :meth:`close`)."""
+        return self._pool is not None
+
+    def _get(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"dmcsvm-{self.name}")
+        return self._pool
+
+    def submit(self, fn, *args):
+        return self._get().submit(fn, *args)
+
+    def map(self, fn, items):
+        return self._get().map(fn, items)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
