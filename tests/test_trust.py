@@ -348,6 +348,41 @@ def _hold_scenario():
     assert [p for p in threadpool_info() if p["user_api"] == "blas"][0]["num_threads"] == start
 
 
+def test_blas_controller_is_made_once_until_an_import():
+    """The BLAS limits reuse one threadpoolctl controller (making one scans the process's shared
+    libraries, 3 ms a fit), made again only once imports changed ``sys.modules``."""
+    import types
+    from dmcsvm.engine import threads
+    first = threads._blas_controller()
+    with threads.limit_blas(1):
+        pass
+    assert threads._blas_controller() is first
+    name = "_dmcsvm_test_fake_module"
+    sys.modules[name] = types.ModuleType(name)   # what an import of an extension module adds
+    try:
+        again = threads._blas_controller()
+        assert again is not first
+        assert threads._blas_controller() is again
+    finally:
+        del sys.modules[name]
+
+
+def test_limit_blas_limits_and_restores():
+    _in_fresh_interpreter("_limit_scenario")
+
+
+def _limit_scenario():
+    from dmcsvm.engine.threads import limit_blas
+    start = _blas_threads()
+    with limit_blas(1):
+        assert _blas_threads() == [1] * len(start)
+    assert _blas_threads() == start
+    lim = limit_blas(1)
+    assert _blas_threads() == [1] * len(start)
+    lim.restore_original_limits()
+    assert _blas_threads() == start
+
+
 @pytest.mark.cluster
 def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
     """``dask worker --no-nanny`` sets no OMP_NUM_THREADS=1: partitions now hold BLAS at one

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ..engine.prototype_partition import prototype_groups
-from ..engine.threads import LazyPool
+from ..engine.threads import LazyPool, limit_blas
 from ..numerics import linear_prototypes as lp
 from ..numerics.sequential_dual import passes, reset_active, seed, slacks_of_scores, slacks_range
 from .history import RoundHistory
@@ -326,9 +326,8 @@ def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None, th
     if start is not None:
         st.add(start[0], start[2])
     hist = new_history()
-    from threadpoolctl import threadpool_limits
     try:
-        with threadpool_limits(1):  # the checks' small GEMMs: threads cost more than they save
+        with limit_blas(1):  # the checks' small GEMMs: threads cost more than they save
             conv, _ = solve_fixed(st, settings.max_iter, history=hist, t0=t0)
     finally:
         st.close()

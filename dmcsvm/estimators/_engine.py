@@ -46,8 +46,8 @@ def blas_limits(n_jobs, threads):
     if share == 1:
         from ..engine.threads import one_blas_thread
         return one_blas_thread()
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(share)
+    from ..engine.threads import limit_blas
+    return limit_blas(share)
 
 
 def run_chunks(n_jobs, chunks, work) -> None:

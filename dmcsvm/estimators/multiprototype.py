@@ -23,6 +23,7 @@ from ..coordinators.multiprototype import (
 )
 from ..engine.executor import partition_bounds
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
+from ..engine.threads import limit_blas
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
@@ -341,8 +342,7 @@ class MultiPrototypeSVC(SVMEstimator):
         """The in-memory linear path: :func:`anneal_sequential` (no executor, no rounds)."""
         a, c0 = linear_coefficients(spec)
         prob = lcs.LinearProblem.of(td.source, a, c0)
-        from threadpoolctl import threadpool_limits
-        with threadpool_limits(1):      # the checks' small GEMMs: threads cost more than they save
+        with limit_blas(1):      # the checks' small GEMMs: threads cost more than they save
             res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
                                     lcs.seed_of(self.random_state),
                                     progress=self._print_epoch if self.verbose else None,
