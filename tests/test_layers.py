@@ -36,8 +36,9 @@ LAYERS = {
                      ("engine", "numerics", "checkpoint", "store")),
     "engine": ("partitions and executors (in-process, Dask), row sources, column caches, "
                "BLAS threads", ("numerics", "store")),
-    "numerics": ("numba functions on arrays: per-pattern optimizers, selection, binary and "
-                 "grouped SMO, linear prototypes, sequential dual passes", ()),
+    "numerics": ("numba functions on arrays: per-pattern optimizers, selection, the "
+                 "coordinator's working-set solve, binary and grouped SMO, linear prototypes, "
+                 "sequential dual passes", ()),
     "checkpoint": ("the checkpoint file format: arrays, checksums, data fingerprint, "
                    "metadata", ("store",)),
     "store": ("the zarr row store: layout, readers, converters (CSV, svmlight, arrays)", ()),

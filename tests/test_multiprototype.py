@@ -22,6 +22,7 @@ from dmcsvm.engine.prototype_partition import encode_linear, prototype_groups
 from dmcsvm.kernels import KernelSpec, kernel_reference
 from dmcsvm.numerics import linear_prototypes as lp
 from dmcsvm.numerics import pattern as pt
+from dmcsvm.numerics.working_set import solve_working_set
 
 PAPER_KERNEL = KernelSpec("poly", gamma=1.0, degree=1, coef0=1.0)     # <x, z> + 1
 
@@ -218,7 +219,7 @@ def test_linear_batch_solve_matches_kernel_batch_solve(sparse, optimizer, sweeps
 @pytest.mark.parametrize("sparse", [False, True])
 def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     """The working-set solve by re-selection on explicit prototypes takes the same steps (rows,
-    counts) and reaches the same batch solution as :func:`pattern.solve_working_set` on K_BB, and
+    counts) and reaches the same batch solution as :func:`working_set.solve_working_set` on K_BB, and
     leaves every batch row within its inner tolerance, with exact and over-relaxed steps."""
     rng = np.random.default_rng(5)
     nb = 30
@@ -233,7 +234,7 @@ def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     kdiag = np.diag(K).copy()
     code = pt.OPTIMIZERS["exact"]
     tol, inner_tol, max_steps = 1e-6, 1e-3, 20 * nb
-    dB_k, g_k, st_k = pt.solve_working_set(code, Bb, Fb, K, np.arange(nb), yb, cb, pcls, kdiag,
+    dB_k, g_k, st_k = solve_working_set(code, Bb, Fb, K, np.arange(nb), yb, cb, pcls, kdiag,
                                            C, tol, 1e-8, max_steps, inner_tol, relax)
     XBs = sp.csr_matrix(XB) if sparse else XB
     dB_l, g_l, st_l = lp.LinearBatchSolver(a, c0).working_set(

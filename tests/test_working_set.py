@@ -1,7 +1,7 @@
 """The coordinator's working-set solve (issue 14): re-selection on K_BB, the kept Gram block, and
 the stopping rule (``tol`` alone decides the precision).
 
-* :func:`dmcsvm.numerics.pattern.solve_working_set` against a NumPy recomputation: every batch row
+* :func:`dmcsvm.numerics.working_set.solve_working_set` against a NumPy recomputation: every batch row
   ends with ``psi <= inner_tol`` on the scores ``F_B + K_BB dB`` recomputed from scratch, the
   rows stay feasible, the dual never drops, and reading ``K_BB`` through positions of a larger
   Gram matrix gives the same result bit for bit;
@@ -22,6 +22,7 @@ from dmcsvm import MulticlassSVC
 from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
 from dmcsvm.numerics import pattern as pt
+from dmcsvm.numerics import working_set as ws
 from dmcsvm.numerics.selection import THRESHOLDS
 
 
@@ -62,7 +63,7 @@ def test_working_set_solve_reaches_inner_tol(code, inner_tol, relax):
     B, F, K, y, kd, C = _batch_problem(3)
     pcls = np.arange(B.shape[1])
     gpos = np.arange(B.shape[0])
-    dB, gains, steps = pt.solve_working_set(code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10,
+    dB, gains, steps = ws.solve_working_set(code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10,
                                             10 ** 6, inner_tol, relax)
     B1 = B + dB
     F1 = F + K @ dB
@@ -90,14 +91,14 @@ def test_working_set_reads_kbb_through_gram_positions():
     B, F, K, y, kd, C = _batch_problem(5)
     nb = B.shape[0]
     pcls = np.arange(B.shape[1])
-    ref = pt.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(nb), y, y, pcls, kd, C, 1e-6,
+    ref = ws.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(nb), y, y, pcls, kd, C, 1e-6,
                                1e-8, 10 ** 6, 1e-6)
     # the same K_BB inside a larger Gram matrix, rows shuffled
     perm = np.random.default_rng(0).permutation(nb + 7)
     G = np.zeros((nb + 7, nb + 7))
     pos = perm[:nb]
     G[np.ix_(pos, pos)] = K
-    out = pt.solve_working_set(pt.OPT_EXACT, B, F, G, pos, y, y, pcls, kd, C, 1e-6, 1e-8,
+    out = ws.solve_working_set(pt.OPT_EXACT, B, F, G, pos, y, y, pcls, kd, C, 1e-6, 1e-8,
                                10 ** 6, 1e-6)
     for a, b in zip(ref, out):
         np.testing.assert_array_equal(a, b)
@@ -116,7 +117,7 @@ def _full_scan_solve(code, B, F, K, y, pcls, kd, C, tol, fp_eps, max_steps, inne
         return pt.psi_value(Bc[k], Fc[k], y[k], y[k], pcls, bound(k))
     total, first = 0, True
     while True:
-        cut = pt.pass_cut(max(psi(k) for k in range(nb)), tol, inner_tol, first, total, max_steps)
+        cut = ws.pass_cut(max(psi(k) for k in range(nb)), tol, inner_tol, first, total, max_steps)
         if cut < 0.0:
             break
         first, moved = False, False
@@ -158,7 +159,7 @@ def test_psi_columns_equal_psi_value():
     F = rng.normal(size=(m, P))
     FT, BT = np.ascontiguousarray(F.T), np.ascontiguousarray(B.T)
     out = np.empty(m)
-    pt.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
+    ws.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
     want = np.array([pt.psi_value(B[k], F[k], yp[k], cls[k], pcls, Cc[k]) for k in rows])
     assert np.array_equal(out, want)
     assert (want == 0.0).any() and (want > 0.0).any()
@@ -180,7 +181,7 @@ def test_bounded_scan_takes_the_full_scans_steps_bit_for_bit(gamma, code, weight
     for inner_tol, max_steps in ((1e-6, 10 ** 6), (1e-3, 10 ** 6), (1e-8, 37)):
         want = _full_scan_solve(code, B, F, K, y, pcls, kd, C, 1e-8, 1e-10, max_steps,
                                 inner_tol)
-        got = pt.solve_working_set(code, B, F, K, np.arange(B.shape[0]), y, y, pcls, kd, C,
+        got = ws.solve_working_set(code, B, F, K, np.arange(B.shape[0]), y, y, pcls, kd, C,
                                    1e-8, 1e-10, max_steps, inner_tol)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
@@ -190,7 +191,7 @@ def test_bounded_scan_takes_the_full_scans_steps_bit_for_bit(gamma, code, weight
 def test_working_set_respects_max_steps():
     B, F, K, y, kd, C = _batch_problem(7)
     pcls = np.arange(B.shape[1])
-    _, _, steps = pt.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(B.shape[0]), y, y, pcls,
+    _, _, steps = ws.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(B.shape[0]), y, y, pcls,
                                        kd, C, 1e-8, 1e-10, 5, 1e-8)
     assert steps.sum() == 5
 

@@ -7,7 +7,7 @@ message.  Two batch solves:
 
 * ``inner_steps > 0`` (MulticlassSVC, MultiPrototypeSVC): the ``batch_size`` best candidates form
   a working set that
-  is solved by re-selection (:func:`~dmcsvm.numerics.pattern.solve_working_set`: the patterns
+  is solved by re-selection (:func:`~dmcsvm.numerics.working_set.solve_working_set`: the patterns
   most violated NOW first, again while they stay so) to ``max(tol, inner_frac * max psi)`` while
   violators are left out, to ``max(inner_floor * tol, inner_prog * max psi)`` once it holds them
   all; ``K_BB`` comes from a
@@ -39,6 +39,7 @@ from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block
 from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
+from ..numerics.working_set import solve_working_set
 from .coefficients import CoefficientRows
 from .history import RoundHistory
 
@@ -62,7 +63,7 @@ class SolverSettings:
     max_iter: int = -1
     batch_size: int = 1000
     batch_sweeps: int = 1
-    # the coordinator's working-set solve (pattern.solve_working_set; MulticlassSVC uses 20; 0,
+    # the coordinator's working-set solve (working_set.solve_working_set; MulticlassSVC uses 20; 0,
     # the default here: one pass in order, pattern.solve_batch, as MultiPrototypeSVC's search
     # needs to match its linear path round for round): at most inner_steps per-pattern
     # optimizations per batch row; while violators are left out of the batch it stops at
@@ -337,7 +338,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
         batch's X rows in place of ``K_BB`` (e.g. the explicit-prototype solve of linear
         kernels, :class:`~dmcsvm.numerics.linear_prototypes.LinearBatchSolver`); with
         ``inner_steps > 0`` its ``working_set`` method replaces
-        :func:`~dmcsvm.numerics.pattern.solve_working_set` the same way.
+        :func:`~dmcsvm.numerics.working_set.solve_working_set` the same way.
     """
     s = settings
     opt_code = pt.OPTIMIZERS[s.optimizer]
@@ -433,7 +434,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                         inner_tol = max(s.inner_floor * s.tol, s.inner_prog * agg.max_psi)
                     max_steps = int(max(1, s.inner_steps * len(ids)))
                     if batch_solver is None:
-                        dB, gains, st = pt.solve_working_set(
+                        dB, gains, st = solve_working_set(
                             opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol,
                             s.inner_relax)
                     else:

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import pattern as pt
+from .working_set import pass_cut
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -257,7 +258,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
 
     ``max_steps == 0``: ``sweeps`` passes in order (:func:`dmcsvm.numerics.pattern.solve_batch`).
     ``max_steps > 0``: the working-set solve by re-selection
-    (:func:`dmcsvm.numerics.pattern.solve_working_set`, same passes, cuts and stops) on explicit
+    (:func:`dmcsvm.numerics.working_set.solve_working_set`, same passes, cuts and stops) on explicit
     prototypes, its exact steps over-relaxed by ``relax``.  Returns ``(dB, gains, steps)``."""
     nb, P = Bb.shape
     dense = Xd.shape[0] > 0
@@ -289,7 +290,7 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                 psi0[k] = pt.psi_value(bc, f, yb[k], cb[k], pcls, pt.bound_at(C, k))
                 if psi0[k] > mx:
                     mx = psi0[k]
-            cut = pt.pass_cut(mx, tol, inner_tol, first, total, max_steps)
+            cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
             if cut < 0.0:
                 break
             first = False
@@ -350,7 +351,7 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
     x_k`` (P x d) and ``ds`` are the changes made by the earlier batch patterns.  O(P d) per
     pattern instead of O(batch size), so a batch may hold every violator (LIBLINEAR-style passes).
     With ``max_steps > 0`` it is the working-set solve of
-    :func:`dmcsvm.numerics.pattern.solve_working_set` instead (``sweeps`` unused; ``relax`` as
+    :func:`dmcsvm.numerics.working_set.solve_working_set` instead (``sweeps`` unused; ``relax`` as
     there).
     ``XB`` is dense or CSR; ``C`` a scalar or one bound per batch row (weighted patterns).
     Returns ``(dB, gains, steps)``."""
