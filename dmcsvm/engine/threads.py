@@ -131,4 +131,3 @@ class LazyPool:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-
