@@ -113,3 +113,39 @@ def load_usps_scaled(data_dir):
     Xtr, ytr, Xte, yte = load_usps(data_dir)
     Xtr, Xte = scale_minmax(Xtr, Xte)
     return Xtr, ytr, Xte, yte
+
+
+def load_optdigits(data_dir):
+    """UCI optdigits, optdigits.tra (3823 train) / optdigits.tes (1797 test), 64 features
+    scaled to [-1, 1] with the training min/max; classes 0..9."""
+    tr = np.loadtxt(Path(data_dir) / "optdigits" / "optdigits.tra", delimiter=",")
+    te = np.loadtxt(Path(data_dir) / "optdigits" / "optdigits.tes", delimiter=",")
+    Xtr, Xte = scale_minmax(tr[:, :-1], te[:, :-1])
+    return Xtr, tr[:, -1].astype(np.int64), Xte, te[:, -1].astype(np.int64)
+
+
+def load_shuttle(data_dir):
+    """Statlog shuttle, shuttle.trn (43500 train) / shuttle.tst (14500 test), 9 features scaled
+    to [-1, 1] with the training min/max; classes 1..7 as given (very imbalanced)."""
+    tr = np.loadtxt(Path(data_dir) / "shuttle" / "shuttle.trn")
+    te = np.loadtxt(Path(data_dir) / "shuttle" / "shuttle.tst")
+    Xtr, Xte = scale_minmax(tr[:, :-1], te[:, :-1])
+    return Xtr, tr[:, -1].astype(np.int64), Xte, te[:, -1].astype(np.int64)
+
+
+def mnist_test_images(data_dir):
+    """The 10,000 MNIST test digits (the only images in the shared folder) as float64 pixels
+    0..255, shape (10000, 784), and their labels."""
+    with gzip.open(Path(data_dir) / "mnist" / "t10k-images-idx3-ubyte.gz", "rb") as fh:
+        X = np.frombuffer(fh.read()[16:], np.uint8).reshape(-1, 784).astype(np.float64)
+    with gzip.open(Path(data_dir) / "mnist" / "t10k-labels-idx1-ubyte.gz", "rb") as fh:
+        y = np.frombuffer(fh.read()[8:], np.uint8).astype(np.int64)
+    return X, y
+
+
+def load_mnist_test_split(data_dir):
+    """MNIST's test set split 5000 / 5000 (the first half trains, the second tests), pixels
+    scaled to [-1, 1] with the training min/max."""
+    X, y = mnist_test_images(data_dir)
+    Xtr, Xte = scale_minmax(X[:5000], X[5000:])
+    return Xtr, y[:5000], Xte, y[5000:]

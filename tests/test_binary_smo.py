@@ -153,7 +153,7 @@ def _full_coef(clf, n):
 ])
 def test_binary_reaches_qp_optimum(kernel, params, C, batch, selection):
     X, y = _binary(3)
-    clf = BinarySVC(C=C, kernel=kernel, tol=1e-9, batch_size=batch, selection=selection,
+    clf = BinarySVC(kernel_dtype="float64", C=C, kernel=kernel, tol=1e-9, batch_size=batch, selection=selection,
                     n_jobs=2, **params).fit(X, y)
     spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
     K = kernel_reference(spec, X, X)
@@ -185,8 +185,8 @@ def test_binary_sparse_input_matches_dense():
     import scipy.sparse as sp
     X, y = _binary(7)
     X[np.abs(X) < 0.5] = 0.0
-    a = BinarySVC(C=2.0, tol=1e-8, n_jobs=1).fit(X, y)
-    b = BinarySVC(C=2.0, tol=1e-8, n_jobs=1).fit(sp.csr_matrix(X), y)
+    a = BinarySVC(kernel_dtype="float64", C=2.0, tol=1e-8, n_jobs=1).fit(X, y)
+    b = BinarySVC(kernel_dtype="float64", C=2.0, tol=1e-8, n_jobs=1).fit(sp.csr_matrix(X), y)
     np.testing.assert_allclose(_full_coef(a, len(y)), _full_coef(b, len(y)), atol=1e-8)
     np.testing.assert_allclose(a.decision_function(X), b.decision_function(sp.csr_matrix(X)),
                                atol=1e-8)

@@ -36,7 +36,7 @@ BAD = {
     "checkpoint_every": 0, "resume": "yes", "data_in_memory": "yes", "disk_cache_size": -1,
     "cache_dir": 3, "warm_start": "yes", "class_weight": "balance", "n_prototypes": 0,
     "T0": -1.0, "tau": 1.0, "max_epochs": -1, "fast_linear": "yes", "solver": "fast",
-    "test_rule": 3, "class_batch": 0,
+    "test_rule": 3, "class_batch": 0, "kernel_dtype": "float16",
 }
 BAD_FOR = {ScatterSVC: {"mu": "half", "batch_size": 1}, BinarySVC: {"batch_size": 1},
            OneVsRestSVC: {"batch_size": 1}, OneVsOneSVC: {"batch_size": 1}}

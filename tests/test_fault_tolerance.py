@@ -554,11 +554,11 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
     from dmcsvm.estimators import multiclass as emc, multiprototype as emp
     X, y = _problem(n=150)
     if kind == "multiclass":
-        est = MulticlassSVC(C=2.0, gamma=0.2, batch_size=6, tol=1e-4, shrinking=False)
+        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, batch_size=6, tol=1e-4, shrinking=False)
         rec = _fit_recorded(monkeypatch, emc, est, X, y)
     else:
         linear = kind.endswith("linear")
-        est = MultiPrototypeSVC(n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
+        est = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
                                 gamma=0.2 if not linear else 1.0, max_epochs=3, batch_size=6,
                                 shrinking=False, random_state=0, fast_linear=linear,
                                 solver="rounds")    # the partitions, not the in-memory solver
@@ -601,7 +601,7 @@ def test_gradient_partition_restore_rebuilds_tot_and_own(monkeypatch, est_name):
     X, y = _problem(n=150)
     if est_name == "BinarySVC":
         y = (y % 2).astype(np.int64)
-    est = getattr(dmcsvm, est_name)(gamma=0.2, batch_size=16)
+    est = getattr(dmcsvm, est_name)(gamma=0.2, batch_size=16, kernel_dtype="float64")
     rec = _fit_recorded(monkeypatch, eb, est, X, y)
     assert rec.providers
     for part in rec.parts:

@@ -337,7 +337,7 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
     # batch_size 30 of 60 rows: rounds that leave violators out, and rounds that hold them all
     # (with batch_size 7 the weighted problem, whose bounds C_i span 0 to 4.8 on a rank-3 linear
     # kernel, takes ~10k rounds on every path, the sequential one too: slow coordinate descent)
-    model = MultiPrototypeSVC(n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, gap_tol=0.0,
+    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, gap_tol=0.0,
                               batch_size=30, random_state=0, n_jobs=2, **FIXED_CASES[case])
     sw = None
     if weighted and case == "linear-fast":
@@ -389,7 +389,7 @@ def test_greedy_energy_never_increases(fast_linear, solver):
     # random blob centers: the class means differ, so the random initial assignment is not the
     # degenerate M = 0 optimum that equal class means give
     X, y = multimodal(6, n_per_mode=15, modes=3, circle=False)
-    model = MultiPrototypeSVC(n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
+    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
                               random_state=1, n_jobs=2, fast_linear=fast_linear,
                               solver=solver).fit(X, y)
     h = model.epoch_history_
@@ -447,12 +447,12 @@ def test_single_prototype_equals_multiclass_svc():
     X, y = multimodal(8, n_per_mode=12, circle=False)
     kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
               selection="bmg", batch_size=9, n_jobs=2)
-    ref = MulticlassSVC(**kw).fit(X, y)
-    kern = MultiPrototypeSVC(n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
+    ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
+    kern = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
     np.testing.assert_allclose(kern.decision_function(X), ref.decision_function(X), atol=1e-6)
     np.testing.assert_array_equal(kern.predict(X), ref.predict(X))
     assert kern.n_epochs_ == 0
-    fast = MultiPrototypeSVC(n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
+    fast = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
     W_ref = ref.dual_coef_ @ ref.support_vectors_
     np.testing.assert_allclose(fast.prototypes_, W_ref, atol=1e-6)
@@ -475,8 +475,8 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     # the same batch solve on both: the working set by re-selection (the kernel path's default;
     # the fast path's default is one pass in order, the same as the kernel path's with
     # inner_steps=0)
-    fast = MultiPrototypeSVC(fast_linear=True, **kw)
-    kern = MultiPrototypeSVC(fast_linear=False, **kw)
+    fast = MultiPrototypeSVC(kernel_dtype="float64", fast_linear=True, **kw)
+    kern = MultiPrototypeSVC(kernel_dtype="float64", fast_linear=False, **kw)
     fast._extra = kern._extra = {"inner_steps": 20.0}
     fast.fit(Xi, y)
     kern.fit(Xi, y)

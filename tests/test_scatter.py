@@ -166,7 +166,7 @@ def test_feasible_start_is_sparse_and_feasible(mu):
 def test_scatter_reaches_qp_optimum(kernel, params, mu, batch, cb, selection):
     X, y = _blobs(4)
     m = 4
-    clf = ScatterSVC(mu=mu, kernel=kernel, tol=1e-10, batch_size=batch, class_batch=cb,
+    clf = ScatterSVC(kernel_dtype="float64", mu=mu, kernel=kernel, tol=1e-10, batch_size=batch, class_batch=cb,
                      selection=selection, n_jobs=2, **params).fit(X, y)
     spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
     K = kernel_reference(spec, X, X)
@@ -224,7 +224,7 @@ def test_two_class_scatter_is_the_mu_svm_of_eq1():
 
 def test_test_rules_follow_their_formulas():
     X, y = _blobs(7, n=45, m=3)
-    clf = ScatterSVC(mu=0.3, gamma=0.5, tol=1e-10).fit(X, y)
+    clf = ScatterSVC(kernel_dtype="float64", mu=0.3, gamma=0.5, tol=1e-10).fit(X, y)
     K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
     Phi = psd_factor(K)
     a = _alpha(clf, len(y))

@@ -11,8 +11,10 @@ run for minutes.  The check only needs two identical fits, which a bounded run s
 
 ``check_sample_weight_equivalence_*`` compares a weighted fit with a fit on repeated rows to
 ``rtol=1e-7``: both must be the optimum, not two points within ``tol`` of it, so those checks run
-each configuration with ``tol=1e-10`` and no round limit (scikit-learn runs its own LinearSVC
-check with ``tol=1e-12`` for the same reason).
+each configuration with ``tol=1e-10``, no round limit and float64 kernel values (float32 ones,
+the default, round every value at 6e-8 and the optimum moves by ~1e-6; scikit-learn runs its
+own LinearSVC check with ``tol=1e-12`` for the same reason, and lists SVC, whose kernel cache
+is float, as failing it).
 """
 
 from sklearn.base import clone
@@ -88,7 +90,7 @@ def _expected_failed_checks(estimator):
 
 
 #: settings of the sample-weight equivalence checks (see the module docstring)
-_EXACT = {"tol": 1e-10, "max_iter": -1, "gap_tol": 0.0}
+_EXACT = {"tol": 1e-10, "max_iter": -1, "gap_tol": 0.0, "kernel_dtype": "float64"}
 
 
 def _check_name(check):

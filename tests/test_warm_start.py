@@ -21,8 +21,8 @@ def digits():
 @pytest.mark.parametrize("C_from,C_to", [(1.0, 10.0), (10.0, 1.0)])
 def test_warm_start_reaches_the_cold_optimum(digits, C_from, C_to):
     X, y = digits
-    cold = MulticlassSVC(C=C_to, **KW).fit(X, y)
-    warm = MulticlassSVC(C=C_from, warm_start=True, **KW).fit(X, y)
+    cold = MulticlassSVC(kernel_dtype="float64", C=C_to, **KW).fit(X, y)
+    warm = MulticlassSVC(kernel_dtype="float64", C=C_from, warm_start=True, **KW).fit(X, y)
     first_rounds = warm.n_iter_
     warm.set_params(C=C_to).fit(X, y)
     assert warm.converged_

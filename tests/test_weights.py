@@ -94,7 +94,7 @@ def _check_cs_optimum(cs, p, est, K, D_star):
 def test_multiclass_reaches_the_weighted_cs_optimum(cs, weighted_problem, optimizer, selection,
                                                     batch, n_jobs):
     p = weighted_problem
-    est = MulticlassSVC(C=1.5, gamma=GAMMA, optimizer=optimizer, selection=selection,
+    est = MulticlassSVC(kernel_dtype="float64", C=1.5, gamma=GAMMA, optimizer=optimizer, selection=selection,
                         batch_size=batch, tol=TIGHT, n_jobs=n_jobs, n_partitions=n_jobs,
                         class_weight=p["cw"]).fit(p["X"], p["y"], sample_weight=p["sw"])
     assert est.converged_
@@ -118,7 +118,7 @@ def test_binary_reaches_the_weighted_binary_optimum(cs):
     s = np.where(y == 1, 1.0, -1.0)
     K = kernel_reference(KernelSpec("rbf", GAMMA), X, X)
     val, _ = cs.binary_svm_dual_qp(K, s, C_i, bias=True)
-    est = BinarySVC(C=2.0, gamma=GAMMA, tol=TIGHT, batch_size=6, n_jobs=2,
+    est = BinarySVC(kernel_dtype="float64", C=2.0, gamma=GAMMA, tol=TIGHT, batch_size=6, n_jobs=2,
                     class_weight={1: 3.0}).fit(X, y, sample_weight=sw)
     a = np.zeros(30)
     a[est.support_] = est.dual_coef_[0] * s[est.support_]
@@ -142,7 +142,7 @@ def test_binary_svc_equals_sklearn_svc(kw, use_sw):
     X, y = _blobs(seed=7, n=40, m=2, spread=2.0)
     y = np.where(np.arange(40) < 28, 0, 1)            # unbalanced classes
     sw = _weights(3, 40) if use_sw else None
-    ours = BinarySVC(C=1.0, gamma=GAMMA, tol=1e-10, **kw).fit(X, y, sample_weight=sw)
+    ours = BinarySVC(kernel_dtype="float64", C=1.0, gamma=GAMMA, tol=1e-10, **kw).fit(X, y, sample_weight=sw)
     ref = SVC(C=1.0, gamma=GAMMA, tol=1e-10, **kw).fit(X, y, sample_weight=sw)
     d_ours, d_ref = ours.decision_function(X), ref.decision_function(X)
     assert np.abs(d_ours - d_ref).max() <= 1e-6

@@ -55,9 +55,10 @@ def _blas_controller() -> ThreadpoolController:
 
 
 def limit_blas(n: int):
-    """``threadpool_limits(n)`` on the cached controller: limits BLAS to ``n`` threads now; a
+    """``threadpool_limits(n, user_api="blas")`` on the cached controller: limits BLAS (not
+    OpenMP, whose limit is the user's, read by ``n_jobs=None``) to ``n`` threads now; a
     context manager, or ``restore_original_limits()`` undoes it."""
-    return _blas_controller().limit(limits=int(n))
+    return _blas_controller().limit(limits=int(n), user_api="blas")
 
 
 def _acquire() -> None:

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, Options, StrOp
 from ..kernels import KERNELS
 from ._calibration import ProbabilityMixin
 from ._engine import THREAD_POLICY
-from ._inputs import ChunkedPredictMixin
+from ._inputs import KERNEL_DTYPE_DOC, KERNEL_DTYPES, ChunkedPredictMixin
 
 __all__ = [
     "OUT_OF_CORE_DOC",
@@ -88,6 +88,8 @@ def one_of(*values):
 
 #: The line of a class docstring (Parameters section) that :data:`WHERE_IT_RUNS_DOC` replaces.
 WHERE_IT_RUNS_MARK = "    %(where_it_runs)s\n"
+#: The line that :data:`~._inputs.KERNEL_DTYPE_DOC` replaces (every kernel estimator).
+KERNEL_DTYPE_MARK = "    %(kernel_dtype)s\n"
 #: The line that :data:`OUT_OF_CORE_DOC` replaces (estimators with checkpoints only).
 OUT_OF_CORE_MARK = "    %(out_of_core)s\n"
 
@@ -170,6 +172,7 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         "gamma": [choices("scale", "auto"), reals(0)],
         "degree": [integers(None, None, closed="neither")],    # >= 1 for 'poly': KernelSpec
         "coef0": [reals()],
+        "kernel_dtype": [choices(*KERNEL_DTYPES)],
         # the rest shared by all
         "probability": ["boolean"],
         "random_state": ["random_state"],
@@ -188,6 +191,7 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         doc = cls.__dict__.get("__doc__")
         if doc:
             cls.__doc__ = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
+                .replace(KERNEL_DTYPE_MARK, KERNEL_DTYPE_DOC + "\n") \
                 .replace(OUT_OF_CORE_MARK, OUT_OF_CORE_DOC)
 
     def __sklearn_tags__(self):

@@ -4,36 +4,61 @@
 from __future__ import annotations
 
 import numbers
+import os
 
 from ..engine.executor import InProcessExecutor
 
 #: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and the README.
 THREAD_POLICY = f"""\
     n_jobs : int or None, default=None
-        Threads of the in-process executor (one row partition each unless ``n_partitions``
-        says otherwise) and of in-memory prediction, with scikit-learn's meaning: ``None`` is 1
-        unless inside a ``joblib.parallel_config(n_jobs=...)`` (or ``parallel_backend``)
-        context, ``-1`` is every core, ``-2`` all but one.  Thread policy: dmcsvm uses
-        ``n_jobs`` threads in all and no more; numba kernels are single-threaded and BLAS is
-        limited to one thread per partition while training (to ``n_jobs // chunks`` threads
-        while predicting), so ``GridSearchCV(..., n_jobs=k)`` with the default ``n_jobs=None``
-        runs k single-threaded fits and never oversubscribes.  Partitions of fewer than
-        {InProcessExecutor.POOL_MIN_ROWS:,} rows run in turn on one thread (a thread hand-off
-        costs more than their round).  Ignored with a ``client`` (a Dask cluster's worker
-        threads are its parallelism).  Threads share one interpreter: on a 16-core machine
-        they gained up to about 4-8 cores, and a ``LocalCluster`` of one-thread workers was as
-        fast or faster from 8 cores on (benchmarks/results/scaling.md)."""
+        Threads of the in-process executor and of in-memory prediction.  ``None`` uses the
+        cores this process may use, as HistGradientBoostingClassifier, XGBoost and LightGBM
+        do (CPU affinity and cgroup quotas counted), reduced to its share when it runs inside
+        another parallel job: in a joblib worker process (``GridSearchCV(..., n_jobs=k)``)
+        the share joblib gives it (``cores // k``), in a joblib worker thread one thread, and
+        under a ``threadpoolctl.threadpool_limits(n)`` or ``OMP_NUM_THREADS=n`` at most ``n``.
+        Inside ``joblib.parallel_config(n_jobs=k)`` it is ``k``; ``-1`` is every core, ``-2``
+        all but one, a positive integer itself.  dmcsvm uses ``n_jobs`` threads in all and no
+        more: numba kernels are single-threaded and BLAS is limited to one thread per
+        partition while training (to ``n_jobs // chunks`` threads while predicting), so
+        nested parallelism never oversubscribes the cores.  The model does not depend on the
+        thread count.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows run
+        in turn on one thread (a thread hand-off costs more than their round).  Ignored with
+        a ``client`` (a Dask cluster's worker threads are its parallelism)."""
+
+
+def available_threads() -> int:
+    """The threads an ``n_jobs=None`` fit uses: the cores this process may use (affinity and
+    cgroup quota), within ``OMP_NUM_THREADS`` and any ``threadpool_limits`` in force (what
+    joblib sets in its worker processes: ``cores // n_jobs``), as scikit-learn's OpenMP
+    estimators count them; one thread inside a joblib worker thread, whose share is unknown."""
+    from joblib.parallel import get_active_backend
+    backend, _ = get_active_backend()
+    if getattr(backend, "nesting_level", 0) and "OMP_NUM_THREADS" not in os.environ:
+        return 1                    # a joblib worker thread: the outer job uses the cores
+    try:
+        from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+        return max(1, int(_openmp_effective_n_threads(only_physical_cores=False)))
+    except ImportError:             # pragma: no cover - a scikit-learn without the helper
+        from joblib import cpu_count
+        n = cpu_count()
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        return max(1, min(n, int(omp))) if omp.isdigit() and int(omp) > 0 else max(1, n)
 
 
 def n_threads(n_jobs) -> int:
-    """Threads for ``n_jobs``, scikit-learn's convention (joblib's ``effective_n_jobs``):
-    ``None`` is 1 unless a ``joblib.parallel_config`` / ``parallel_backend`` context sets
-    ``n_jobs``; ``-1`` every core (as joblib counts them: affinity and cgroup limits included),
-    ``-2`` all but one; a positive integer itself."""
+    """Threads for ``n_jobs`` (:data:`THREAD_POLICY`): ``None`` is :func:`available_threads`
+    unless a ``joblib.parallel_config`` / ``parallel_backend`` context sets ``n_jobs``; ``-1``
+    every core (as joblib counts them: affinity and cgroup limits included), ``-2`` all but
+    one; a positive integer itself."""
     if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral)
                                or n_jobs == 0):
         raise ValueError(f"n_jobs must be a non-zero integer or None, got {n_jobs!r}")
     from joblib import effective_n_jobs
+    if n_jobs is None:
+        from joblib.parallel import get_active_backend
+        if get_active_backend()[1] is None:      # no parallel_config(n_jobs=...) in force
+            return available_threads()
     return max(1, int(effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
 

@@ -28,6 +28,7 @@ from ._engine import make_executor, release_executor, run_chunks
 from ._inputs import (
     RowsView,
     TrainingData,
+    in_kernel_precision,
     chunked_method,
     fit_inputs,
     is_dask,
@@ -70,6 +71,7 @@ class SMOEngine:
 
     def __init__(self, est, td: TrainingData, signs, groups, spec, settings, with_own=False,
                  row_U=None):
+        td = in_kernel_precision(est, td)     # float32 kernel values by default
         self.X = RowsView(td)       # rows the coordinator needs (a dense start's batch)
         self.n = td.n
         self.spec = spec
@@ -162,7 +164,7 @@ class _SMOParams(SVMEstimator):
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
-                 selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
+                 kernel_dtype="float32", selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
                  probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
         self._keep_params(locals())
@@ -212,6 +214,7 @@ _PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
         Kernel coefficient, resolved like scikit-learn's SVC.
     degree : int, default=3
     coef0 : float, default=0.0
+    %(kernel_dtype)s
     tol : float, default=1e-3
         Stop when the maximal violation ``max_{I_up} -y g - min_{I_low} -y g`` is <= tol
         (LIBSVM's ``eps``).

@@ -24,7 +24,14 @@ from ._base import (
 )
 from ._checkpoint import CheckpointSession
 from ._engine import make_executor, n_threads, release_executor, run_chunks
-from ._inputs import chunked_method, fit_inputs, is_dask, is_store, score_block
+from ._inputs import (
+    chunked_method,
+    fit_inputs,
+    in_kernel_precision,
+    is_dask,
+    is_store,
+    score_block,
+)
 from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
 
@@ -76,6 +83,7 @@ class MulticlassSVC(SVMEstimator):
         Degree of the polynomial kernel.
     coef0 : float, default=0.0
         Independent term of the polynomial kernel.
+    %(kernel_dtype)s
     optimizer : {'exact', 'opt_kkt', 'fixed_point', 'basic', 'all_pairs'}, default='exact'
         Per-pattern optimizer: exact sort-based solution of the reduced problem / AS 2005 Fig. 6 /
         CS 2001 Fig. 3 / AS Fig. 4 / AS Fig. 5.
@@ -166,7 +174,7 @@ class MulticlassSVC(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_dtype="float32",
                  optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
                  gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
@@ -229,6 +237,7 @@ class MulticlassSVC(SVMEstimator):
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start,
                                             threads=n_threads(self.n_jobs))
+        td = in_kernel_precision(self, td)         # float32 kernel values by default
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb()
         executor, owned = make_executor(self)
@@ -251,7 +260,8 @@ class MulticlassSVC(SVMEstimator):
             release_executor(executor, owned)
         self.classes_ = classes
         self.support_ = res.support
-        self.support_vectors_ = res.X_sv
+        # the rows as given (the solver's may be their float32 copies)
+        self.support_vectors_ = res.X_sv if td.original is None else td.original[res.support]
         self.dual_coef_ = np.ascontiguousarray(res.coef.T)   # (n_classes, n_SV), as SVC
         self.n_support_ = np.bincount(y_idx[res.support], minlength=m).astype(np.int32)
         self.n_iter_ = res.n_iter

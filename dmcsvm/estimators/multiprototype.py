@@ -30,7 +30,7 @@ from ..numerics.linear_prototypes import linear_coefficients
 from ..store.class_index import class_counts
 from ._base import SVMEstimator, choices, integers, reals
 from ._engine import blas_limits, make_executor, n_threads, release_executor
-from ._inputs import chunked_method, fit_inputs, is_dask, is_store
+from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, is_store
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
@@ -82,6 +82,7 @@ class MultiPrototypeSVC(SVMEstimator):
         ``exp(-gamma |x - z|^2)``); ignored by ``'linear'``.
     degree : int, default=1
     coef0 : float, default=1.0
+    %(kernel_dtype)s
     T0 : float, default=10.0
         Initial temperature of the annealing (>= 0; 0 is the greedy search of §6.1).
     tau : float, default=0.05
@@ -199,7 +200,7 @@ class MultiPrototypeSVC(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
+    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0, kernel_dtype="float32",
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
                  optimizer="exact",
                  selection="kkt", threshold="mean", threshold_fraction=0.5, tol=1e-3,
@@ -289,6 +290,8 @@ class MultiPrototypeSVC(SVMEstimator):
         if sequential:
             return self._fit_sequential(td, settings, schedule, spec, classes, q, pcls, y_idx,
                                         yp0, rng, row_C, warm)
+        if not linear:
+            td = in_kernel_precision(self, td)     # float32 kernel values by default
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if self.batch_size is None:
@@ -324,7 +327,8 @@ class MultiPrototypeSVC(SVMEstimator):
         self.prototype_class_ = classes[pcls]
         self.assignment_ = res.yp
         self.support_ = sv
-        self.support_vectors_ = state.bank.stack(sv, td.d, td.sparse, td.dtype)
+        self.support_vectors_ = state.bank.stack(sv, td.d, td.sparse, td.dtype) \
+            if td.original is None else td.original[sv]      # the rows as given
         self.dual_coef_ = np.ascontiguousarray(state.B[sv].T)    # (P, n_SV), as SVC
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)

@@ -52,6 +52,7 @@ class ScatterSVC(SVMEstimator):
     gamma : 'scale', 'auto' or float, default='scale'
     degree : int, default=3
     coef0 : float, default=0.0
+    %(kernel_dtype)s
     test_rule : {1, 2}, default=1
         Prediction rule of the paper's §3: 1 = ``argmax_c m_c' phi(x) / ||m_c||`` (angular);
         2 = ``argmax_c [(m_c - mbar)' phi(x) - (m_c - mbar)' m_c^msv] / ||m_c - mbar||`` with
@@ -125,7 +126,7 @@ class ScatterSVC(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_dtype="float32",
                  test_rule=1, tol=1e-3, selection="wss2", cache_size=200, max_iter=-1,
                  batch_size=1000, class_batch=4, verbose=False, probability=False,
                  random_state=None, n_jobs=None, client=None, n_workers=None,
