@@ -3,10 +3,13 @@
 Runs the same grid search (digits, 1347 training rows, C x gamma = 2 x 2, 3-fold: 12 fits + a
 refit) in a fresh subprocess per configuration:
 
-- ``gs=1 est=None``: GridSearchCV(n_jobs=1), the estimator's default n_jobs (now: 1 thread);
-- ``gs=2 est=None``: GridSearchCV(n_jobs=2) with the default (2 single-threaded fits at once);
-- ``gs=2 est=-1``: GridSearchCV(n_jobs=2) with ``n_jobs=-1`` in the estimator, i.e. what the old
-  default (``None`` = every core) did: 2 fits x every core threads.
+- ``gs=1 est=None``: GridSearchCV(n_jobs=1), the estimator's default ``n_jobs=None``: every
+  core this process may use, one fit at a time;
+- ``gs=2 est=None``: GridSearchCV(n_jobs=2) with the default: each of joblib's two worker
+  processes gets ``cores // 2`` (joblib's OMP_NUM_THREADS, which ``n_jobs=None`` reads), so two
+  fits run side by side on their share and the cores are not oversubscribed;
+- ``gs=2 est=-1``: GridSearchCV(n_jobs=2) with ``n_jobs=-1`` in the estimator: 2 fits x every
+  core threads, the oversubscription a default must not cause.
 
 While each runs, the parent samples the process tree every 50 ms (psutil): threads alive, and
 threads *running* (state R) in the tree; and reports wall time, CPU time of the tree,

@@ -143,6 +143,21 @@ def summary(results) -> str:
     return "\n".join(lines)
 
 
+def verdict(results, need=0.999) -> str:
+    """The cheapest rule (summed fit time) whose worst agreement over every set is >= need."""
+    keys = [(q["rule"], q["value"]) for q in results[0]["rules"]]
+    ok = []
+    for k in keys:
+        qs = [next(q for q in r["rules"] if (q["rule"], q["value"]) == k) for r in results]
+        if min(q["agreement"] for q in qs) >= need:
+            ok.append((sum(q["time"] for q in qs), k))
+    if not ok:
+        return f"no rule measured reaches {100 * need:.1f} % agreement on every set"
+    t, (kind, value) = min(ok)
+    return (f"the cheapest rule with >= {100 * need:.1f} % agreement on every set and C: "
+            f"{kind} <= {value:g} ({t:.1f} s summed over the runs)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data-dir", default=str(_data.DEFAULT_DATA_DIR))
@@ -167,9 +182,11 @@ def main(argv=None):
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = Path(a.out).with_suffix(".md")
     md.write_text(f"# Stopping rule: agreement with a solve to gap 1e-6\n\n{meta}\n\n"
+                  f"**Verdict:** {verdict(results)}.\n\n"
                   f"## Worst case over every set\n\n{summary(results)}\n\n## Every run\n\n"
                   f"{table(results)}\n")
     print(summary(results))
+    print(verdict(results))
 
 
 if __name__ == "__main__":

@@ -331,3 +331,20 @@ def test_prediction_in_chunks_on_threads(iris, iris_model):
     np.testing.assert_allclose(D, K @ m.dual_coef_.T, rtol=1e-10, atol=1e-10)
     m.set_params(n_jobs=1)
     np.testing.assert_array_equal(m.decision_function(Xbig), D)
+
+
+@pytest.mark.parametrize("tol", [3e-2, 1e-3, 1e-5])
+def test_tol_binds(digits_small, tol):
+    """The stopping rule is ``tol`` on psi, checked with every row unshrunk, at the default and
+    whatever a user sets: the last round has every row active and max psi <= tol, and a lower
+    tol ends closer to the optimum."""
+    X, y = digits_small
+    m = MulticlassSVC(C=10.0, tol=tol).fit(X, y)
+    h = m.history_
+    assert m.converged_
+    assert h["n_active"][-1] == X.shape[0]
+    assert h["max_psi"][-1] <= tol
+    assert MulticlassSVC().tol == 1e-3 and MulticlassSVC().gap_tol == 0.0
+    if tol < 1e-3:
+        looser = MulticlassSVC(C=10.0, tol=1e-3).fit(X, y).history_
+        assert h["gap"][-1] < looser["gap"][-1]
