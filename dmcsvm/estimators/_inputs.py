@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -286,6 +287,14 @@ def _predict_scheduler(est):
     return dask.threaded.get, []
 
 
+def decision_scores(est, X):
+    """The decision values ``predict`` argmaxes: ``est._decision_ovr`` (one score per class
+    whatever ``decision_function_shape`` says) where the estimator has it, else its
+    ``decision_function``."""
+    method = getattr(est, "_decision_ovr", None)
+    return method(X) if method is not None else est.decision_function(X)
+
+
 class ChunkedPredictMixin:
     """``predict`` and ``score`` over ``decision_function`` for estimators whose decision takes
     arrays, dask arrays (lazy result) and zarr stores (chunk-parallel)."""
@@ -295,7 +304,7 @@ class ChunkedPredictMixin:
 
     def predict(self, X):
         """Class of the largest decision value; a dask array for a dask-array input."""
-        D = self.decision_function(X)
+        D = decision_scores(self, X)
         if is_dask(D):
             classes = self.classes_
             if D.ndim == 1:
@@ -358,7 +367,7 @@ def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
         from ..store.class_index import StoreClassIndex, scan_classes
         td = training_data(est, X, y, store_labels=False)
         classes, table = scan_classes(td.store)
-        check_classification_targets(classes)
+        check_store_targets(classes, td.n)
         _check_min_classes(est, classes, min_classes)
         return td, classes, StoreClassIndex(td.store, 0, td.n, classes, table)
     td = training_data(est, X, y)
@@ -370,6 +379,23 @@ def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
     # while it trains (issue 15)
     td.labels = None
     return td, classes, y_idx.astype(np.int64, copy=False)
+
+
+_MANY_CLASSES = "The number of unique classes is greater than 50% of the number of samples"
+
+
+def check_store_targets(classes, n_samples) -> None:
+    """scikit-learn's ``check_classification_targets`` for a store, whose labels are known by
+    their classes (found chunk by chunk) and row count: the same errors for labels that are
+    not classes, and its "more classes than half the samples" warning only when that is so of
+    the rows (checking the classes alone, each once, warned for every store of more than 20
+    classes)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_MANY_CLASSES, category=UserWarning)
+        check_classification_targets(classes)
+    if n_samples > 20 and classes.shape[0] > round(0.5 * n_samples):
+        warnings.warn(f"{_MANY_CLASSES}. `y` could represent a regression problem, not a "
+                      f"classification problem.", UserWarning, stacklevel=4)
 
 
 def _check_min_classes(est, classes, min_classes):
