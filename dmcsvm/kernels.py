@@ -16,7 +16,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-KERNELS = ("linear", "poly", "rbf")
+KERNELS = ("linear", "poly", "rbf", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,13 @@ class KernelSpec:
 
     Parameters
     ----------
-    name : {'linear', 'poly', 'rbf'}
+    name : {'linear', 'poly', 'rbf', 'sigmoid'}
     gamma : float
-        Scale of the inner product (poly) or of the squared distance (rbf); > 0.
+        Scale of the inner product (poly, sigmoid) or of the squared distance (rbf); > 0.
     degree : int
         Polynomial degree (poly only); >= 1.
     coef0 : float
-        Polynomial offset (poly only).
+        Offset of the inner product (poly and sigmoid: ``tanh(gamma <x, z> + coef0)``).
     """
 
     name: str = "rbf"
@@ -279,6 +279,15 @@ def _gram(XA, XB) -> np.ndarray:
     return np.asarray(XA) @ np.asarray(XB).T
 
 
+def sigmoid_from_gram(G, gamma, coef0, out):
+    """``out[i, j] = tanh(gamma * G[i, j] + coef0)`` (in place when ``G`` is ``out``): NumPy's
+    vectorized ``tanh`` over the block, in ``out``'s precision."""
+    np.multiply(G, gamma, out=out, casting="unsafe")
+    out += coef0
+    np.tanh(out, out=out)
+    return out
+
+
 def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
                  norms_a: np.ndarray | None = None, norms_b: np.ndarray | None = None,
                  dtype=np.float64) -> np.ndarray:
@@ -316,6 +325,8 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         rbf_from_gram(G, norms_a, norms_b, float(spec.gamma), out)
     elif spec.name == "poly":
         poly_from_gram(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
+    elif spec.name == "sigmoid":
+        sigmoid_from_gram(G, float(spec.gamma), float(spec.coef0), out)
     elif G is not out:
         copy_gram(G, out)
     return out
@@ -329,6 +340,8 @@ def kernel_diag(spec: KernelSpec, X, norms: np.ndarray | None = None) -> np.ndar
         norms = row_norms_sq(X)
     if spec.name == "linear":
         return norms.astype(np.float64, copy=True)
+    if spec.name == "sigmoid":
+        return np.tanh(spec.gamma * norms + spec.coef0)
     return (spec.gamma * norms + spec.coef0) ** int(spec.degree)
 
 
@@ -342,6 +355,8 @@ def kernel_reference(spec: KernelSpec, XA, XB) -> np.ndarray:
         return A @ B.T
     if spec.name == "poly":
         return (spec.gamma * (A @ B.T) + spec.coef0) ** spec.degree
+    if spec.name == "sigmoid":
+        return np.tanh(spec.gamma * (A @ B.T) + spec.coef0)
     d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
     return np.exp(-spec.gamma * d2)
 
