@@ -79,6 +79,17 @@ def estimator_registry() -> dict:
     return out
 
 
+#: the preprocessing steps a model file may hold before its estimator (a Pipeline)
+_TRANSFORMERS = ("MinMaxScaler", "StandardScaler", "MaxAbsScaler")
+
+
+def transformer_registry() -> dict:
+    """The scikit-learn transformers a saved ``Pipeline`` may hold before its dmcsvm estimator:
+    ``{name: class}`` (the feature scalers; their fitted state is plain arrays)."""
+    from sklearn import preprocessing
+    return {name: getattr(preprocessing, name) for name in _TRANSFORMERS}
+
+
 def _dataclass_registry() -> dict:
     from .kernels import KernelSpec
     return {"KernelSpec": KernelSpec}
@@ -150,12 +161,38 @@ class _Encoder:
             return {"__dataclass__": type(v).__name__, "fields": fields}
         raise ValueError(f"cannot save {where}: values of type {type(v).__name__} are not supported")
 
-    def estimator(self, est, where="model") -> dict:
+    def pipeline(self, pipe, where="model") -> dict:
+        """A ``Pipeline`` of scalers ending in a dmcsvm estimator: its steps, by name."""
+        steps = pipe.steps
+        if not steps:
+            raise ValueError(f"cannot save {where}: the Pipeline has no steps")
+        tr = transformer_registry()
+        out = []
+        for k, (name, step) in enumerate(steps):
+            last = k == len(steps) - 1
+            if not isinstance(name, str) or not _PARAM_NAME.match(name):
+                raise ValueError(f"cannot save {where}: step name {name!r} is not an identifier")
+            if not last and tr.get(type(step).__name__) is not type(step):
+                raise ValueError(f"cannot save {where}: step {name!r} is a "
+                                 f"{type(step).__name__}; a saved Pipeline holds only "
+                                 f"{', '.join(_TRANSFORMERS)} before its dmcsvm estimator")
+            out.append([name, self.estimator(step, f"{where}.{name}", registry=None if last
+                                             else tr)])
+        return {"__pipeline__": out}
+
+    def estimator(self, est, where="model", registry=None) -> dict:
+        from sklearn.pipeline import Pipeline
+        if registry is None and type(est) is Pipeline:
+            return self.pipeline(est, where)
         name = type(est).__name__
-        reg = estimator_registry()
+        reg = estimator_registry() if registry is None else registry
         if reg.get(name) is not type(est):
             raise ValueError(f"cannot save {where}: {name} is not a dmcsvm estimator "
                              f"(known: {', '.join(sorted(reg))})")
+        if callable(getattr(est, "kernel", None)):
+            raise ValueError(f"cannot save {where}: its kernel is a Python callable, and a model "
+                             f"file stores no code; save a model with a named kernel, or with "
+                             f"kernel='precomputed' and your kernel's values")
         # where-to-run settings (cluster, threads, caches, checkpoints) are never written: a
         # model file must not choose where the code that loads it connects (runtime_params)
         model_params, _ = split_runtime(est.get_params(deep=False))
@@ -241,8 +278,25 @@ class _Decoder:
     def _key(k):
         return k.item() if isinstance(k, np.generic) else k
 
-    def estimator(self, node):
-        reg = estimator_registry()
+    def pipeline(self, node):
+        from sklearn.pipeline import Pipeline
+        steps = node.get("__pipeline__")
+        if not isinstance(steps, list) or not steps:
+            raise self.bad("the Pipeline entry has no steps")
+        tr = transformer_registry()
+        out = []
+        for k, item in enumerate(steps):
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                    and _PARAM_NAME.match(item[0]) and isinstance(item[1], dict)):
+                raise self.bad(f"Pipeline step {k} is not a [name, estimator] pair")
+            last = k == len(steps) - 1
+            out.append((item[0], self.estimator(item[1], registry=None if last else tr)))
+        return Pipeline(out)
+
+    def estimator(self, node, registry=None):
+        if registry is None and isinstance(node, dict) and "__pipeline__" in node:
+            return self.pipeline(node)
+        reg = estimator_registry() if registry is None else registry
         name = node.get("__estimator__")
         cls = reg.get(name) if isinstance(name, str) else None
         if cls is None:
@@ -260,7 +314,10 @@ class _Decoder:
                              f"(written by another dmcsvm version?)")
         # runtime parameters in a file (written by dmcsvm <= 0.1, or edited in) are ignored: the
         # loaded model runs where its caller says, by default in this process
-        est = cls(**{k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS})
+        kw = {k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS}
+        if registry is not None and isinstance(kw.get("feature_range"), list):
+            kw["feature_range"] = tuple(kw["feature_range"])
+        est = cls(**kw)
         for k, x in attrs.items():
             if not _ATTR_NAME.match(k):
                 raise self.bad(f"attribute name {k!r} is not a fitted attribute")
@@ -306,7 +363,8 @@ def save_model(model, path) -> None:
     enc = _Encoder()
     tree = enc.estimator(model)
     meta = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
-            "dmcsvm_version": __version__, "estimator": tree["__estimator__"], "model": tree}
+            "dmcsvm_version": __version__, "estimator": tree.get("__estimator__", "Pipeline"),
+            "model": tree}
     text = json.dumps(meta, allow_nan=False)
     if os.path.lexists(path):
         _check_replaceable(path)
@@ -389,6 +447,13 @@ def _read_meta(path):
             except Exception as e:
                 raise ValueError(f"{path}: cannot read array {key!r}: {e}") from None
         return meta, get, lambda: None
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
+        # np.load would read a .npy, or a pickle (refused: "allow_pickle=False"): neither is a
+        # model, and the message should say so rather than talk about pickles
+        raise ValueError(f"{path} is not a dmcsvm model file: a model is an .npz archive or "
+                         f"a model directory written by dmcsvm train / save_model")
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:

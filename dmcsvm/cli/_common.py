@@ -299,11 +299,21 @@ def warm_up_on_store(model, info, rows=200) -> None:
 
 # ---------------------------------------------------------------------------------- outputs
 
-def check_output(path, what="output"):
-    """Fail early (before any work) when an output cannot be written."""
+def check_output(path, what="output", overwrite=None):
+    """Fail early (before any work) when an output cannot be written: its directory is missing,
+    or (``overwrite=False``) it exists.  Every command has one rule for its outputs: an existing
+    file is replaced only with ``--overwrite``."""
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {what} {path}: directory {parent} does not exist")
+    if overwrite is False and os.path.lexists(path):
+        raise UsageError(f"{path} already exists; pass --overwrite to replace it")
+
+
+def add_overwrite_option(p, what="the output"):
+    """``--overwrite``: the one switch that lets a command replace an existing output."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} if it exists (default: refuse)")
 
 
 @contextlib.contextmanager
@@ -429,57 +439,86 @@ def param_defaults(cls) -> dict:
 # meanings of parameters whose docstring entry gives only the type
 _MEANINGS = {
     "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
-              "linear <x, z>.",
-    "gamma": "Kernel coefficient of rbf and poly, resolved like scikit-learn's SVC "
+              "linear <x, z>, sigmoid tanh(gamma <x, z> + coef0), precomputed (the data are "
+              "kernel values); -t also takes LIBSVM's numbers 0 linear, 1 poly, 2 rbf, "
+              "3 sigmoid, 4 precomputed.",
+    "gamma": "Kernel coefficient of rbf, poly and sigmoid, resolved like scikit-learn's SVC "
              "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
     "degree": "Degree of the polynomial kernel.",
-    "coef0": "Independent term of the polynomial kernel.",
+    "coef0": "Independent term of the poly and sigmoid kernels.",
     "verbose": f"Show the progress of the fit (set by {CLI_OPTIONS['verbose']}).",
 }
-_ENTRY = re.compile(r"^(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:\s*(?P<spec>.*)$")
+
+#: LIBSVM's short options of svm-train: -c cost, -g gamma, -t kernel type
+SHORT_FLAGS = {"C": "-c", "gamma": "-g", "kernel": "-t"}
+#: svm-train's kernel type numbers (``-t 2`` is rbf)
+LIBSVM_KERNELS = {"0": "linear", "1": "poly", "2": "rbf", "3": "sigmoid", "4": "precomputed"}
+
+
+def parse_kernel(text: str):
+    """``--kernel`` / ``-t``: a kernel name, or LIBSVM's number for it (0 to 4)."""
+    t = text.strip()
+    return LIBSVM_KERNELS.get(t, t)
+
+
+def _plain_text(text: str) -> str:
+    """Docstring text without reST markup: ``x`` and :func:`x` become x."""
+    text = text.replace("``", "")
+    return re.sub(r":(?:class|mod|func|meth|attr|data):`~?([^`]+)`", r"\1", text)
 
 
 def param_docs(cls) -> dict:
     """``{parameter: (allowed values, meaning)}`` from the numpydoc ``Parameters`` section of
-    an estimator's docstring (reST markup dropped)."""
-    doc = inspect.getdoc(cls) or ""
-    start = doc.find("Parameters\n----------")
-    if start < 0:
-        return {}
-    lines = doc[start:].splitlines()[2:]
-    out, current = {}, None
-    for line in lines:
-        if line and not line.startswith(" "):
-            m = _ENTRY.match(line)
-            if not m:
-                break                       # the next section
-            names = [n.strip() for n in m.group("names").split(",")]
-            spec = re.sub(r",?\s*default\s*=.*$", "", m.group("spec")).strip().rstrip(",")
-            current = {"names": names, "spec": spec, "text": []}
-            for n in names:
-                out[n] = current
-        elif current is not None and line.strip():
-            current["text"].append(line.strip())
+    an estimator's docstring, read by numpydoc's own parser (``docscrape``, the copy that
+    scikit-learn ships), reST markup dropped."""
+    from sklearn.externals._numpydoc.docscrape import NumpyDocString
+    doc = NumpyDocString(inspect.getdoc(cls) or "")
     plain = {}
-    for n, e in out.items():
-        text = " ".join(e["text"]).replace("``", "")
-        text = re.sub(r":(?:class|mod|func|meth|attr):`~?([^`]+)`", r"\1", text)
-        plain[n] = (e["spec"].replace("``", ""), text)
+    for entry in doc["Parameters"]:
+        spec = re.sub(r",?\s*default\s*=.*$", "", entry.type).strip().rstrip(",")
+        text = " ".join(line.strip() for line in entry.desc if line.strip())
+        for name in (n.strip() for n in entry.name.split(",")):
+            if name:
+                plain[name] = (_plain_text(spec), _plain_text(text))
     return plain
 
 
+#: paper references of the estimators' docstrings: kept there, not in a command's help
+_CITATION = re.compile(r"\s*\([^()]*\b(?:AS|CS|Eq\.|Fig\.|§)[^()]*\)")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence (or clause before a top-level ``;``) of a parameter's meaning,
+    without paper references: the help shows that, the Python docstring the rest (a
+    command's help stays about one screen)."""
+    text = _CITATION.sub("", text.strip())
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0 and ch in ".;" and (i + 1 == len(text) or text[i + 1] == " ") \
+                and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.")):
+            return text[:i].rstrip() + "."
+    return text
+
+
+#: parameters left out of ``train --help`` / ``demo --help`` (listed in one line there; still
+#: accepted): the solver's inner workings and the out-of-core tuning, documented in Python
+ADVANCED = ("optimizer", "selection", "threshold", "threshold_fraction", "batch_sweeps",
+            "n_partitions", "data_in_memory", "disk_cache_size", "cache_dir", "inner_steps")
+
+
 def param_help(name, default, docs, fallback, note=None) -> str:
-    """The help of ``--NAME``: what it means, the values it takes, its default (and ``note`` on
-    it, where a command's default differs from the estimator's).  A parameter
-    documented only by its type, or "as in" another estimator, takes its meaning from
-    :data:`_MEANINGS` or the default estimator's docstring."""
+    """The help of ``--NAME``: what it means (its first sentence), the values it takes, its
+    default (and ``note`` on it, where a command's default differs from the estimator's).  A
+    parameter documented only by its type, or "as in" another estimator, takes its meaning
+    from :data:`_MEANINGS` or the default estimator's docstring."""
     spec, text = docs.get(name, ("", ""))
     if not text or re.search(r"\bas in\b", text):
         fspec, ftext = fallback.get(name, ("", ""))
-        text = _MEANINGS.get(name) or ftext or text
+        text = ftext or text
         spec = spec or fspec
-    if name in _MEANINGS and _MEANINGS[name].split()[0] not in text:
-        text = f"{_MEANINGS[name]} {text}"
+    text = _MEANINGS.get(name) or first_sentence(text)
     spec = re.sub(r"(,\s*)?\boptional\b", "", spec).strip(" ,")
     flag = name.replace("_", "-")
     if isinstance(default, bool):
@@ -489,16 +528,17 @@ def param_help(name, default, docs, fallback, note=None) -> str:
         dflt = "none" if default is None else repr(default)
     text = text.strip()
     if text and not text.endswith("."):
-        text += "."
+        text = text.rstrip(";:,") + "."
     if note:
         dflt = f"{dflt} ({note})"
     return f"{text} Allowed: {allowed}. Default: {dflt}.".replace("%", "%%")
 
 
 def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=None):
-    """One option per constructor parameter of ``cls`` but ``skip`` (``--NAME``, also
-    ``--dashed-name``; booleans as ``--NAME/--no-NAME``; values by :func:`parse_value`) into
-    ``group``, stored as ``est__NAME`` (read back by :func:`estimator_params`).
+    """One option per constructor parameter of ``cls`` but ``skip`` (``--dashed-name``, also
+    ``--underscored_name`` as an alias left out of the help; LIBSVM's ``-c``, ``-g``, ``-t``
+    for C, gamma and kernel; booleans as ``--NAME/--no-NAME``; values by :func:`parse_value`)
+    into ``group``, stored as ``est__NAME`` (read back by :func:`estimator_params`).
 
     Without an entry in ``defaults`` an option is only stored when given (the estimator's own
     default applies); with one, that value is the command's default, shown in the help with
@@ -506,19 +546,36 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     ``fallback_cls``'s docstring."""
     defaults, notes = defaults or {}, notes or {}
     docs, fallback = param_docs(cls), param_docs(fallback_cls)
+    hidden = [f"--{p.replace('_', '-')}" for p in param_defaults(cls)
+              if p in ADVANCED and p not in skip]
+    if hidden:
+        group.description = ("also accepted, documented in the Python docstring: "
+                             + ", ".join(hidden))
     for p, default in param_defaults(cls).items():
         if p in skip:
             continue
-        flags = [f"--{p}"] + ([f"--{p.replace('_', '-')}"] if "_" in p else [])
+        dashed = p.replace("_", "-")
+        flags = ([SHORT_FLAGS[p]] if p in SHORT_FLAGS else []) + [f"--{dashed}"]
         shown = defaults.get(p, default)
         text = param_help(p, shown, docs, fallback, notes.get(p))
+        if p in ADVANCED:
+            text = argparse.SUPPRESS
         value = defaults.get(p, argparse.SUPPRESS)
+        kind = parse_kernel if p == "kernel" else parse_value
+        aliases = [f"--{p}"] if dashed != p else []
         if isinstance(default, bool):
             group.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
                                default=value, help=text)
+            if aliases:
+                group.add_argument(*aliases, dest=f"est__{p}",
+                                   action=argparse.BooleanOptionalAction,
+                                   default=value, help=argparse.SUPPRESS)
         else:
-            group.add_argument(*flags, dest=f"est__{p}", type=parse_value, default=value,
+            group.add_argument(*flags, dest=f"est__{p}", type=kind, default=value,
                                metavar="V", help=text)
+            if aliases:
+                group.add_argument(*aliases, dest=f"est__{p}", type=kind, default=value,
+                                   metavar="V", help=argparse.SUPPRESS)
 
 
 def estimator_params(a) -> dict:

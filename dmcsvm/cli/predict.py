@@ -15,6 +15,7 @@ import numpy as np
 from ._common import (
     add_cluster_options,
     add_input_options,
+    add_overwrite_option,
     as_store,
     atomic_file,
     check_cluster_options,
@@ -58,11 +59,14 @@ def _fmt(v):
 
 def add_parsers(sub):
     p = sub.add_parser("predict", help="predict labels (and decision values) with a saved model",
-                       description=__doc__)
+                       description="Predict the labels of DATA with a model written by dmcsvm "
+                                   "train; a store is predicted chunk by chunk (on the cluster "
+                                   "of --scheduler / --local-workers, else on local threads).")
     p.add_argument("model", help="model file written by dmcsvm train")
     p.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file")
     p.add_argument("-o", "--output", required=True,
                    help="labels, one per line (with --decision-values: label then the values)")
+    add_overwrite_option(p)
     p.add_argument("--decision-values", action="store_true",
                    help="also write the decision values; the first line names the columns")
     p.add_argument("--probability", action="store_true",
@@ -79,6 +83,7 @@ def add_parsers(sub):
     e.add_argument("model", help="model file written by dmcsvm train")
     e.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file, with labels")
     e.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    add_overwrite_option(e, "the --json file")
     add_cluster_options(e)
     add_input_options(e)
     e.set_defaults(func=run_evaluate)
@@ -91,7 +96,7 @@ def _load(a):
 
 
 def run_predict(a) -> int:
-    check_output(a.output)
+    check_output(a.output, overwrite=a.overwrite)
     model = _load(a)
     if a.probability:
         from ._common import UsageError
@@ -139,7 +144,7 @@ def evaluation(y, pred, classes) -> dict:
 
 def run_evaluate(a) -> int:
     if a.json:
-        check_output(a.json)
+        check_output(a.json, overwrite=a.overwrite)
     model = _load(a)
     with as_store(a.data, a, n_features=model.n_features_in_) as info, \
             cluster_client(a) as client:

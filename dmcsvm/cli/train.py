@@ -22,6 +22,7 @@ from ._common import (
     UsageError,
     add_cluster_options,
     add_input_options,
+    add_overwrite_option,
     add_param_options,
     as_store,
     atomic_file,
@@ -55,6 +56,13 @@ def _estimator_class(name):
 
 _HELP = "train an estimator on a store or a LIBSVM/CSV/.npy file"
 
+_DESCRIPTION = """\
+Train an estimator on DATA (a dmcsvm store or a LIBSVM/CSV/.npy file) and save it to MODEL.
+Every parameter of the estimator is an option (-c 10, --gap-tol 1e-3, --no-shrinking), or
+--param KEY=VALUE.
+
+  dmcsvm train train.svm -o model.npz -c 10 -g 0.5 -t rbf --scale"""
+
 
 def add_parser(sub, argv=None, full=True):
     """The ``train`` sub-command, with one option per parameter of the chosen estimator;
@@ -69,14 +77,18 @@ def add_parser(sub, argv=None, full=True):
     reg = estimator_registry()
     if known.estimator in reg:
         name = known.estimator
-    t = sub.add_parser("train", help=_HELP,
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t = sub.add_parser("train", help=_HELP, description=_DESCRIPTION,
+                       usage="dmcsvm train DATA -o MODEL [options]",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
-                                "file; a store's optional 'sample_weight' array (one weight per "
-                                "row: write_arrays(sample_weight=...), or --weight-column of a "
-                                "CSV file) is used as fit(sample_weight=...) automatically")
-    t.add_argument("-o", "--output", "--model", dest="output", required=True,
+                                "file (a store's per-row sample_weight array is used)")
+    t.add_argument("-o", "--output", "--model", dest="output", required=True, metavar="MODEL",
                    help="model to write: NAME.npz (one file) or a directory (zarr group)")
+    add_overwrite_option(t, "MODEL and the --log-json file")
+    t.add_argument("--scale", action="store_true",
+                   help="scale every feature to [-1, 1] first (as dmcsvm scale); the scaling "
+                        "is stored in the model and applied by predict (the data are read "
+                        "into memory)")
     t.add_argument("--estimator", default=DEFAULT_ESTIMATOR, metavar="NAME",
                    help=f"estimator to train: {', '.join(sorted(reg))} (default {DEFAULT_ESTIMATOR})")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -207,11 +219,27 @@ def _log_source(est):
     return None
 
 
+def _fit_scaled(est, info):
+    """``Pipeline(MinMaxScaler(feature_range=(-1, 1)), est)`` fitted on the store's rows read
+    into memory (and its sample weights, if any): ``train --scale``."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler
+
+    from ..store import read_sample_weight
+    X, y = read_arrays(info)
+    if not isinstance(X, np.ndarray):
+        X = X.toarray()                  # MinMaxScaler takes dense rows (and makes them dense)
+    model = make_pipeline(MinMaxScaler(feature_range=(-1, 1)), est)
+    sw = read_sample_weight(info)
+    kw = {} if sw is None else {f"{model.steps[-1][0]}__sample_weight": sw}
+    return model.fit(X, y, **kw)
+
+
 def run(a) -> int:
     from ..model_io import save_model
-    check_output(a.output, "model")
+    check_output(a.output, "model", overwrite=a.overwrite)
     if a.log_json:
-        check_output(a.log_json, "log")
+        check_output(a.log_json, "log", overwrite=a.overwrite)
     check_cluster_options(a)
     est = build_estimator(a)
     source = _log_source(est) if a.log_json else None
@@ -229,7 +257,9 @@ def run(a) -> int:
                 est.set_params(client=client)
             t = time.perf_counter()
             with problems:
-                if fits_stores(est):
+                if a.scale:
+                    model = _fit_scaled(est, info)
+                elif fits_stores(est):
                     est.fit(info.url)
                 else:
                     from ..store import read_sample_weight
@@ -240,7 +270,7 @@ def run(a) -> int:
             if "client" in est.get_params(deep=False):
                 est.set_params(client=None)      # where it trained is not part of the model
         n_train = info.n_samples
-    save_model(est, a.output)
+    save_model(model if a.scale else est, a.output)
     give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
     if source == "history":
         write_log(a.log_json, est.history_)
@@ -260,6 +290,6 @@ def run(a) -> int:
     if a.test:
         from .predict import predictions
         with as_store(a.test, a, n_features=est.n_features_in_) as tinfo:
-            pred, _, y = predictions(est, tinfo, with_labels=True)
+            pred, _, y = predictions(model if a.scale else est, tinfo, with_labels=True)
         print(f"test accuracy {np.mean(pred == y):.4f} on {len(y)} patterns")
     return 0
