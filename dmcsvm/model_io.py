@@ -83,6 +83,19 @@ def estimator_registry() -> dict:
 _TRANSFORMERS = ("MinMaxScaler", "StandardScaler", "MaxAbsScaler")
 
 
+def estimator_class(name):
+    """The registered estimator class called ``name`` (None for any other name), importing only
+    its own module: a model file names one estimator, and loading it to predict need not import
+    the others (:func:`estimator_registry` imports them all)."""
+    from sklearn.base import BaseEstimator
+
+    from . import estimators
+    if not isinstance(name, str) or name not in getattr(estimators, "__all__", ()):
+        return None
+    cls = getattr(estimators, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, BaseEstimator) else None
+
+
 def transformer_registry() -> dict:
     """The scikit-learn transformers a saved ``Pipeline`` may hold before its dmcsvm estimator:
     ``{name: class}`` (the feature scalers; their fitted state is plain arrays)."""
@@ -296,10 +309,13 @@ class _Decoder:
     def estimator(self, node, registry=None):
         if registry is None and isinstance(node, dict) and "__pipeline__" in node:
             return self.pipeline(node)
-        reg = estimator_registry() if registry is None else registry
         name = node.get("__estimator__")
-        cls = reg.get(name) if isinstance(name, str) else None
+        if registry is None:
+            cls = estimator_class(name)
+        else:
+            cls = registry.get(name) if isinstance(name, str) else None
         if cls is None:
+            reg = estimator_registry() if registry is None else registry
             raise ValueError(f"{self.path}: unknown estimator {name!r} in the model file "
                              f"(this dmcsvm knows {', '.join(sorted(reg))})")
         params = node.get("params")

@@ -390,3 +390,56 @@ def test_ovo_model_and_probabilities_save_and_load(tmp_path):
     pre = MulticlassSVC(kernel="precomputed", C=10, probability=True, random_state=0).fit(
         X @ X.T, y)
     assert pre.predict_proba(X @ X.T).shape == (150, 3)
+
+
+# ------------------------------------------------------------------------------- 1. fast start
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("spec", [KernelSpec("rbf", 0.3), KernelSpec("poly", 0.5, 3, 1.0),
+                                  KernelSpec("poly", 0.2, 7, -0.5), KernelSpec("linear"),
+                                  KernelSpec("sigmoid", 0.1, 3, 0.2)])
+def test_numpy_pass_equals_numba_bit_for_bit(spec, dtype):
+    rng = np.random.default_rng(3)
+    A, B = rng.normal(size=(300, 20)).astype(dtype), rng.normal(size=(77, 20)).astype(dtype)
+    jit = kernel_block(spec, A, B, dtype=np.float64)
+    plain = kernel_block(spec, A, B, dtype=np.float64, jit=False)
+    np.testing.assert_array_equal(plain, jit)
+    out = np.empty((300, 77))                 # in place on the GEMM's output, as training does
+    np.testing.assert_array_equal(kernel_block(spec, A.astype(np.float64), B.astype(np.float64),
+                                               out=out, jit=False),
+                                  kernel_block(spec, A.astype(np.float64), B.astype(np.float64)))
+
+
+_FRESH_PREDICT = r"""
+import sys
+import numpy as np
+from dmcsvm import kernels
+from dmcsvm.model_io import load_model
+m = load_model(sys.argv[1])
+X = np.load(sys.argv[2])
+assert not kernels.numba_loaded() and kernels.prefer_numpy(len(X) * len(m.support_))
+D = m.decision_function(X)
+assert not kernels.numba_loaded()              # the prediction did not start numba
+assert "dmcsvm.estimators.binary" not in sys.modules     # nor import the SMO family
+np.save(sys.argv[3], D)
+"""
+
+
+def test_a_small_prediction_in_a_fresh_process_skips_numba_and_gives_the_same_values(tmp_path):
+    X, y = _iris_scaled()
+    m = MulticlassSVC(C=10, gamma=0.7).fit(X, y)
+    save_model(m, tmp_path / "m.npz")
+    np.save(tmp_path / "X.npy", X)
+    r = subprocess.run([sys.executable, "-c", _FRESH_PREDICT, str(tmp_path / "m.npz"),
+                        str(tmp_path / "X.npy"), str(tmp_path / "D.npy")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "D.npy"), m.decision_function(X))
+
+
+def test_prefer_numpy_only_for_small_jobs_before_numba():
+    from dmcsvm import kernels
+    kernel_block(KernelSpec("rbf", 1.0), np.ones((2, 2)), np.ones((2, 2)))   # numba now loaded
+    assert kernels.numba_loaded()
+    assert not kernels.prefer_numpy(10)
+    assert kernels.NUMPY_FIRST_MAX == 2 ** 24

@@ -219,11 +219,12 @@ class RowsView:
 
 # ---------------------------------------------------------------------------------- prediction
 
-def score_block(X, spec: dict, SV, sv_norms, coef) -> np.ndarray:
-    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64)."""
+def score_block(X, spec: dict, SV, sv_norms, coef, jit=True) -> np.ndarray:
+    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64); ``jit=False``: the
+    kernel's element-wise pass in NumPy (:func:`dmcsvm.kernels.prefer_numpy`)."""
     if SV.shape[0] == 0 or X.shape[0] == 0:
         return np.zeros((X.shape[0], coef.shape[1]))
-    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64)
+    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
     return K @ coef
 
 

@@ -12,7 +12,7 @@ from ..coordinators import linear_cs
 from ..coordinators.crammer_singer import THRESHOLDS, SolverSettings, solve
 from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, row_norms_sq
+from ..kernels import KERNELS, KernelSpec, prefer_numpy, row_norms_sq
 from ..numerics import pattern as pt
 from ._base import (
     OUT_OF_CORE_CONSTRAINTS,
@@ -332,10 +332,11 @@ class MulticlassSVC(SVMEstimator):
         sv_norms = row_norms_sq(SV)
         coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
         chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
+        jit = not prefer_numpy(n * SV.shape[0])     # a small prediction skips numba's start
 
         def work(ab):
             a, b = ab
-            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef)
+            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
 
         run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
         return out
