@@ -81,7 +81,8 @@ def add_parser(sub, argv=None, full=True):
                        usage="dmcsvm train DATA -o MODEL [options]",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
-                                "file (a store's per-row sample_weight array is used)")
+                                "file (a store's optional 'sample_weight' array of per-row "
+                                "weights is used)")
     t.add_argument("-o", "--output", "--model", dest="output", required=True, metavar="MODEL",
                    help="model to write: NAME.npz (one file) or a directory (zarr group)")
     add_overwrite_option(t, "MODEL and the --log-json file")
