@@ -443,3 +443,36 @@ def test_prefer_numpy_only_for_small_jobs_before_numba():
     assert kernels.numba_loaded()
     assert not kernels.prefer_numpy(10)
     assert kernels.NUMPY_FIRST_MAX == 2 ** 24
+
+
+# ------------------------------------------------------------------------------- 6. libraries
+
+def test_evaluate_reports_through_sklearns_classification_report(capsys, iris_svm, tmp_path):
+    from sklearn.metrics import classification_report
+    model = tmp_path / "m.npz"
+    ok(capsys, "train", iris_svm, "-o", model, "-t", "linear")
+    out = ok(capsys, "evaluate", model, iris_svm, "--json", tmp_path / "e.json")
+    X, y = load_iris(return_X_y=True)
+    pred = load_model(model).predict((X * 10).astype(np.float32))
+    text = classification_report(y, pred, labels=[0, 1, 2], target_names=["0", "1", "2"],
+                                 digits=4, zero_division=0)
+    assert text.rstrip("\n") in out
+    import json
+    ev = json.loads((tmp_path / "e.json").read_text())
+    rep = classification_report(y, pred, output_dict=True, zero_division=0)
+    assert ev["macro_avg"]["f1"] == rep["macro avg"]["f1-score"]
+    assert [c["recall"] for c in ev["per_class"]] == [rep[k]["recall"] for k in ("0", "1", "2")]
+
+
+def test_status_messages_go_to_stderr_through_logging(capsys):
+    import logging
+    log = logging.getLogger("dmcsvm.cli.demo")
+    before = logging.getLogger("dmcsvm").handlers[:]
+    code = main(["demo", "--in-process", "--max-iter", "2", "--help"])
+    assert code == 0
+    assert logging.getLogger("dmcsvm").handlers == before     # main leaves logging as it was
+    from dmcsvm.cli import _status_handler
+    h = _status_handler()
+    rec = log.makeRecord("dmcsvm.cli.demo", logging.INFO, __file__, 1, "started %s", ("x",),
+                         None)
+    assert h.format(rec) == "dmcsvm: started x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
@@ -92,6 +93,11 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     saved = warnings.formatwarning
     warnings.formatwarning = _warning_line
+    log = logging.getLogger("dmcsvm")
+    handler = _status_handler()
+    saved_level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
     try:
         code = _run(argv)
         sys.stdout.flush()          # a closed pipe shows here, not in the interpreter's exit
@@ -100,6 +106,17 @@ def main(argv=None) -> int:
         return _pipe_closed()
     finally:
         warnings.formatwarning = saved
+        log.removeHandler(handler)
+        log.setLevel(saved_level)
+
+
+def _status_handler() -> logging.Handler:
+    """Where the commands' status messages go (logger ``dmcsvm``, level INFO and up): one
+    ``dmcsvm: ...`` line each on stderr, apart from the results on stdout, so that a pipe of
+    the results carries only them."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dmcsvm: %(message)s"))
+    return handler
 
 
 def _pipe_closed() -> int:

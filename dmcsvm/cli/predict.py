@@ -125,21 +125,27 @@ def run_predict(a) -> int:
 
 def evaluation(y, pred, classes) -> dict:
     """Accuracy, confusion matrix (rows: true class, columns: predicted) and per-class
-    precision / recall / F1 / support."""
-    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+    precision / recall / F1 / support with their macro and weighted averages, from
+    scikit-learn's ``confusion_matrix`` and ``classification_report``; ``report`` is the
+    latter's text."""
+    from sklearn.metrics import classification_report, confusion_matrix
     labels = list(classes)
     extra = [c for c in np.unique(np.asarray(y, dtype=object).astype(str))
              if c not in {str(v) for v in labels}]
     if extra:
         from ._common import UsageError
         raise UsageError(f"the data has labels the model never saw: {', '.join(extra[:5])}")
+    names = [_fmt(c) for c in labels]
     cm = confusion_matrix(y, pred, labels=labels)
-    p, r, f, s = precision_recall_fscore_support(y, pred, labels=labels, zero_division=0)
+    kw = {"labels": labels, "target_names": names, "zero_division": 0}
+    rep = classification_report(y, pred, output_dict=True, **kw)
+    row = lambda d: {"precision": float(d["precision"]), "recall": float(d["recall"]),  # noqa: E731
+                     "f1": float(d["f1-score"]), "support": int(d["support"])}
     return {"n": int(len(y)), "accuracy": float(np.mean(np.asarray(pred) == np.asarray(y))),
-            "classes": [_fmt(c) for c in labels], "confusion_matrix": cm.tolist(),
-            "per_class": [{"class": _fmt(c), "precision": float(p[i]), "recall": float(r[i]),
-                           "f1": float(f[i]), "support": int(s[i])}
-                          for i, c in enumerate(labels)]}
+            "classes": names, "confusion_matrix": cm.tolist(),
+            "per_class": [{"class": c, **row(rep[c])} for c in names],
+            "macro_avg": row(rep["macro avg"]), "weighted_avg": row(rep["weighted avg"]),
+            "_report": classification_report(y, pred, digits=4, **kw)}
 
 
 def run_evaluate(a) -> int:
@@ -158,10 +164,8 @@ def run_evaluate(a) -> int:
     print(" " * w + "".join(f"{c:>{w}}" for c in names))
     for c, row in zip(names, res["confusion_matrix"]):
         print(f"{c:>{w}}" + "".join(f"{v:>{w}d}" for v in row))
-    print(f"{'class':>{w}} precision    recall        f1   support")
-    for r in res["per_class"]:
-        print(f"{r['class']:>{w}} {r['precision']:9.4f} {r['recall']:9.4f} {r['f1']:9.4f} "
-              f"{r['support']:9d}")
+    print()
+    print(res.pop("_report").rstrip("\n"))
     if a.json:
         with atomic_file(a.json) as fh:
             json.dump(res, fh, indent=1)
