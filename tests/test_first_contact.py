@@ -5,6 +5,7 @@ and the store's class check."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -476,3 +477,56 @@ def test_status_messages_go_to_stderr_through_logging(capsys):
     rec = log.makeRecord("dmcsvm.cli.demo", logging.INFO, __file__, 1, "started %s", ("x",),
                          None)
     assert h.format(rec) == "dmcsvm: started x"
+
+
+_CSVS = {
+    "numbers.csv": "1,0.5,2\n2,1.5,-3\n\n1,2,4e-3\n",
+    "text_labels.csv": "id,label,x1,x2\n7,cat,1,2\n8,dog,3,4\n9,cat,5,6\n",
+    "quoted.csv": '"a",1,2\n"b",3,"4"\n',
+    "weights.csv": "1,0.5,2,1.0\n0,1.5,-3,2.5\n1,2,4,0\n",
+    "spaces.txt.gz": "  1 0.5 2  \n2\t1.5 -3\n1 2 4\n",
+}
+_CSV_ARGS = {"numbers.csv": {}, "text_labels.csv": {"label_column": 1, "skip_header": 1,
+                                                     "drop_columns": (0,)},
+             "quoted.csv": {}, "weights.csv": {"weight_column": -1},
+             "spaces.txt.gz": {"delimiter": "whitespace"}}
+
+
+@pytest.mark.parametrize("name", sorted(_CSVS))
+def test_csv_through_pandas_equals_the_exact_reader(name, tmp_path, monkeypatch):
+    import gzip
+
+    from dmcsvm.store import delimited, from_csv, read_all, read_sample_weight
+    src = tmp_path / name
+    data = _CSVS[name].encode()
+    src.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    kw = _CSV_ARGS[name]
+    exact = delimited._from_csv_exact
+
+    def refuse(*a, **k):
+        raise AssertionError("the exact reader ran for a well-formed file")
+    monkeypatch.setattr(delimited, "_from_csv_exact", refuse)
+    fast = from_csv(src, tmp_path / "fast.zarr", **kw)
+    monkeypatch.setattr(delimited, "_from_csv_pandas",
+                        lambda *a, **k: (_ for _ in ()).throw(delimited._Fallback("off")))
+    monkeypatch.setattr(delimited, "_from_csv_exact", exact)
+    slow = from_csv(src, tmp_path / "slow.zarr", **kw)
+    for a, b in zip(read_all(fast), read_all(slow)):
+        np.testing.assert_array_equal(a, b)
+    assert fast.classes == slow.classes
+    wa, wb = read_sample_weight(fast), read_sample_weight(slow)
+    assert (wa is None and wb is None) or np.array_equal(wa, wb)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("1,2,3\n1,2\n", "line 2: 2 fields, expected 3"),
+    ("1,2,3\n1,x,3\n", "line 2: column 1 is not a number: 'x'"),
+    ("1,2,3\n1,nan,3\n", "contains NaN or infinity at row 1 (line 2)"),
+    ("1,2,3\n1,2,3,4\n", "line 2: 4 fields, expected 3"),
+])
+def test_csv_errors_still_name_the_line(text, message, tmp_path):
+    from dmcsvm.store import from_csv
+    (tmp_path / "bad.csv").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_csv(tmp_path / "bad.csv", tmp_path / "bad.zarr")
+    assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
