@@ -95,7 +95,7 @@ def detect_format(path: str, fmt: str = "auto", delimiter=None) -> str:
     if os.path.isdir(path):
         return "zarr"
     base = path
-    for ext in (".gz", ".bz2", ".xz"):
+    for ext in (".gz", ".bz2", ".xz", ".lzma", ".zst", ".lz4"):
         if base.endswith(ext):
             base = base[: -len(ext)]
     if base.endswith(".npy"):
