@@ -530,3 +530,34 @@ def test_csv_errors_still_name_the_line(text, message, tmp_path):
     with pytest.raises(ValueError, match=re.escape(message)):
         from_csv(tmp_path / "bad.csv", tmp_path / "bad.zarr")
     assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
+
+
+def _write_precomputed(path, K, y, serial=True):
+    with open(path, "w") as f:
+        for i in range(len(y)):
+            s = i + 1 if serial else 1
+            f.write(f"{y[i]} 0:{s} " + " ".join(f"{j + 1}:{float(v)!r}"
+                                                for j, v in enumerate(K[i])) + "\n")
+
+
+def test_cli_precomputed_kernel_in_libsvms_format(capsys, tmp_path):
+    X, y = _iris_scaled()
+    K, Kt = rbf_kernel(X, X, 0.5), rbf_kernel(X[::5], X, 0.5)
+    _write_precomputed(tmp_path / "k.train", K, y)
+    _write_precomputed(tmp_path / "k.test", Kt, y[::5], serial=False)
+    ok(capsys, "train", tmp_path / "k.train", "-o", tmp_path / "m.npz", "-t", "4", "-c", "10")
+    ok(capsys, "predict", tmp_path / "m.npz", tmp_path / "k.test", "-o", tmp_path / "p.txt",
+       "--decision-values")
+    got = np.loadtxt(tmp_path / "p.txt", skiprows=1)
+    api = MulticlassSVC(kernel="precomputed", C=10).fit(K.astype(np.float32), y)
+    np.testing.assert_allclose(got[:, 1:], api.decision_function(Kt.astype(np.float32)),
+                               rtol=1e-9, atol=1e-12)
+    _write_precomputed(tmp_path / "bad.train", K, y, serial=False)
+    assert usage_error(capsys, "train", tmp_path / "bad.train", "-o", tmp_path / "n.npz",
+                       "-t", "4") == \
+        f"dmcsvm: error: {tmp_path / 'bad.train'}: with a precomputed kernel (-t 4) column 0 " \
+        f"must hold the serial numbers 1 to 150 (LIBSVM's format: 0:i)"
+    assert usage_error(capsys, "train", tmp_path / "k.train", "-o", tmp_path / "n.npz",
+                       "-t", "4", "--scale") == \
+        "dmcsvm: error: --scale does not apply to a precomputed kernel (-t 4): the data are " \
+        "kernel values, not features"

@@ -237,8 +237,36 @@ def labels_of(info) -> np.ndarray:
 
 def fits_stores(est) -> bool:
     """Whether the estimator's ``fit``/``predict`` take a store path (the shared out-of-core
-    input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory."""
-    return bool(getattr(est, "accepts_stores", False))
+    input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory,
+    as does a precomputed kernel (in this process only)."""
+    return bool(getattr(est, "accepts_stores", False)) and not is_precomputed(est)
+
+
+def is_precomputed(est) -> bool:
+    """Whether ``est`` (or a Pipeline's last step) has ``kernel='precomputed'``."""
+    last = est.steps[-1][1] if hasattr(est, "steps") else est
+    kernel = getattr(last, "kernel", None)
+    return isinstance(kernel, str) and kernel == "precomputed"
+
+
+def gram_rows(X, n_train, path, train=False):
+    """The kernel values of rows in LIBSVM's precomputed-kernel format (``-t 4``): column 0 is
+    the row's serial number (``0:i``; when training, 1 to n in order), columns 1 to
+    ``n_train`` are ``K(x, x_1) ... K(x, x_n)`` (a value left out is 0).  Returns the dense
+    ``(rows, n_train)`` block."""
+    import scipy.sparse as sp
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    X = np.asarray(X, dtype=np.float64)
+    if X.shape[1] > n_train + 1:
+        raise UsageError(f"{path}: {X.shape[1] - 1} kernel values per row, but the training "
+                         f"data has {n_train} rows (LIBSVM's precomputed format: 0:serial "
+                         f"then 1:K(x,x1) ... n:K(x,xn))")
+    if X.shape[1] < n_train + 1:
+        X = np.hstack([X, np.zeros((X.shape[0], n_train + 1 - X.shape[1]))])
+    if train and not np.array_equal(X[:, 0], np.arange(1, X.shape[0] + 1)):
+        raise UsageError(f"{path}: with a precomputed kernel (-t 4) column 0 must hold the "
+                         f"serial numbers 1 to {X.shape[0]} (LIBSVM's format: 0:i)")
+    return np.ascontiguousarray(X[:, 1:])
 
 
 def read_arrays(info):

@@ -22,6 +22,8 @@ from ._common import (
     check_output,
     cluster_client,
     fits_stores,
+    gram_rows,
+    is_precomputed,
     labels_of,
     read_arrays,
     stderr_is_tty,
@@ -39,6 +41,8 @@ def predictions(model, info, with_labels=False, decision=False, client=None, pro
             X = info.url
         else:
             X, _ = read_arrays(info)
+            if is_precomputed(model):
+                X = gram_rows(X, model.n_features_in_, info.url)
         pred = np.asarray(model.predict(X))
         if proba:
             D = np.asarray(model.predict_proba(X))
@@ -89,6 +93,12 @@ def add_parsers(sub):
     e.set_defaults(func=run_evaluate)
 
 
+def _n_features(model):
+    """The columns the data must have: the model's features, or for a precomputed kernel
+    LIBSVM's serial column and one kernel value per training row (checked by gram_rows)."""
+    return None if is_precomputed(model) else model.n_features_in_
+
+
 def _load(a):
     from ..model_io import load_model
     check_cluster_options(a)
@@ -105,7 +115,7 @@ def run_predict(a) -> int:
         if not hasattr(model, "predict_proba"):
             raise UsageError(f"{a.model} has no probabilities: train it with --probability")
     progress = stderr_is_tty() if a.progress is None else a.progress
-    with as_store(a.data, a, n_features=model.n_features_in_, progress=progress) as info, \
+    with as_store(a.data, a, n_features=_n_features(model), progress=progress) as info, \
             cluster_client(a) as client:
         pred, D, _ = predictions(model, info, decision=a.decision_values, client=client,
                                  proba=a.probability)
@@ -152,7 +162,7 @@ def run_evaluate(a) -> int:
     if a.json:
         check_output(a.json, overwrite=a.overwrite)
     model = _load(a)
-    with as_store(a.data, a, n_features=model.n_features_in_) as info, \
+    with as_store(a.data, a, n_features=_n_features(model)) as info, \
             cluster_client(a) as client:
         pred, _, y = predictions(model, info, with_labels=True, client=client)
     res = evaluation(y, pred, model.classes_)

@@ -32,6 +32,8 @@ from ._common import (
     estimator_params,
     fits_stores,
     give_default_mode,
+    gram_rows,
+    is_precomputed,
     param_defaults,
     parse_value,
     plural,
@@ -246,6 +248,9 @@ def run(a) -> int:
     source = _log_source(est) if a.log_json else None
     if a.log_json and source is None:
         raise UsageError(f"{a.estimator} records no per-round history for --log-json")
+    if a.scale and is_precomputed(est):
+        raise UsageError("--scale does not apply to a precomputed kernel (-t 4): the data are "
+                         "kernel values, not features")
     progress = bool(getattr(est, "verbose", False))
     problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
     with as_store(a.data, a, progress=progress) as info:
@@ -260,6 +265,12 @@ def run(a) -> int:
             with problems:
                 if a.scale:
                     model = _fit_scaled(est, info)
+                elif is_precomputed(est):
+                    from ..store import read_sample_weight
+                    X, y = read_arrays(info)
+                    K = gram_rows(X, X.shape[0], a.data, train=True)
+                    sw = read_sample_weight(info)
+                    est.fit(K, y) if sw is None else est.fit(K, y, sample_weight=sw)
                 elif fits_stores(est):
                     est.fit(info.url)
                 else:
@@ -289,8 +300,8 @@ def run(a) -> int:
             parts.append(f"{int(rounds)} {plural(int(rounds), 'round')}")
     print(", ".join(parts) + f"; model written to {a.output}")
     if a.test:
-        from .predict import predictions
-        with as_store(a.test, a, n_features=est.n_features_in_) as tinfo:
+        from .predict import _n_features, predictions
+        with as_store(a.test, a, n_features=_n_features(est)) as tinfo:
             pred, _, y = predictions(model if a.scale else est, tinfo, with_labels=True)
         print(f"test accuracy {np.mean(pred == y):.4f} on {len(y)} patterns")
     return 0
