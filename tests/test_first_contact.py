@@ -128,7 +128,7 @@ def test_help_is_plain_text_and_about_a_screen(capsys, monkeypatch):
         out = ok(capsys, cmd, "--help")
         assert "``" not in out and ":func:" not in out and ":mod:" not in out, cmd
         assert "Fig." not in out and "Eq." not in out, cmd       # paper references stay in Python
-        assert len(out.splitlines()) <= 120, (cmd, len(out.splitlines()))
+        assert len(out.splitlines()) <= 95, (cmd, len(out.splitlines()))
 
 
 def test_a_file_that_is_not_a_model(capsys, iris_svm, tmp_path):

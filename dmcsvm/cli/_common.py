@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 
 import numpy as np
 
@@ -120,9 +121,18 @@ def parse_delimiter(text):
         f"must be one character, 'tab' or 'whitespace', got {text!r}")
 
 
-def add_input_options(p, labels=True):
-    """Options that say how to read a data file that is not a store."""
+def add_input_options(p, labels=True, brief=False):
+    """Options that say how to read a data file that is not a store; ``brief``: accepted but
+    named in one line of the help (``dmcsvm convert --help`` explains them), so that a
+    command's help stays about one screen."""
     g = p.add_argument_group("input files that are not stores (converted on the fly)")
+    if brief:
+        g.description = textwrap.fill(
+            "as for dmcsvm convert (see its --help): --format, --label-column, --delimiter, "
+            "--skip-header, --drop-columns, --weight-column" + (", --labels" if labels else "")
+            + ", --zero-based", 90, break_on_hyphens=False)
+        hidden = g.add_argument
+        g.add_argument = lambda *args, **kw: hidden(*args, **{**kw, "help": argparse.SUPPRESS})
     g.add_argument("--format", default="auto", choices=FORMATS,
                    help="input format: auto, zarr (a store directory), svmlight (LIBSVM text "
                         "'label index:value ...'), csv (delimited columns) or npy (NumPy "
@@ -520,14 +530,21 @@ def first_sentence(text: str) -> str:
     without paper references: the help shows that, the Python docstring the rest (a
     command's help stays about one screen)."""
     text = _CITATION.sub("", text.strip())
+    ends = ".;:" if len(text) > _LONG else ".;"     # a long sentence stops at its colon too
     depth = 0
     for i, ch in enumerate(text):
         depth += ch in "([{"
         depth -= ch in ")]}"
-        if depth == 0 and ch in ".;" and (i + 1 == len(text) or text[i + 1] == " ") \
+        if depth == 0 and ch in ends and (i + 1 == len(text) or text[i + 1] == " ") \
                 and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.")):
+            if ch == ":" and i < 40:
+                continue                # "Kernel function: ..." -- the colon introduces it
             return text[:i].rstrip() + "."
     return text
+
+
+#: a first sentence longer than this is cut at its first colon as well
+_LONG = 150
 
 
 #: parameters left out of ``train --help`` / ``demo --help`` (listed in one line there; still
@@ -577,8 +594,9 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     hidden = [f"--{p.replace('_', '-')}" for p in param_defaults(cls)
               if p in ADVANCED and p not in skip]
     if hidden:
-        group.description = ("also accepted, documented in the Python docstring: "
-                             + ", ".join(hidden))
+        group.description = textwrap.fill("also accepted, documented in the Python docstring: "
+                                          + ", ".join(hidden), 90,
+                                          break_on_hyphens=False)
     for p, default in param_defaults(cls).items():
         if p in skip:
             continue

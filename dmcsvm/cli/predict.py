@@ -80,7 +80,7 @@ def add_parsers(sub):
                    help="show a progress bar while converting a file (default: when stderr is "
                         "a terminal)")
     add_cluster_options(p)
-    add_input_options(p)
+    add_input_options(p, brief=True)
     p.set_defaults(func=run_predict)
     e = sub.add_parser("evaluate", help="accuracy, confusion matrix and per-class report of a "
                                         "model on labelled data")
@@ -89,7 +89,7 @@ def add_parsers(sub):
     e.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     add_overwrite_option(e, "the --json file")
     add_cluster_options(e)
-    add_input_options(e)
+    add_input_options(e, brief=True)
     e.set_defaults(func=run_evaluate)
 
 

@@ -52,7 +52,7 @@ def add_parser(sub):
     p.add_argument("-r", "--restore", metavar="RANGE",
                    help="scale with the ranges (and lower, upper) of RANGE, written by -s")
     add_overwrite_option(p, "OUT (and the RANGE of -s)")
-    add_input_options(p)
+    add_input_options(p, brief=True)
     p.set_defaults(func=run)
     return p
 

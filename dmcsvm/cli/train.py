@@ -107,7 +107,7 @@ def add_parser(sub, argv=None, full=True):
     t.add_argument("--log-json", metavar="FILE",
                    help="write the convergence history, one JSON line per round")
     add_cluster_options(t)
-    add_input_options(t)
+    add_input_options(t, brief=True)
     g = t.add_argument_group(
         f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)")
     add_param_options(g, reg[name], reg[DEFAULT_ESTIMATOR], skip=_DEDICATED)
