@@ -17,7 +17,7 @@ The numba cache is warmed first (a fit and a prediction in a subprocess).  JSON 
 ``benchmarks/results/start_up.json`` and a short ``start_up.md`` beside it, with the machine and
 its load (the other work on the machine shows in the load line).
 
-    python benchmarks/bench_start_up.py [--repeat 7] [--data-dir ../shared/data]
+    python benchmarks/bench_start_up.py [--repeat 7] [--data-dir ../shared/data] [--code DIR]
 """
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ PY = sys.executable
 BIN = Path(PY).parent
 
 
-def _env():
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(HERE)}
+def _env(code=None):
+    path = str(HERE) if code is None else f"{Path(code).resolve()}{os.pathsep}{HERE}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
     env.pop("DMCSVM_DEBUG", None)
     return env
 
 
 def _wall(cmd, env) -> float:
     t = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     dt = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"{cmd} failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -121,33 +122,37 @@ save_model(m, sys.argv[3])
 m.predict(Xte.astype(np.float32))
 """
     store, model = tmp / "test.zarr", tmp / "model.npz"
-    subprocess.run([PY, "-c", code, data_dir, str(store), str(model)], env=env, check=True)
+    subprocess.run([PY, "-c", code, data_dir, str(store), str(model)], env=env, check=True,
+                   cwd=tmp)
     return store, model
 
 
 def main():
     p = _report.parser(__doc__, "start_up.json", data_dir=True)
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--code", help="measure the dmcsvm package of this checkout instead "
+                                  "(put first on PYTHONPATH; e.g. an older commit exported with "
+                                  "git archive)")
     args = p.parse_args()
     run = _report.Run(__file__, "start_up", _report.settings_of(args))
-    env = _env()
+    env = _env(args.code)
     res = {}
     with tempfile.TemporaryDirectory(prefix="dmcsvm-start-up-") as tmp:
         tmp = Path(tmp)
         store, model = _prepare(tmp, args.data_dir, env)     # also warms numba's cache
-        dmcsvm = [str(BIN / "dmcsvm")] if (BIN / "dmcsvm").exists() else [PY, "-m", "dmcsvm"]
+        # `python -m dmcsvm.cli`: what the console script runs, for any checkout on PYTHONPATH
+        dmcsvm = [PY, "-m", "dmcsvm.cli"]
         res["python_pass"] = _stats([_wall([PY, "-c", "pass"], env) for _ in range(args.repeat)])
         res["import"] = _stats([_wall([PY, "-c", "import dmcsvm"], env)
                                 for _ in range(args.repeat)])
         res["help"] = _stats([_wall(dmcsvm + ["--help"], env) for _ in range(args.repeat)])
-        out = tmp / "pred.txt"
         res["predict_2000"] = _stats([_wall(dmcsvm + ["predict", str(model), str(store), "-o",
-                                                      str(out), "--overwrite"], env)
-                                      for _ in range(args.repeat)])
+                                                      str(tmp / f"pred{k}.txt")], env)
+                                      for k in range(args.repeat)])
         fits = []
         for _ in range(max(2, args.repeat // 2)):
             r = subprocess.run([PY, "-c", _FITS, args.data_dir], env=env, capture_output=True,
-                               text=True, check=True)
+                               text=True, check=True, cwd=tmp)
             fits.append(json.loads(r.stdout.strip().splitlines()[-1]))
         res["fits"] = fits
         first = [f["fits_s"][0] for f in fits]
@@ -156,9 +161,9 @@ def main():
         res["second_fit"] = _stats(second)
         res["first_minus_second"] = _stats([a - b for a, b in zip(first, second)])
         r = subprocess.run([PY, "-c", _PROFILE, args.data_dir], env=env, capture_output=True,
-                           text=True, check=True)
+                           text=True, check=True, cwd=tmp)
         res["first_fit_profile"] = json.loads(r.stdout.strip().splitlines()[-1])
-    out = run.envelope(res)
+    out = run.envelope(res, code_measured=args.code or "this checkout")
     _report.write(out, args.out, markdown=_markdown(out))
     print(_markdown(out))
 
@@ -177,6 +182,7 @@ def _markdown(out) -> str:
             ["second fit", s("second_fit"), ""],
             ["first - second", s("first_minus_second"), "target <= 0.3 s"]]
     lines = ["# Start-up times (issue 40)", "",
+             f"Code measured: {out.get('code_measured', 'this checkout')}.", "",
              _report.machine_line(out), _report.load_line(out), "",
              "Fresh subprocesses, warm numba cache; seconds, min / median of "
              f"{out['settings']['repeat']} runs (`benchmarks/bench_start_up.py`).", ""]

@@ -343,17 +343,55 @@ def chunked_method(est, X, method):
     an array block.  The fitted model travels to the tasks without its cluster handle; the test
     rows are never gathered in one place."""
     import copy
-
-    from dask import delayed
     token = uuid.uuid4().hex[:8]
     model = copy.copy(est)
     model.client = None                      # a Client does not travel; the tasks need none
     if hasattr(model, "n_jobs"):
         model.n_jobs = 1                     # the tasks are the parallelism: one thread each
-    model_d = delayed(model, pure=True, name=f"dmcsvm-model-{token}", traverse=False)
     probe = np.asarray(getattr(model, method)(np.zeros((1, est.n_features_in_))))
+    if is_store(X) and _predicts_locally(est):
+        return _store_map_local(est, X, model, method, probe)
+
+    from dask import delayed
+    model_d = delayed(model, pure=True, name=f"dmcsvm-model-{token}", traverse=False)
     return _map_row_blocks(est, X, _method_block, (model_d, method), token, probe.shape[1:],
                            probe.dtype)
+
+
+def _predicts_locally(est) -> bool:
+    """Whether a store's chunks are computed on this machine's threads (no cluster named by
+    the estimator's ``client``): what :func:`_predict_scheduler` would give as dask's
+    threaded scheduler."""
+    client = getattr(est, "client", None)
+    if isinstance(client, str) and client != "local":
+        return False
+    distributed = sys.modules.get("distributed")
+    return not (distributed is not None and isinstance(client, distributed.Client))
+
+
+def _store_map_local(est, X, model, method, probe):
+    """``model.<method>`` of every chunk of a store on a pool of this machine's threads, as
+    many as dask's threaded scheduler would run, without importing dask (0.1-0.2 s of a
+    command-line prediction): the same per-chunk computations, concatenated in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..store import open_store
+    info = open_store(X)
+    _check_features(est, info.n_features)
+    bounds = list(info.chunk_bounds)
+    if not bounds:
+        return np.zeros((0,) + probe.shape[1:], dtype=probe.dtype)
+
+    def one(b):
+        return _store_apply(info.url, b[0], b[1], _method_block, model, method)
+    workers = max(1, min(len(bounds), len(os.sched_getaffinity(0))
+                         if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+    if workers == 1:
+        out = [one(b) for b in bounds]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            out = list(pool.map(one, bounds))
+    return np.concatenate(out, axis=0)
 
 
 def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
