@@ -150,7 +150,7 @@ def main():
                                                       str(tmp / f"pred{k}.txt")], env)
                                       for k in range(args.repeat)])
         fits = []
-        for _ in range(max(2, args.repeat // 2)):
+        for _ in range(args.repeat):
             r = subprocess.run([PY, "-c", _FITS, args.data_dir], env=env, capture_output=True,
                                text=True, check=True, cwd=tmp)
             fits.append(json.loads(r.stdout.strip().splitlines()[-1]))
