@@ -38,8 +38,10 @@ PY = sys.executable
 BIN = Path(PY).parent
 
 
-def _env(code=None):
+def _env(code=None, block=None):
     path = str(HERE) if code is None else f"{Path(code).resolve()}{os.pathsep}{HERE}"
+    if block:
+        path = f"{block}{os.pathsep}{path}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
     env.pop("DMCSVM_DEBUG", None)
     return env
@@ -133,9 +135,19 @@ def main():
     p.add_argument("--code", help="measure the dmcsvm package of this checkout instead "
                                   "(put first on PYTHONPATH; e.g. an older commit exported with "
                                   "git archive)")
+    p.add_argument("--without", action="append", default=[], metavar="MODULE",
+                   help="run as if MODULE were not installed (a sitecustomize on PYTHONPATH "
+                        "sets sys.modules[MODULE] = None), e.g. --without pandas: a base "
+                        "install has no pandas, and scikit-learn imports it when it is there")
     args = p.parse_args()
     run = _report.Run(__file__, "start_up", _report.settings_of(args))
-    env = _env(args.code)
+    block = None
+    if args.without:
+        block = tempfile.mkdtemp(prefix="dmcsvm-without-")
+        with open(os.path.join(block, "sitecustomize.py"), "w") as fh:
+            fh.write("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n"
+                                               for m in args.without))
+    env = _env(args.code, block)
     res = {}
     with tempfile.TemporaryDirectory(prefix="dmcsvm-start-up-") as tmp:
         tmp = Path(tmp)
@@ -182,7 +194,9 @@ def _markdown(out) -> str:
             ["second fit", s("second_fit"), ""],
             ["first - second", s("first_minus_second"), "target <= 0.3 s"]]
     lines = ["# Start-up times (issue 40)", "",
-             f"Code measured: {out.get('code_measured', 'this checkout')}.", "",
+             f"Code measured: {out.get('code_measured', 'this checkout')}"
+             + (f"; run as if {', '.join(out['settings']['without'])} were not installed"
+                if out["settings"].get("without") else "") + ".", "",
              _report.machine_line(out), _report.load_line(out), "",
              "Fresh subprocesses, warm numba cache; seconds, min / median of "
              f"{out['settings']['repeat']} runs (`benchmarks/bench_start_up.py`).", ""]

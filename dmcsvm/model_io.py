@@ -15,7 +15,9 @@ The metadata is a JSON tree::
     {"format": "dmcsvm-model", "format_version": 2, "dmcsvm_version": "...",
      "model": {"__estimator__": "MulticlassSVC", "params": {...}, "attrs": {...}}}
 
-in which every array is a reference ``{"__array__": "a3", "dtype": "<f8", "shape": [...],
+(a saved ``Pipeline`` of scalers and an estimator is ``{"__pipeline__": [[name, step],
+...]}`` in place of the ``__estimator__`` entry, each step such an entry) in which every array is
+a reference ``{"__array__": "a3", "dtype": "<f8", "shape": [...],
 "crc32": ...}``; the checksum catches a truncated or damaged file.  Loading builds the class
 from a registry of allowed estimator names (the estimators exported by
 :mod:`dmcsvm.estimators`; a name from the file is never imported), checks the parameters
@@ -355,9 +357,14 @@ def save_model(model, path) -> None:
 
     Parameters
     ----------
-    model : estimator
+    model : estimator or sklearn.pipeline.Pipeline
         A fitted estimator of :mod:`dmcsvm.estimators` (any of them, including wrappers that
-        hold fitted sub-estimators).
+        hold fitted sub-estimators), or a fitted ``Pipeline`` of feature scalers
+        (``MinMaxScaler``, ``StandardScaler``, ``MaxAbsScaler``: :func:`transformer_registry`)
+        ending in one; written as ``{"__pipeline__": [[name, step], ...]}`` of the same
+        arrays-plus-JSON entries.  A model whose kernel is a Python callable is refused (a
+        model file stores no code); ``kernel='precomputed'`` saves its support indices and
+        coefficients (no support vectors).
     path : str or os.PathLike
         ``*.npz`` for a single file, anything else (e.g. ``model.zarr``) for a zarr group
         directory.  An existing model at ``path`` is replaced; anything else there is refused.
@@ -365,8 +372,9 @@ def save_model(model, path) -> None:
     Raises
     ------
     ValueError
-        When the model is not fitted, is not a registered dmcsvm estimator, holds a value that
-        cannot be stored without pickle, or ``path`` holds something other than a model.
+        When the model is not fitted, is not a registered dmcsvm estimator (or such a
+        Pipeline), has a callable kernel, holds a value that cannot be stored without pickle,
+        or ``path`` holds something other than a model.
     """
     from sklearn.utils.validation import check_is_fitted
 

@@ -495,6 +495,7 @@ _CSV_ARGS = {"numbers.csv": {}, "text_labels.csv": {"label_column": 1, "skip_hea
 @pytest.mark.parametrize("name", sorted(_CSVS))
 def test_csv_through_pandas_equals_the_exact_reader(name, tmp_path, monkeypatch):
     import gzip
+    pytest.importorskip("pandas")          # the csv extra; the test extra installs it
 
     from dmcsvm.store import delimited, from_csv, read_all, read_sample_weight
     src = tmp_path / name

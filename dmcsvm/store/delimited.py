@@ -1,5 +1,7 @@
 """Delimited text files (CSV, or columns separated by runs of whitespace) to a dense store:
-the two-pass streaming converter :func:`from_csv`."""
+the two-pass streaming converter :func:`from_csv`, through pandas' C parser where pandas is
+installed (the ``csv`` extra), else (and to name the line of any problem) the ``csv``
+module."""
 
 from __future__ import annotations
 
@@ -203,9 +205,10 @@ def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_row
 
 def _from_csv_pandas(src, target, label_column, delimiter, skip_header, drop_columns,
                      rows_per_chunk, overwrite, buffer_rows, progress, weight_column):
-    """:func:`from_csv` by ``pandas.read_csv(chunksize=)``: 15x faster than the ``csv``
-    module and one NumPy conversion a buffer (benchmarks/results/libraries.md).  A file it
-    does not read exactly as the exact reader would raises :class:`_Fallback` (before
+    """:func:`from_csv` by ``pandas.read_csv(chunksize=)`` where pandas is installed
+    (``pip install "dmcsvm[csv]"``): 15x faster than the ``csv`` module's parse, 11x the
+    whole conversion (benchmarks/results/libraries.md).  Without pandas, or for a file it
+    does not read exactly as the exact reader would, :class:`_Fallback` (raised before
     anything is written, or with the temporary store removed)."""
     try:
         import pandas  # noqa: F401
