@@ -4,9 +4,11 @@ cluster scripts' ``--help`` is their header comment only."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
+import sys
 import tomllib
 
 import numpy as np
@@ -70,7 +72,7 @@ def test_start_scheduler_prints_the_dashboard_url(tmp_path):
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     run = tmp_path / "run"
-    env_path = f"{pathlib.Path(__import__('sys').executable).parent}:{__import__('os').environ['PATH']}"
+    env_path = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     r = subprocess.run(["bash", str(CLUSTER / "start-scheduler.sh"), "--run-dir", str(run),
                         "--port", str(ports[0]), "--dashboard", f"127.0.0.1:{ports[1]}"],
                        capture_output=True, text=True, timeout=90, env={"PATH": env_path,
