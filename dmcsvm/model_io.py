@@ -562,7 +562,10 @@ def _check_consistent(path, est):
         zeros = np.zeros((1, int(n)))
         k = len(est.classes_)
         D = np.asarray(est.decision_function(zeros))
-        if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != k):
+        last = est.steps[-1][1] if hasattr(est, "steps") else est
+        cols = k * (k - 1) // 2 if getattr(last, "decision_function_shape", "ovr") == "ovo" \
+            else k                                      # 'ovo': one value per pair of classes
+        if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != cols):
             raise ValueError(f"decision_function gives {1 if D.ndim == 1 else D.shape[1]} "
                              f"score(s) per row for {k} classes_")
         pred = np.asarray(est.predict(zeros))

@@ -388,6 +388,11 @@ def test_ovo_model_and_probabilities_save_and_load(tmp_path):
     assert back.decision_function_shape == "ovo"
     np.testing.assert_array_equal(back.decision_function(X), est.decision_function(X))
     np.testing.assert_allclose(back.predict_proba(X).sum(1), 1.0)
+    # four classes: 'ovo' gives 6 columns, which the load check counts right
+    y4 = np.where(X[:, 0] > 0.5, 3, y)
+    est4 = MulticlassSVC(C=10, decision_function_shape="ovo").fit(X, y4)
+    save_model(est4, tmp_path / "m4.npz")
+    assert load_model(tmp_path / "m4.npz").decision_function(X[:2]).shape == (2, 6)
     pre = MulticlassSVC(kernel="precomputed", C=10, probability=True, random_state=0).fit(
         X @ X.T, y)
     assert pre.predict_proba(X @ X.T).shape == (150, 3)
