@@ -567,3 +567,22 @@ def test_cli_precomputed_kernel_in_libsvms_format(capsys, tmp_path):
                        "-t", "4", "--scale") == \
         "dmcsvm: error: --scale does not apply to a precomputed kernel (-t 4): the data are " \
         "kernel values, not features"
+
+
+def test_ovo_decision_values_on_the_command_line_and_dask(capsys, tmp_path):
+    import dask.array as da
+    X, y = _iris_scaled()
+    y4 = np.where(X[:, 0] > 0.5, 3, y)
+    est = MulticlassSVC(C=10, decision_function_shape="ovo").fit(X, y4)
+    save_model(est, tmp_path / "m.npz")
+    write_arrays(tmp_path / "d.zarr", X, y4)
+    ok(capsys, "predict", tmp_path / "m.npz", tmp_path / "d.zarr", "-o", tmp_path / "p.txt",
+       "--decision-values")
+    lines = (tmp_path / "p.txt").read_text().splitlines()
+    assert lines[0] == "label 0/1 0/2 0/3 1/2 1/3 2/3"
+    got = np.array([[float(v) for v in ln.split()] for ln in lines[1:]])
+    np.testing.assert_allclose(got[:, 1:], est.decision_function(X.astype(np.float32)),
+                               rtol=1e-6, atol=1e-6)
+    Xd = da.from_array(X, chunks=(40, 4))
+    np.testing.assert_array_equal(est.decision_function(Xd).compute(), est.decision_function(X))
+    np.testing.assert_array_equal(est.predict(Xd).compute(), est.predict(X))

@@ -121,7 +121,14 @@ def run_predict(a) -> int:
                                  proba=a.probability)
     with atomic_file(a.output) as fh:
         if D is not None:
-            cols = ["f"] if D.ndim == 1 else [str(c) for c in model.classes_]
+            names = [_fmt(c) for c in model.classes_]
+            if D.ndim == 1:
+                cols = ["f"]
+            elif D.shape[1] == len(names) or a.probability:
+                cols = names
+            else:                   # decision_function_shape='ovo': one column per pair i<j
+                cols = [f"{names[i]}/{names[j]}" for i in range(len(names))
+                        for j in range(i + 1, len(names))]
             fh.write("label " + " ".join(cols) + "\n")
             D2 = D.reshape(len(pred), -1)
             for lab, row in zip(pred, D2):
