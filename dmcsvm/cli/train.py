@@ -73,7 +73,7 @@ def add_parser(sub, argv=None, full=True):
         return sub.add_parser("train", help=_HELP)
     from ..model_io import estimator_registry
     name = DEFAULT_ESTIMATOR
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--estimator", default=DEFAULT_ESTIMATOR)
     known, _ = pre.parse_known_args(argv or [])
     reg = estimator_registry()
