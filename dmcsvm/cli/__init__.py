@@ -18,7 +18,7 @@ DESCRIPTION = """\
 Multiclass kernel SVMs (Crammer-Singer and relatives), in this process or on a Dask cluster.
 
   dmcsvm demo                                   train and evaluate on bundled digits
-  dmcsvm scale train.svm -o train.scaled.svm -s range.json
+  dmcsvm scale train.svm -o train.scaled.svm -s range.txt
   dmcsvm train train.svm -o model.npz -c 10 -g 0.5 -t rbf [--scale]
   dmcsvm predict model.npz test.svm -o predictions.txt
   dmcsvm evaluate model.npz test.svm
