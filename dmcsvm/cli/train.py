@@ -238,7 +238,23 @@ def _fit_scaled(est, info):
     return model.fit(X, y, **kw)
 
 
+def _numba_setup() -> None:
+    """numba's once-per-process set-up (its typing and target registries, 0.3-0.4 s:
+    benchmarks/results/start_up.md), under its compiler lock: what the first call of any
+    numba function would do, done while the data are read instead (:func:`run`)."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.registry import cpu_target
+        with global_compiler_lock:
+            cpu_target.typing_context.refresh()
+            cpu_target.target_context.refresh()
+    except Exception:  # noqa: BLE001 - only a head start: the fit does it anyway
+        pass
+
+
 def run(a) -> int:
+    import threading
+
     from ..model_io import save_model
     check_output(a.output, "model", overwrite=a.overwrite)
     if a.log_json:
@@ -253,35 +269,48 @@ def run(a) -> int:
                          "kernel values, not features")
     progress = bool(getattr(est, "verbose", False))
     problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
-    with as_store(a.data, a, progress=progress) as info:
-        if a.local_workers:
-            # numba compiles here before the LocalCluster's scheduler shares this process
-            # (start_warmup: compiling beside it starved its heartbeats on a first run)
-            warm_up_on_store(est, info)
-        with cluster_client(a) as client:
-            if client is not None:
-                est.set_params(client=client)
-            t = time.perf_counter()
-            with problems:
-                if a.scale:
-                    model = _fit_scaled(est, info)
-                elif is_precomputed(est):
-                    from ..store import read_sample_weight
-                    X, y = read_arrays(info)
-                    K = gram_rows(X, X.shape[0], a.data, train=True)
-                    sw = read_sample_weight(info)
-                    est.fit(K, y) if sw is None else est.fit(K, y, sample_weight=sw)
-                elif fits_stores(est):
-                    est.fit(info.url)
-                else:
-                    from ..store import read_sample_weight
-                    X, y = read_arrays(info)
-                    sw = read_sample_weight(info)
-                    est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
-            fit_s = time.perf_counter() - t
-            if "client" in est.get_params(deep=False):
-                est.set_params(client=None)      # where it trained is not part of the model
-        n_train = info.n_samples
+    # numba's per-process set-up runs beside the reading (and converting) of the data, and is
+    # done before the fit starts (joined below): a first fit no longer pays it
+    setup = threading.Thread(target=_numba_setup, name="dmcsvm-numba-setup")
+    setup.start()
+    try:
+        with as_store(a.data, a, progress=progress) as info:
+            setup.join()
+            return _train(a, est, info, problems, source, save_model)
+    finally:
+        setup.join()
+
+
+def _train(a, est, info, problems, source, save_model) -> int:
+    """``run`` once the data are a store: fit (on a cluster or here), save, log, report."""
+    if a.local_workers:
+        # numba compiles here before the LocalCluster's scheduler shares this process
+        # (start_warmup: compiling beside it starved its heartbeats on a first run)
+        warm_up_on_store(est, info)
+    with cluster_client(a) as client:
+        if client is not None:
+            est.set_params(client=client)
+        t = time.perf_counter()
+        with problems:
+            if a.scale:
+                model = _fit_scaled(est, info)
+            elif is_precomputed(est):
+                from ..store import read_sample_weight
+                X, y = read_arrays(info)
+                K = gram_rows(X, X.shape[0], a.data, train=True)
+                sw = read_sample_weight(info)
+                est.fit(K, y) if sw is None else est.fit(K, y, sample_weight=sw)
+            elif fits_stores(est):
+                est.fit(info.url)
+            else:
+                from ..store import read_sample_weight
+                X, y = read_arrays(info)
+                sw = read_sample_weight(info)
+                est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
+        fit_s = time.perf_counter() - t
+        if "client" in est.get_params(deep=False):
+            est.set_params(client=None)      # where it trained is not part of the model
+    n_train = info.n_samples
     save_model(model if a.scale else est, a.output)
     give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
     if source == "history":
