@@ -10,6 +10,10 @@ HOSTNAME_="$(hostname)"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 2; }
 
+# usage: the header comment of the running script (its lines after the #! line up to the first
+# line that is not a comment), without the leading "# "
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; }
+
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
 
 check_tools() {

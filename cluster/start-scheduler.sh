@@ -19,7 +19,8 @@
 #   --idle-timeout T  exit after T (e.g. 1h) without work or clients (default: never)
 #   --foreground    replace this shell by the scheduler (containers, batch jobs): no pid file
 #
-# Prints the scheduler address on success; writes RUN_DIR/scheduler.{pid,log,json}.
+# Prints the scheduler address on success (stdout), and the dashboard's URL (stderr; needs
+# bokeh: pip install "dmcsvm[dask]"); writes RUN_DIR/scheduler.{pid,log,json}.
 # (scheduler.json is Dask's scheduler file: `dask worker --scheduler-file` reads it.)
 # Stop with cluster/stop.sh --run-dir DIR.
 set -euo pipefail
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
     --wait) need_value "$@"; wait_s="$2"; shift 2 ;;
     --idle-timeout) need_value "$@"; idle_timeout="$2"; shift 2 ;;
     --foreground) foreground=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -80,3 +81,12 @@ done
 address="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["address"])' "$RUN_DIR/scheduler.json" 2>/dev/null \
            || sed -n 's/.*"address": *"\([^"]*\)".*/\1/p' "$RUN_DIR/scheduler.json")"
 echo "$address"
+if [ -n "$dashboard" ]; then
+  # Dask logs the dashboard's URL when it serves one (bokeh installed), else says it does not
+  url="$(sed -n 's/.*dashboard at: *\(http[^ ]*\).*/\1/p' "$RUN_DIR/scheduler.log" | tail -n 1)"
+  if [ -n "$url" ]; then
+    echo "dashboard: $url" >&2
+  else
+    echo "dashboard: none (bokeh is not installed where the scheduler runs: pip install \"dmcsvm[dask]\")" >&2
+  fi
+fi

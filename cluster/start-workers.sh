@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
     --wait) need_value "$@"; wait_s="$2"; shift 2 ;;
     --death-timeout) need_value "$@"; death_timeout="$2"; shift 2 ;;
     --foreground) foreground=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) [ -z "$scheduler" ] || die "one scheduler address only (got '$scheduler' and '$1')"
        scheduler="$1"; shift ;;

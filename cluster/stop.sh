@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
     --run-dir) need_value "$@"; RUN_DIR="$2"; shift 2 ;;
     --timeout) need_value "$@"; timeout_s="$2"; shift 2 ;;
     --workers-only) workers_only=1; shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done

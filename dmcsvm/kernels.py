@@ -16,7 +16,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-KERNELS = ("linear", "poly", "rbf")
+KERNELS = ("linear", "poly", "rbf", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,13 @@ class KernelSpec:
 
     Parameters
     ----------
-    name : {'linear', 'poly', 'rbf'}
+    name : {'linear', 'poly', 'rbf', 'sigmoid'}
     gamma : float
-        Scale of the inner product (poly) or of the squared distance (rbf); > 0.
+        Scale of the inner product (poly, sigmoid) or of the squared distance (rbf); > 0.
     degree : int
         Polynomial degree (poly only); >= 1.
     coef0 : float
-        Polynomial offset (poly only).
+        Offset of the inner product (poly and sigmoid: ``tanh(gamma <x, z> + coef0)``).
     """
 
     name: str = "rbf"
@@ -279,9 +279,69 @@ def _gram(XA, XB) -> np.ndarray:
     return np.asarray(XA) @ np.asarray(XB).T
 
 
+# --------------------------------------------------------------------------------------------
+# the same element-wise passes in NumPy, for a process that has not loaded numba's code yet
+# --------------------------------------------------------------------------------------------
+
+#: up to this many kernel entries a prediction in a process that has not run any of this
+#: module's numba code yet computes them with NumPy: numba's first use in a process loads its
+#: typing and target registries (0.3-0.4 s measured, benchmarks/results/start_up.md) besides the
+#: cached machine code, more than NumPy's extra passes cost over 2**24 entries (~0.1 s)
+NUMPY_FIRST_MAX = 2 ** 24
+
+
+def numba_loaded() -> bool:
+    """Whether this process has already run (compiled or loaded from the cache) one of the
+    element-wise numba kernels of this module."""
+    return any(f.overloads for f in (rbf_exponent, rbf_exponent_inplace, rbf_f32, poly_power,
+                                     poly_power_inplace, copy_gram))
+
+
+def prefer_numpy(n_entries: int) -> bool:
+    """Whether a prediction of ``n_entries`` kernel values should take the NumPy passes
+    (``kernel_block(..., jit=False)``): numba not loaded yet and the job small enough."""
+    return n_entries <= NUMPY_FIRST_MAX and not numba_loaded()
+
+
+def _rbf_numpy(G, na, nb, gamma, out):
+    """:func:`rbf_exponent` then ``exp`` in NumPy, the same float64 operations in the same
+    order (``(na + nb) - 2 G``, clipped at 0, times ``-gamma``): the same values bit for bit."""
+    d = np.add.outer(np.asarray(na, dtype=np.float64), np.asarray(nb, dtype=np.float64))
+    d -= 2.0 * np.asarray(G, dtype=np.float64)
+    np.maximum(d, 0.0, out=d)
+    np.multiply(d, -gamma, out=out)
+    np.exp(out, out=out)
+    return out
+
+
+def _poly_numpy(G, gamma, coef0, degree, out):
+    """:func:`poly_power` in NumPy: ``gamma G + coef0`` raised by the same squarings and
+    products (the same values bit for bit)."""
+    base = np.asarray(G, dtype=np.float64) * gamma
+    base += coef0
+    r = np.ones_like(base)
+    e = degree
+    while e > 0:
+        if e & 1:
+            r *= base
+        base *= base
+        e >>= 1
+    out[...] = r
+    return out
+
+
+def sigmoid_from_gram(G, gamma, coef0, out):
+    """``out[i, j] = tanh(gamma * G[i, j] + coef0)`` (in place when ``G`` is ``out``): NumPy's
+    vectorized ``tanh`` over the block, in ``out``'s precision."""
+    np.multiply(G, gamma, out=out, casting="unsafe")
+    out += coef0
+    np.tanh(out, out=out)
+    return out
+
+
 def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
                  norms_a: np.ndarray | None = None, norms_b: np.ndarray | None = None,
-                 dtype=np.float64) -> np.ndarray:
+                 dtype=np.float64, jit: bool = True) -> np.ndarray:
     """Evaluate ``K(XA, XB)`` (``len(XA) x len(XB)``) into ``out`` (allocated when None).
 
     Parameters
@@ -294,6 +354,14 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         Precomputed squared row norms (float64) for RBF; computed when absent.
     dtype : dtype
         Output dtype when ``out`` is None.
+    jit : bool
+        False: a float64 block's element-wise pass in NumPy instead of numba (the same values
+        bit for bit; see :func:`prefer_numpy`).  float32 blocks always take numba's pass.
+
+    Returns
+    -------
+    ndarray
+        ``out``, holding the kernel values.
     """
     na_rows, nb_rows = XA.shape[0], XB.shape[0]
     if out is None:
@@ -308,16 +376,28 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         G = np.matmul(np.asarray(XA), np.asarray(XB).T, out=out)
     else:
         G = _gram(XA, XB)
+    numpy_pass = not jit and out.dtype == np.float64
     if spec.name == "rbf":
         if norms_a is None:
             norms_a = row_norms_sq(XA)
         if norms_b is None:
             norms_b = row_norms_sq(XB)
-        rbf_from_gram(G, norms_a, norms_b, float(spec.gamma), out)
+        if numpy_pass:
+            _rbf_numpy(G, norms_a, norms_b, float(spec.gamma), out)
+        else:
+            rbf_from_gram(G, norms_a, norms_b, float(spec.gamma), out)
     elif spec.name == "poly":
-        poly_from_gram(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
+        if numpy_pass:
+            _poly_numpy(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
+        else:
+            poly_from_gram(G, float(spec.gamma), float(spec.coef0), int(spec.degree), out)
+    elif spec.name == "sigmoid":
+        sigmoid_from_gram(G, float(spec.gamma), float(spec.coef0), out)
     elif G is not out:
-        copy_gram(G, out)
+        if numpy_pass:
+            out[...] = G
+        else:
+            copy_gram(G, out)
     return out
 
 
@@ -329,6 +409,8 @@ def kernel_diag(spec: KernelSpec, X, norms: np.ndarray | None = None) -> np.ndar
         norms = row_norms_sq(X)
     if spec.name == "linear":
         return norms.astype(np.float64, copy=True)
+    if spec.name == "sigmoid":
+        return np.tanh(spec.gamma * norms + spec.coef0)
     return (spec.gamma * norms + spec.coef0) ** int(spec.degree)
 
 
@@ -342,6 +424,8 @@ def kernel_reference(spec: KernelSpec, XA, XB) -> np.ndarray:
         return A @ B.T
     if spec.name == "poly":
         return (spec.gamma * (A @ B.T) + spec.coef0) ** spec.degree
+    if spec.name == "sigmoid":
+        return np.tanh(spec.gamma * (A @ B.T) + spec.coef0)
     d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
     return np.exp(-spec.gamma * d2)
 

@@ -15,7 +15,9 @@ The metadata is a JSON tree::
     {"format": "dmcsvm-model", "format_version": 2, "dmcsvm_version": "...",
      "model": {"__estimator__": "MulticlassSVC", "params": {...}, "attrs": {...}}}
 
-in which every array is a reference ``{"__array__": "a3", "dtype": "<f8", "shape": [...],
+(a saved ``Pipeline`` of scalers and an estimator is ``{"__pipeline__": [[name, step],
+...]}`` in place of the ``__estimator__`` entry, each step such an entry) in which every array is
+a reference ``{"__array__": "a3", "dtype": "<f8", "shape": [...],
 "crc32": ...}``; the checksum catches a truncated or damaged file.  Loading builds the class
 from a registry of allowed estimator names (the estimators exported by
 :mod:`dmcsvm.estimators`; a name from the file is never imported), checks the parameters
@@ -77,6 +79,30 @@ def estimator_registry() -> dict:
         if isinstance(cls, type) and issubclass(cls, BaseEstimator):
             out[name] = cls
     return out
+
+
+#: the preprocessing steps a model file may hold before its estimator (a Pipeline)
+_TRANSFORMERS = ("MinMaxScaler", "StandardScaler", "MaxAbsScaler")
+
+
+def estimator_class(name):
+    """The registered estimator class called ``name`` (None for any other name), importing only
+    its own module: a model file names one estimator, and loading it to predict need not import
+    the others (:func:`estimator_registry` imports them all)."""
+    from sklearn.base import BaseEstimator
+
+    from . import estimators
+    if not isinstance(name, str) or name not in getattr(estimators, "__all__", ()):
+        return None
+    cls = getattr(estimators, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, BaseEstimator) else None
+
+
+def transformer_registry() -> dict:
+    """The scikit-learn transformers a saved ``Pipeline`` may hold before its dmcsvm estimator:
+    ``{name: class}`` (the feature scalers; their fitted state is plain arrays)."""
+    from sklearn import preprocessing
+    return {name: getattr(preprocessing, name) for name in _TRANSFORMERS}
 
 
 def _dataclass_registry() -> dict:
@@ -150,12 +176,38 @@ class _Encoder:
             return {"__dataclass__": type(v).__name__, "fields": fields}
         raise ValueError(f"cannot save {where}: values of type {type(v).__name__} are not supported")
 
-    def estimator(self, est, where="model") -> dict:
+    def pipeline(self, pipe, where="model") -> dict:
+        """A ``Pipeline`` of scalers ending in a dmcsvm estimator: its steps, by name."""
+        steps = pipe.steps
+        if not steps:
+            raise ValueError(f"cannot save {where}: the Pipeline has no steps")
+        tr = transformer_registry()
+        out = []
+        for k, (name, step) in enumerate(steps):
+            last = k == len(steps) - 1
+            if not isinstance(name, str) or not _PARAM_NAME.match(name):
+                raise ValueError(f"cannot save {where}: step name {name!r} is not an identifier")
+            if not last and tr.get(type(step).__name__) is not type(step):
+                raise ValueError(f"cannot save {where}: step {name!r} is a "
+                                 f"{type(step).__name__}; a saved Pipeline holds only "
+                                 f"{', '.join(_TRANSFORMERS)} before its dmcsvm estimator")
+            out.append([name, self.estimator(step, f"{where}.{name}", registry=None if last
+                                             else tr)])
+        return {"__pipeline__": out}
+
+    def estimator(self, est, where="model", registry=None) -> dict:
+        from sklearn.pipeline import Pipeline
+        if registry is None and type(est) is Pipeline:
+            return self.pipeline(est, where)
         name = type(est).__name__
-        reg = estimator_registry()
+        reg = estimator_registry() if registry is None else registry
         if reg.get(name) is not type(est):
             raise ValueError(f"cannot save {where}: {name} is not a dmcsvm estimator "
                              f"(known: {', '.join(sorted(reg))})")
+        if callable(getattr(est, "kernel", None)):
+            raise ValueError(f"cannot save {where}: its kernel is a Python callable, and a model "
+                             f"file stores no code; save a model with a named kernel, or with "
+                             f"kernel='precomputed' and your kernel's values")
         # where-to-run settings (cluster, threads, caches, checkpoints) are never written: a
         # model file must not choose where the code that loads it connects (runtime_params)
         model_params, _ = split_runtime(est.get_params(deep=False))
@@ -241,11 +293,31 @@ class _Decoder:
     def _key(k):
         return k.item() if isinstance(k, np.generic) else k
 
-    def estimator(self, node):
-        reg = estimator_registry()
+    def pipeline(self, node):
+        from sklearn.pipeline import Pipeline
+        steps = node.get("__pipeline__")
+        if not isinstance(steps, list) or not steps:
+            raise self.bad("the Pipeline entry has no steps")
+        tr = transformer_registry()
+        out = []
+        for k, item in enumerate(steps):
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                    and _PARAM_NAME.match(item[0]) and isinstance(item[1], dict)):
+                raise self.bad(f"Pipeline step {k} is not a [name, estimator] pair")
+            last = k == len(steps) - 1
+            out.append((item[0], self.estimator(item[1], registry=None if last else tr)))
+        return Pipeline(out)
+
+    def estimator(self, node, registry=None):
+        if registry is None and isinstance(node, dict) and "__pipeline__" in node:
+            return self.pipeline(node)
         name = node.get("__estimator__")
-        cls = reg.get(name) if isinstance(name, str) else None
+        if registry is None:
+            cls = estimator_class(name)
+        else:
+            cls = registry.get(name) if isinstance(name, str) else None
         if cls is None:
+            reg = estimator_registry() if registry is None else registry
             raise ValueError(f"{self.path}: unknown estimator {name!r} in the model file "
                              f"(this dmcsvm knows {', '.join(sorted(reg))})")
         params = node.get("params")
@@ -260,7 +332,10 @@ class _Decoder:
                              f"(written by another dmcsvm version?)")
         # runtime parameters in a file (written by dmcsvm <= 0.1, or edited in) are ignored: the
         # loaded model runs where its caller says, by default in this process
-        est = cls(**{k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS})
+        kw = {k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS}
+        if registry is not None and isinstance(kw.get("feature_range"), list):
+            kw["feature_range"] = tuple(kw["feature_range"])
+        est = cls(**kw)
         for k, x in attrs.items():
             if not _ATTR_NAME.match(k):
                 raise self.bad(f"attribute name {k!r} is not a fitted attribute")
@@ -282,9 +357,14 @@ def save_model(model, path) -> None:
 
     Parameters
     ----------
-    model : estimator
+    model : estimator or sklearn.pipeline.Pipeline
         A fitted estimator of :mod:`dmcsvm.estimators` (any of them, including wrappers that
-        hold fitted sub-estimators).
+        hold fitted sub-estimators), or a fitted ``Pipeline`` of feature scalers
+        (``MinMaxScaler``, ``StandardScaler``, ``MaxAbsScaler``: :func:`transformer_registry`)
+        ending in one; written as ``{"__pipeline__": [[name, step], ...]}`` of the same
+        arrays-plus-JSON entries.  A model whose kernel is a Python callable is refused (a
+        model file stores no code); ``kernel='precomputed'`` saves its support indices and
+        coefficients (no support vectors).
     path : str or os.PathLike
         ``*.npz`` for a single file, anything else (e.g. ``model.zarr``) for a zarr group
         directory.  An existing model at ``path`` is replaced; anything else there is refused.
@@ -292,8 +372,9 @@ def save_model(model, path) -> None:
     Raises
     ------
     ValueError
-        When the model is not fitted, is not a registered dmcsvm estimator, holds a value that
-        cannot be stored without pickle, or ``path`` holds something other than a model.
+        When the model is not fitted, is not a registered dmcsvm estimator (or such a
+        Pipeline), has a callable kernel, holds a value that cannot be stored without pickle,
+        or ``path`` holds something other than a model.
     """
     from sklearn.utils.validation import check_is_fitted
 
@@ -306,7 +387,8 @@ def save_model(model, path) -> None:
     enc = _Encoder()
     tree = enc.estimator(model)
     meta = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
-            "dmcsvm_version": __version__, "estimator": tree["__estimator__"], "model": tree}
+            "dmcsvm_version": __version__, "estimator": tree.get("__estimator__", "Pipeline"),
+            "model": tree}
     text = json.dumps(meta, allow_nan=False)
     if os.path.lexists(path):
         _check_replaceable(path)
@@ -389,6 +471,13 @@ def _read_meta(path):
             except Exception as e:
                 raise ValueError(f"{path}: cannot read array {key!r}: {e}") from None
         return meta, get, lambda: None
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
+        # np.load would read a .npy, or a pickle (refused: "allow_pickle=False"): neither is a
+        # model, and the message should say so rather than talk about pickles
+        raise ValueError(f"{path} is not a dmcsvm model file: a model is an .npz archive or "
+                         f"a model directory written by dmcsvm train / save_model")
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
@@ -473,7 +562,10 @@ def _check_consistent(path, est):
         zeros = np.zeros((1, int(n)))
         k = len(est.classes_)
         D = np.asarray(est.decision_function(zeros))
-        if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != k):
+        last = est.steps[-1][1] if hasattr(est, "steps") else est
+        cols = k * (k - 1) // 2 if getattr(last, "decision_function_shape", "ovr") == "ovo" \
+            else k                                      # 'ovo': one value per pair of classes
+        if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != cols):
             raise ValueError(f"decision_function gives {1 if D.ndim == 1 else D.shape[1]} "
                              f"score(s) per row for {k} classes_")
         pred = np.asarray(est.predict(zeros))

@@ -134,7 +134,8 @@ BAD_PARAMS = [
     ({"batch_size": 2.5}, _bad("batch_size", "an int in the range [1, inf)", "2.5")),
     ({"tol": 0}, _bad("tol", "a float in the range (0.0, inf)", "0")),
     ({"tol": -0.001}, _bad("tol", "a float in the range (0.0, inf)", "-0.001")),
-    ({"kernel": "sigmoid"}, _bad("kernel", "a str among {'linear', 'poly', 'rbf'}", "'sigmoid'")),
+    ({"kernel": "laplacian"}, _bad("kernel", "a str among {'linear', 'poly', 'rbf', 'sigmoid', "
+                                             "'precomputed'} or a callable", "'laplacian'")),
     ({"threshold_fraction": 1.5}, _bad("threshold_fraction", "a float in the range [0.0, 1.0]", "1.5")),
     ({"gap_tol": -0.1}, _bad("gap_tol", "a float in the range [0.0, inf)", "-0.1")),
     ({"max_iter": 0}, _bad("max_iter", "an int in the range [1, inf) or -1", "0")),

@@ -254,7 +254,7 @@ def test_two_class_decomposition_equals_binary(Est):
     ("batch_size", 1, "an int in the range [2, inf)"),
     ("batch_size", 2.5, "an int in the range [2, inf)"),
     ("selection", "first", "a str among {'mvp', 'wss2'}"),
-    ("kernel", "sigmoid", "a str among {'linear', 'poly', 'rbf'}"),
+    ("kernel", "laplacian", "a str among {'linear', 'poly', 'rbf', 'sigmoid'}"),
     ("max_iter", 0, "an int in the range [1, inf) or -1"),
     ("cache_size", -5.0, "a float in the range [0.0, inf)"),
 ])

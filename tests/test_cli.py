@@ -303,7 +303,7 @@ def test_unknown_option(tmp_path, dna):
 
 
 def test_usage_errors(tmp_path, dna):
-    assert usage_error("frobnicate").startswith("dmcsvm: error: argument cmd: invalid choice")
+    assert usage_error("frobnicate").startswith("dmcsvm: error: argument COMMAND: invalid choice")
     assert usage_error("train", dna / "train.zarr") == \
         "dmcsvm: error: the following arguments are required: -o/--output/--model"
     assert "unknown estimator 'NoSuchSVC'" in usage_error(

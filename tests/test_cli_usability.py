@@ -22,6 +22,7 @@ import pytest
 
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC, BinarySVC
 from dmcsvm.cli import build_parser, main
+from dmcsvm.cli._common import ADVANCED
 from dmcsvm.model_io import estimator_registry, load_model
 from dmcsvm.store import from_csv, read_all, write_arrays
 from data_dir import DATA
@@ -127,6 +128,9 @@ def test_plot_without_matplotlib_is_a_usage_error(tmp_path, capsys, monkeypatch)
 
 def test_tls_scheduler_without_certificates_says_what_to_set(iris, tmp_path, capsys):
     import dask
+    # distributed's defaults first: set() on a key of a config that has no "distributed" yet
+    # would delete the whole section on exit, defaults included, for every later test
+    import distributed  # noqa: F401
     unset = {"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None,
              "distributed.comm.tls.client.key": None}
     with dask.config.set(unset):
@@ -267,8 +271,15 @@ def test_every_option_has_a_help_text(name):
         for a in sp._actions:
             assert a.help and not a.help.startswith("("), (cmd, a.option_strings, a.help)
     train = _subparsers(p)["train"]
-    params = [a for a in train._actions if a.dest.startswith("est__")]
+    params = [a for a in train._actions if a.dest.startswith("est__")
+              and a.help != argparse.SUPPRESS]
     assert params
+    hidden = {a.dest[len("est__"):] for a in train._actions if a.dest.startswith("est__")} - \
+        {a.dest[len("est__"):] for a in params}
+    assert hidden <= set(ADVANCED)              # left out of the help: the advanced ones only
+    group = next(g for g in train._action_groups if g.title.startswith("parameters of"))
+    for name_ in hidden:                        # ... named in one line of the help
+        assert f"--{name_.replace('_', '-')}" in group.description
     for a in params:
         # meaning, then the values it takes, then its default
         assert re.fullmatch(r"\S.{8,}\. Allowed: .+\. Default: .+\.", a.help, re.S), a.help
@@ -276,9 +287,12 @@ def test_every_option_has_a_help_text(name):
     if name == "MulticlassSVC":
         assert helps["est__kernel"] == (
             "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
-            "linear <x, z>. Allowed: {'rbf', 'poly', 'linear'}. Default: 'rbf'.")
+            "linear <x, z>, sigmoid tanh(gamma <x, z> + coef0), precomputed (the data are "
+            "kernel values); -t also takes LIBSVM's numbers 0 linear, 1 poly, 2 rbf, "
+            "3 sigmoid, 4 precomputed. Allowed: {'rbf', 'poly', 'linear', 'sigmoid', "
+            "'precomputed'} or callable. Default: 'rbf'.")
         assert helps["est__shrinking"] == (
-            "Shrink the active set (CS 2001 §7), with a final unshrunk check. Allowed: "
+            "Shrink the active set, with a final unshrunk check. Allowed: "
             "--shrinking or --no-shrinking. Default: --shrinking.")
 
 

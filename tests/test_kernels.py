@@ -345,9 +345,9 @@ def test_resolve_gamma_rejects_other_types(bad):
 
 
 def test_kernelspec_errors():
-    with pytest.raises(ValueError, match=r"kernel must be one of \('linear', 'poly', 'rbf'\), "
-                                         r"got 'sigmoid'"):
-        KernelSpec("sigmoid")
+    with pytest.raises(ValueError, match=r"kernel must be one of \('linear', 'poly', 'rbf', "
+                                         r"'sigmoid'\), got 'laplacian'"):
+        KernelSpec("laplacian")
     for g in (0.0, -2.0, np.nan, np.inf):
         with pytest.raises(ValueError, match="gamma must be a positive finite number"):
             KernelSpec("rbf", gamma=g)

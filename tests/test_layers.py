@@ -65,9 +65,10 @@ def _is_module(name: str) -> bool:
 
 
 def _layer(name: str) -> str | None:
-    """``dmcsvm.engine.rows`` -> ``engine``; None for the package root."""
+    """``dmcsvm.engine.rows`` -> ``engine``; None for the package root and its
+    ``__main__`` (``python -m dmcsvm``, the command line's entry point above every layer)."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 else None
+    return parts[1] if len(parts) > 1 and parts[1] != "__main__" else None
 
 
 def imports_of(path: pathlib.Path):

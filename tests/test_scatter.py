@@ -264,7 +264,8 @@ _BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
     ({"batch_size": 1}, _BAD.format("batch_size", "an int in the range [2, inf)", 1)),
     ({"tol": 0.0}, _BAD.format("tol", "a float in the range (0.0, inf)", 0.0)),
     ({"selection": "wss3"}, _BAD.format("selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
-    ({"kernel": "cosine"}, _BAD.format("kernel", "a str among {'linear', 'poly', 'rbf'}",
+    ({"kernel": "cosine"}, _BAD.format("kernel",
+                                       "a str among {'linear', 'poly', 'rbf', 'sigmoid'}",
                                        "'cosine'")),
 ])
 def test_bad_parameters(params, msg):

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import textwrap
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def detect_format(path: str, fmt: str = "auto", delimiter=None) -> str:
     if os.path.isdir(path):
         return "zarr"
     base = path
-    for ext in (".gz", ".bz2", ".xz"):
+    for ext in (".gz", ".bz2", ".xz", ".lzma", ".zst", ".lz4"):
         if base.endswith(ext):
             base = base[: -len(ext)]
     if base.endswith(".npy"):
@@ -120,9 +121,18 @@ def parse_delimiter(text):
         f"must be one character, 'tab' or 'whitespace', got {text!r}")
 
 
-def add_input_options(p, labels=True):
-    """Options that say how to read a data file that is not a store."""
+def add_input_options(p, labels=True, brief=False):
+    """Options that say how to read a data file that is not a store; ``brief``: accepted but
+    named in one line of the help (``dmcsvm convert --help`` explains them), so that a
+    command's help stays about one screen."""
     g = p.add_argument_group("input files that are not stores (converted on the fly)")
+    if brief:
+        g.description = textwrap.fill(
+            "as for dmcsvm convert (see its --help): --format, --label-column, --delimiter, "
+            "--skip-header, --drop-columns, --weight-column" + (", --labels" if labels else "")
+            + ", --zero-based", 90, break_on_hyphens=False)
+        hidden = g.add_argument
+        g.add_argument = lambda *args, **kw: hidden(*args, **{**kw, "help": argparse.SUPPRESS})
     g.add_argument("--format", default="auto", choices=FORMATS,
                    help="input format: auto, zarr (a store directory), svmlight (LIBSVM text "
                         "'label index:value ...'), csv (delimited columns) or npy (NumPy "
@@ -237,8 +247,36 @@ def labels_of(info) -> np.ndarray:
 
 def fits_stores(est) -> bool:
     """Whether the estimator's ``fit``/``predict`` take a store path (the shared out-of-core
-    input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory."""
-    return bool(getattr(est, "accepts_stores", False))
+    input handling of :mod:`dmcsvm.estimators._inputs`); others get arrays read into memory,
+    as does a precomputed kernel (in this process only)."""
+    return bool(getattr(est, "accepts_stores", False)) and not is_precomputed(est)
+
+
+def is_precomputed(est) -> bool:
+    """Whether ``est`` (or a Pipeline's last step) has ``kernel='precomputed'``."""
+    last = est.steps[-1][1] if hasattr(est, "steps") else est
+    kernel = getattr(last, "kernel", None)
+    return isinstance(kernel, str) and kernel == "precomputed"
+
+
+def gram_rows(X, n_train, path, train=False):
+    """The kernel values of rows in LIBSVM's precomputed-kernel format (``-t 4``): column 0 is
+    the row's serial number (``0:i``; when training, 1 to n in order), columns 1 to
+    ``n_train`` are ``K(x, x_1) ... K(x, x_n)`` (a value left out is 0).  Returns the dense
+    ``(rows, n_train)`` block."""
+    import scipy.sparse as sp
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    X = np.asarray(X, dtype=np.float64)
+    if X.shape[1] > n_train + 1:
+        raise UsageError(f"{path}: {X.shape[1] - 1} kernel values per row, but the training "
+                         f"data has {n_train} rows (LIBSVM's precomputed format: 0:serial "
+                         f"then 1:K(x,x1) ... n:K(x,xn))")
+    if X.shape[1] < n_train + 1:
+        X = np.hstack([X, np.zeros((X.shape[0], n_train + 1 - X.shape[1]))])
+    if train and not np.array_equal(X[:, 0], np.arange(1, X.shape[0] + 1)):
+        raise UsageError(f"{path}: with a precomputed kernel (-t 4) column 0 must hold the "
+                         f"serial numbers 1 to {X.shape[0]} (LIBSVM's format: 0:i)")
+    return np.ascontiguousarray(X[:, 1:])
 
 
 def read_arrays(info):
@@ -299,11 +337,21 @@ def warm_up_on_store(model, info, rows=200) -> None:
 
 # ---------------------------------------------------------------------------------- outputs
 
-def check_output(path, what="output"):
-    """Fail early (before any work) when an output cannot be written."""
+def check_output(path, what="output", overwrite=None):
+    """Fail early (before any work) when an output cannot be written: its directory is missing,
+    or (``overwrite=False``) it exists.  Every command has one rule for its outputs: an existing
+    file is replaced only with ``--overwrite``."""
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {what} {path}: directory {parent} does not exist")
+    if overwrite is False and os.path.lexists(path):
+        raise UsageError(f"{path} already exists; pass --overwrite to replace it")
+
+
+def add_overwrite_option(p, what="the output"):
+    """``--overwrite``: the one switch that lets a command replace an existing output."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} if it exists (default: refuse)")
 
 
 @contextlib.contextmanager
@@ -429,57 +477,93 @@ def param_defaults(cls) -> dict:
 # meanings of parameters whose docstring entry gives only the type
 _MEANINGS = {
     "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
-              "linear <x, z>.",
-    "gamma": "Kernel coefficient of rbf and poly, resolved like scikit-learn's SVC "
+              "linear <x, z>, sigmoid tanh(gamma <x, z> + coef0), precomputed (the data are "
+              "kernel values); -t also takes LIBSVM's numbers 0 linear, 1 poly, 2 rbf, "
+              "3 sigmoid, 4 precomputed.",
+    "gamma": "Kernel coefficient of rbf, poly and sigmoid, resolved like scikit-learn's SVC "
              "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
     "degree": "Degree of the polynomial kernel.",
-    "coef0": "Independent term of the polynomial kernel.",
+    "coef0": "Independent term of the poly and sigmoid kernels.",
     "verbose": f"Show the progress of the fit (set by {CLI_OPTIONS['verbose']}).",
 }
-_ENTRY = re.compile(r"^(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:\s*(?P<spec>.*)$")
+
+#: LIBSVM's short options of svm-train: -c cost, -g gamma, -t kernel type
+SHORT_FLAGS = {"C": "-c", "gamma": "-g", "kernel": "-t"}
+#: svm-train's kernel type numbers (``-t 2`` is rbf)
+LIBSVM_KERNELS = {"0": "linear", "1": "poly", "2": "rbf", "3": "sigmoid", "4": "precomputed"}
+
+
+def parse_kernel(text: str):
+    """``--kernel`` / ``-t``: a kernel name, or LIBSVM's number for it (0 to 4)."""
+    t = text.strip()
+    return LIBSVM_KERNELS.get(t, t)
+
+
+def _plain_text(text: str) -> str:
+    """Docstring text without reST markup: ``x`` and :func:`x` become x."""
+    text = text.replace("``", "")
+    return re.sub(r":(?:class|mod|func|meth|attr|data):`~?([^`]+)`", r"\1", text)
 
 
 def param_docs(cls) -> dict:
     """``{parameter: (allowed values, meaning)}`` from the numpydoc ``Parameters`` section of
-    an estimator's docstring (reST markup dropped)."""
-    doc = inspect.getdoc(cls) or ""
-    start = doc.find("Parameters\n----------")
-    if start < 0:
-        return {}
-    lines = doc[start:].splitlines()[2:]
-    out, current = {}, None
-    for line in lines:
-        if line and not line.startswith(" "):
-            m = _ENTRY.match(line)
-            if not m:
-                break                       # the next section
-            names = [n.strip() for n in m.group("names").split(",")]
-            spec = re.sub(r",?\s*default\s*=.*$", "", m.group("spec")).strip().rstrip(",")
-            current = {"names": names, "spec": spec, "text": []}
-            for n in names:
-                out[n] = current
-        elif current is not None and line.strip():
-            current["text"].append(line.strip())
+    an estimator's docstring, read by numpydoc's own parser (``docscrape``, the copy that
+    scikit-learn ships), reST markup dropped."""
+    from sklearn.externals._numpydoc.docscrape import NumpyDocString
+    doc = NumpyDocString(inspect.getdoc(cls) or "")
     plain = {}
-    for n, e in out.items():
-        text = " ".join(e["text"]).replace("``", "")
-        text = re.sub(r":(?:class|mod|func|meth|attr):`~?([^`]+)`", r"\1", text)
-        plain[n] = (e["spec"].replace("``", ""), text)
+    for entry in doc["Parameters"]:
+        spec = re.sub(r",?\s*default\s*=.*$", "", entry.type).strip().rstrip(",")
+        text = " ".join(line.strip() for line in entry.desc if line.strip())
+        for name in (n.strip() for n in entry.name.split(",")):
+            if name:
+                plain[name] = (_plain_text(spec), _plain_text(text))
     return plain
 
 
+#: paper references of the estimators' docstrings: kept there, not in a command's help
+_CITATION = re.compile(r"\s*\([^()]*\b(?:AS|CS|Eq\.|Fig\.|§)[^()]*\)")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence (or clause before a top-level ``;``) of a parameter's meaning,
+    without paper references: the help shows that, the Python docstring the rest (a
+    command's help stays about one screen)."""
+    text = _CITATION.sub("", text.strip())
+    ends = ".;:" if len(text) > _LONG else ".;"     # a long sentence stops at its colon too
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0 and ch in ends and (i + 1 == len(text) or text[i + 1] == " ") \
+                and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.")):
+            if ch == ":" and i < 40:
+                continue                # "Kernel function: ..." -- the colon introduces it
+            return text[:i].rstrip() + "."
+    return text
+
+
+#: a first sentence longer than this is cut at its first colon as well
+_LONG = 150
+
+
+#: parameters left out of ``train --help`` / ``demo --help`` (listed in one line there; still
+#: accepted): the solver's inner workings and the out-of-core tuning, documented in Python
+ADVANCED = ("optimizer", "selection", "threshold", "threshold_fraction", "batch_sweeps",
+            "n_partitions", "data_in_memory", "disk_cache_size", "cache_dir", "inner_steps")
+
+
 def param_help(name, default, docs, fallback, note=None) -> str:
-    """The help of ``--NAME``: what it means, the values it takes, its default (and ``note`` on
-    it, where a command's default differs from the estimator's).  A parameter
-    documented only by its type, or "as in" another estimator, takes its meaning from
-    :data:`_MEANINGS` or the default estimator's docstring."""
+    """The help of ``--NAME``: what it means (its first sentence), the values it takes, its
+    default (and ``note`` on it, where a command's default differs from the estimator's).  A
+    parameter documented only by its type, or "as in" another estimator, takes its meaning
+    from :data:`_MEANINGS` or the default estimator's docstring."""
     spec, text = docs.get(name, ("", ""))
     if not text or re.search(r"\bas in\b", text):
         fspec, ftext = fallback.get(name, ("", ""))
-        text = _MEANINGS.get(name) or ftext or text
+        text = ftext or text
         spec = spec or fspec
-    if name in _MEANINGS and _MEANINGS[name].split()[0] not in text:
-        text = f"{_MEANINGS[name]} {text}"
+    text = _MEANINGS.get(name) or first_sentence(text)
     spec = re.sub(r"(,\s*)?\boptional\b", "", spec).strip(" ,")
     flag = name.replace("_", "-")
     if isinstance(default, bool):
@@ -489,16 +573,17 @@ def param_help(name, default, docs, fallback, note=None) -> str:
         dflt = "none" if default is None else repr(default)
     text = text.strip()
     if text and not text.endswith("."):
-        text += "."
+        text = text.rstrip(";:,") + "."
     if note:
         dflt = f"{dflt} ({note})"
     return f"{text} Allowed: {allowed}. Default: {dflt}.".replace("%", "%%")
 
 
 def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=None):
-    """One option per constructor parameter of ``cls`` but ``skip`` (``--NAME``, also
-    ``--dashed-name``; booleans as ``--NAME/--no-NAME``; values by :func:`parse_value`) into
-    ``group``, stored as ``est__NAME`` (read back by :func:`estimator_params`).
+    """One option per constructor parameter of ``cls`` but ``skip`` (``--dashed-name``, also
+    ``--underscored_name`` as an alias left out of the help; LIBSVM's ``-c``, ``-g``, ``-t``
+    for C, gamma and kernel; booleans as ``--NAME/--no-NAME``; values by :func:`parse_value`)
+    into ``group``, stored as ``est__NAME`` (read back by :func:`estimator_params`).
 
     Without an entry in ``defaults`` an option is only stored when given (the estimator's own
     default applies); with one, that value is the command's default, shown in the help with
@@ -506,19 +591,37 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     ``fallback_cls``'s docstring."""
     defaults, notes = defaults or {}, notes or {}
     docs, fallback = param_docs(cls), param_docs(fallback_cls)
+    hidden = [f"--{p.replace('_', '-')}" for p in param_defaults(cls)
+              if p in ADVANCED and p not in skip]
+    if hidden:
+        group.description = textwrap.fill("also accepted, documented in the Python docstring: "
+                                          + ", ".join(hidden), 90,
+                                          break_on_hyphens=False)
     for p, default in param_defaults(cls).items():
         if p in skip:
             continue
-        flags = [f"--{p}"] + ([f"--{p.replace('_', '-')}"] if "_" in p else [])
+        dashed = p.replace("_", "-")
+        flags = ([SHORT_FLAGS[p]] if p in SHORT_FLAGS else []) + [f"--{dashed}"]
         shown = defaults.get(p, default)
         text = param_help(p, shown, docs, fallback, notes.get(p))
+        if p in ADVANCED:
+            text = argparse.SUPPRESS
         value = defaults.get(p, argparse.SUPPRESS)
+        kind = parse_kernel if p == "kernel" else parse_value
+        aliases = [f"--{p}"] if dashed != p else []
         if isinstance(default, bool):
             group.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
                                default=value, help=text)
+            if aliases:
+                group.add_argument(*aliases, dest=f"est__{p}",
+                                   action=argparse.BooleanOptionalAction,
+                                   default=value, help=argparse.SUPPRESS)
         else:
-            group.add_argument(*flags, dest=f"est__{p}", type=parse_value, default=value,
+            group.add_argument(*flags, dest=f"est__{p}", type=kind, default=value,
                                metavar="V", help=text)
+            if aliases:
+                group.add_argument(*aliases, dest=f"est__{p}", type=kind, default=value,
+                                   metavar="V", help=argparse.SUPPRESS)
 
 
 def estimator_params(a) -> dict:

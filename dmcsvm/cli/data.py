@@ -96,11 +96,20 @@ def store_summary(info) -> dict:
            "layout": "sparse" if info.sparse else "dense",
            "rows_per_chunk": info.rows_per_chunk, "n_chunks": info.n_chunks,
            "nnz": nnz, "density": (nnz / (n * d)) if (nnz is not None and n * d) else None,
-           "label_dtype": info.label_dtype, "n_classes": len(keys),
+           "label_dtype": info.label_dtype, "label_kind": _label_kind(info),
+           "n_classes": len(keys),
            "classes": [{"label": c, "count": int(counts[k])} for c, k in zip(names, keys)]}
     local = info.url[len("file://"):] if info.url.startswith("file://") else info.url
     out["bytes_on_disk"] = _du(local) if os.path.isdir(local) else None
     return out
+
+
+def _label_kind(info) -> str:
+    """How the labels were written: text (stored as codes and a ``classes`` list), integer or
+    real numbers."""
+    if info.classes is not None:
+        return "text"
+    return "real" if np.dtype(info.label_dtype).kind == "f" else "integer"
 
 
 def _human(nbytes):
@@ -133,7 +142,7 @@ def run_info(a) -> int:
           f"{s['rows_per_chunk']} {plural(s['rows_per_chunk'], 'row')}")
     if s["bytes_on_disk"] is not None:
         print(f"size on disk   {_human(s['bytes_on_disk'])}")
-    print(f"classes        {s['n_classes']} ({s['label_dtype']} labels)")
+    print(f"classes        {s['n_classes']} ({s['label_kind']} labels)")
     for c in s["classes"]:
         print(f"  {str(c['label']):>12}  {c['count']}")
     if a.check:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import numpy as np
 
 from ..runtime_params import CLI_OPTIONS
 from ._common import add_param_options, estimator_params, param_defaults, start_warmup
+
+_log = logging.getLogger(__name__)
 
 #: where the demo's defaults differ from MulticlassSVC's, and why (said in --help): a first run
 #: on digits should be quick and accurate
@@ -76,12 +79,12 @@ def cmd_demo(a) -> int:
         workers = a.local_workers or min(os.cpu_count() or 1, 4)
         if warm is not None:
             warm.join()
-            print(f"numba code ready (compiled once here, cached for the workers) after "
-                  f"{time.perf_counter() - t:.1f} s")
+            _log.info("numba code ready (compiled once here, cached for the workers) after "
+                      "%.1f s", time.perf_counter() - t)
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
             where = f"LocalCluster, {workers} workers x 1 thread"
-            print(f"started {where} after {time.perf_counter() - t:.1f} s")
+            _log.info("started %s after %.1f s", where, time.perf_counter() - t)
             t = time.perf_counter()
             model.set_params(client=client).fit(Xtr, ytr)
             fit_s = time.perf_counter() - t

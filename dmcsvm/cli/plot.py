@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from ._common import UsageError, atomic_file, check_output, plural
+from ._common import UsageError, add_overwrite_option, atomic_file, check_output, plural
 
 
 def add_parser(sub):
@@ -17,6 +17,7 @@ def add_parser(sub):
     p.add_argument("--x", choices=["rounds", "time"], default="rounds",
                    help="horizontal axis: rounds or elapsed seconds (default rounds)")
     p.add_argument("--title", help="title of the figure")
+    add_overwrite_option(p, "the PNG")
     p.set_defaults(func=run)
 
 
@@ -88,7 +89,7 @@ def _frame(ax, low, high, skip):
 def run(a) -> int:
     groups = read_log(a.log)
     out = a.output or os.path.splitext(a.log)[0] + ".png"
-    check_output(out)
+    check_output(out, overwrite=a.overwrite)
     xs = [_x(cols, a.x, a.log) for _, cols in groups]
     xlabel = "elapsed time (s)" if a.x == "time" else "round"
     try:

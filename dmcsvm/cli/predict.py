@@ -15,12 +15,15 @@ import numpy as np
 from ._common import (
     add_cluster_options,
     add_input_options,
+    add_overwrite_option,
     as_store,
     atomic_file,
     check_cluster_options,
     check_output,
     cluster_client,
     fits_stores,
+    gram_rows,
+    is_precomputed,
     labels_of,
     read_arrays,
     stderr_is_tty,
@@ -38,6 +41,8 @@ def predictions(model, info, with_labels=False, decision=False, client=None, pro
             X = info.url
         else:
             X, _ = read_arrays(info)
+            if is_precomputed(model):
+                X = gram_rows(X, model.n_features_in_, info.url)
         pred = np.asarray(model.predict(X))
         if proba:
             D = np.asarray(model.predict_proba(X))
@@ -58,11 +63,14 @@ def _fmt(v):
 
 def add_parsers(sub):
     p = sub.add_parser("predict", help="predict labels (and decision values) with a saved model",
-                       description=__doc__)
+                       description="Predict the labels of DATA with a model written by dmcsvm "
+                                   "train; a store is predicted chunk by chunk (on the cluster "
+                                   "of --scheduler / --local-workers, else on local threads).")
     p.add_argument("model", help="model file written by dmcsvm train")
     p.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file")
     p.add_argument("-o", "--output", required=True,
                    help="labels, one per line (with --decision-values: label then the values)")
+    add_overwrite_option(p)
     p.add_argument("--decision-values", action="store_true",
                    help="also write the decision values; the first line names the columns")
     p.add_argument("--probability", action="store_true",
@@ -72,16 +80,23 @@ def add_parsers(sub):
                    help="show a progress bar while converting a file (default: when stderr is "
                         "a terminal)")
     add_cluster_options(p)
-    add_input_options(p)
+    add_input_options(p, brief=True)
     p.set_defaults(func=run_predict)
     e = sub.add_parser("evaluate", help="accuracy, confusion matrix and per-class report of a "
                                         "model on labelled data")
     e.add_argument("model", help="model file written by dmcsvm train")
     e.add_argument("data", help="a dmcsvm store or a LIBSVM/CSV/.npy file, with labels")
     e.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    add_overwrite_option(e, "the --json file")
     add_cluster_options(e)
-    add_input_options(e)
+    add_input_options(e, brief=True)
     e.set_defaults(func=run_evaluate)
+
+
+def _n_features(model):
+    """The columns the data must have: the model's features, or for a precomputed kernel
+    LIBSVM's serial column and one kernel value per training row (checked by gram_rows)."""
+    return None if is_precomputed(model) else model.n_features_in_
 
 
 def _load(a):
@@ -91,7 +106,7 @@ def _load(a):
 
 
 def run_predict(a) -> int:
-    check_output(a.output)
+    check_output(a.output, overwrite=a.overwrite)
     model = _load(a)
     if a.probability:
         from ._common import UsageError
@@ -100,13 +115,20 @@ def run_predict(a) -> int:
         if not hasattr(model, "predict_proba"):
             raise UsageError(f"{a.model} has no probabilities: train it with --probability")
     progress = stderr_is_tty() if a.progress is None else a.progress
-    with as_store(a.data, a, n_features=model.n_features_in_, progress=progress) as info, \
+    with as_store(a.data, a, n_features=_n_features(model), progress=progress) as info, \
             cluster_client(a) as client:
         pred, D, _ = predictions(model, info, decision=a.decision_values, client=client,
                                  proba=a.probability)
     with atomic_file(a.output) as fh:
         if D is not None:
-            cols = ["f"] if D.ndim == 1 else [str(c) for c in model.classes_]
+            names = [_fmt(c) for c in model.classes_]
+            if D.ndim == 1:
+                cols = ["f"]
+            elif D.shape[1] == len(names) or a.probability:
+                cols = names
+            else:                   # decision_function_shape='ovo': one column per pair i<j
+                cols = [f"{names[i]}/{names[j]}" for i in range(len(names))
+                        for j in range(i + 1, len(names))]
             fh.write("label " + " ".join(cols) + "\n")
             D2 = D.reshape(len(pred), -1)
             for lab, row in zip(pred, D2):
@@ -120,28 +142,34 @@ def run_predict(a) -> int:
 
 def evaluation(y, pred, classes) -> dict:
     """Accuracy, confusion matrix (rows: true class, columns: predicted) and per-class
-    precision / recall / F1 / support."""
-    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+    precision / recall / F1 / support with their macro and weighted averages, from
+    scikit-learn's ``confusion_matrix`` and ``classification_report``; ``report`` is the
+    latter's text."""
+    from sklearn.metrics import classification_report, confusion_matrix
     labels = list(classes)
     extra = [c for c in np.unique(np.asarray(y, dtype=object).astype(str))
              if c not in {str(v) for v in labels}]
     if extra:
         from ._common import UsageError
         raise UsageError(f"the data has labels the model never saw: {', '.join(extra[:5])}")
+    names = [_fmt(c) for c in labels]
     cm = confusion_matrix(y, pred, labels=labels)
-    p, r, f, s = precision_recall_fscore_support(y, pred, labels=labels, zero_division=0)
+    kw = {"labels": labels, "target_names": names, "zero_division": 0}
+    rep = classification_report(y, pred, output_dict=True, **kw)
+    row = lambda d: {"precision": float(d["precision"]), "recall": float(d["recall"]),  # noqa: E731
+                     "f1": float(d["f1-score"]), "support": int(d["support"])}
     return {"n": int(len(y)), "accuracy": float(np.mean(np.asarray(pred) == np.asarray(y))),
-            "classes": [_fmt(c) for c in labels], "confusion_matrix": cm.tolist(),
-            "per_class": [{"class": _fmt(c), "precision": float(p[i]), "recall": float(r[i]),
-                           "f1": float(f[i]), "support": int(s[i])}
-                          for i, c in enumerate(labels)]}
+            "classes": names, "confusion_matrix": cm.tolist(),
+            "per_class": [{"class": c, **row(rep[c])} for c in names],
+            "macro_avg": row(rep["macro avg"]), "weighted_avg": row(rep["weighted avg"]),
+            "_report": classification_report(y, pred, digits=4, **kw)}
 
 
 def run_evaluate(a) -> int:
     if a.json:
-        check_output(a.json)
+        check_output(a.json, overwrite=a.overwrite)
     model = _load(a)
-    with as_store(a.data, a, n_features=model.n_features_in_) as info, \
+    with as_store(a.data, a, n_features=_n_features(model)) as info, \
             cluster_client(a) as client:
         pred, _, y = predictions(model, info, with_labels=True, client=client)
     res = evaluation(y, pred, model.classes_)
@@ -153,10 +181,8 @@ def run_evaluate(a) -> int:
     print(" " * w + "".join(f"{c:>{w}}" for c in names))
     for c, row in zip(names, res["confusion_matrix"]):
         print(f"{c:>{w}}" + "".join(f"{v:>{w}d}" for v in row))
-    print(f"{'class':>{w}} precision    recall        f1   support")
-    for r in res["per_class"]:
-        print(f"{r['class']:>{w}} {r['precision']:9.4f} {r['recall']:9.4f} {r['f1']:9.4f} "
-              f"{r['support']:9d}")
+    print()
+    print(res.pop("_report").rstrip("\n"))
     if a.json:
         with atomic_file(a.json) as fh:
             json.dump(res, fh, indent=1)

@@ -22,6 +22,7 @@ from ._common import (
     UsageError,
     add_cluster_options,
     add_input_options,
+    add_overwrite_option,
     add_param_options,
     as_store,
     atomic_file,
@@ -31,6 +32,8 @@ from ._common import (
     estimator_params,
     fits_stores,
     give_default_mode,
+    gram_rows,
+    is_precomputed,
     param_defaults,
     parse_value,
     plural,
@@ -55,6 +58,13 @@ def _estimator_class(name):
 
 _HELP = "train an estimator on a store or a LIBSVM/CSV/.npy file"
 
+_DESCRIPTION = """\
+Train an estimator on DATA (a dmcsvm store or a LIBSVM/CSV/.npy file) and save it to MODEL.
+Every parameter of the estimator is an option (-c 10, --gap-tol 1e-3, --no-shrinking), or
+--param KEY=VALUE.
+
+  dmcsvm train train.svm -o model.npz -c 10 -g 0.5 -t rbf --scale"""
+
 
 def add_parser(sub, argv=None, full=True):
     """The ``train`` sub-command, with one option per parameter of the chosen estimator;
@@ -63,20 +73,25 @@ def add_parser(sub, argv=None, full=True):
         return sub.add_parser("train", help=_HELP)
     from ..model_io import estimator_registry
     name = DEFAULT_ESTIMATOR
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--estimator", default=DEFAULT_ESTIMATOR)
     known, _ = pre.parse_known_args(argv or [])
     reg = estimator_registry()
     if known.estimator in reg:
         name = known.estimator
-    t = sub.add_parser("train", help=_HELP,
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t = sub.add_parser("train", help=_HELP, description=_DESCRIPTION,
+                       usage="dmcsvm train DATA -o MODEL [options]",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
-                                "file; a store's optional 'sample_weight' array (one weight per "
-                                "row: write_arrays(sample_weight=...), or --weight-column of a "
-                                "CSV file) is used as fit(sample_weight=...) automatically")
-    t.add_argument("-o", "--output", "--model", dest="output", required=True,
+                                "file (a store's optional 'sample_weight' array of per-row "
+                                "weights is used)")
+    t.add_argument("-o", "--output", "--model", dest="output", required=True, metavar="MODEL",
                    help="model to write: NAME.npz (one file) or a directory (zarr group)")
+    add_overwrite_option(t, "MODEL and the --log-json file")
+    t.add_argument("--scale", action="store_true",
+                   help="scale every feature to [-1, 1] first (as dmcsvm scale); the scaling "
+                        "is stored in the model and applied by predict (the data are read "
+                        "into memory)")
     t.add_argument("--estimator", default=DEFAULT_ESTIMATOR, metavar="NAME",
                    help=f"estimator to train: {', '.join(sorted(reg))} (default {DEFAULT_ESTIMATOR})")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -92,7 +107,7 @@ def add_parser(sub, argv=None, full=True):
     t.add_argument("--log-json", metavar="FILE",
                    help="write the convergence history, one JSON line per round")
     add_cluster_options(t)
-    add_input_options(t)
+    add_input_options(t, brief=True)
     g = t.add_argument_group(
         f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)")
     add_param_options(g, reg[name], reg[DEFAULT_ESTIMATOR], skip=_DEDICATED)
@@ -207,40 +222,96 @@ def _log_source(est):
     return None
 
 
+def _fit_scaled(est, info):
+    """``Pipeline(MinMaxScaler(feature_range=(-1, 1)), est)`` fitted on the store's rows read
+    into memory (and its sample weights, if any): ``train --scale``."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler
+
+    from ..store import read_sample_weight
+    X, y = read_arrays(info)
+    if not isinstance(X, np.ndarray):
+        X = X.toarray()                  # MinMaxScaler takes dense rows (and makes them dense)
+    model = make_pipeline(MinMaxScaler(feature_range=(-1, 1)), est)
+    sw = read_sample_weight(info)
+    kw = {} if sw is None else {f"{model.steps[-1][0]}__sample_weight": sw}
+    return model.fit(X, y, **kw)
+
+
+def _numba_setup() -> None:
+    """numba's once-per-process set-up (its typing and target registries, 0.3-0.4 s:
+    benchmarks/results/start_up.md), under its compiler lock: what the first call of any
+    numba function would do, done while the data are read instead (:func:`run`)."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.registry import cpu_target
+        with global_compiler_lock:
+            cpu_target.typing_context.refresh()
+            cpu_target.target_context.refresh()
+    except Exception:  # noqa: BLE001 - only a head start: the fit does it anyway
+        pass
+
+
 def run(a) -> int:
+    import threading
+
     from ..model_io import save_model
-    check_output(a.output, "model")
+    check_output(a.output, "model", overwrite=a.overwrite)
     if a.log_json:
-        check_output(a.log_json, "log")
+        check_output(a.log_json, "log", overwrite=a.overwrite)
     check_cluster_options(a)
     est = build_estimator(a)
     source = _log_source(est) if a.log_json else None
     if a.log_json and source is None:
         raise UsageError(f"{a.estimator} records no per-round history for --log-json")
+    if a.scale and is_precomputed(est):
+        raise UsageError("--scale does not apply to a precomputed kernel (-t 4): the data are "
+                         "kernel values, not features")
     progress = bool(getattr(est, "verbose", False))
     problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
-    with as_store(a.data, a, progress=progress) as info:
-        if a.local_workers:
-            # numba compiles here before the LocalCluster's scheduler shares this process
-            # (start_warmup: compiling beside it starved its heartbeats on a first run)
-            warm_up_on_store(est, info)
-        with cluster_client(a) as client:
-            if client is not None:
-                est.set_params(client=client)
-            t = time.perf_counter()
-            with problems:
-                if fits_stores(est):
-                    est.fit(info.url)
-                else:
-                    from ..store import read_sample_weight
-                    X, y = read_arrays(info)
-                    sw = read_sample_weight(info)
-                    est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
-            fit_s = time.perf_counter() - t
-            if "client" in est.get_params(deep=False):
-                est.set_params(client=None)      # where it trained is not part of the model
-        n_train = info.n_samples
-    save_model(est, a.output)
+    # numba's per-process set-up runs beside the reading (and converting) of the data, and is
+    # done before the fit starts (joined below): a first fit no longer pays it
+    setup = threading.Thread(target=_numba_setup, name="dmcsvm-numba-setup")
+    setup.start()
+    try:
+        with as_store(a.data, a, progress=progress) as info:
+            setup.join()
+            return _train(a, est, info, problems, source, save_model)
+    finally:
+        setup.join()
+
+
+def _train(a, est, info, problems, source, save_model) -> int:
+    """``run`` once the data are a store: fit (on a cluster or here), save, log, report."""
+    if a.local_workers:
+        # numba compiles here before the LocalCluster's scheduler shares this process
+        # (start_warmup: compiling beside it starved its heartbeats on a first run)
+        warm_up_on_store(est, info)
+    with cluster_client(a) as client:
+        if client is not None:
+            est.set_params(client=client)
+        t = time.perf_counter()
+        with problems:
+            if a.scale:
+                model = _fit_scaled(est, info)
+            elif is_precomputed(est):
+                from ..store import read_sample_weight
+                X, y = read_arrays(info)
+                K = gram_rows(X, X.shape[0], a.data, train=True)
+                sw = read_sample_weight(info)
+                est.fit(K, y) if sw is None else est.fit(K, y, sample_weight=sw)
+            elif fits_stores(est):
+                est.fit(info.url)
+            else:
+                from ..store import read_sample_weight
+                X, y = read_arrays(info)
+                sw = read_sample_weight(info)
+                est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
+        fit_s = time.perf_counter() - t
+        if "client" in est.get_params(deep=False):
+            est.set_params(client=None)      # where it trained is not part of the model
+    n_train = info.n_samples
+    save_model(model if a.scale else est, a.output)
     give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
     if source == "history":
         write_log(a.log_json, est.history_)
@@ -258,8 +329,8 @@ def run(a) -> int:
             parts.append(f"{int(rounds)} {plural(int(rounds), 'round')}")
     print(", ".join(parts) + f"; model written to {a.output}")
     if a.test:
-        from .predict import predictions
-        with as_store(a.test, a, n_features=est.n_features_in_) as tinfo:
-            pred, _, y = predictions(est, tinfo, with_labels=True)
+        from .predict import _n_features, predictions
+        with as_store(a.test, a, n_features=_n_features(est)) as tinfo:
+            pred, _, y = predictions(model if a.scale else est, tinfo, with_labels=True)
         print(f"test accuracy {np.mean(pred == y):.4f} on {len(y)} patterns")
     return 0

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ._inputs import chunked_method, is_dask, is_store
+from ._inputs import chunked_method, decision_scores, is_dask, is_store
 
 #: folds of the internal cross-validation (LIBSVM / SVC use 5)
 N_FOLDS = 5
@@ -239,8 +239,13 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
         sub = type(est)(**est.get_params(deep=False)).set_params(probability=False)
         kw = {key: (_take(v, tr) if _is_row_vector(v, n) else v)
               for key, v in fit_kwargs.items()}
-        sub.fit(_take(Xr, tr), labels[tr], **kw)
-        d = sub.decision_function(_take(Xr, te))
+        if isinstance(getattr(est, "kernel", None), str) and est.kernel == "precomputed":
+            # a Gram matrix: a fold trains on K[tr, tr] and scores K[te, tr]
+            sub.fit(_take(Xr, tr)[:, tr], labels[tr], **kw)
+            d = decision_scores(sub, _take(Xr, te)[:, tr])
+        else:
+            sub.fit(_take(Xr, tr), labels[tr], **kw)
+            d = decision_scores(sub, _take(Xr, te))
         d = np.asarray(d.compute() if is_dask(d) else d, dtype=np.float64)
         if D is None:
             D = np.zeros((n,) + d.shape[1:])
@@ -305,7 +310,7 @@ class ProbabilityMixin:
         name = "predict_log_proba" if log else "predict_proba"
         if is_store(X) or is_dask(X):
             return chunked_method(self, X, name)
-        D = self.decision_function(X)
+        D = decision_scores(self, X)
         return apply_calibration(self.calibration_, self.calibration_coef_,
                                  self.calibration_intercept_, D, log=log)
 

@@ -21,7 +21,7 @@ from ..engine.executor import partition_bounds
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
 from ..engine.problem_rows import ConstantRows, PairSigns
-from ..kernels import KernelSpec, kernel_block, row_norms_sq
+from ..kernels import KernelSpec, kernel_block, prefer_numpy, row_norms_sq
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
 from ._engine import make_executor, release_executor, run_chunks
@@ -142,10 +142,11 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
     spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
     sv_norms = row_norms_sq(SV)
     chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
+    jit = not prefer_numpy(n * SV.shape[0])         # a small prediction skips numba's start
 
     def work(ab):
         a, b = ab
-        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
+        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
         r = coef.T @ K.T if sp.issparse(coef) else K @ coef
         out[a:b] = r.T if sp.issparse(coef) else r
 

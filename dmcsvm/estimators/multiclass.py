@@ -12,7 +12,7 @@ from ..coordinators import linear_cs
 from ..coordinators.crammer_singer import THRESHOLDS, SolverSettings, solve
 from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
-from ..kernels import KernelSpec, row_norms_sq
+from ..kernels import KERNELS, KernelSpec, prefer_numpy, row_norms_sq
 from ..numerics import pattern as pt
 from ._base import (
     OUT_OF_CORE_CONSTRAINTS,
@@ -24,6 +24,7 @@ from ._base import (
 )
 from ._checkpoint import CheckpointSession
 from ._engine import make_executor, n_threads, release_executor, run_chunks
+from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel, ovo_from_scores
 from ._inputs import (
     chunked_method,
     fit_inputs,
@@ -76,13 +77,22 @@ class MulticlassSVC(SVMEstimator):
     ----------
     C : float, default=1.0
         Upper bound on every pattern's total dual weight (``alpha_i^{y_i} <= C``); > 0.
-    kernel : {'rbf', 'poly', 'linear'}, default='rbf'
+    kernel : {'rbf', 'poly', 'linear', 'sigmoid', 'precomputed'} or callable, default='rbf'
+        ``'sigmoid'`` is ``tanh(gamma <x, z> + coef0)`` (not positive semidefinite for every
+        ``gamma`` and ``coef0``, as in LIBSVM).  ``'precomputed'``: ``X`` is the Gram matrix
+        (``fit``: the square ``K(X_train, X_train)``; ``predict``: ``K(X_test, X_train)``), in
+        memory and in this process only (no ``client``, store or dask array); the model then
+        keeps no support vectors, only ``support_`` and ``dual_coef_``.  A callable
+        ``kernel(A, B)`` returns that matrix for row arrays ``A``, ``B``; in this process only,
+        and a model with one cannot be saved (a model file stores no code).  Both train on the
+        eigenvectors of the Gram matrix (:mod:`dmcsvm.estimators._gram`): O(n^3) time, and
+        ``warm_start`` does not apply.
     gamma : 'scale', 'auto' or float, default='scale'
         Kernel coefficient, resolved like scikit-learn's SVC (``'scale'`` = 1 / (d X.var())).
     degree : int, default=3
         Degree of the polynomial kernel.
     coef0 : float, default=0.0
-        Independent term of the polynomial kernel.
+        Independent term of the polynomial and sigmoid kernels.
     %(kernel_dtype)s
     optimizer : {'exact', 'opt_kkt', 'fixed_point', 'basic', 'all_pairs'}, default='exact'
         Per-pattern optimizer: exact sort-based solution of the reduced problem / AS 2005 Fig. 6 /
@@ -134,6 +144,14 @@ class MulticlassSVC(SVMEstimator):
         they fit the new data: same classes and features, support rows at the same indices
         (rows appended after them are fine).  Otherwise a warning says why and the fit starts
         from zero.  The optimum is the same; a path of ``C`` values takes fewer rounds.
+    decision_function_shape : {'ovr', 'ovo'}, default='ovr'
+        Shape of ``decision_function``: ``'ovr'`` gives the class scores ``f_r(x)``,
+        (n_samples, n_classes); ``'ovo'`` their pairwise differences ``f_i(x) - f_j(x)``,
+        (n_samples, n_classes (n_classes - 1) / 2), in scikit-learn's SVC pair order
+        ``(0, 1), (0, 2), ..., (1, 2), ...`` and with its sign (positive favours class
+        ``i``).  The model is one multiclass problem, so these are differences of its scores,
+        not the values of separately trained pairwise machines.  ``predict`` is the same for
+        both; with two classes both give the one column ``f_1 - f_0``.
     %(where_it_runs)s
     %(out_of_core)s
 
@@ -173,16 +191,19 @@ class MulticlassSVC(SVMEstimator):
         "batch_size": [integers(1)],
         "batch_sweeps": [integers(1)],
         "warm_start": ["boolean"],
+        "kernel": [choices(*KERNELS, "precomputed"), callable],
+        "decision_function_shape": [choices("ovr", "ovo")],
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_dtype="float32",
-                 optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
+    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+                 kernel_dtype="float32", optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
                  gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
                  client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
                  n_partitions=None,
                  checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
-                 disk_cache_size="auto", cache_dir=None, warm_start=False, class_weight=None):
+                 disk_cache_size="auto", cache_dir=None, warm_start=False, class_weight=None,
+                 decision_function_shape="ovr"):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
@@ -223,9 +244,20 @@ class MulticlassSVC(SVMEstimator):
         X : ndarray, CSR matrix, dask array or str
             Training rows (n_samples, n_features), or the path/URL of a dmcsvm zarr data store
             (validated before any worker starts; its partitions are read by the workers).
+            With ``kernel='precomputed'``: the Gram matrix (n_samples, n_samples).
         y : array-like of shape (n_samples,), optional
             Labels; must be None for a store (its ``y`` array is used).
+        sample_weight : array-like of shape (n_samples,), optional
+            Per-pattern weights: pattern ``i``'s box becomes ``C * class_weight[y_i] *
+            sample_weight[i]``.
+
+        Returns
+        -------
+        self : MulticlassSVC
+            The fitted estimator.
         """
+        if is_gram_kernel(self.kernel):
+            return self._fit_gram(X, y, sample_weight)
         settings = self._settings()
         # from a store the class index stays there: each partition reads its own rows' labels
         td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
@@ -270,6 +302,28 @@ class MulticlassSVC(SVMEstimator):
         self.history_ = {k: np.asarray(v) for k, v in res.history.items()}
         return self
 
+    def _fit_gram(self, X, y, sample_weight):
+        """``kernel='precomputed'`` or a callable: train the linear model of the rows ``Phi``
+        of the Gram matrix (``Phi Phi^T = K``, :func:`~dmcsvm.estimators._gram.gram_features`),
+        which has the same dual problem, and keep its support indices and coefficients."""
+        check_in_process(self, X)
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
+        K = gram_of(self, X, train=True)
+        params = {**self.get_params(deep=False), "kernel": "linear", "probability": False,
+                  "warm_start": False, "decision_function_shape": "ovr"}
+        inner = MulticlassSVC(**params).fit(gram_features(K), y, sample_weight=sample_weight)
+        for k, v in vars(inner).items():
+            if k.endswith("_") and not k.startswith("_") and k != "n_features_in_":
+                setattr(self, k, v)
+        self._spec = None
+        self.gamma_ = 0.0                              # the kernel has no coefficient here
+        if isinstance(self.kernel, str):
+            self.support_vectors_ = np.empty((self.support_.shape[0], 0))
+        else:
+            self.support_vectors_ = X[self.support_]
+        self.shape_fit_ = tuple(int(v) for v in X.shape)
+        return self
+
     # ------------------------------------------------------------------ predict
     def _scores(self, X) -> np.ndarray:
         """Prototype scores ``K(X, SV) @ dual_coef_.T`` in row chunks, on ``n_jobs`` threads."""
@@ -277,15 +331,23 @@ class MulticlassSVC(SVMEstimator):
         out = np.zeros((n, self.dual_coef_.shape[0]))
         if self.support_vectors_.shape[0] == 0 or n == 0:
             return out
+        if is_gram_kernel(self.kernel):
+            coef = np.asarray(self.dual_coef_, dtype=np.float64).T
+            if isinstance(self.kernel, str):
+                K = gram_of(self, X)[:, self.support_]
+            else:
+                K = gram_of(self, X, self.support_vectors_)
+            return K @ coef
         spec = self._kernel_spec().to_dict()
         SV = self.support_vectors_
         sv_norms = row_norms_sq(SV)
         coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
         chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
+        jit = not prefer_numpy(n * SV.shape[0])     # a small prediction skips numba's start
 
         def work(ab):
             a, b = ab
-            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef)
+            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
 
         run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
         return out
@@ -298,9 +360,24 @@ class MulticlassSVC(SVMEstimator):
         estimator's cluster when ``client`` names one, else on local threads); neither of the
         last two is ever gathered in one place.
         """
+        S = self._decision_ovr(X)
+        if getattr(self, "decision_function_shape", "ovr") == "ovo" and not is_dask(S) \
+                and S.ndim == 2:
+            return ovo_from_scores(S)
+        if is_dask(S) and S.ndim == 2 and self.decision_function_shape == "ovo":
+            return S.map_blocks(ovo_from_scores, chunks=(S.chunks[0],
+                                (len(self.classes_) * (len(self.classes_) - 1) // 2,)),
+                                dtype=S.dtype)
+        return S
+
+    def _decision_ovr(self, X):
+        """The class scores (n_samples, n_classes), or ``f_1 - f_0`` for two classes: what
+        ``predict`` and the probability map use, whatever ``decision_function_shape``."""
         check_is_fitted(self)
+        if is_gram_kernel(self.kernel):
+            check_in_process(self, X)
         if is_store(X) or is_dask(X):
-            return chunked_method(self, X, "decision_function")
+            return chunked_method(self, X, "_decision_ovr")
         X = self._check_X(X, reset=False)
         S = self._scores(X)
         if S.shape[1] == 2:

@@ -200,7 +200,8 @@ class MultiPrototypeSVC(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0, kernel_dtype="float32",
+    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
+                 kernel_dtype="float32",
                  T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
                  optimizer="exact",
                  selection="kkt", threshold="mean", threshold_fraction=0.5, tol=1e-3,

@@ -126,7 +126,8 @@ class ScatterSVC(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0, kernel_dtype="float32",
+    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+                 kernel_dtype="float32",
                  test_rule=1, tol=1e-3, selection="wss2", cache_size=200, max_iter=-1,
                  batch_size=1000, class_batch=4, verbose=False, probability=False,
                  random_state=None, n_jobs=None, client=None, n_workers=None,

@@ -1,12 +1,10 @@
-"""Reading text sources for the text writers: existence check, transparent decompression,
-byte metering for progress, and line buffers of bounded size."""
+"""Reading text sources for the text writers: existence check, transparent decompression (by
+fsspec's table of codecs, chosen by the file's extension), byte metering for progress, and line
+buffers of bounded size."""
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import io
-import lzma
 import os
 
 
@@ -52,18 +50,21 @@ class _Tracked(io.RawIOBase):
 
 
 def _open_binary(src, meter=None):
-    """Open a file for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.xz`` files; with a
-    ``meter``, the (compressed) bytes read from disk are counted into it."""
-    raw = None
+    """Open a file for reading bytes, decompressed when its extension names a codec
+    (``fsspec.utils.infer_compression``: ``.gz``, ``.bz2``, ``.xz``, and ``.zst`` / ``.lz4``
+    where their libraries are installed; fsspec's ``compr`` table opens it); with a ``meter``,
+    the (compressed) bytes read from disk are counted into it.  Reading a ``.gz`` file
+    through takes as long as with ``gzip`` directly (benchmarks/results/libraries.md)."""
+    from fsspec.compression import compr
+    from fsspec.utils import infer_compression
+    raw = open(src, "rb", buffering=0)
     if meter is not None:
-        raw = io.BufferedReader(_Tracked(open(src, "rb", buffering=0), meter))
-    if src.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb") if raw else gzip.open(src, "rb")
-    if src.endswith(".bz2"):
-        return bz2.BZ2File(raw, "rb") if raw else bz2.open(src, "rb")
-    if src.endswith(".xz"):
-        return lzma.LZMAFile(raw, "rb") if raw else lzma.open(src, "rb")
-    return raw if raw else open(src, "rb")
+        raw = _Tracked(raw, meter)
+    raw = io.BufferedReader(raw)
+    codec = infer_compression(src)
+    if codec is None or codec not in compr or compr[codec] is None:
+        return raw
+    return compr[codec](raw, mode="rb")
 
 
 def _line_buffers(src, buffer_rows, buffer_bytes, meter=None):
