@@ -229,6 +229,22 @@ def test_demo_still_runs():
     assert res["accuracy"] > 0.95 and res["executor"] == "in-process threads"
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_demo_trains_the_same_model_in_process_and_on_a_local_cluster():
+    """Both ways of running the demo use the same row partitions, so the in-process threads and
+    the LocalCluster's worker processes train the same model (the Dask executor equals the
+    in-process one bit for bit on the same partitions)."""
+    got = []
+    for mode in (("--in-process",), ()):
+        out = ok("demo", *mode, "--local-workers", 2, "--json")
+        got.append(json.loads(out.strip().splitlines()[-1]))
+    inproc, local = got
+    assert local["executor"].startswith("LocalCluster, 2 workers")
+    for key in ("support_vectors", "support_per_class", "accuracy"):
+        assert inproc[key] == local[key], key
+
+
 def test_demo_options_follow_the_estimator():
     """demo builds its options from MulticlassSVC's signature as train does: with no options its
     model has the estimator's defaults but the documented DEMO_DEFAULTS."""

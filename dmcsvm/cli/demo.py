@@ -66,6 +66,12 @@ def cmd_demo(a) -> int:
     X = X / 16.0
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
     model = _model_from_args(a)
+    import os
+    workers = a.local_workers or min(os.cpu_count() or 1, 4)
+    if model.n_partitions is None:
+        # the model depends on the row partitioning (shrinking decisions are per partition):
+        # both ways of running the demo use the same partitions, so they train the same model
+        model.set_params(n_partitions=workers)
     where = "in-process threads"
     t = time.perf_counter()
     warm = None if (a.in_process or a.no_warmup) else start_warmup(model, Xtr, ytr)
@@ -73,10 +79,7 @@ def cmd_demo(a) -> int:
         model.fit(Xtr, ytr)
     else:
         # the product's main job: a LocalCluster of worker processes started for this run
-        import os
-
         from distributed import Client, LocalCluster
-        workers = a.local_workers or min(os.cpu_count() or 1, 4)
         if warm is not None:
             warm.join()
             _log.info("numba code ready (compiled once here, cached for the workers) after "
