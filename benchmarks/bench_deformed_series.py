@@ -57,7 +57,11 @@ def _fit_dmcsvm(X, y, Xte, yte, **kw):
             "unshrinks": int(np.sum(np.diff(h["n_active"]) > 0)),
             "t_solve": float(h["t_solve"].sum()), "t_parts": float(h["t_parts"].sum()),
             "t_kernel": float(h["t_kernel"].sum()), "t_update": float(h["t_update"].sum()),
-            "columns_computed": int(h["rows_computed"][-1]), "settings": kw or "defaults"}
+            "columns_computed": int(h["rows_computed"][-1]), "settings": kw or "defaults",
+            # the per-round trajectory, what scaling_model.py projects to larger clusters from
+            "trajectory": {k: np.asarray(h[k]).round(6).tolist() for k in
+                           ("batch", "n_active", "n_viol", "steps", "rows_computed",
+                            "rows_cached", "t_solve", "t_parts", "t_round") if k in h}}
 
 
 def _fit_svc(X, y, Xte, yte):
