@@ -86,6 +86,9 @@ class SolverSettings:
     shrink_after: int = 3
     shrink_cap: float = 0.1
     cache_size: float = 200.0
+    #: budget (MB) of the coordinator's Gram block of the working sets (:class:`_GramCache`);
+    #: None: ``cache_size``
+    gram_cache_size: float | None = None
     fp_eps: float | None = None
     verbose: bool = False
 
@@ -113,6 +116,10 @@ class SolverSettings:
             raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not (1.0 <= self.inner_relax < 2.0):
             raise ValueError(f"inner_relax must be in [1, 2), got {self.inner_relax!r}")
+        if self.gram_cache_size is not None and not (np.isfinite(self.gram_cache_size)
+                                                     and self.gram_cache_size >= 0):
+            raise ValueError(f"gram_cache_size must be a number of MB >= 0, got "
+                             f"{self.gram_cache_size!r}")
         if not (np.isfinite(self.cache_size) and self.cache_size >= 0):
             raise ValueError(f"cache_size must be a number of MB >= 0, got {self.cache_size!r}")
         return self
@@ -367,9 +374,10 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     # prototypes)
     greedy = s.inner_steps > 0 and (batch_solver is None or hasattr(batch_solver, "working_set"))
     # an in-process fit's threads idle while the coordinator works: its Gram rows use them
-    gram = (_GramCache(spec, s.cache_size * 2 ** 20, x_dtype,
+    gram_mb = s.cache_size if s.gram_cache_size is None else s.gram_cache_size
+    gram = (_GramCache(spec, gram_mb * 2 ** 20, x_dtype,
                        threads=getattr(executor, "n_threads", 1))
-            if greedy and batch_solver is None and not sparse and s.cache_size > 0 else None)
+            if greedy and batch_solver is None and not sparse and gram_mb > 0 else None)
     limits = BlasThreadHold()
     prune = False
     try:

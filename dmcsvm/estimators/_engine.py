@@ -62,6 +62,46 @@ def n_threads(n_jobs) -> int:
     return max(1, int(effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
 
+#: ``cache_size='auto'`` in-process: this share of the machine's memory, at most AUTO_CACHE_MAX MB
+AUTO_CACHE_SHARE = 1 / 8
+AUTO_CACHE_MAX = 4096.0
+#: ``cache_size='auto'``: the coordinator's Gram block of the working sets takes at most this
+#: (MB; 14,000 rows of float32): every row new to it is computed against all it holds, so a
+#: larger block costs rounds whose candidates churn (shuttle, letter: 7-15 % slower at 3 GB)
+AUTO_GRAM_MAX = 800.0
+#: ``cache_size='auto'`` with a ``client``: each fit's budget on the cluster (its workers have
+#: memory limits of their own; LIBSVM's default, what dmcsvm had before 'auto')
+AUTO_CACHE_CLUSTER = 200.0
+
+
+def cache_mb(est) -> float:
+    """The kernel cache budget (MB) of ``est.cache_size``: a number is itself; ``'auto'`` is an
+    eighth of this machine's physical memory, at most 4096 MB, in-process (the coordinator's
+    Gram block of the working sets and the partitions' kernel columns grow to it only as they
+    need), and 200 MB with a ``client``.  A kernel column computed again costs ``n d`` flops;
+    on 25,000 deformed MNIST digits 2,000 MB instead of 200 MB computed 39,230 columns instead
+    of 257,564 and halved the fit (benchmarks/results/deformed_series.md)."""
+    v = est.cache_size
+    if not isinstance(v, str):
+        return float(v)
+    if est.client is not None:
+        return AUTO_CACHE_CLUSTER
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):      # pragma: no cover - not POSIX
+        return 1024.0
+    return float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2 ** 20))
+
+
+def gram_mb(est) -> float | None:
+    """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
+    for a number, ``min(cache_mb, 800)`` for 'auto'.  Measured on 25,000 deformed digits with
+    2,000 MB of kernel columns: Gram 200 / 800 / 2,000 MB fitted in 77.5 / 45.3 / 43.2 s."""
+    if not isinstance(est.cache_size, str):
+        return None
+    return min(cache_mb(est), AUTO_GRAM_MAX)
+
+
 def blas_limits(n_jobs, threads):
     """Context that limits BLAS to its share of ``n_jobs`` while ``threads`` threads run
     (prediction in row chunks): ``max(1, n_threads(n_jobs) // threads)`` threads each.  A share

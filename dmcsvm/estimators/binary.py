@@ -24,7 +24,7 @@ from ..engine.problem_rows import ConstantRows, PairSigns
 from ..kernels import KernelSpec, kernel_block, prefer_numpy, row_norms_sq
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
-from ._engine import make_executor, release_executor, run_chunks
+from ._engine import cache_mb, make_executor, release_executor, run_chunks
 from ._inputs import (
     RowsView,
     TrainingData,
@@ -84,7 +84,7 @@ class SMOEngine:
             ps = PartitionSettings(
                 kernel=spec.to_dict(), C=float(settings.U), selection=0, tol=float(settings.tol),
                 n_candidates=int(settings.per_group),
-                shrinking=False, cache_bytes=int(float(est.cache_size) * 2 ** 20 / n_parts),
+                shrinking=False, cache_bytes=int(cache_mb(est) * 2 ** 20 / n_parts),
                 kernel_dtype=str(td.dtype), extra=settings.partition_extra(with_own),
                 x_in_memory=True)
             self.executor.start(td.source, signs, self.groups, ps,
@@ -165,7 +165,7 @@ class _SMOParams(SVMEstimator):
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
-                 kernel_dtype="float32", selection="wss2", cache_size=200, max_iter=-1, batch_size=128, verbose=False,
+                 kernel_dtype="float32", selection="wss2", cache_size="auto", max_iter=-1, batch_size=128, verbose=False,
                  probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
         self._keep_params(locals())

@@ -23,7 +23,14 @@ from ._base import (
     reals,
 )
 from ._checkpoint import CheckpointSession
-from ._engine import make_executor, n_threads, release_executor, run_chunks
+from ._engine import (
+    cache_mb,
+    gram_mb,
+    make_executor,
+    n_threads,
+    release_executor,
+    run_chunks,
+)
 from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel, ovo_from_scores
 from ._inputs import (
     chunked_method,
@@ -197,7 +204,7 @@ class MulticlassSVC(SVMEstimator):
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  kernel_dtype="float32", optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
-                 gap_tol=0.0, cache_size=200, max_iter=-1, batch_size=5000, batch_sweeps=1,
+                 gap_tol=0.0, cache_size="auto", max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
                  client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
                  n_partitions=None,
@@ -215,7 +222,7 @@ class MulticlassSVC(SVMEstimator):
                               tol=float(self.tol), gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
                               batch_size=int(self.batch_size),
                               batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
-                              cache_size=float(self.cache_size),
+                              cache_size=cache_mb(self), gram_cache_size=gram_mb(self),
                               verbose=bool(self.verbose),
                               **{"inner_steps": 20.0, **getattr(self, '_extra', {})}).check()
 

@@ -29,7 +29,14 @@ from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
 from ..store.class_index import class_counts
 from ._base import SVMEstimator, choices, integers, reals
-from ._engine import blas_limits, make_executor, n_threads, release_executor
+from ._engine import (
+    blas_limits,
+    cache_mb,
+    gram_mb,
+    make_executor,
+    n_threads,
+    release_executor,
+)
 from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, is_store
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
@@ -206,7 +213,7 @@ class MultiPrototypeSVC(SVMEstimator):
                  optimizer="exact",
                  selection="kkt", threshold="mean", threshold_fraction=0.5, tol=1e-3,
                  gap_tol=1e-2,
-                 cache_size=200, max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
+                 cache_size="auto", max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
                  verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
                  n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
                  class_weight=None, warm_start=False):
@@ -223,7 +230,7 @@ class MultiPrototypeSVC(SVMEstimator):
                                 gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
                                 batch_size=int(self.batch_size or 1000),
                                 batch_sweeps=int(self.batch_sweeps or 1),
-                                shrinking=bool(self.shrinking), cache_size=float(self.cache_size),
+                                shrinking=bool(self.shrinking), cache_size=cache_mb(self), gram_cache_size=gram_mb(self),
                                 # kernel rows: the rounds solve their working set by
                                 # re-selection, as MulticlassSVC's (one pass in order took
                                 # 20-1000x the rounds on small weighted problems, and 1.3-1.5x

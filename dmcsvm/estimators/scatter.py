@@ -128,7 +128,7 @@ class ScatterSVC(SVMEstimator):
 
     def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
                  kernel_dtype="float32",
-                 test_rule=1, tol=1e-3, selection="wss2", cache_size=200, max_iter=-1,
+                 test_rule=1, tol=1e-3, selection="wss2", cache_size="auto", max_iter=-1,
                  batch_size=1000, class_batch=4, verbose=False, probability=False,
                  random_state=None, n_jobs=None, client=None, n_workers=None,
                  threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None,
