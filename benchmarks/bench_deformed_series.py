@@ -87,6 +87,9 @@ def main(argv=None):
     p.add_argument("--sizes", default="25000,50000,100000,200000")
     p.add_argument("--svc-budget", type=float, default=3600.0)
     p.add_argument("--tmp", default=None, help="where the stores are written (then deleted)")
+    p.add_argument("--svc-from", default=None,
+                   help="take SVC's rows from this earlier result of the series (same data and "
+                        "settings: SVC does not change with dmcsvm) instead of fitting it again")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "deformed_series.json"))
     a = p.parse_args(argv)
     Xte, yte = dd.test_set(a.data_dir)
@@ -112,6 +115,17 @@ def main(argv=None):
         row = {"n": n, "write_store_s": t_write, "load": os.getloadavg()}
         row["dmcsvm"] = _fit_dmcsvm(X, y, Xte, yte)
         print(f"n={n} dmcsvm {row['dmcsvm']}", flush=True)
+        old = {r["n"]: r for r in json.loads(Path(a.svc_from).read_text())["rows"]} \
+            if a.svc_from else {}
+        if old.get(n, {}).get("svc"):
+            row["svc"] = dict(old[n]["svc"], reused_from=str(a.svc_from))
+            row["ratio"] = row["dmcsvm"]["fit"] / row["svc"]["fit"]
+            rows.append(row)
+            res = {"meta": meta, "rows": rows, "exponent_dmcsvm": exponents(rows, "dmcsvm"),
+                   "exponent_svc": exponents(rows, "svc")}
+            out.write_text(json.dumps(res, indent=1))
+            print(f"n={n} svc reused, ratio {row['ratio']:.2f}", flush=True)
+            continue
         svc_prev = [r for r in rows if r.get("svc")]
         proj = None
         if len(svc_prev) >= 2:
