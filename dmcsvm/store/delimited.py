@@ -166,6 +166,12 @@ def _columns_of(src, delimiter, skip_header, label_column, drop_columns, weight_
         break
     else:
         raise ValueError(f"{src} contains no samples")
+    return (ncols, *_column_plan(src, ncols, label_column, drop_columns, weight_column))
+
+
+def _column_plan(src, ncols, label_column, drop_columns, weight_column):
+    """``(label_col, feature_cols, weight_col)`` of records of ``ncols`` fields: the label,
+    weight and dropped columns checked against each other (errors name the file)."""
     label_col = _normalize_column(label_column, ncols, "label_column", src)
     drops = {_normalize_column(j, ncols, "drop column", src) for j in drop_columns}
     if label_col in drops:
@@ -180,7 +186,7 @@ def _columns_of(src, delimiter, skip_header, label_column, drop_columns, weight_
     feature_cols = [j for j in range(ncols) if j != label_col and j not in drops]
     if not feature_cols:
         raise ValueError(f"{src} has no feature columns")
-    return ncols, label_col, feature_cols, weight_col
+    return label_col, feature_cols, weight_col
 
 
 def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_rows, meter):
@@ -295,20 +301,8 @@ def _from_csv_exact(src, target, label_column, delimiter, skip_header, drop_colu
     for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter):
         if ncols is None:
             ncols = len(rows[0])
-            label_col = _normalize_column(label_column, ncols, "label_column", src)
-            drops = {_normalize_column(j, ncols, "drop column", src) for j in drop_columns}
-            if label_col in drops:
-                raise ValueError(f"{src}: label_column {label_column} is also in drop_columns")
-            weight_col = None
-            if weight_column is not None:
-                weight_col = _normalize_column(weight_column, ncols, "weight_column", src)
-                if weight_col == label_col or weight_col in drops:
-                    raise ValueError(f"{src}: weight_column {weight_column} is also the label "
-                                     f"column or in drop_columns")
-                drops.add(weight_col)
-            feature_cols = [j for j in range(ncols) if j != label_col and j not in drops]
-            if not feature_cols:
-                raise ValueError(f"{src} has no feature columns")
+            label_col, feature_cols, weight_col = _column_plan(src, ncols, label_column,
+                                                               drop_columns, weight_column)
         for row, ln in zip(rows, lines):
             if len(row) != ncols:
                 raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
