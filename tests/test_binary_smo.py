@@ -256,7 +256,7 @@ def test_two_class_decomposition_equals_binary(Est):
     ("selection", "first", "a str among {'mvp', 'wss2'}"),
     ("kernel", "laplacian", "a str among {'linear', 'poly', 'rbf', 'sigmoid'}"),
     ("max_iter", 0, "an int in the range [1, inf) or -1"),
-    ("cache_size", -5.0, "a float in the range [0.0, inf)"),
+    ("cache_size", -5.0, "a str among {'auto'} or a float in the range [0.0, inf)"),
 ])
 @pytest.mark.parametrize("Est", [BinarySVC, OneVsRestSVC, OneVsOneSVC])
 def test_bad_parameters(Est, name, value, allowed):

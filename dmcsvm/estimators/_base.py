@@ -105,15 +105,13 @@ WHERE_IT_RUNS_DOC = THREAD_POLICY + """
     n_partitions : int, optional
         Row partitions (default: one per thread / worker thread).
     cache_size : 'auto' or float, default='auto'
-        Kernel cache budget in MB, shared by the partitions' kernel columns (and by every
-        binary problem of one fit) and, for the Crammer-Singer family, the coordinator's
-        kernel block of the working sets; both grow to it only as they need.  'auto': an
-        eighth of the machine's memory, at most 4096 MB, in-process (the working sets' block
-        at most 800 MB of it), 200 MB with a ``client`` (whose workers have memory limits of
-        their own).  A larger cache computes
-        fewer kernel columns again: on 25,000 deformed MNIST digits 2,000 MB instead of 200 MB
-        halved the fit.  Explicit linear
-        prototypes compute no kernel column and use none.
+        Kernel cache budget in MB; 'auto' is an eighth of the machine's memory, at most 4096.
+        It holds the partitions' kernel columns (shared by every binary problem of one fit)
+        and, for the Crammer-Singer family, the coordinator's kernel block of the working
+        sets (at most 800 MB of an 'auto' budget); both grow to it only as they need.  With a
+        ``client``, 'auto' is 200 MB (the workers have memory limits of their own).  A larger
+        cache computes fewer kernel columns again: on 25,000 deformed MNIST digits 2,000 MB
+        instead of 200 MB halved the fit.  Explicit linear prototypes use none.
     verbose : bool, default=False
         Report the fit's progress (a bar of the solver's rounds: gap, active set, kernel rows
         computed / cached; MultiPrototypeSVC prints one line per annealing epoch).

@@ -32,10 +32,15 @@ def available_threads() -> int:
     cgroup quota), within ``OMP_NUM_THREADS`` and any ``threadpool_limits`` in force (what
     joblib sets in its worker processes: ``cores // n_jobs``), as scikit-learn's OpenMP
     estimators count them; one thread inside a joblib worker thread, whose share is unknown."""
+    import threading
+
     from joblib.parallel import get_active_backend
     backend, _ = get_active_backend()
-    if getattr(backend, "nesting_level", 0) and "OMP_NUM_THREADS" not in os.environ:
-        return 1                    # a joblib worker thread: the outer job uses the cores
+    if getattr(backend, "nesting_level", 0) and \
+            threading.current_thread() is not threading.main_thread():
+        # a joblib worker thread (threading backend): the outer job uses the cores.  A worker
+        # process (loky) runs its tasks on its main thread, with joblib's OMP_NUM_THREADS
+        return 1
     try:
         from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
         return max(1, int(_openmp_effective_n_threads(only_physical_cores=False)))
