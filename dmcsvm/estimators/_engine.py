@@ -21,8 +21,9 @@ THREAD_POLICY = f"""\
         all but one, a positive integer itself.  dmcsvm uses ``n_jobs`` threads in all and no
         more: numba kernels are single-threaded and BLAS is limited to one thread per
         partition while training (to ``n_jobs // chunks`` threads while predicting), so
-        nested parallelism never oversubscribes the cores.  The model does not depend on the
-        thread count.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows run
+        nested parallelism never oversubscribes the cores.  The default ``n_partitions`` is
+        one per thread, and the row partitioning is part of the solver's trajectory: set
+        ``n_partitions`` for the same model on machines with other core counts.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows run
         in turn on one thread (a thread hand-off costs more than their round).  Ignored with
         a ``client`` (a Dask cluster's worker threads are its parallelism)."""
 

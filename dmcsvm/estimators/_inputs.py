@@ -221,14 +221,6 @@ def in_kernel_precision(est, td: TrainingData) -> TrainingData:
     return td
 
 
-def support_rows(td: TrainingData, ids) -> np.ndarray:
-    """The X rows ``ids`` as the user gave them (``support_vectors_``): the original rows of a
-    fit that cast them for float32 kernels, else :func:`rows_of`."""
-    if td.original is not None:
-        return td.original[np.asarray(ids, dtype=np.int64)]
-    return rows_of(td, ids)
-
-
 def rows_of(td: TrainingData, ids) -> np.ndarray:
     """X rows ``ids`` (in the given order) of a training input: indexing for arrays and CSR, the
     store chunks that hold them for a store, one small computation for a dask array."""

@@ -165,9 +165,10 @@ class _SMOParams(SVMEstimator):
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
-                 kernel_dtype="float32", selection="wss2", cache_size="auto", max_iter=-1, batch_size=128, verbose=False,
-                 probability=False, random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
+                 kernel_dtype="float32", selection="wss2", cache_size="auto", max_iter=-1,
+                 batch_size=128, verbose=False, probability=False, random_state=None,
+                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
+                 memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
         self._keep_params(locals())
 
     def _decomposition_settings(self) -> DecompositionSettings:

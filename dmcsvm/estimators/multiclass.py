@@ -203,8 +203,8 @@ class MulticlassSVC(SVMEstimator):
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32", optimizer="exact", selection="bmg", threshold="mean", threshold_fraction=0.5, tol=1e-3,
-                 gap_tol=0.0, cache_size="auto", max_iter=-1, batch_size=5000, batch_sweeps=1,
+                 kernel_dtype="float32", optimizer="exact", selection="bmg", threshold="mean",
+                 threshold_fraction=0.5, tol=1e-3, gap_tol=0.0, cache_size="auto", max_iter=-1, batch_size=5000, batch_sweeps=1,
                  shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
                  client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
                  n_partitions=None,
