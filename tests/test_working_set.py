@@ -202,7 +202,7 @@ def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
     computed = []
 
     def counting(spec, A, B, **kw):
-        computed.append(A.shape[0])
+        computed.append(A.shape[0] * B.shape[0])
         return kernel_block(spec, A, B, **kw)
     monkeypatch.setattr(csmod, "kernel_block", counting)
     rng = np.random.default_rng(1)
@@ -214,15 +214,97 @@ def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
     cache = _GramCache(spec, 40 * 40 * np.dtype(dtype).itemsize, dtype)
     batches = [np.arange(0, 20), np.arange(10, 35), np.arange(30, 60), np.arange(25, 45),
                np.arange(0, 45)]
+    tol = 1e-6 if dtype == np.float32 else 1e-12
     for ids in batches:
+        before = len(computed)
         G, p = cache.block(ids, X[ids])
-        ref = kernel_block(spec, X[ids], X[ids])
-        tol = 1e-6 if dtype == np.float32 else 1e-12
-        np.testing.assert_allclose(G[np.ix_(p, p)], ref, atol=tol)
-        assert np.array_equal(G[np.ix_(p, p)], G[np.ix_(p, p)].T)
-        assert len(set(p.tolist())) == len(ids)
-    # rows computed per call: new ones only, the kept ones copied
-    assert computed == [20, 15, 25, 5, 45]
+        assert len(computed) == before and len(set(p.tolist())) == len(ids)   # placed only
+        cache.ensure(p)
+        np.testing.assert_allclose(G[np.ix_(p, p)], kernel_block(spec, X[ids], X[ids]),
+                                   atol=tol)
+        assert np.all(cache.stamp[p] == cache.m)
+        computed.append("|")
+    # values per call: the new rows over every placed column, the rows computed before
+    # completed over the columns placed since, the rows kept through the eviction not at all
+    assert computed == [20 * 20, "|", 15 * 35, 10 * 15, "|", 25 * 30, 5 * 25, "|", 5 * 35, 15 * 5,
+                        "|", 45 * 45, "|"]
+
+
+def test_gram_cache_places_rows_and_computes_only_those_asked():
+    """A working set whose solve steps a few rows computes those rows (and the solve's request
+    around them), not the whole block: a batch of 200 where only row 3 violates (and a narrow
+    kernel keeps its step from moving the others)."""
+    rng = np.random.default_rng(5)
+    nb, P = 200, 3
+    X = rng.normal(size=(nb, 4))
+    spec = KernelSpec("rbf", gamma=50.0)
+    y = np.arange(nb) % P
+    cache = _GramCache(spec, 10 ** 7, np.float64)
+    G, p = cache.block(np.arange(nb), X)
+    K = kernel_block(spec, X, X)
+    pcls = np.arange(P)
+    C = np.full(nb, 1.0)
+    # every row optimal (all coefficients 0, scores f_y = 1, others 0: psi = 0) but row 3
+    B = np.zeros((nb, P))
+    F = np.zeros((nb, P))
+    F[np.arange(nb), y] = 1.0
+    F[3, y[3]] = -2.0
+    dB, gains, steps = ws.solve_working_set(pt.OPT_EXACT, B, F, G, p, y, y, pcls, np.ones(nb),
+                                            C, 1e-3, 5e-4, 20 * nb, 1e-3, rows=cache)
+    assert steps[3] >= 1
+    stepped = p[steps > 0]
+    assert np.all(cache.stamp[stepped] == nb)
+    # two requests (16 and 32 rows): row 3's, then that of row 37, the one neighbour its step
+    # pushed over inner_tol
+    assert np.flatnonzero(steps).tolist() == [3, 37]
+    assert cache.rows_computed == 3 * ws.ROWS_FIRST_REQUEST
+    assert np.count_nonzero(cache.stamp[:nb] == nb) == cache.rows_computed < nb
+    np.testing.assert_allclose(G[stepped][:, p], K[np.ix_(np.flatnonzero(steps > 0),
+                                                          np.arange(nb))], atol=1e-12)
+
+
+class _RowsFromMatrix:
+    """A ``rows`` argument of :func:`solve_working_set` that copies requested rows of a full
+    matrix into an initially unknown one (NaN), recording the requests."""
+
+    def __init__(self, G):
+        self.full = G
+        self.G = np.full_like(G, np.nan)
+        self.m = G.shape[0]
+        self.stamp = np.full(self.m, -1, dtype=np.int64)
+        self.requests = []
+
+    def ensure(self, rows):
+        self.requests.append(len(rows))
+        self.G[rows] = self.full[rows]
+        self.stamp[rows] = self.m
+
+
+@pytest.mark.parametrize("code", sorted(set(pt.OPTIMIZERS.values())))
+def test_working_set_on_requested_rows_equals_the_whole_block(code):
+    """The solve stops before a step whose kernel row is missing, asks for it (and the rows it
+    will step next) and goes on where it stopped: the same passes, steps and coefficients, bit
+    for bit, as with the whole ``K_BB`` given; no unknown value is ever read (NaN would show)."""
+    rng = np.random.default_rng(11)
+    nb, P, d = 300, 4, 5
+    X = rng.normal(size=(nb, d))
+    y = rng.integers(0, P, nb).astype(np.int64)
+    K = kernel_reference(KernelSpec("rbf", gamma=0.5), X, X)
+    gpos = rng.permutation(nb).astype(np.int64)        # the batch's places in the cache
+    G = np.empty_like(K)
+    G[np.ix_(gpos, gpos)] = K
+    pcls = np.arange(P)
+    B, F, C = np.zeros((nb, P)), np.zeros((nb, P)), np.full(nb, 1.0)
+    args = (B, F)
+    rest = (gpos, y, y, pcls, np.ones(nb), C, 1e-3, 5e-4, 20 * nb, 1e-3)
+    whole = ws.solve_working_set(code, *args, G, *rest)
+    rows = _RowsFromMatrix(G)
+    asked = ws.solve_working_set(code, *args, rows.G, *rest, rows=rows)
+    for a, b in zip(whole, asked):
+        np.testing.assert_array_equal(a, b)
+    assert len(rows.requests) > 2 and rows.requests[0] == ws.ROWS_FIRST_REQUEST
+    assert max(rows.requests) <= ws.ROWS_MOST_REQUEST
+    assert not np.isnan(asked[0]).any()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -307,7 +389,7 @@ def test_dask_executor_equals_in_process_bit_for_bit(cs, local_client):
 
 
 def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
-    """New rows are computed in chunks of ``_GramCache.CHUNK`` (a GEMM's rounding depends on its
+    """Rows are computed in chunks of ``_GramCache.CHUNK`` (a GEMM's rounding depends on its
     shape); on a thread pool the chunks give the same block bit for bit as in turn."""
     monkeypatch.setattr(_GramCache, "CHUNK", 128)
     rng = np.random.default_rng(2)
@@ -322,6 +404,8 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
         G1, p1 = serial.block(ids, X[ids])
         G2, p2 = threaded.block(ids, X[ids])
         np.testing.assert_array_equal(p1, p2)
+        serial.ensure(p1)
+        threaded.ensure(p2)
         np.testing.assert_array_equal(G1[np.ix_(p1, p1)], G2[np.ix_(p2, p2)])
         np.testing.assert_allclose(G1[np.ix_(p1, p1)], kernel_block(spec, X[ids], X[ids]),
                                    atol=1e-6)
@@ -334,13 +418,12 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
     partitions on one thread or two give the same solve bit for bit."""
     monkeypatch.setattr(_GramCache, "CHUNK", 5)
     pooled = []
-    block = _GramCache.block
+    ensure = _GramCache.ensure
 
-    def recording_block(self, ids, XB):
-        out = block(self, ids, XB)
+    def recording_ensure(self, rows):
+        ensure(self, rows)
         pooled.append(self._pool.started)
-        return out
-    monkeypatch.setattr(_GramCache, "block", recording_block)
+    monkeypatch.setattr(_GramCache, "ensure", recording_ensure)
     X, y = cs.make_blobs_problem(7, 90, 4, 3, spread=1.4, scale=1.5)
     spec = KernelSpec("rbf", gamma=0.4)
     kw = dict(batch_size=40, tol=1e-6, n_partitions=2, inner_steps=20.0)

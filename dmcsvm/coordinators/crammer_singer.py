@@ -36,7 +36,7 @@ from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.row_bank import RowBank
 from ..engine.threads import BlasThreadHold, LazyPool
 from ..errors import check_finite_round
-from ..kernels import KernelSpec, kernel_block
+from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
 from ..numerics.working_set import solve_working_set
@@ -167,33 +167,44 @@ class _GramCache:
     """The coordinator's kernel values among the patterns of recent working sets.
 
     Consecutive rounds' working sets share most of their patterns (the support vectors), so
-    ``K_BB`` is kept between rounds and only the rows of patterns new to it are computed,
-    ``K(X_new, X_cached + X_new)``: O(|new| m d) instead of O(|B|^2 d) per round.  Held within
+    ``K_BB`` is kept between rounds.  :meth:`block` only places a round's patterns (their X rows)
+    in the cache; a pattern's kernel row is computed when the working-set solve first steps it
+    (:meth:`ensure`, asked by :func:`~dmcsvm.numerics.working_set.solve_working_set`), against
+    every pattern placed by then.  Row ``g`` holds the columns below ``stamp[g]`` (the number
+    placed when it was computed; ``-1``: not computed); a row computed earlier is completed over
+    the patterns placed since.  A working set of 5,000 of which a few dozen move
+    (shuttle's first hundred rounds) thus costs a few dozen rows, not 5,000.  Held within
     ``budget_bytes``; when a round would overflow it, only that round's working set stays (its
-    block copied, not recomputed).  Values are a pure function of the rows, so the trajectory
-    does not depend on where the partitions run; only dense rows are cached (sparse batches
-    compute ``K_BB`` every round).  New rows are computed in fixed chunks, on ``threads``
-    threads when the fit runs in process (its partitions' threads idle while the coordinator
-    works): satimage / pendigits / usps fits 1.15-1.3x faster on two cores, same values.
+    computed block copied, in order, with the stamps renumbered).  Values are a pure function
+    of the rows and of the solve's requests, so the trajectory does not depend on where the
+    partitions run; only dense rows are cached (sparse batches compute ``K_BB`` every round).
+    Rows are computed in fixed chunks, on ``threads`` threads when the fit runs in process (its
+    partitions' threads idle while the coordinator works), same values.  Measured at defaults
+    (load ~6, same trajectory both ways): shuttle 5.2 s against 6.8 s with every placed row
+    computed, letter, usps equal (benchmarks/results/vs_libsvm_defaults.md).
     """
 
-    #: new rows are computed in chunks of this many (a GEMM's rounding depends on its shape, so
-    #: a fixed chunk keeps the values, and the trajectory, the same whatever the thread count)
-    CHUNK = 512
+    #: rows are computed in chunks of this many (a GEMM's rounding depends on its shape, so a
+    #: fixed chunk keeps the values, and the trajectory, the same whatever the thread count)
+    CHUNK = 128
 
     def __init__(self, spec, budget_bytes, dtype, threads=1):
         self.spec = spec
         self.threads = int(threads)     # threads for the chunks (the partitions idle meanwhile)
-        self._pool = LazyPool(self.threads, "gram")   # started at the first block of 2+ chunks
+        self._pool = LazyPool(self.threads, "gram")   # started at the first request of 2+ chunks
         self.budget = int(budget_bytes)
         self.dtype = np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
         self.pos = IdIndex()            # pattern id -> its row / column in G
         self.m = 0
         self.G = np.zeros((0, 0), dtype=self.dtype)
         self.X = None
+        self.stamp = np.zeros(0, dtype=np.int64)
+        self.norms = np.zeros(0)
+        self.rows_computed = 0          # kernel rows computed (a completed row counts again)
 
     def block(self, ids, XB):
-        """``(G, p)`` such that ``G[p][:, p] = K(XB, XB)`` (rows of ``G`` in the order ``p``)."""
+        """``(G, p)``: the places ``p`` of the patterns ``ids`` (X rows ``XB``) in ``G``, new
+        ones placed; their values are computed on request (:meth:`ensure`)."""
         p = self.pos.lookup(ids)
         new = np.flatnonzero(p < 0)
         if new.shape[0] == 0:
@@ -214,29 +225,63 @@ class _GramCache:
                     cap = max(need, limit)
                 G = np.empty((cap, cap), dtype=self.dtype)
                 X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
+                stamp = np.full(cap, -1, dtype=np.int64)
+                norms = np.empty(cap)
                 G[:self.m, :self.m] = self.G[:self.m, :self.m]
                 if self.m:
                     X[:self.m] = self.X[:self.m]
-                self.G, self.X = G, X
+                    stamp[:self.m] = self.stamp[:self.m]
+                    norms[:self.m] = self.norms[:self.m]
+                self.G, self.X, self.stamp, self.norms = G, X, stamp, norms
         m, nn = self.m, new.shape[0]
         self.X[m:m + nn] = XB[new]
-
-        def rows(a):            # rows m + a .. of G, and their columns above them
-            b = min(a + self.CHUNK, nn)
-            K = kernel_block(self.spec, self.X[m + a:m + b], self.X[:m + nn], dtype=self.dtype)
-            self.G[m + a:m + b, :m + nn] = K
-            self.G[:m, m + a:m + b] = K[:, :m].T
-
-        starts = range(0, nn, self.CHUNK)
-        if self.threads < 2 or len(starts) < 2:
-            for a in starts:
-                rows(a)
-        else:
-            list(self._pool.map(rows, starts))
+        if self.spec.name == "rbf":     # (the squared norms of RBF's distances, once per row)
+            self.norms[m:m + nn] = row_norms_sq(self.X[m:m + nn])
+        self.stamp[m:m + nn] = -1
         p[new] = m + np.arange(nn)
         self.pos.add(np.asarray(ids)[new], p[new])
         self.m = m + nn
         return self.G, p
+
+    def ensure(self, rows) -> None:
+        """Compute rows ``rows`` of ``G`` (places) over the columns placed since each was last
+        computed, ``K(X_rows, X[lo:m])``: rows of one stamp together, in chunks of
+        :attr:`CHUNK`, on the pool when there are several.  Only rows are written: a row is
+        read only once it is complete (``stamp == m``), so the symmetric half would never be
+        read (writing it cost a strided pass over every row of ``G`` per request)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        m = self.m
+        rows = rows[self.stamp[rows] < m]
+        if rows.shape[0] == 0:
+            return
+        # rows of one stamp together (new rows, rows computed in the same earlier round), each
+        # group in chunks of CHUNK
+        st = self.stamp[rows]
+        rows = rows[np.argsort(st, kind="stable")]
+        cuts = np.flatnonzero(np.diff(np.sort(st, kind="stable"))) + 1
+        chunks = [g[a:a + self.CHUNK] for g in np.split(rows, cuts)
+                  for a in range(0, g.shape[0], self.CHUNK)]
+
+        def compute(r):
+            lo = max(int(self.stamp[r[0]]), 0)
+            # one row, or one column, alone would be a GEMV, which rounds differently from a
+            # GEMM: two rows (the row twice) and two columns (one known again), so that the
+            # values do not depend on how the requests fell
+            lo = min(lo, max(m - 2, 0))
+            ra = r if r.shape[0] > 1 else np.repeat(r, 2)
+            kw = ({"norms_a": self.norms[ra], "norms_b": self.norms[lo:m]}
+                  if self.spec.name == "rbf" else {})
+            K = kernel_block(self.spec, self.X[ra], self.X[lo:m], dtype=self.dtype, **kw)
+            return lo, K[:r.shape[0]]
+
+        if self.threads < 2 or len(chunks) < 2:
+            blocks = [compute(r) for r in chunks]
+        else:
+            blocks = list(self._pool.map(compute, chunks))
+        for r, (lo, K) in zip(chunks, blocks):
+            self.G[r, lo:m] = K
+            self.stamp[r] = m
+        self.rows_computed += rows.shape[0]
 
     def close(self) -> None:
         self._pool.close()
@@ -247,18 +292,23 @@ class _GramCache:
 
     def _evict(self, ids, p, limit) -> None:
         """Keep only the rows of this working set (``p >= 0``; ``p`` is rewritten to their new
-        places): the block among them is copied to the top-left corner, in place, instead of
-        computing it again (kernel values cost O(d) each, a copy O(1); consecutive working sets
-        share most of their rows).  A working set that alone overflows the budget keeps
-        nothing (``limit``: :meth:`_limit`)."""
+        places): the block among them is copied to the top-left corner, in place and in order,
+        instead of computing it again (kernel values cost O(d) each, a copy O(1); consecutive
+        working sets share most of their rows); a kept row's stamp becomes the number of kept
+        places below the old one, which keeps every known value known.  A working set that
+        alone overflows the budget keeps nothing (``limit``: :meth:`_limit`)."""
         have, keep = self.pos.keep(ids if len(ids) <= limit else ids[:0])
         k = keep.shape[0]
         if k:
             compact_block(self.G, keep)
             self.X[:k] = self.X[keep]
+            self.norms[:k] = self.norms[keep]
+            old = self.stamp[keep]
+            self.stamp[:k] = np.where(old < 0, -1, np.searchsorted(keep, old))
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k
+
 
 
 def primal_slack(agg, C) -> float:
@@ -444,7 +494,7 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     if batch_solver is None:
                         dB, gains, st = solve_working_set(
                             opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol,
-                            s.inner_relax)
+                            s.inner_relax, rows=gram)
                     else:
                         dB, gains, st = batch_solver.working_set(
                             opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol,

@@ -123,8 +123,16 @@ def pass_cut(mx, tol, inner_tol, first, total, max_steps):
     return max(0.5 * mx, inner_tol) if mx > inner_tol else 0.5 * mx
 
 
+#: batch rows whose kernel rows the working-set solve asks for at once (the row it needs now and
+#: the next ones its pass may step): the first request of a solve asks for up to FIRST, each next
+#: one for twice as many, up to MOST (few rows when few move, large GEMMs when many do); fixed,
+#: so that the requests, and hence the values the caller computes, do not depend on its threads
+ROWS_FIRST_REQUEST = 16
+ROWS_MOST_REQUEST = 1024
+
+
 def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
-                      inner_tol, relax=1.0):
+                      inner_tol, relax=1.0, rows=None):
     """Coordinator's working-set solve on ``K_BB`` by re-selection (DESIGN §4: updates inside a
     batch touch only batch rows): passes over the batch optimize, each exactly
     (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW exceeds a
@@ -136,14 +144,20 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
 
     ``K_BB[j, k] = G[gpos[j], gpos[k]]`` (the coordinator's cached kernel values); ``C`` is a
     scalar or one bound per batch row; ``relax > 1`` over-relaxes the exact optimizer's steps
-    (:func:`_over_relax`).
+    (:func:`_over_relax`).  ``rows`` (optional) says which rows of ``G`` hold their values:
+    row ``g`` holds the columns below ``rows.stamp[g]`` (``-1``: none yet) among the
+    ``rows.m`` in use, and ``rows.ensure(positions)`` computes the missing ones.  A row is asked
+    for only when a step needs it, with the next ones the pass will step
+    (:data:`ROWS_FIRST_REQUEST`, doubling): a working set of thousands of candidates of which a few dozen
+    move (a round of shuttle's first hundred) computes a few dozen kernel rows, not thousands.
+    The passes, cuts and steps are the same whether rows are given whole or on request.
     Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
     optimizations of every batch row.
 
     The set-up (the sort by cache place, the gathers) is NumPy and the passes one numba function:
     inside numba, ``argsort`` and fancy indexing compiled a sort and the shape-error formatting
     into the first fit (about 3.5 s of its 23 s of compilation)."""
-    nb = Bb.shape[0]
+    nb, P = Bb.shape
     # score columns in increasing cache place (see _step_row); rows are still visited in batch
     # order, so the passes, cuts and steps are those of batch-ordered columns
     place = np.argsort(gpos, kind="stable")
@@ -155,23 +169,53 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     BT = np.ascontiguousarray(Bc[place].T)
     Ccol = (np.full(nb, float(C)) if np.ndim(C) == 0
             else np.ascontiguousarray(np.asarray(C, dtype=np.float64)[place]))
-    gains, steps = _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb,
-                                       np.ascontiguousarray(yb[place]),
-                                       np.ascontiguousarray(cb[place]), Ccol, pcls, kdiag, C,
-                                       tol, fp_eps, max_steps, inner_tol, float(relax))
+    if rows is None:
+        stamp, m = np.full(G.shape[0], G.shape[0], dtype=np.int64), G.shape[0]
+    else:
+        stamp, m = rows.stamp, int(rows.m)
+    gpos = np.ascontiguousarray(gpos, dtype=np.int64)
+    ycol = np.ascontiguousarray(yb[place])
+    ccol = np.ascontiguousarray(cb[place])
+    state = np.zeros(_N_STATE, dtype=np.int64)
+    scal = np.zeros(2)                          # the pass's cut; S (see _working_set_passes)
+    steps = np.zeros(nb, dtype=np.int64)
+    gains = np.zeros(nb)
+    U = np.empty(nb)
+    want = np.empty(min(nb, ROWS_MOST_REQUEST), dtype=np.int64)
+    ask = ROWS_FIRST_REQUEST
+    while True:
+        k = _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol,
+                                pcls, kdiag, C, tol, fp_eps, max_steps, inner_tol, float(relax),
+                                stamp, m, state, scal, steps, gains, U, want[:ask])
+        if k == 0:
+            break
+        rows.ensure(gpos[want[:k]])
+        ask = min(2 * ask, want.shape[0])
     return Bc - Bb, gains, steps
+
+
+#: the passes' state between requests for kernel rows: phase (0 a pass starts, 1 inside a pass,
+#: 2 done), the batch row a pass goes on from, steps taken, first pass, the pass moved, passes
+_N_STATE = 6
 
 
 @numba.njit(cache=True, nogil=True)
 def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol, pcls, kdiag,
-                        C, tol, fp_eps, max_steps, inner_tol, relax):
+                        C, tol, fp_eps, max_steps, inner_tol, relax, stamp, m, state, scal,
+                        steps, gains, U, want):
     """The passes of :func:`solve_working_set` on its prepared arrays: ``Bc`` (the batch's
     coefficients, updated in place; ``BT`` the same by column), ``FT`` (scores, P x |B|,
     columns in cache place), ``col`` (batch row -> column), ``sg`` (cache place of each column)
-    and the columns' positive prototypes, classes and bounds.  Returns gains and steps."""
+    and the columns' positive prototypes, classes and bounds; ``steps`` and ``gains`` are
+    accumulated in place.
+
+    Resumable: when a step needs a row of ``G`` that is not there (``stamp[gpos[j]] < m``) the
+    passes stop before it, write into ``want`` the batch rows whose kernel rows to compute (that
+    one, then those whose ``psi`` exceeds ``inner_tol`` now, in the order the passes visit them)
+    and
+    return how many; called again with the same arrays (``state``, ``scal``, ``U``) once those
+    rows are in ``G``, they go on exactly where they stopped.  Returns 0 when done."""
     nb, P = Bc.shape
-    steps = np.zeros(nb, dtype=np.int64)
-    gains = np.zeros(nb)
     b0 = np.empty(P)
     f = np.empty(P)
     kcol = np.empty(nb)
@@ -186,30 +230,40 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
     # against 0.55-0.63 s, satimage 0.28-0.29 against 0.30-0.31 s, letter and pendigits equal.
     # slack: the rounding of one score update and of a psi evaluation, 8 ulp of the largest
     # score magnitude S (S grows by at most the largest change of any score per step)
-    U = np.empty(nb)
     psi0 = np.empty(nb)
     mx_s = np.empty(nb)
     mn_s = np.empty(nb)
-    S = 1.0
-    for t in range(nb):
-        for r in range(P):
-            S = max(S, abs(FT[r, t]))
-    total = 0
-    first = True
-    for _ in range(_MAX_INNER):
+    phase, j0, total, first, moved, passes = (state[0], state[1], state[2], state[3] == 0,
+                                              state[4] != 0, state[5])
+    cut, S = scal[0], scal[1]
+    if phase == 2:
+        return 0
+    if phase == 0 and passes == 0:
+        S = 1.0
+        for t in range(nb):
+            for r in range(P):
+                S = max(S, abs(FT[r, t]))
+    while True:
+        if phase == 0:
+            if passes >= _MAX_INNER:
+                break
+            passes += 1
+            slack = 8e-16 * (S + 1.0)
+            psi_columns(FT, BT, ycol, ccol, Ccol, pcls, mx_s, mn_s, psi0)
+            mx = 0.0
+            for c in range(nb):
+                p = psi0[c]
+                U[c] = p * (1.0 + 1e-12) + slack
+                mx = max(mx, p)
+            cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
+            if cut < 0.0:
+                break
+            first = False
+            moved = False
+            j0 = 0
+            phase = 1
         slack = 8e-16 * (S + 1.0)
-        psi_columns(FT, BT, ycol, ccol, Ccol, pcls, mx_s, mn_s, psi0)
-        mx = 0.0
-        for c in range(nb):
-            p = psi0[c]
-            U[c] = p * (1.0 + 1e-12) + slack
-            mx = max(mx, p)
-        cut = pass_cut(mx, tol, inner_tol, first, total, max_steps)
-        if cut < 0.0:
-            break
-        first = False
-        moved = False
-        for j in range(nb):
+        for j in range(j0, nb):
             if total >= max_steps:
                 break
             c = col[j]
@@ -219,6 +273,41 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
             U[c] = p * (1.0 + 1e-12) + slack
             if p <= cut:
                 continue
+            if stamp[gpos[j]] < m:
+                # K_BB's row j is not computed: ask for it and for the rows this solve may
+                # step next, those violating more than inner_tol now, in the order the passes
+                # visit them (this one's rest, then the next's start)
+                want[0] = j
+                k = 1
+                for q in range(1, nb):
+                    if k == want.shape[0]:
+                        break
+                    jj = j + q if j + q < nb else j + q - nb
+                    cc = col[jj]
+                    if U[cc] <= inner_tol or stamp[gpos[jj]] >= m:
+                        continue
+                    if psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls,
+                                 bound_at(C, jj)) > inner_tol:
+                        want[k] = jj
+                        k += 1
+                # the rest of the request with the next missing rows in visiting order: a
+                # request of a few rows streams all of X's placed rows through memory for a
+                # handful of values, and the requests double in size (solve_working_set)
+                for q in range(1, nb):
+                    if k == want.shape[0]:
+                        break
+                    jj = j + q if j + q < nb else j + q - nb
+                    if stamp[gpos[jj]] >= m:
+                        continue
+                    cc = col[jj]
+                    if U[cc] <= inner_tol or psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls,
+                                                       bound_at(C, jj)) <= inner_tol:
+                        want[k] = jj
+                        k += 1
+                state[0], state[1], state[2], state[3] = 1, j, total, 0 if first else 1
+                state[4], state[5] = 1 if moved else 0, passes
+                scal[0], scal[1] = cut, S
+                return k
             g, ch, moved_most = _step_row(code, j, c, Bc, BT, FT, G, gpos[j], sg, yb, cb, pcls,
                                           kdiag, C, tol, fp_eps, b0, f, kcol, U, slack, relax)
             U[c] = np.inf       # the row's own step moved its bounds: evaluate it when next asked
@@ -228,6 +317,8 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
             steps[j] += 1
             gains[j] += g
             moved = moved or ch
+        phase = 0
         if not moved:
             break
-    return gains, steps
+    state[0] = 2
+    return 0
