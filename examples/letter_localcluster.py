@@ -1,4 +1,5 @@
 """The UCI letter data (26 classes) trained on a Dask LocalCluster started for the run.
+====================================================================================
 
     python examples/letter_localcluster.py [--n-train 15000] [--workers 2]
 
