@@ -1,4 +1,4 @@
-"""The rough edges of the command line found by trying it as a new user (issue 17), each
+"""The rough edges of the command line found by trying it as a new user, each
 reproduced: output file modes, ``plot`` after a plain install, a TLS scheduler without
 certificates, whitespace-separated text, ``--log-json`` for every estimator, help texts and
 messages, the cluster spec files, and the warning formatter.

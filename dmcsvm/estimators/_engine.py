@@ -101,8 +101,8 @@ def cache_mb(est) -> float:
 
 def gram_mb(est) -> float | None:
     """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
-    for a number, ``min(cache_mb, 800)`` for 'auto'.  Measured on 25,000 deformed digits with
-    2,000 MB of kernel columns: Gram 200 / 800 / 2,000 MB fitted in 77.5 / 45.3 / 43.2 s."""
+    for a number, ``min(cache_mb, 800)`` for 'auto' (measurements: benchmarks/results/HISTORY.md,
+    'Kernel cache defaults')."""
     if not isinstance(est.cache_size, str):
         return None
     return min(cache_mb(est), AUTO_GRAM_MAX)

@@ -1,6 +1,6 @@
 """The class index of a store's rows, read from its label array where and when it is needed, so
-that the coordinator of a fit from a store holds no per-row label array (issue 15: coordinator
-memory independent of n).
+that the coordinator of a fit from a store holds no per-row label array (docs/design.md, 'The
+coordinator's size': coordinator memory independent of n).
 
 :func:`scan_classes` finds the classes in one pass over the label chunks (O(chunk) memory);
 :class:`StoreClassIndex` stands for the class index of rows ``[lo, hi)``: slicing it gives another
