@@ -50,7 +50,8 @@ numpydoc_xref_param_type = False
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "auto_examples",
-    "filename_pattern": r"(quickstart_digits|one_vs_rest|scatter_checkerboard|plot_convergence)\.py$",
+    "filename_pattern": (r"(quickstart_digits|one_vs_rest|scatter_checkerboard"
+                         r"|plot_convergence)\.py$"),
     "ignore_pattern": r"__init__\.py",
     "download_all_examples": False,
     "remove_config_comments": True,

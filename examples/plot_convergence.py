@@ -19,7 +19,7 @@ from dmcsvm import MulticlassSVC
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Convergence of a fit: dual, primal and duality gap round by round.")
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("-o", "--output", help="PNG to write (default: show the figure)")
     a = p.parse_args(argv)
 
