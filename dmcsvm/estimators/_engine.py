@@ -8,7 +8,8 @@ import os
 
 from ..engine.executor import InProcessExecutor
 
-#: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and the README.
+#: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and
+#: docs/user_guide.md.
 THREAD_POLICY = f"""\
     n_jobs : int or None, default=None
         Threads of the in-process executor and of in-memory prediction.  ``None`` uses the
