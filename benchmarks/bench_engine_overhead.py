@@ -447,11 +447,6 @@ def probe(client, X, y, sizes, iters):
             ts.append(time.perf_counter() - t)
         return {"median_ms": 1e3 * statistics.median(ts), "min_ms": 1e3 * min(ts)}
 
-    def with_options(ex, msg, b, **kw):                 # actor calls with actor-call options
-        with ex._calls():
-            futs = [a.probe(msg, b, **kw) for a in ex.parts]
-            return [f.result() for f in futs]
-
     for mode in ("actor", "actor_relayed"):
         ex = DaskExecutor(client, N_WORKERS, direct=False if mode == "actor_relayed" else None)
         ex.start(X[:n], y[:n], y[:n], ps, partition_cls=ProbePartition)
@@ -461,9 +456,6 @@ def probe(client, X, y, sizes, iters):
                 blob = pickle.dumps(msg, protocol=5)
                 variants = {mode: lambda: ex.call("probe", msg, b),
                             f"{mode}_packed": lambda: ex.call("probe", blob, b, True)}
-                if mode == "actor":
-                    variants["actor_no_thread"] = lambda: with_options(ex, msg, b,
-                                                                        separate_thread=False)
                 for name, fn in variants.items():
                     out["round_trip_ms"].setdefault(name, {})[str(b)] = timed(fn)
         finally:
@@ -605,15 +597,14 @@ def markdown(out) -> str:
               "A partition method that ignores a message of b patterns (ids, X rows, dB) and "
               "returns a reply-shaped dict of b candidates, called on both partitions as a round "
               f"does (median of {pr['iters']} calls, ms).  *packed*: message and reply sent as "
-              "one pickled blob each instead of a dict of arrays; *no_thread*: actor method run on "
-              "the worker's event loop (`separate_thread=False`) instead of its actor thread; "
+              "one pickled blob each instead of a dict of arrays; "
               "*relayed*: actor calls through the scheduler (`direct=False`).", "",
-              "| b | actor | actor packed | actor no_thread | actor packed, relayed | "
+              "| b | actor | actor packed | actor packed, relayed | "
               "message bytes | reply bytes | (de)serialize msg + reply |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---:|---:|---:|---:|---:|---:|---:|"]
         for b in pr["sizes"]:
             v = [rt[k][str(b)]["median_ms"] if str(b) in rt.get(k, {}) else float("nan")
-                 for k in ("actor", "actor_packed", "actor_no_thread", "actor_relayed_packed")]
+                 for k in ("actor", "actor_packed", "actor_relayed_packed")]
             sz = pr["serialize_ms"][str(b)]
             ser = sum(sz[k]["serialize_ms"] + sz[k]["deserialize_ms"] for k in ("message", "reply"))
             L.append(f"| {b} | " + " | ".join(f"{x:.2f}" for x in v) +
