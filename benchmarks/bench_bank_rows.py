@@ -1,4 +1,4 @@
-"""Round messages with and without the workers' row banks (issue 15: fewer bytes per round).
+"""Round messages with and without the workers' row banks: fewer bytes per round.
 
 Each Dask worker banks the X rows of the batches it applied, and a round's message leaves out the
 batch rows every worker holds (``DaskExecutor(bank_rows=True)``, the default).  This fits the same
@@ -21,31 +21,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
-from bench_scaling import blobs  # noqa: E402
+from _harness import blobs, executor_hook  # noqa: E402
 
 
 def fit_with(client, X, y, batch, **executor):
     """One MulticlassSVC fit on ``client`` with the DaskExecutor's attributes ``executor`` set
-    (e.g. ``bank_rows``, ``tree``, ``pack_rows``): the executor's counters and the model's last
-    dual."""
-    import dmcsvm.estimators.multiclass as mc
+    (e.g. ``bank_rows``, ``tree``): the executor's counters and the model's last dual."""
     from dmcsvm import MulticlassSVC
     made = []
-    orig = mc.make_executor
 
-    def wrapped(est):
-        ex, owned = orig(est)
+    def wrap(ex, est):
         for k, v in executor.items():
             setattr(ex, k, v)
         made.append(ex)
-        return ex, owned
-    mc.make_executor = wrapped
-    try:
+        return ex
+    with executor_hook(wrap):
         t = time.perf_counter()
         clf = MulticlassSVC(C=10.0, gamma="scale", batch_size=batch, client=client).fit(X, y)
         wall = time.perf_counter() - t
-    finally:
-        mc.make_executor = orig
     ex = made[-1]
     return {**executor, "fit_s": wall, "rounds": int(clf.n_iter_),
             "bytes_sent": int(ex.bytes_sent), "bytes_received": int(ex.bytes_received),

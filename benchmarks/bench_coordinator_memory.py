@@ -1,5 +1,6 @@
-"""The coordinator's memory against the number of rows (issue 15): a fit streamed from a zarr store
-on a LocalCluster, with the coordinator (this process) sampled for its resident memory.
+"""The coordinator's memory against the number of rows (docs/design.md, 'The coordinator's size'): a
+fit streamed from a zarr store on a LocalCluster, with the coordinator (this process) sampled for
+its resident memory.
 
 For each ``n`` a synthetic store (``d`` features, ``m`` Gaussian classes, float32) is written to a
 temporary directory (deleted afterwards), then ``MulticlassSVC(client=...)`` (q = 1) and

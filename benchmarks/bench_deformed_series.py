@@ -78,7 +78,7 @@ def _fit_svc(X, y, Xte, yte):
 def exponents(rows, side) -> list:
     pts = [(r["n"], r[side]["fit"]) for r in rows if r.get(side)]
     return [{"from": a[0], "to": b[0], "exponent": float(np.log(b[1] / a[1]) / np.log(b[0] / a[0]))}
-            for a, b in zip(pts, pts[1:])]
+            for a, b in zip(pts, pts[1:], strict=False)]
 
 
 def main(argv=None):
@@ -150,7 +150,7 @@ def main(argv=None):
 
 
 def write_md(res, path):
-    lines = [f"# dmcsvm vs SVC on deformed MNIST digits as n grows\n", f"{res['meta']}\n",
+    lines = ["# dmcsvm vs SVC on deformed MNIST digits as n grows\n", f"{res['meta']}\n",
              "| n | SVC fit (s) | dmcsvm fit (s) | ratio | SVC acc | dmcsvm acc | SVC SVs | "
              "dmcsvm SVs | rounds | unshrinks | dmcsvm solve / parts (s) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -179,7 +179,7 @@ def plot(res, path):
     for side, mk in (("svc", "s-"), ("dmcsvm", "o-")):
         pts = [(r["n"], r[side]["fit"]) for r in res["rows"] if r.get(side)]
         if pts:
-            ax.loglog(*zip(*pts), mk, label=side if side == "dmcsvm" else "SVC (LIBSVM)")
+            ax.loglog(*zip(*pts, strict=False), mk, label=side if side == "dmcsvm" else "SVC (LIBSVM)")
     ax.set_xlabel("training rows")
     ax.set_ylabel("fit time (s)")
     ax.set_title("Deformed MNIST digits, both at defaults")

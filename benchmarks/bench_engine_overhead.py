@@ -1,7 +1,7 @@
-"""Cost of running dmcsvm's rounds on Dask: in-process threads vs LocalCluster actors vs pinned futures.
+"""Cost of running dmcsvm's rounds on Dask: in-process threads vs LocalCluster actors.
 
 The same ``MulticlassSVC(C=10, gamma=1)`` (defaults otherwise: ``batch_size=1000``, exact
-optimizer, BMG + MEAN, shrinking, 200 MB cache) is trained on letter three ways in one run:
+optimizer, BMG + MEAN, shrinking, 200 MB cache) is trained on letter four ways in one run:
 
 * ``inprocess``: ``client=None, n_jobs=2`` (two row partitions on a thread pool);
 * ``actor``: ``client=`` a ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``
@@ -11,12 +11,8 @@ optimizer, BMG + MEAN, shrinking, 200 MB cache) is trained on letter three ways 
 * ``actor_relayed``: the same actors with ``DaskExecutor(client, direct=False)``: every call and
   reply relayed through the scheduler's ``proxy`` handler, which is what a ``Client`` left at its
   default ``direct_to_workers=None`` does with actor calls (and what this executor did before it
-  checked for a direct route);
-* ``future``: the same cluster with ``DaskExecutor(client, mode='future')`` (one task per
-  partition per round, submitted through the scheduler, that mutates the worker-resident
-  partition).  The estimator always builds actor executors, so this benchmark swaps the
-  executor in through a small wrapper around ``make_executor`` (benchmark only; no engine code
-  is changed);
+  checked for a direct route); the benchmark swaps that executor in through the harness's
+  executor hook (``_harness.executor_hook``; no engine code is changed);
 * ``actor_notrim``: actors on a second LocalCluster whose workers do not get Dask's
   ``MALLOC_TRIM_THRESHOLD_=65536`` (``distributed.nanny.pre-spawn-environ``), i.e. glibc's
   default malloc as in the in-process run: with the threshold set, glibc hands every freed large
@@ -65,7 +61,6 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import pickle
 import statistics
@@ -79,6 +74,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
 import _report
+from _harness import executor_hook  # noqa: E402
 
 from dmcsvm import MulticlassSVC  # noqa: E402
 from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
@@ -86,13 +82,11 @@ from dmcsvm.engine.messages import CSReply, RoundMessage  # noqa: E402
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402
 
-MODES = ("inprocess", "actor", "actor_relayed", "future", "actor_notrim")
+MODES = ("inprocess", "actor", "actor_relayed", "actor_notrim")
 LABELS = {"inprocess": "in-process (2 threads)", "actor": "LocalCluster, actors",
           "actor_relayed": "LocalCluster, actors relayed by the scheduler",
-          "future": "LocalCluster, pinned futures",
           "actor_notrim": "LocalCluster (no MALLOC_TRIM_THRESHOLD_), actors"}
 SHORT = {"inprocess": "in-process", "actor": "actors", "actor_relayed": "actors,\nrelayed",
-         "future": "pinned\nfutures",
          "actor_notrim": "actors,\nno malloc trim"}
 C, GAMMA, N_JOBS, N_WORKERS = 10.0, 1.0, 2, 2
 #: estimator parameters beyond the defaults (set in main: the on-disk column tier is switched off
@@ -149,8 +143,8 @@ class _Recorder:
         self.bytes_out.append(_nbytes(msg) * len(replies))
         self.bytes_in.append(sum(_nbytes(r) for r in replies))
         # what an actor round actually sends, as the executor counted it while packing (no
-        # second pickling inside the timed round); none for in-process and pinned futures
-        if sent is not None and self._ex.mode == "actor":
+        # second pickling inside the timed round); none in-process
+        if sent is not None:
             self.wire_out.append(self._ex.bytes_sent - sent)
         self.cand_X_bytes.append(sum(_nbytes(r.cand_X) for r in replies))
         dB = getattr(msg, "dB", None)
@@ -166,28 +160,16 @@ class _Recorder:
         return self._ex.close()
 
 
-@contextlib.contextmanager
 def _executor_mode(mode, recorders):
-    """Make ``MulticlassSVC.fit`` use a recorded executor; ``mode='future'`` swaps the actor
-    executor the estimator builds for a pinned-future one on the same client (benchmark only)."""
-    import dmcsvm.estimators.multiclass as est_mod
-    orig = est_mod.make_executor
-
-    def patched(est):
-        ex, owned = orig(est)
-        if mode == "future":
-            ex = DaskExecutor(ex.client, est.n_partitions, mode="future")
-        elif mode == "actor_relayed":
+    """Make ``MulticlassSVC.fit`` use a recorded executor; ``mode='actor_relayed'`` swaps the
+    executor the estimator builds for one whose calls the scheduler relays (benchmark only)."""
+    def wrap(ex, est):
+        if mode == "actor_relayed":
             ex = DaskExecutor(ex.client, est.n_partitions, direct=False)
         rec = _Recorder(ex)
         recorders.append(rec)
-        return rec, owned
-
-    est_mod.make_executor = patched
-    try:
-        yield
-    finally:
-        est_mod.make_executor = orig
+        return rec
+    return executor_hook(wrap)
 
 
 def _fit(mode, client, X, y, batch_size, max_iter=-1):
@@ -465,14 +447,8 @@ def probe(client, X, y, sizes, iters):
             ts.append(time.perf_counter() - t)
         return {"median_ms": 1e3 * statistics.median(ts), "min_ms": 1e3 * min(ts)}
 
-    def with_options(ex, msg, b, **kw):                 # actor calls with actor-call options
-        with ex._calls():
-            futs = [a.probe(msg, b, **kw) for a in ex.parts]
-            return [f.result() for f in futs]
-
-    for mode in ("actor", "actor_relayed", "future"):
-        ex = DaskExecutor(client, N_WORKERS, mode="future" if mode == "future" else "actor",
-                          direct=False if mode == "actor_relayed" else None)
+    for mode in ("actor", "actor_relayed"):
+        ex = DaskExecutor(client, N_WORKERS, direct=False if mode == "actor_relayed" else None)
         ex.start(X[:n], y[:n], y[:n], ps, partition_cls=ProbePartition)
         try:
             for b in sizes:
@@ -480,9 +456,6 @@ def probe(client, X, y, sizes, iters):
                 blob = pickle.dumps(msg, protocol=5)
                 variants = {mode: lambda: ex.call("probe", msg, b),
                             f"{mode}_packed": lambda: ex.call("probe", blob, b, True)}
-                if mode == "actor":
-                    variants["actor_no_thread"] = lambda: with_options(ex, msg, b,
-                                                                        separate_thread=False)
                 for name, fn in variants.items():
                     out["round_trip_ms"].setdefault(name, {})[str(b)] = timed(fn)
         finally:
@@ -525,7 +498,7 @@ def plot(results, batch_sizes, path):
             ("t_update", "partition: score GEMM", "#ccb974"),
             ("t_select", "partition: selection scan", "#64b5cd"),
             ("comm", "communication + scheduling", "#c44e52"))
-    for ax, b in zip(axes[0], batch_sizes):
+    for ax, b in zip(axes[0], batch_sizes, strict=False):
         x = np.arange(len(MODES))
         bottom = np.zeros(len(MODES))
         rows = [results[str(b)][mode]["per_round_ms"] for mode in MODES]
@@ -564,7 +537,7 @@ def _fmt_b(n):
 
 def markdown(out) -> str:
     res, bs = out["results"], out["batch_sizes"]
-    L = ["# dmcsvm engine overhead: in-process vs Dask LocalCluster (actors / pinned futures)", "",
+    L = ["# dmcsvm engine overhead: in-process vs Dask LocalCluster (actors)", "",
          _report.machine_line(out) + f"  dask/distributed {out['distributed']}.  "
          + _report.load_line(out), "",
          f"Data: {out['data']}.  Model: `MulticlassSVC(C={C:g}, gamma={GAMMA:g}, "
@@ -616,8 +589,7 @@ def markdown(out) -> str:
           "`executor.step` wall - t_parts; merge = concatenating the replies on the coordinator. "
           "Bytes: numpy payload of the messages (once per partition) and of the replies; packed "
           "out: the frames an actor round sends (`pack_message`: dB as its nonzeros when that is "
-          "smaller), as the executor counts them; in-process and pinned futures send no packed "
-          "frames.", ""]
+          "smaller), as the executor counts them; in-process sends no packed frames.", ""]
     pr = out.get("probe")
     if pr:
         rt = pr["round_trip_ms"]
@@ -625,17 +597,14 @@ def markdown(out) -> str:
               "A partition method that ignores a message of b patterns (ids, X rows, dB) and "
               "returns a reply-shaped dict of b candidates, called on both partitions as a round "
               f"does (median of {pr['iters']} calls, ms).  *packed*: message and reply sent as "
-              "one pickled blob each instead of a dict of arrays; *no_thread*: actor method run on "
-              "the worker's event loop (`separate_thread=False`) instead of its actor thread; "
+              "one pickled blob each instead of a dict of arrays; "
               "*relayed*: actor calls through the scheduler (`direct=False`).", "",
-              "| b | actor | actor packed | actor no_thread | actor packed, relayed | "
-              "pinned future | future packed | message bytes | reply bytes | "
-              "(de)serialize msg + reply |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| b | actor | actor packed | actor packed, relayed | "
+              "message bytes | reply bytes | (de)serialize msg + reply |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
         for b in pr["sizes"]:
             v = [rt[k][str(b)]["median_ms"] if str(b) in rt.get(k, {}) else float("nan")
-                 for k in ("actor", "actor_packed", "actor_no_thread", "actor_relayed_packed",
-                           "future", "future_packed")]
+                 for k in ("actor", "actor_packed", "actor_relayed_packed")]
             sz = pr["serialize_ms"][str(b)]
             ser = sum(sz[k]["serialize_ms"] + sz[k]["deserialize_ms"] for k in ("message", "reply"))
             L.append(f"| {b} | " + " | ".join(f"{x:.2f}" for x in v) +
@@ -690,7 +659,7 @@ def markdown(out) -> str:
             L.append(f"| {b} | {mode} | {a['same_predictions']} ({a['n_pred_differ']} differ) | "
                      f"{a['same_rounds']} | {a['same_support']} | {cd} | "
                      f"{a['accuracy_diff_points']:+.2f} |")
-    L += ["", "## Actors vs pinned futures", "", out["verdict"], ""]
+    L += ["", "## Actors: direct and relayed", "", out["verdict"], ""]
     return "\n".join(L)
 
 
@@ -698,10 +667,10 @@ def verdict(out) -> str:
     res, bs = out["results"], out["batch_sizes"]
     parts = []
     for b in bs:
-        a, f = res[str(b)]["actor"], res[str(b)]["future"]
+        a, f = res[str(b)]["actor"], res[str(b)]["actor_relayed"]
         R = a["rounds"]
-        parts.append(f"b={b}: actors {a['fit_s_min']:.2f} s vs futures {f['fit_s_min']:.2f} s "
-                     f"(futures {100 * (f['fit_s_min'] / a['fit_s_min'] - 1):+.0f} %), comm "
+        parts.append(f"b={b}: direct {a['fit_s_min']:.2f} s vs relayed {f['fit_s_min']:.2f} s "
+                     f"(relayed {100 * (f['fit_s_min'] / a['fit_s_min'] - 1):+.0f} %), comm "
                      f"{a['per_round_ms']['comm']:.2f} vs {f['per_round_ms']['comm']:.2f} ms/round "
                      f"over {R} rounds")
     txt = ("Fit time (min over repeats) and communication per round: " + "; ".join(parts) + ".")
@@ -709,19 +678,13 @@ def verdict(out) -> str:
     if pr:
         rt = pr["round_trip_ms"]
         txt += "  Without partition work (probe) a round costs " + "; ".join(
-            f"b={b}: {rt['actor'][str(b)]['median_ms']:.2f} ms with actors, "
-            f"{rt['future'][str(b)]['median_ms']:.2f} ms with pinned futures" for b in pr["sizes"]) + "."
+            f"b={b}: {rt['actor'][str(b)]['median_ms']:.2f} ms direct, "
+            f"{rt['actor_relayed'][str(b)]['median_ms']:.2f} ms relayed" for b in pr["sizes"]) + "."
     txt += ("  Messages per round: an actor call is one request client -> worker (the batch message) "
             "and one response worker -> client (the reply), per partition, with no scheduler "
             "involved when the client reaches the workers directly (the executor checks at start; "
             "relayed, each goes client -> scheduler -> worker and back, two hops each way, which "
-            "is what a default `Client(direct_to_workers=None)` does with actor calls); a "
-            "pinned-future round is per partition a task submission client -> "
-            "scheduler (carrying the message, which the scheduler forwards with the task), the "
-            "scheduler -> worker compute-task, worker -> scheduler task-finished, scheduler -> "
-            "client key-in-memory, then the gather (client -> worker, reply back), plus release "
-            "messages for the finished keys: about three times the hops and a scheduler "
-            "transition per task, with the message crossing two links instead of one.")
+            "is what a default `Client(direct_to_workers=None)` does with actor calls).")
     return txt
 
 
@@ -771,8 +734,8 @@ def main(argv=None):
     import dask
     import distributed
     from distributed import Client, LocalCluster
-    run = _report.Run(__file__, "engine overhead: in-process vs LocalCluster actors vs pinned "
-                      "futures", _report.settings_of(a))
+    run = _report.Run(__file__, "engine overhead: in-process vs LocalCluster actors",
+                      _report.settings_of(a))
     Xtr, ytr, Xte, yte = _data.load_letter(a.data_dir)
     Xtr, ytr = Xtr[:n_train].astype(np.float32), ytr[:n_train]
     Xte = Xte.astype(np.float32)
@@ -797,7 +760,7 @@ def main(argv=None):
                                 dashboard_address=":0")
     client2 = Client(cluster2)
     client2.wait_for_workers(N_WORKERS)
-    clients = {"inprocess": None, "actor": client, "actor_relayed": client, "future": client, "actor_notrim": client2}
+    clients = {"inprocess": None, "actor": client, "actor_relayed": client, "actor_notrim": client2}
     results, agreement = {}, {}
     pr = disk_default = None
     meta = {

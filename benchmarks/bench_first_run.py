@@ -1,4 +1,4 @@
-"""Where the README's first run goes: ``dmcsvm demo`` cold (empty numba cache) vs warm (issue 17).
+"""Where the README's first run goes: ``dmcsvm demo`` cold (empty numba cache) vs warm.
 
 Each run is a fresh subprocess ``python -m dmcsvm.cli demo --json`` with ``NUMBA_CACHE_DIR`` set
 to a directory of this benchmark: *cold* = a new empty directory (nothing compiled yet, as on a

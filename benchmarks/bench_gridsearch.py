@@ -1,4 +1,4 @@
-"""``GridSearchCV(MulticlassSVC(), grid, n_jobs=k)``: does it oversubscribe?  (issue 17)
+"""``GridSearchCV(MulticlassSVC(), grid, n_jobs=k)``: does it oversubscribe?
 
 Runs the same grid search (digits, 1347 training rows, C x gamma = 2 x 2, 3-fold: 12 fits + a
 refit) in a fresh subprocess per configuration:

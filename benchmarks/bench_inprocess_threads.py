@@ -32,7 +32,7 @@ def main(argv=None):
         sys.path.insert(0, str(Path(a.code).resolve()))
     sys.path.insert(1, str(Path(__file__).resolve().parent))
     import numpy as np
-    from bench_scaling import blobs
+    from _harness import blobs
 
     import dmcsvm
     from dmcsvm import MulticlassSVC

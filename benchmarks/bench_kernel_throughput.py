@@ -52,8 +52,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
-from dmcsvm.kernels import (KernelSpec, copy_gram, kernel_block, poly_from_gram,  # noqa: E402
-                            rbf_from_gram, row_norms_sq)
+from dmcsvm.kernels import (  # noqa: E402
+    KernelSpec,
+    copy_gram,
+    kernel_block,
+    poly_from_gram,
+    rbf_from_gram,
+    row_norms_sq,
+)
 from dmcsvm.numerics import pattern as pt  # noqa: E402
 
 KERNELS = {"rbf": KernelSpec("rbf", gamma=0.05), "poly": KernelSpec("poly", gamma=0.05, degree=3,
@@ -183,13 +189,13 @@ def plot(rows, path):
     for i, th in enumerate(threads):
         for j, dt in enumerate(dtypes):
             ax = axes[i][j]
-            for k, name in enumerate(KERNELS):
+            for _k, name in enumerate(KERNELS):
                 for s, (n, b) in enumerate(shapes):
                     pts = sorted((r["d"], r["kernels"][name]["ratio"]) for r in rows
                                  if r["threads"] == th and r["dtype"] == dt and r["n"] == n
                                  and r["b"] == b)
                     if pts:
-                        ax.plot(*zip(*pts), styles[s % 4], color=colors[name], marker="o", ms=3,
+                        ax.plot(*zip(*pts, strict=False), styles[s % 4], color=colors[name], marker="o", ms=3,
                                 label=f"{name} n={n} b={b}")
             ax.axhline(GOAL, color="k", lw=0.8, ls="--")
             ax.set_xscale("log")
@@ -279,6 +285,7 @@ def _columns_in_worker_env(quick):
     BLAS thread), where glibc returns freed blocks to the OS at once, so every fresh block is
     page-faulted in again."""
     import subprocess
+
     import dask
     import distributed  # noqa: F401 - loads the distributed config defaults
     env = dict(os.environ)

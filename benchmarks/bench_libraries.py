@@ -1,4 +1,4 @@
-"""Hand-written code against the library that could replace it (issue 40, item 6): the parse
+"""Hand-written code against the library that could replace it: the parse
 pass of the LIBSVM and CSV readers, opening compressed text, and the kernel-column cache's LRU
 bookkeeping, each timed on the same input in one process.
 
@@ -30,9 +30,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
-
 import _report
+import numpy as np
 
 
 def _best(fn, repeat):
@@ -258,7 +257,7 @@ def _markdown(out) -> str:
         rows.append([f"LRU bookkeeping ({r['lru']['touches']:,} touches)",
                      f"{r['lru']['ordereddict_s']:.3f}",
                      f"cachetools.LRUCache: {r['lru']['cachetools_s']:.3f}"])
-    lines = ["# Hand-written code vs libraries (issue 40)", "",
+    lines = ["# Hand-written code vs libraries", "",
              _report.machine_line(out), _report.load_line(out), "",
              f"Seconds, best of {out['settings']['repeat']} (`benchmarks/bench_libraries.py`).",
              ""]

@@ -332,7 +332,7 @@ def goals(results):
         g["q1_fit_time_ratio_le_2"] = {"value": round(L["fit_time_ratio"], 2),
                                        "met": bool(L["fit_time_ratio"] <= GOAL_TIME_RATIO)}
         if 5 in final and final[5]["C"] == L["C"]:
-            # issue 14: q = 5 within 4x LIBLINEAR's Crammer-Singer time at the same C
+            # q = 5 within 4x LIBLINEAR's Crammer-Singer time at the same C
             r5 = final[5]["fit_time_s"] / L["liblinear"]["fit_time_s"]
             g["q5_fit_time_ratio_to_liblinear_le_4"] = {"value": round(r5, 2),
                                                        "met": bool(r5 <= GOAL_Q5_RATIO)}

@@ -72,6 +72,7 @@ def write_store(path, n, d, rows_per_chunk, seed=0):
     """Stream the synthetic problem into a dmcsvm store, one row block at a time."""
     import dask
     import dask.array as da
+
     from dmcsvm.store import from_dask
     centres, y = _centres(d, seed), _labels(n, seed)
     blocks = [da.from_delayed(dask.delayed(_block)(lo, min(lo + rows_per_chunk, n), d, seed,
@@ -174,6 +175,7 @@ def main(argv=None):
         a.out = str(Path(a.out).with_name("out_of_core_quick.json"))
     from dask.utils import parse_bytes
     from distributed import Client, LocalCluster
+
     from dmcsvm import MulticlassSVC
     from dmcsvm.store import default_rows_per_chunk
 

@@ -1,4 +1,4 @@
-"""Probability quality of ``MulticlassSVC(probability=True)`` against scikit-learn (issue 17).
+"""Probability quality of ``MulticlassSVC(probability=True)`` against scikit-learn.
 
 For letter and usps (``--data-dir``, default ``../shared/data``) the same C and gamma='scale'
 for every model:
@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 import _report
+import numpy as np
 from _data import load_letter, load_usps, stratified_subset
 
 

@@ -71,14 +71,14 @@ def make_data(n, d, m=10, seed=0):
 def run_variant(a) -> dict:
     """One fit with a late worker kill (runs in a child process; ``dmcsvm`` is whichever the
     PYTHONPATH gives)."""
-    import dmcsvm
     from distributed import Client, LocalCluster
 
+    import dmcsvm
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     from dmcsvm.engine.dask_executor import DaskExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
     X, y = make_data(a.n, a.d)
     m = int(y.max()) + 1

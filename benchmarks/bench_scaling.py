@@ -1,4 +1,4 @@
-"""Scaling model of dmcsvm's rounds (issue 15 item 2): measure the parts, fit, validate, project.
+"""Scaling model of dmcsvm's rounds: measure the parts, fit, validate, project.
 
 What runs, in one process (``--quick`` shrinks every size):
 
@@ -31,10 +31,11 @@ Outputs ``results/scaling.{json,md,png}``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
 import os
 import pickle
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,15 +44,15 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import scaling_model as sm  # noqa: E402
 import _report
+import scaling_model as sm  # noqa: E402
 from _data import DEFAULT_DATA_DIR, load_letter  # noqa: E402
+from _harness import best, blobs, executor_hook, load, med, timeit  # noqa: E402
 
 from dmcsvm.engine.messages import HeldIds  # noqa: E402
 
-
 #: current: one actor call, one message copy and up to b candidates per partition (W x 16 of them;
-#: the executor before WorkerGroup, still there as DaskExecutor(group=False));
+#: the executor before WorkerGroup; model only now);
 #: per_worker: one call / message copy / top-b candidate list per worker (its 16 partitions behind
 #: one actor; implemented: DaskExecutor(tree=False)); per_worker_2b: the same with each worker
 #: sending its top 2b/W (2b in all; model only); tree: the message forwarded and the replies merged
@@ -60,65 +61,28 @@ from dmcsvm.engine.messages import HeldIds  # noqa: E402
 #: the batch rows every worker banks left out of the message (implemented: DaskExecutor's
 #: bank_rows, the default; the share held per round comes from the trajectory's ``held``);
 #: tree_bank_packed: and the X rows sent as their nonzeros when that is smaller (implemented:
-#: DaskExecutor's pack_rows, the default; only for a problem with a measured density, below)
+#: the executor always packs, losslessly; only for a problem with a measured density, below)
 DESIGNS = ("current", "per_worker", "per_worker_2b", "tree", "tree_bank", "tree_bank_packed")
 
 #: the Dask fits measured here: key -> (cluster, DaskExecutor options, model options)
 DASK_RUNS = {"dask1": ("1x1", {}, {}),
              "dask2": ("2x1", {}, {}),
-             # one worker with two threads: two actors (before) against one WorkerGroup
-             "dask1x2_actors": ("1x2", {"group": False}, {"calls": 2}),
+             # one worker with two threads: its two partitions behind one WorkerGroup
              "dask1x2": ("1x2", {}, {"calls": 1}),
              # two workers down the tree (root -> child): the model charges 2 calls per level
              "dask2_tree": ("2x1", {"tree": True}, {"tree": 2})}
 EXECUTOR_KW: dict = {}     # options set on the next DaskExecutor (install_recorder)
-
-
-def load():
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def med(ts):
-    return float(statistics.median(ts))
-
-
-def _times(fn, repeat, warm):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return ts
-
-
-def timeit(fn, repeat=5, warm=1):
-    """Median seconds of ``fn()`` over ``repeat`` calls after ``warm`` untimed ones."""
-    return med(_times(fn, repeat, warm))
-
-
-def best(fn, repeat=5, warm=1):
-    """Fastest of ``repeat`` calls of ``fn()`` after ``warm`` untimed ones."""
-    return min(_times(fn, repeat, warm))
-
-
-# ----------------------------------------------------------------------------- data
-def blobs(n, d, P, seed=0):
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(0.0, 1.0, (P, d))
-    y = rng.integers(0, P, n)
-    X = centers[y] + rng.normal(0.0, 1.1, (n, d))
-    X = (X - X.min(0)) / (X.max(0) - X.min(0)) * 2 - 1
-    return X.astype(np.float32), y.astype(np.int64)
+_HOOKS = contextlib.ExitStack()     # the recorders installed for the rest of the run
 
 
 # ----------------------------------------------------------------------------- 1. unit costs
 def unit_costs(quick):
     from threadpoolctl import threadpool_limits
+
+    from dmcsvm.engine.messages import CSReply
+    from dmcsvm.engine.messages import merge as merge_replies
     from dmcsvm.kernels import KernelSpec, kernel_block, row_norms_sq
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.engine.messages import CSReply, merge as merge_replies
     rng = np.random.default_rng(1)
     out = {"load_before": load()}
     na, b = (4096, 128) if quick else (8192, 256)
@@ -252,18 +216,17 @@ class Recorder:
 
 
 def install_recorder():
-    import dmcsvm.estimators.multiclass as mc
-    orig = mc.make_executor
+    """Record the rounds of every fit from here to the end of the run (the harness's executor
+    hook); returns the list each fit appends its round log to."""
     logs = []
 
-    def wrapped(est):
-        ex, owned = orig(est)
+    def wrap(ex, est):
         for k, v in EXECUTOR_KW.items():
             setattr(ex, k, v)
         log = []
         logs.append(log)
-        return Recorder(ex, log), owned
-    mc.make_executor = wrapped
+        return Recorder(ex, log)
+    _HOOKS.enter_context(executor_hook(wrap))
     return logs
 
 
@@ -329,7 +292,7 @@ def fit_coordinator(costs, runs, d, P):
         run, d, P = item if isinstance(item, tuple) else (item, d, P)
         h = run["history"]
         steps = h.get("steps")
-        for r, (b, ts) in enumerate(zip(h["batch"], h["t_solve"])):
+        for r, (b, ts) in enumerate(zip(h["batch"], h["t_solve"], strict=False)):
             kbb = b * b * sm.kern(costs, d) if b else 0.0
             feat = [1.0, b * P, b * b * P]
             if steps is not None:
@@ -394,9 +357,9 @@ def dask_probe(client, quick, d=32, P=10):
                               C=10.0, selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=10,
                               pcls=np.arange(P, dtype=np.int64), shrinking=False,
                               kernel_dtype="float32")
-        # one actor per partition, called directly: the cost of one call, as the model counts
-        ex = DaskExecutor(client, n_partitions=Np, recover=False, group=False,
-                          tree=False).start(X, y, y, s)
+        # the executor as fits use it: one call per worker, each worker's partitions behind one
+        # actor (the per-partition actors this probe once measured are gone), called directly
+        ex = DaskExecutor(client, n_partitions=Np, recover=False, tree=False).start(X, y, y, s)
         try:
             t_empty = timeit(lambda: ex.step(RoundMessage()), reps, warm=3)
             c0_cpu = time.process_time()
@@ -449,7 +412,7 @@ def main(argv=None):
                     help="recompute the projections of --out from its constants (no measuring)")
     ap.add_argument("--packing", action="store_true",
                     help="measure the MNIST digits' density and the CPU of packing X rows "
-                         "(bench_row_packing.py) into --out, then project again (design "
+                         "(packing_costs) into --out, then project again (design "
                          "tree_bank_packed)")
     ap.add_argument("--held", action="store_true",
                     help="re-run --out's reference fit (in process, deterministic) to record the "
@@ -514,7 +477,7 @@ def main(argv=None):
         P = int(np.unique(y).shape[0])
         print(f"fits on {name} ({n} x {d}, {P} classes) ...", flush=True)
         runs = {}
-        for rep in range(repeat):
+        for _rep in range(repeat):
             for key in ("inprocess1", "inprocess2", *DASK_RUNS):
                 mode = "inprocess" if key.startswith("inprocess") else "dask"
                 k = int(key[-1]) if mode == "inprocess" else 0
@@ -598,7 +561,7 @@ def node(a):
         save()
 
     print(f"fits on blobs ({n} x {d}, 10 classes), batch {b_max} ...", flush=True)
-    for rep in range(repeat):
+    for _rep in range(repeat):
         for T in threads:
             fit(f"inprocess{T}", "inprocess", T)
     for W in workers:
@@ -609,7 +572,7 @@ def node(a):
         out[f"cluster{W}x1_start_s"] = time.perf_counter() - t
         MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
         try:
-            for rep in range(repeat):
+            for _rep in range(repeat):
                 fit(f"dask{W}", "dask", 0, client, {"tree": False})
                 model_kw[f"dask{W}"] = {}
                 if W >= 2:
@@ -839,7 +802,7 @@ def held_shares(path):
         # stretched over the reference's rounds (round k of R at the same fraction of the fit)
         share = np.interp(np.linspace(0, 1, R), np.linspace(0, 1, len(share)), share)
     bref = np.r_[0.0, np.array(base["history"]["batch"][:-1], float)]
-    for x, h, bb in zip(base["rec"], share, bref):
+    for x, h, bb in zip(base["rec"], share, bref, strict=False):
         x["held"] = float(h * bb)
     out["held_source"] = {"library": _report.library_source()["git"],
                           "same_trajectory": bool(same), "rounds_now": int(r["rounds"]),
@@ -868,10 +831,88 @@ def reproject(path):
     report(env, Path(path))
 
 
+# ----------------------------------------------------------------------------- row packing
+def load_mnist_test(data_dir) -> tuple[np.ndarray, np.ndarray]:
+    """The 10000 MNIST test digits (the only MNIST images in the shared data), pixels / 255 as
+    float32, and their labels."""
+    d = Path(data_dir) / "mnist"
+    with gzip.open(d / "t10k-images-idx3-ubyte.gz") as f:
+        X = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
+    with gzip.open(d / "t10k-labels-idx1-ubyte.gz") as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    return X.astype(np.float32) / np.float32(255.0), y.astype(np.int64)
+
+
+#: deformations like MNIST8M's (InfiMNIST, Loosli, Canu & Bottou 2007: MNIST digits under
+#: smooth random displacement fields and translations, stored as uint8 pixels), from the mildest
+#: to the strongest: (name, elastic amplitude alpha in pixels, field smoothing sigma, largest
+#: shift in pixels, largest thickening coefficient); elastic fields as in Simard et al. 2003
+DEFORMATIONS = (("sub-pixel shifts (up to 1 px)", 0.0, 4.0, 1.0, 0.0),
+                ("elastic alpha 16 + shifts (1 px)", 16.0, 4.0, 1.0, 0.0),
+                ("elastic alpha 34 + shifts (2 px) + thickening", 34.0, 4.0, 2.0, 1.0))
+
+
+def deformed_densities(X, n=None, seed=0) -> list[dict]:
+    """The share of nonzero pixels in the first ``n`` digits of ``X`` (pixels / 255; None: all)
+    after each of :data:`DEFORMATIONS`, resampled bilinearly and rounded back to uint8 as MNIST8M stores them:
+    resampling at sub-pixel positions spreads a stroke's edge by up to one pixel, so deformed
+    digits are denser than the originals (what the packed rows' bytes depend on)."""
+    from scipy import ndimage
+    rng = np.random.default_rng(seed)
+    imgs = np.rint(X[:n] * 255.0).reshape(-1, 28, 28)
+    yy, xx = np.meshgrid(np.arange(28.0), np.arange(28.0), indexing="ij")
+    out = []
+    for name, alpha, sigma, shift, thick in DEFORMATIONS:
+        nnz = 0
+        for img in imgs:
+            dy, dx = (ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), sigma) * alpha
+                      for _ in range(2))
+            ty, tx = rng.uniform(-shift, shift, 2)
+            warped = ndimage.map_coordinates(img, [yy + dy + ty, xx + dx + tx], order=1)
+            if thick:
+                # thickening along the stroke's normal: the image plus a multiple of its
+                # gradient magnitude (Simard's thickness tangent)
+                warped = warped + rng.uniform(-thick, thick) * np.hypot(*np.gradient(warped))
+            nnz += np.count_nonzero(np.clip(np.rint(warped), 0, 255))
+        out.append({"deformation": name, "alpha": alpha, "sigma": sigma, "shift_px": shift,
+                    "thickening": thick, "digits": int(len(imgs)),
+                    "density": nnz / imgs.size,
+                    "original_density": float(np.count_nonzero(imgs) / imgs.size)})
+    return out
+
+
+def packing_costs(X, batch=1000, repeat=30, seed=0) -> dict:
+    """Density, bytes and the CPU of a packed batch over a dense one (seconds per dense entry),
+    min over ``repeat`` on ``batch`` random rows of ``X``."""
+    from dmcsvm.engine.row_packing import PackedRows, pack_rows, unpack_rows
+    rng = np.random.default_rng(seed)
+    B = np.ascontiguousarray(X[rng.choice(X.shape[0], batch, replace=False)])
+    p = pack_rows(B)
+    assert isinstance(p, PackedRows)
+    dumps = lambda v: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)  # noqa: E731
+    dense_blob, packed_blob = dumps(B), dumps(p)
+    t_dense_out = best(lambda: dumps(B), repeat)
+    t_packed_out = best(lambda: dumps(pack_rows(B)), repeat)
+    t_dense_in = best(lambda: pickle.loads(dense_blob), repeat)
+    t_packed_in = best(lambda: unpack_rows(pickle.loads(packed_blob)), repeat)
+    back = unpack_rows(pickle.loads(packed_blob))
+    entries = B.size
+    return {"batch": batch, "d": B.shape[1], "density": float(np.count_nonzero(X) / X.size),
+            "batch_density": float(np.count_nonzero(B) / B.size),
+            "dense_bytes": len(dense_blob), "packed_bytes": len(packed_blob),
+            "bytes_ratio": len(packed_blob) / len(dense_blob),
+            "bit_for_bit": bool(np.array_equal(back.view(np.uint32), B.view(np.uint32))),
+            "t_dense_out_s": t_dense_out, "t_packed_out_s": t_packed_out,
+            "t_dense_in_s": t_dense_in, "t_packed_in_s": t_packed_in,
+            # what the model charges: the packed path's CPU beyond the dense path's, per entry
+            "k_pack": max(t_packed_out - t_dense_out, 0.0) / entries,
+            "k_unpack": max(t_packed_in - t_dense_in, 0.0) / entries}
+
+
 def measure_packing(path, data_dir):
     """``--packing``: the MNIST test digits' density and the CPU of packing their rows
-    (bench_row_packing.py), stored in ``path`` as ``row_packing``; then the projections again."""
-    from bench_row_packing import deformed_densities, load_mnist_test, packing_costs
+    (:func:`packing_costs`, :func:`deformed_densities`), stored in ``path`` as ``row_packing``;
+    then the projections again."""
     env = json.loads(Path(path).read_text())
     out = _body(env)
     X, _ = load_mnist_test(data_dir)

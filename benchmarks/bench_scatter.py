@@ -46,7 +46,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 from _data import scale_minmax  # noqa: E402
-
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.model_selection import StratifiedKFold, train_test_split  # noqa: E402
 from sklearn.multiclass import OneVsRestClassifier  # noqa: E402

@@ -1,5 +1,5 @@
 """First contact: how long `import dmcsvm`, `dmcsvm --help`, a command-line prediction of 2,000
-rows and a process's first fit take, each in fresh subprocesses with a warm numba cache (issue 40).
+rows and a process's first fit take, each in fresh subprocesses with a warm numba cache.
 
 Measured, ``--repeat`` times each (min and median reported):
 
@@ -171,7 +171,7 @@ def main():
         second = [f["fits_s"][1] for f in fits]
         res["first_fit"] = _stats(first)
         res["second_fit"] = _stats(second)
-        res["first_minus_second"] = _stats([a - b for a, b in zip(first, second)])
+        res["first_minus_second"] = _stats([a - b for a, b in zip(first, second, strict=False)])
         r = subprocess.run([PY, "-c", _PROFILE, args.data_dir], env=env, capture_output=True,
                            text=True, check=True, cwd=tmp)
         res["first_fit_profile"] = json.loads(r.stdout.strip().splitlines()[-1])
@@ -193,7 +193,7 @@ def _markdown(out) -> str:
             ["first fit in a process", s("first_fit"), "satimage, MulticlassSVC(C=10)"],
             ["second fit", s("second_fit"), ""],
             ["first - second", s("first_minus_second"), "target <= 0.3 s"]]
-    lines = ["# Start-up times (issue 40)", "",
+    lines = ["# Start-up times", "",
              f"Code measured: {out.get('code_measured', 'this checkout')}"
              + (f"; run as if {', '.join(out['settings']['without'])} were not installed"
                 if out["settings"].get("without") else "") + ".", "",

@@ -1,5 +1,5 @@
 """How many pattern optimizations per support vector the Crammer-Singer dual needs: the papers'
-sequential algorithm as a floor for dmcsvm's batched rounds (issue 14: "single digits per SV").
+sequential algorithm as a floor for dmcsvm's batched rounds.
 
 The papers' algorithm (CS 2001 §6, AS 2005 §5) optimizes one pattern at a time, exactly, always
 the one that is most violated *now*; here it runs on the full Gram matrix (every score updated

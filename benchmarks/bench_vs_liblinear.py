@@ -75,13 +75,14 @@ def timed(fn):
 
 def run_set(name, a, log):
     from sklearn.svm import LinearSVC
+
     from dmcsvm import MulticlassSVC
     Xtr, ytr, Xte, yte = load(name, a.data_dir)
     classes, yi = np.unique(ytr, return_inverse=True)
     C = a.C.get(name, DEFAULT_C[name])
     load0 = os.getloadavg()
     ll_t, dm_t = [], []
-    for rep in range(a.repeats):
+    for _rep in range(a.repeats):
         ll = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=C, tol=a.ll_tol,
                        max_iter=a.ll_max_iter)
         t, _, ll_warn = timed(lambda: ll.fit(Xtr, ytr))
@@ -114,7 +115,7 @@ def run_set(name, a, log):
 
 
 def markdown(res):
-    lines = ["# Linear Crammer-Singer: dmcsvm vs LIBLINEAR (issue 14 item 3)", "",
+    lines = ["# Linear Crammer-Singer: dmcsvm vs LIBLINEAR", "",
              _report.machine_line(res, ("numpy", "sklearn")),
              _report.load_line(res) + f"  (A shared box: fit times are the minimum of "
              f"{res['settings']['repeats']} interleaved runs.)", "",
@@ -155,7 +156,7 @@ def main(argv=None):
     def log(msg):
         print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", flush=True)
 
-    from dmcsvm import MulticlassSVC      # warm-up: numba compilation / cache loading
+    from dmcsvm import MulticlassSVC  # warm-up: numba compilation / cache loading
     Xw, yw, _, _ = _data.load_digits_split()
     MulticlassSVC(kernel="linear", C=0.1).fit(Xw[:300], yw[:300])
     run = _report.Run(__file__, "linear Crammer-Singer vs LIBLINEAR", _report.settings_of(a))

@@ -5,7 +5,7 @@ a 200 MB kernel cache.  dmcsvm keeps its other defaults and runs with ``n_jobs=2
 (its fast path: float32 kernel columns and sgemm updates); SVC gets float64 input (LIBSVM converts
 everything to double anyway).  Data sets:
 
-* letter, usps, satimage, pendigits, dna (issue 14; ``../shared/data``, each with a README): the
+* letter, usps, satimage, pendigits, dna (``../shared/data``, each with a README): the
   usual train/test splits, features scaled to [-1, 1] with the training min/max; C and gamma chosen
   by a SHORT SVC validation on a training subset (:func:`validate`: C in {1, 10, 100}, gamma in
   {1/4, 1, 4} x 1/(n_features X.var())), then fixed for both models;
@@ -23,7 +23,7 @@ SVC's calls alternated (the VM's speed drifts within minutes), after an untimed 
 small subset, so that numba's compilation / cache loading and first-touch costs are not charged
 to dmcsvm.  Writes a JSON (``--out``) and a markdown table next to it (``vs_libsvm.md``).
 
-Goals tracked (issue 14), per set: fit ratio dmcsvm/SVC <= 1.0, accuracy >= SVC's - 0.3 points,
+Goals tracked, per set: fit ratio dmcsvm/SVC <= 1.0, accuracy >= SVC's - 0.3 points,
 relative duality gap <= 1e-3 with every row unshrunk, pattern optimizations per SV < 10.
 
 ``--defaults`` measures the way a user runs both (``MulticlassSVC()`` for ``SVC()``): every
@@ -73,7 +73,7 @@ def _time_pair(fa, fb, repeat):
     return best_a, out_a, best_b, out_b
 
 
-#: the five sets of issue 14 (``../shared/data``; every loader scales to [-1, 1] on the training set)
+#: the five sets (``../shared/data``; every loader scales to [-1, 1] on the training set)
 LOADERS = {"letter": "load_letter", "usps": "load_usps_scaled", "satimage": "load_satimage",
            "pendigits": "load_pendigits", "dna": "load_dna"}
 SPLITS = {"letter": "UCI letter, first 15000 train / last 5000 test",
@@ -90,8 +90,8 @@ def validate(Xtr, ytr, n_fit=2000, n_val=1000, random_state=0):
     ``n_val`` other rows score) over ``GRID_C`` x ``GRID_GAMMA_FACTOR`` * gamma_scale; returns
     the best ``(C, gamma, table)`` (ties: the smaller C).  The pair is then fixed for both
     models."""
-    from sklearn.svm import SVC
     from sklearn.model_selection import train_test_split
+    from sklearn.svm import SVC
     n = Xtr.shape[0]
     n_fit = min(n_fit, n // 2)
     n_val = min(n_val, n - n_fit)
@@ -132,6 +132,7 @@ def _datasets(data_dir, which):
 def _warmup(Xtr, ytr, C, gamma):
     """Untimed fits on a small subset: numba compilation / cache loading, BLAS thread start-up."""
     from sklearn.svm import SVC
+
     from dmcsvm import MulticlassSVC
     Xs, ys = _data.stratified_subset(Xtr, ytr, min(500, Xtr.shape[0] // 2), random_state=1)
     m = MulticlassSVC(C=C, gamma=gamma, cache_size=CACHE_MB, n_jobs=N_JOBS)
@@ -141,6 +142,7 @@ def _warmup(Xtr, ytr, C, gamma):
 
 def run_dataset(name, cfg, repeat, extra):
     from sklearn.svm import SVC
+
     from dmcsvm import MulticlassSVC
     Xtr, ytr, Xte, yte = cfg["data"]
     C, gamma = cfg["C"], cfg["gamma"]
@@ -258,6 +260,7 @@ def run_defaults(name, data, repeat):
     alternated), accuracy, support vectors, dmcsvm's rounds and stopping point, and a one-core
     dmcsvm fit (``n_jobs=1``) beside them."""
     from sklearn.svm import SVC
+
     from dmcsvm import MulticlassSVC
     Xtr, ytr, Xte, yte = data
     Xs, ys = _data.stratified_subset(Xtr, ytr, min(500, Xtr.shape[0] // 2), random_state=1)
@@ -374,7 +377,7 @@ def main(argv=None):
     for name, r in results.items():
         md.append(f"- {name}: {r['split']}; C={r['C']}, gamma={r['gamma']:.6g} ({r['gamma_note']}).")
     if out["goals"]:
-        md += ["", "Goals (issue 14): " + "; ".join(
+        md += ["", "Goals: " + "; ".join(
             f"{k}: " + ", ".join(f"{g} {'met' if ok else 'NOT met'}" for g, ok in v.items())
             for k, v in out["goals"].items())]
     md += ["", f"Script runtime {out['script_runtime_s']:.1f} s.", ""]

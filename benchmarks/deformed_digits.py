@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import _data
 import numpy as np
 
-import _data
-
 #: the deformation (elastic amplitude alpha in pixels, field smoothing sigma, largest shift in
-#: pixels, largest thickening coefficient): the strongest of bench_row_packing.DEFORMATIONS
+#: pixels, largest thickening coefficient): the strongest of bench_scaling.DEFORMATIONS
 ALPHA, SIGMA, SHIFT, THICK = 34.0, 4.0, 2.0, 1.0
 N_SOURCE = 5000
 BLOCK = 5000

@@ -1,4 +1,4 @@
-"""A scaling model of dmcsvm's batched rounds (issue 15 item 2), as plain functions.
+"""A scaling model of dmcsvm's batched rounds, as plain functions.
 
 A fit is ``R`` rounds; a round is serial on the coordinator and parallel over the partitions:
 

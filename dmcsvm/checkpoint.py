@@ -1,4 +1,5 @@
-"""Checkpoints of a running solve, and resuming from them (DESIGN §4, "state that must survive").
+"""Checkpoints of a running solve, and resuming from them (docs/design.md, 'State that must
+survive').
 
 What survives is what the coordinator owns: the coefficients ``B`` (sparse in rows: the ids of
 the support patterns and their rows), the X rows of those patterns, the assignment of patterns to

@@ -2,8 +2,7 @@
 a rename are read with today's names.
 
 0.1.0 (model format 2) called ``MulticlassSVC`` / ``MultiPrototypeSVC``'s ``threshold_fraction``
-``mu``, the name ``ScatterSVC`` keeps for its bound on the coefficients (issue 16: one name per
-meaning).
+``mu``, the name ``ScatterSVC`` keeps for its bound on the coefficients.
 """
 
 from __future__ import annotations

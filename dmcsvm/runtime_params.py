@@ -1,10 +1,10 @@
 """The one list of "where and how it runs" estimator parameters.
 
 They choose the cluster, threads, memory, caches, progress output and checkpoint files of a fit,
-never its solution, so (DESIGN §4) they are not part of what a model file or a checkpoint
-records: :mod:`dmcsvm.model_io` drops them on save and ignores them on load (a model file can
-never choose the scheduler that ``predict`` connects to), :mod:`dmcsvm.checkpoint` lets a run
-resume with other values of them, and the CLI sets them through its own options.
+never its solution, so (docs/design.md, 'The coordinator's size') they are not part of what a model
+file or a checkpoint records: :mod:`dmcsvm.model_io` drops them on save and ignores them on load (a
+model file can never choose the scheduler that ``predict`` connects to), :mod:`dmcsvm.checkpoint`
+lets a run resume with other values of them, and the CLI sets them through its own options.
 
 Each is declared once below (:data:`PARAMS`) with what it means and, where ``dmcsvm train`` sets
 it through a dedicated option instead of ``--NAME``, that option; everything else

@@ -1,4 +1,5 @@
 """Train on an existing Dask cluster given its scheduler address.
+==============================================================
 
     dask scheduler &  dask worker tcp://127.0.0.1:8786 &      # a cluster, somewhere
     python examples/existing_scheduler.py tcp://127.0.0.1:8786

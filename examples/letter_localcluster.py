@@ -1,4 +1,5 @@
 """The UCI letter data (26 classes) trained on a Dask LocalCluster started for the run.
+====================================================================================
 
     python examples/letter_localcluster.py [--n-train 15000] [--workers 2]
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.store import from_csv, open_store, read_labels, write_arrays, read_all
+from dmcsvm.store import from_csv, open_store, read_all, read_labels, write_arrays
 
 DEFAULT_DATA = os.environ.get("DMCSVM_DATA",
                               str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -42,7 +43,10 @@ def main(argv=None):
         y = np.asarray(full.classes)[y]
         lo, hi = a.n_train, min(a.n_train + a.n_test, len(y))
         Xmin, Xmax = X[:lo].min(0), X[:lo].max(0)      # scale to [-1, 1] with training min/max
-        scale = lambda Z: 2 * (Z - Xmin) / np.maximum(Xmax - Xmin, 1e-12) - 1
+
+        def scale(Z):
+            return 2 * (Z - Xmin) / np.maximum(Xmax - Xmin, 1e-12) - 1
+
         train = write_arrays(os.path.join(tmp, "train.zarr"), scale(X[:lo]), y[:lo],
                              rows_per_chunk=2048)
         test = write_arrays(os.path.join(tmp, "test.zarr"), scale(X[lo:hi]), y[lo:hi],

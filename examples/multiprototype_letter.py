@@ -1,4 +1,5 @@
 """Multi-prototype SVM on UCI letter: a few linear prototypes per class against one.
+=================================================================================
 
 Aiolli & Sperduti (2005) train ``q`` linear prototypes per class (the paper's kernel
 ``<x, z> + 1``) and classify by the class of the best-scoring prototype; the assignment of every

@@ -1,4 +1,5 @@
 """One-vs-rest and one-vs-one with Platt's SMO on scikit-learn's bundled digits.
+=============================================================================
 
     python examples/one_vs_rest.py
 

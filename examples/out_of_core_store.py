@@ -1,5 +1,8 @@
-"""Out of core: convert a LIBSVM file to a zarr store, train from the store with partitions that
-re-read their rows chunk by chunk (never holding the data in memory), predict chunk-parallel.
+"""Out of core: train from a zarr store, re-reading rows chunk by chunk.
+=====================================================================
+
+Converts a LIBSVM file to a zarr store, trains from the store with partitions that re-read their
+rows chunk by chunk (never holding the data in memory), and predicts chunk-parallel.
 
     python examples/out_of_core_store.py [--max-rows 4435] [--chunk-rows 512]
 

@@ -1,4 +1,5 @@
 """Quickstart: train a multiclass SVM on scikit-learn's bundled digits, in this process.
+=====================================================================================
 
     python examples/quickstart_digits.py
 
@@ -21,7 +22,7 @@ from dmcsvm.model_io import load_model, save_model
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--C", type=float, default=10.0)
     p.add_argument("--n-jobs", type=int, default=None, help="threads (default: every core)")
     a = p.parse_args(argv)

@@ -1,4 +1,5 @@
 """mScatter-SVM on a 2-D checkerboard with many classes, against LIBSVM one-vs-rest.
+=================================================================================
 
     python examples/scatter_checkerboard.py [--classes 100]
 
@@ -29,7 +30,7 @@ def checkerboard(m, per_class=20, overlap=0.1, seed=0):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--classes", type=int, default=100)
     a = p.parse_args(argv)
     Xtr, ytr, Xte, yte = checkerboard(a.classes)

@@ -26,6 +26,17 @@ def _import_dmcsvm_from_here_in_subprocesses():
 _import_dmcsvm_from_here_in_subprocesses()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With ``-n`` and no ``--dist``, hand tests out by work stealing: many tests wait on Dask
+    workers and subprocesses, and stealing keeps every xdist worker busy to the end.  Set here
+    rather than in ``addopts`` so that ``pytest`` also runs where pytest-xdist is not installed
+    (``--dist`` would then be an unknown option)."""
+    opt = config.option
+    if getattr(opt, "numprocesses", None) and getattr(opt, "dist", None) == "no":
+        opt.dist = "worksteal"
+
+
 def pytest_collection_modifyitems(items):
     """Tests on the session's LocalCluster are marked ``cluster`` here; tests that start a
     cluster of their own carry the mark themselves.  A module whose test ids come from a helper

@@ -4,9 +4,9 @@ independent NumPy implementations of the dual value, the primal and the KKT cond
 Importable from any test module as ``import oracles``: ``tests/`` has no ``__init__.py``, so
 pytest's default ``prepend`` import mode puts ``tests/`` itself on ``sys.path``.
 
-Everything here follows the notation of ``shared/DESIGN.md`` §1: ``B`` (n x m) holds the signed
-coefficients, ``F = K B`` the scores, ``D = sum_i B[i, y_i] - 1/2 sum(B * F)`` the dual and
-``P = 1/2 sum(B * F) + C sum_i max(0, 1 + max_{r != y_i} F[i, r] - F[i, y_i])`` the primal.
+Everything here follows the notation of docs/design.md, 'The Crammer-Singer dual': ``B`` (n x m)
+holds the signed coefficients, ``F = K B`` the scores, ``D = sum_i B[i, y_i] - 1/2 sum(B * F)`` the
+dual and ``P = 1/2 sum(B * F) + C sum_i max(0, 1 + max_{r != y_i} F[i, r] - F[i, y_i])`` the primal.
 
 ``tests/conftest.py`` keeps only fixtures; its session-scoped ``cs`` fixture hands out this module
 as a namespace.
@@ -95,8 +95,8 @@ def kkt_violation(B, F, y, C, zero=1e-12, at_c=1e-9):
 
 
 def check_feasible(B, y, C, atol=1e-10):
-    """Feasibility of the Crammer-Singer dual (DESIGN §1) for one prototype per class (``C`` a
-    scalar or one bound per pattern)."""
+    """Feasibility of the Crammer-Singer dual (docs/design.md, 'The Crammer-Singer dual') for one
+    prototype per class (``C`` a scalar or one bound per pattern)."""
     n, m = B.shape
     own = B[np.arange(n), y]
     other = B.copy()
@@ -153,10 +153,11 @@ def binary_svm_dual_qp(K, s, C, bias=False):
 
 
 def reduced_pattern_qp(b0, f, y, c, pcls, kpp, C):
-    """Exact solution of one pattern's reduced problem (DESIGN §1, AS 2005 units):
-    ``max 2 b[y] - (kpp ||b||^2 + 2 b . f_other)`` with ``f_other = f - kpp b0``, subject to
-    ``sum b = 0``, ``0 <= b[y] <= C``, ``b[r] <= 0`` for ``pcls[r] != c``, ``b[r] = 0`` for the
-    other positive prototypes.  Returns ``(b*, value(b*) - value(b0))`` (the Lagrangian gain)."""
+    """Exact solution of one pattern's reduced problem (docs/design.md, 'The Crammer-Singer dual',
+    AS 2005 units): ``max 2 b[y] - (kpp ||b||^2 + 2 b . f_other)`` with ``f_other = f - kpp b0``,
+    subject to ``sum b = 0``, ``0 <= b[y] <= C``, ``b[r] <= 0`` for ``pcls[r] != c``, ``b[r] = 0``
+    for the other positive prototypes.  Returns ``(b*, value(b*) - value(b0))`` (the Lagrangian
+    gain)."""
     import cvxpy as cp
     P = len(b0)
     f_other = f - kpp * b0

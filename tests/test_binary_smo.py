@@ -1,4 +1,5 @@
-"""Platt's SMO for the binary C-SVM with bias, one-vs-rest and one-vs-one (DESIGN §3).
+"""Platt's SMO for the binary C-SVM with bias, one-vs-rest and one-vs-one (docs/design.md, 'Binary
+SMO').
 
 Kernels against NumPy references; BinarySVC against the exact QP optimum (cvxpy + CLARABEL) and
 against scikit-learn's SVC (LIBSVM); OvR / OvO against LIBSVM's; bad input.

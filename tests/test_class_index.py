@@ -1,7 +1,7 @@
-"""A store's class index read where it is used (issue 15): the classes found chunk by chunk, the
-index of any rows equal to ``np.unique(labels, return_inverse=True)``'s, and fits from a store
-(MulticlassSVC and the SMO family) that never read more labels at once than a scan block or a
-partition holds."""
+"""A store's class index read where it is used (docs/design.md, 'The coordinator's size'): the
+classes found chunk by chunk, the index of any rows equal to ``np.unique(labels,
+return_inverse=True)``'s, and fits from a store (MulticlassSVC and the SMO family) that never read
+more labels at once than a scan block or a partition holds."""
 
 from __future__ import annotations
 

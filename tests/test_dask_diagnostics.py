@@ -40,8 +40,8 @@ def test_cluster_script_help_is_its_header_only(script):
     assert not any(s in r.stdout for s in ("set -euo", "source ", "$(dirname"))
 
 
-def test_readme_shows_a_performance_report():
-    text = (ROOT / "README.md").read_text()
+def test_user_guide_shows_a_performance_report():
+    text = (ROOT / "docs" / "cluster.md").read_text()
     assert "performance_report(" in text and 'pip install "dmcsvm[dask]"' in text
 
 

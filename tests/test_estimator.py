@@ -38,7 +38,8 @@ def digits_small():
 
 
 def _dual_from_model(model, X, y_idx):
-    """Dual value recomputed from the fitted attributes (DESIGN §1)."""
+    """Dual value recomputed from the fitted attributes (docs/design.md, 'The Crammer-Singer
+    dual')."""
     spec = KernelSpec(model.kernel, model.gamma_, model.degree, model.coef0)
     B = np.zeros((X.shape[0], len(model.classes_)))
     B[model.support_] = model.dual_coef_.T

@@ -1,4 +1,4 @@
-"""One shape for every estimator (issue 16): the shared base class, declared parameter
+"""One shape for every estimator: the shared base class, declared parameter
 constraints, keyword-only constructors and the one "where it runs" docstring text."""
 
 from __future__ import annotations

@@ -45,6 +45,12 @@ def test_quickstart_digits():
     assert "reloaded model predicts the same labels: True" in out
 
 
+def test_plot_convergence(tmp_path):
+    out = run_example("plot_convergence.py", "-o", tmp_path / "c.png")
+    assert accuracy(out) > 0.97
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_out_of_core_store():
     out = run_example("out_of_core_store.py", "--data-dir", DATA, "--max-rows", 400,
                       "--chunk-rows", 128)

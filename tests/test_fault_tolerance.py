@@ -260,12 +260,12 @@ def test_worker_killed_mid_round_on_the_tree_recovers(cluster, reference, die_pa
 
 @pytest.mark.cluster
 def test_multiprototype_worker_killed_between_draw_and_install_recovers(cluster):
-    """MultiPrototypeSVC's partitions own the assignment; the coordinator holds none (issue 15).
-    A worker killed after an epoch's draw, before the message that installs it, takes its
-    partitions' pending draws with it.  They are rebuilt with the prototypes their coefficients
-    name (the best-scoring one for rows without), the search goes on, and the final solve
-    reaches the optimum of the final assignment: the dual an in-process solve of that
-    assignment reaches from zero."""
+    """MultiPrototypeSVC's partitions own the assignment; the coordinator holds none
+    (docs/design.md, 'The coordinator's size'). A worker killed after an epoch's draw, before the
+    message that installs it, takes its partitions' pending draws with it.  They are rebuilt with
+    the prototypes their coefficients name (the best-scoring one for rows without), the search goes
+    on, and the final solve reaches the optimum of the final assignment: the dual an in-process
+    solve of that assignment reaches from zero."""
     from dmcsvm.coordinators.multiprototype import (
         AnnealSettings,
         RandomAssignment,

@@ -1,4 +1,4 @@
-"""The demo's numba warm-up (issue 17, a fast first run): a background thread of the coordinator
+"""The demo's numba warm-up: a background thread of the coordinator
 compiles (or loads) the model's numba code on a few training rows while the LocalCluster starts,
 without touching the model the demo then trains."""
 

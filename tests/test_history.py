@@ -1,6 +1,6 @@
-"""The per-round history is bounded (issue 15): at most ``HISTORY_LIMIT`` rows whatever the number
-of rounds, thinned by halves keeping the first and newest round, and the fit it describes does not
-depend on the bound."""
+"""The per-round history is bounded (docs/design.md, 'The coordinator's size'): at most
+``HISTORY_LIMIT`` rows whatever the number of rounds, thinned by halves keeping the first and newest
+round, and the fit it describes does not depend on the bound."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The package's layers: every module of ``dmcsvm`` imports only the layers below its own.
 
 ``LAYERS`` is the one table of what each package (or top-level module) holds and what it may
-import; README.md's "Layers" section shows the same table and :func:`test_readme_shows_the_table`
-keeps the two equal.  The walk reads every module's source with :mod:`ast` (nothing is imported),
-so it sees ``import a.b`` and ``from a import b``, absolute and relative, at module level and
-inside functions alike.
+import; CONTRIBUTING.md's "Layers" section shows the same table and
+:func:`test_readme_shows_the_table` keeps the two equal.  The walk reads every module's source
+with :mod:`ast` (nothing is imported), so it sees ``import a.b`` and ``from a import b``, absolute
+and relative, at module level and inside functions alike.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def violations():
 
 def test_every_module_is_in_a_layer():
     layers = {_layer(_module_name(p)) for p in PACKAGE.rglob("*.py")} - {None}
-    assert layers <= set(LAYERS), f"add to LAYERS (and README.md): {sorted(layers - set(LAYERS))}"
+    assert layers <= set(LAYERS), \
+        f"add to LAYERS (and CONTRIBUTING.md): {sorted(layers - set(LAYERS))}"
     assert set(FOUNDATION) <= set(LAYERS)
     for layer, (_, below) in LAYERS.items():
         assert set(below) <= set(LAYERS), layer
@@ -173,9 +174,9 @@ def test_the_walk_sees_every_form(tmp_path, monkeypatch, src, expect):
 
 
 def test_readme_shows_the_table():
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     section = re.search(r"^## Layers\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert section, "README.md has no '## Layers' section"
+    assert section, "CONTRIBUTING.md has no '## Layers' section"
     shown = {}
     for line in section.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

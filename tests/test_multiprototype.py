@@ -79,12 +79,12 @@ def primal_reference(B, K, yp, cls, pcls, C):
 
 
 def dual_reference(B, K, yp):
-    """``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` (DESIGN §1)."""
+    """``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` (docs/design.md, 'The Crammer-Singer dual')."""
     return B[np.arange(len(yp)), yp].sum() - 0.5 * np.sum(B * (K @ B))
 
 
 def mprot_dual_qp(K, yp, cls, pcls, C):
-    """Exact optimum of the dual with the assignment fixed (AS 2005 Eq. 11, DESIGN §1 units):
+    """Exact optimum of the dual with the assignment fixed (AS 2005 Eq. 11, docs/design.md units):
     ``max sum_i B[i, y_i] - 1/2 ||L^T B||^2`` s.t. rows sum to 0, ``0 <= B[i, y_i] <= C``,
     ``B[i, r] <= 0`` on negative prototypes and ``B[i, r] = 0`` on the other positive ones.
     ``C`` is a scalar or one bound per pattern (class / sample weights)."""
@@ -657,7 +657,8 @@ def test_history_is_per_round_with_its_epoch(solver):
 
 
 # ------------------------------------------------------------------------------------------------
-# the re-assignment drawn on the partitions (issue 15): the n x q slacks never leave them
+# the re-assignment drawn on the partitions (docs/design.md, 'The coordinator's size'): the n x q
+# slacks never leave them
 # ------------------------------------------------------------------------------------------------
 
 def test_epoch_uniforms_do_not_depend_on_the_partitioning():

@@ -124,5 +124,5 @@ def test_docstrings_share_the_thread_policy():
     for cls in (MulticlassSVC, ScatterSVC, BinarySVC, OneVsRestSVC, OneVsOneSVC):
         assert THREAD_POLICY in cls.__doc__, cls.__name__
         assert "None`` uses the\n        cores this process may use" in cls.__doc__
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    assert "Thread policy" in readme
+    guide = open(os.path.join(os.path.dirname(__file__), "..", "docs", "user_guide.md")).read()
+    assert "## Thread policy" in guide

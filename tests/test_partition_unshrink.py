@@ -1,5 +1,6 @@
-"""A partition's unshrink (DESIGN §4: F is always rebuildable from B): the shrunk rows' scores
-rebuilt as ``K(X_shrunk, X_SV) @ B_SV``, in row blocks, against a float64 NumPy reference."""
+"""A partition's unshrink (docs/design.md, 'State that must survive': F is always rebuildable from
+B): the shrunk rows' scores rebuilt as ``K(X_shrunk, X_SV) @ B_SV``, in row blocks, against a
+float64 NumPy reference."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A *state* is one pattern's row: coefficients ``b`` (feasible), scores ``f = f_other + kpp b``,
 assigned prototype ``y``, class ``c`` and the class of every prototype ``pcls``.  The reduced
-problem of the pattern (DESIGN §1, AS 2005 units) is
+problem of the pattern (docs/design.md, 'The Crammer-Singer dual', AS 2005 units) is
 
     max_b  2 b[y] - (kpp ||b||^2 + 2 b . f_other)
     s.t.   sum b = 0,  0 <= b[y] <= C,  b[r] <= 0 (pcls[r] != c),  b[r] = 0 (other positives).

@@ -1,4 +1,4 @@
-"""probability=True: calibrated predict_proba / predict_log_proba for every classifier (issue 17).
+"""probability=True: calibrated predict_proba / predict_log_proba for every classifier.
 
 Probabilities sum to one, exist only with probability=True, are deterministic given
 random_state, are the same on a zarr store and a dask array (chunk by chunk) as in memory,

@@ -1,6 +1,7 @@
-"""The SMO problems' per-row values computed where they are read (issue 15): a binary problem's
-signs and the constant groups equal their NumPy vectors whole, sliced (a partition's rows) and at
-any rows, over an in-memory class index and over a store's, and travel small (pickled)."""
+"""The SMO problems' per-row values computed where they are read (docs/design.md, 'The coordinator's
+size'): a binary problem's signs and the constant groups equal their NumPy vectors whole, sliced (a
+partition's rows) and at any rows, over an in-memory class index and over a store's, and travel
+small (pickled)."""
 
 from __future__ import annotations
 

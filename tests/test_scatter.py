@@ -1,6 +1,6 @@
-"""mScatter-SVM (Jenssen et al. 2009; DESIGN §2): SMO kernels against NumPy references, the
-estimator against the exact QP optimum, the two-class case against the mu-SVM of the paper's Eq. 1,
-the test rules, bad input, and the Dask executor against the in-process one."""
+"""mScatter-SVM (Jenssen et al. 2009; docs/design.md, 'mScatter-SVM'): SMO kernels against NumPy
+references, the estimator against the exact QP optimum, the two-class case against the mu-SVM of the
+paper's Eq. 1, the test rules, bad input, and the Dask executor against the in-process one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What dmcsvm trusts (issue 13): a model file or checkpoint never chooses where code runs, non-finite
+"""What dmcsvm trusts: a model file or checkpoint never chooses where code runs, non-finite
 values and missing or damaged store chunks are errors naming the cause (never a "converged" wrong
 model), and a checkpoint resumes only onto the data it was written for."""
 

@@ -1,4 +1,4 @@
-"""``class_weight`` and ``sample_weight`` (issue 17): per-pattern dual bounds
+"""``class_weight`` and ``sample_weight``: per-pattern dual bounds
 ``C_i = C * class_weight[y_i] * sample_weight_i`` (:mod:`dmcsvm.estimators._weights`).
 
 * the weighted optimum: MulticlassSVC (kernel rounds, several optimizers / selections / batch

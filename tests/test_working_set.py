@@ -1,4 +1,4 @@
-"""The coordinator's working-set solve (issue 14): re-selection on K_BB, the kept Gram block, and
+"""The coordinator's working-set solve: re-selection on K_BB, the kept Gram block, and
 the stopping rule (``tol`` alone decides the precision).
 
 * :func:`dmcsvm.numerics.working_set.solve_working_set` against a NumPy recomputation: every batch row

@@ -26,8 +26,8 @@ def main(out: str) -> None:
             dump_svmlight_file(Xp, yp, str(svm), zero_based=False)
         if not store.exists():
             # 256-row chunks: a partition spans several chunks, as with real data
-            from_svmlight(str(svm), str(store), n_features=X.shape[1], sparse=False, zero_based=False,
-                          rows_per_chunk=256)
+            from_svmlight(str(svm), str(store), n_features=X.shape[1], sparse=False,
+                          zero_based=False, rows_per_chunk=256)
         print(f"{store}: {len(yp)} rows")
 
 

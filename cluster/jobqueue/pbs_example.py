@@ -8,8 +8,9 @@ Run it on a login node (it hosts the scheduler and the coordinator of the traini
     python cluster/jobqueue/pbs_example.py --print-job-script ...   # show the qsub script
 
 Each job runs ``--processes`` Dask workers with ``--cores / --processes`` threads each; the job
-asks PBS for ``--memory`` (``#PBS -l select=1:ncpus=...:mem=...``) and each worker gets ``--memory / --processes``
-as its ``--memory-limit``, the budget its dmcsvm partitions must fit in (cluster/README.md,
+asks PBS for ``--memory`` (``#PBS -l select=1:ncpus=...:mem=...``) and each worker gets
+``--memory / --processes`` as its ``--memory-limit``, the budget its dmcsvm partitions must fit
+in (cluster/README.md,
 "Sizing --memory-limit"). The store must be on storage that every compute node mounts: the
 workers read their rows from it. The Dask settings of cluster/dask-config.yaml reach the jobs
 through ``DASK_CONFIG`` (exported in the job script).

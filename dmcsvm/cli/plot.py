@@ -96,7 +96,7 @@ def run(a) -> int:
         import matplotlib
     except ImportError:
         raise UsageError("dmcsvm plot needs matplotlib, which is not installed here: "
-                         "pip install matplotlib") from None
+                         "pip install 'dmcsvm[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)

@@ -1,5 +1,5 @@
 """The loops above the engine: they choose what each round sends to the partitions and when to
-stop (README "Layers").
+stop (CONTRIBUTING.md, "Layers").
 
 crammer_singer (batched rounds of the Crammer-Singer family: ``solve``, CoordinatorState,
 SolverSettings), decomposition (SMO decomposition for binary and mScatter), multiprototype

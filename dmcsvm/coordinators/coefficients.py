@@ -1,7 +1,7 @@
-"""The coordinator's coefficients ``B`` (DESIGN §1: ``n x P``, one row per pattern), stored for the
-patterns that have any: a sparse row store instead of a dense ``n x P`` array, so the coordinator's
-memory follows the support set and the recent batches, not ``n`` (50 M rows x 26 classes would be
-10 GB of float64 dense).
+"""The coordinator's coefficients ``B`` (docs/design.md, 'The Crammer-Singer dual': ``n x P``, one
+row per pattern), stored for the patterns that have any: a sparse row store instead of a dense
+``n x P`` array, so the coordinator's memory follows the support set and the recent batches, not
+``n`` (50 M rows x 26 classes would be 10 GB of float64 dense).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The coordinator of the Crammer-Singer family solver (DESIGN §4): batched rounds over partitions.
+"""The coordinator of the Crammer-Singer family solver (docs/design.md, 'Batched rounds'): batched
+rounds over partitions.
 
 Each round every partition reports its best candidates (by selection value ``V_p``, then the
 rows about to violate) and its aggregates; the coordinator picks a batch and solves it using only
@@ -68,16 +69,13 @@ class SolverSettings:
     # needs to match its linear path round for round): at most inner_steps per-pattern
     # optimizations per batch row; while violators are left out of the batch it stops at
     # max psi <= max(tol, inner_frac * max psi of the round), once the batch holds every violator
-    # at max(inner_floor * tol, inner_prog * max psi).  Measured (tol 1e-4, gap_tol 1e-3, batch
-    # 5000) without / with inner_prog 0.3: usps 47 rounds, 125 optimizations per SV, 15.0 s /
-    # 15, 22, 3.3 s; satimage 2.6 / 1.0 s; letter 38 / 49 s.  Rows with psi in (tol / 2, tol]
+    # at max(inner_floor * tol, inner_prog * max psi) (measurements: benchmarks/results/HISTORY.md,
+    # 'Working-set solve settings').  Rows with psi in (tol / 2, tol]
     # (PartitionSettings.near_tol) fill a batch that has room (they are about to violate)
     inner_steps: float = 0.0
     # the working-set solves' over-relaxation of exact steps (pattern._over_relax, kernel and
-    # explicit-prototype; 1: none).  Measured at 1.0 / 1.4 / 1.6 / 1.8 (vs_libsvm settings): 1.4
-    # took 12-40 % fewer optimizations on the five vs_libsvm sets, the same accuracy; 1.8 more
-    # than 1.0.  Dense and CSR input (kernel values a few ulp apart) stop on models 6e-15 apart
-    # with it, as with exact steps (once a 0/0 at a bound no longer decided the step's length)
+    # explicit-prototype; 1: none), chosen by measurement (benchmarks/results/HISTORY.md,
+    # 'Working-set solve settings')
     inner_relax: float = 1.4
     inner_frac: float = 0.3
     inner_floor: float = 0.5

@@ -1,4 +1,5 @@
-"""Coordinator of the SMO decomposition for duals with per-group equality constraints (DESIGN §2-§4).
+"""Coordinator of the SMO decomposition for duals with per-group equality constraints
+(docs/design.md: 'mScatter-SVM', 'Binary SMO', 'Architecture').
 
 The partitions (:class:`~dmcsvm.engine.gradient_partition.GradientPartition`) own ``tot``/``own``
 (hence the gradient) of their rows and report, per group, the ``k`` best candidates of ``I_up`` and of
@@ -167,7 +168,8 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     a0 : ndarray (n,) or SparseStart, optional
         Feasible start (default 0): a dense vector, or its non-zero rows and values.
     """
-    # the coefficients of the rows that have any (issue 15: not a dense n-vector)
+    # the coefficients of the rows that have any (docs/design.md, 'The coordinator's size': not a
+    # dense n-vector)
     a = CoefficientRows(n, 1)
     msg = GradientMessage()
     ids, a0B = nonzero_start(a0)

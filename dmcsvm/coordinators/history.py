@@ -1,5 +1,5 @@
 """The per-round history a solve keeps, bounded so that the coordinator's memory does not grow
-with the number of rounds (issue 15: "history bounded").
+with the number of rounds (docs/design.md, 'The coordinator's size').
 
 Every round appends one row (a dict of scalars) to equal-length columns.  Up to ``limit`` rows
 every round is kept; when a row would exceed it the history is thinned: every other row is

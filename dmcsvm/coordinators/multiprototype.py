@@ -1,8 +1,9 @@
 """Multi-prototype SVM (Aiolli & Sperduti 2005, §4-6): the annealed search over assignments.
 
-With the assignment ``pi`` fixed the problem is the convex dual of Eq. 11 (DESIGN §1), solved by the
-core coordinator (:func:`dmcsvm.coordinators.crammer_singer.solve`) on ``P = sum_c q_c``
-prototypes; the non-convex problem of Eq. 8 is then searched as in Fig. 11:
+With the assignment ``pi`` fixed the problem is the convex dual of Eq. 11 (docs/design.md, 'The
+Crammer-Singer dual'), solved by the core coordinator
+(:func:`dmcsvm.coordinators.crammer_singer.solve`) on ``P = sum_c q_c`` prototypes; the non-convex
+problem of Eq. 8 is then searched as in Fig. 11:
 
     T := T0;  random pi(1);  E(1) := P_pi(1)(alpha = 0) = C n
     for t = 1 .. t_max:
@@ -15,21 +16,20 @@ prototypes; the non-convex problem of Eq. 8 is then searched as in Fig. 11:
 ``alpha`` serves the search (its stop is the primal beating ``E(t+1)``); moving the pattern's
 positive coefficient to its new positive prototype (the negative ones stay, the row still sums
 to zero and ``0 <= alpha_i^{new} <= C_i``) keeps what the pattern has learned against the other
-classes.  Measured on LETTER q=5, C=10 (in-memory path, 200 epochs): half the passes
-(14,304 against 28,162), a lower final energy (24,720 against 25,198) and 6.02 % test error
-against 6.32 %.
+classes: fewer passes and a lower final energy than zeroing (benchmarks/results/HISTORY.md,
+'MProtSVM re-assignment').
 
 One executor serves the whole search: every epoch is one ``solve(..., state=st, first_msg=...,
 stop=...)`` on the same partitions, the :class:`CoordinatorState` keeping ``B`` across epochs.
-The partitions own the assignment (issue 15: the coordinator holds no per-row array): each
-draws its rows' initial prototypes (:class:`RandomAssignment`) and their re-assignments of
-Eq. 17, from the slacks it keeps, with its slice of the epoch's uniform stream (the epoch's seed
-comes from the coordinator's generator), so the draws do not depend on the partitioning or the
-executor.  Only the re-assigned rows that have coefficients travel back; the move of their
-coefficients is an ordinary batch update (``dB`` with ``-alpha`` on the old and ``+alpha`` on
-the new prototype) sent as the next epoch's first message, whose ``assign`` (the draw's seed)
-tells every :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` to install its draw.
-After the last epoch the convex problem of the final assignment is solved to the solver's
+The partitions own the assignment (docs/design.md, 'The coordinator's size': the coordinator holds
+no per-row array): each draws its rows' initial prototypes (:class:`RandomAssignment`) and their
+re-assignments of Eq. 17, from the slacks it keeps, with its slice of the epoch's uniform stream
+(the epoch's seed comes from the coordinator's generator), so the draws do not depend on the
+partitioning or the executor.  Only the re-assigned rows that have coefficients travel back; the
+move of their coefficients is an ordinary batch update (``dB`` with ``-alpha`` on the old and
+``+alpha`` on the new prototype) sent as the next epoch's first message, whose ``assign`` (the
+draw's seed) tells every :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` to install
+its draw. After the last epoch the convex problem of the final assignment is solved to the solver's
 tolerances, and the assignment is gathered once, as the result.
 """
 
@@ -114,8 +114,8 @@ class RandomAssignment:
     """The initial assignment :func:`initial_assignment` of rows ``[lo, hi)``, drawn where it is
     used: the executors slice it per partition (``ra[a:b]``, nothing drawn) and a
     :class:`~dmcsvm.engine.prototype_partition.PrototypePartition` draws its rows' prototypes
-    from its own class indices (:meth:`draw`).  Small and picklable (issue 15: the coordinator
-    of a store fit holds no per-row array)."""
+    from its own class indices (:meth:`draw`).  Small and picklable (docs/design.md, 'The
+    coordinator's size': the coordinator of a store fit holds no per-row array)."""
 
     ndim = 1
     dtype = np.dtype(np.int64)
@@ -174,7 +174,8 @@ def _redraw_parts(executor, seed, T, mM):
     """:func:`_redraw` on the partitions (each draws its rows from the slacks its last
     ``slacks`` call kept, and keeps the draw until a message's ``assign`` installs it):
     ``(rows re-assigned, E(t+1), those with a coefficient to move as (ids, old prototypes, new
-    prototypes))``.  Only the moved rows travel (issue 15: no n-long assignment here)."""
+    prototypes))``.  Only the moved rows travel (docs/design.md, 'The coordinator's size': no n-long
+    assignment here)."""
     parts = executor.call("redraw", seed, float(T))
     n_changed = sum(int(p["n_changed"]) for p in parts)
     moved = tuple(np.concatenate([p["moved"][k] for p in parts]).astype(np.int64)
@@ -226,7 +227,8 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
         with ``linear=True``, :class:`~dmcsvm.engine.prototype_partition.LinearPrototypePartition`
         partitions, given the class of every row and the initial assignment (an array, or a
         :class:`RandomAssignment` each partition draws its rows' from).  The partitions own the
-        assignment from then on; the coordinator holds no per-row array (issue 15).
+        assignment from then on; the coordinator holds no per-row array (docs/design.md, 'The
+        coordinator's size').
     n : int
         Number of training patterns.
     pcls : ndarray of int, shape (P,)
@@ -269,7 +271,7 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
     P = pcls.shape[0]
     ex = LinearMessages(executor) if linear else executor
     kw = {}
-    if linear:      # explicit prototypes on the coordinator too: no K_BB (DESIGN §1 fast path)
+    if linear:      # explicit prototypes on the coordinator too: no K_BB (docs/design.md, 'MProtSVM')
         kw["batch_solver"] = lp.LinearBatchSolver(*lp.linear_coefficients(spec))
     state = CoordinatorState.fresh(n, P)
     state.history["epoch"] = []      # each round tagged with its epoch (0: the final solve)

@@ -1,11 +1,11 @@
 """The on-disk tier of a partition's kernel-column cache: columns ``K(X_part, x_s)`` in a zarr array.
 
-DESIGN §4: "kernel-row blocks live in zarr too ... an LRU in memory in front of them".  A column
-is stored over all ``n`` rows of the partition (rows not active when it was computed hold 0 and
-are never read back before the next unshrink, which empties the cache), one column per zarr chunk
-of shape ``(n, 1)``: one read of ``4 n`` bytes serves a pattern selected again, against reading
-``X`` (``4 n d`` bytes when the rows do not fit in memory) plus ``2 n d`` flops to recompute it.
-Slots are reused least-recently-used first.
+docs/design.md, 'Data and kernel columns': "kernel-row blocks live in zarr too ... an LRU in memory
+in front of them".  A column is stored over all ``n`` rows of the partition (rows not active when it
+was computed hold 0 and are never read back before the next unshrink, which empties the cache), one
+column per zarr chunk of shape ``(n, 1)``: one read of ``4 n`` bytes serves a pattern selected
+again, against reading ``X`` (``4 n d`` bytes when the rows do not fit in memory) plus ``2 n d``
+flops to recompute it. Slots are reused least-recently-used first.
 """
 
 from __future__ import annotations

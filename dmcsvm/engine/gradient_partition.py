@@ -1,4 +1,5 @@
-"""A row partition for the SMO duals with one equality constraint per group (DESIGN §2, §3).
+"""A row partition for the SMO duals with one equality constraint per group (docs/design.md:
+'mScatter-SVM', 'Binary SMO').
 
 Same constructor as :class:`~dmcsvm.engine.partition.Partition`, so both executors build it
 (``executor.start(..., partition_cls=GradientPartition)``).  On top of the rows and kernel columns
@@ -150,7 +151,8 @@ class GradientPartition(PartitionBase):
     def summary(self) -> dict:
         """End-of-solve quantities: LIBSVM's rho pieces (per group) and the per-class sums of
         :func:`dmcsvm.numerics.grouped_smo.class_sums` (test rules of mScatter): O(groups)
-        numbers, nothing per row (the coordinator does not grow with n, issue 15)."""
+        numbers, nothing per row (the coordinator does not grow with n; docs/design.md, 'The
+        coordinator's size')."""
         G = self.n_groups
         cs = np.zeros((G, 6))
         sc.class_sums(self.rows, self.grp, self.alpha, self.g, self.tot, self.own, self._bounds(),
@@ -162,7 +164,7 @@ class GradientPartition(PartitionBase):
     # ---------------------------------------------------------------- recovery
     def restore(self, snapshot: dict) -> bool:
         """Take the coordinator's current problem and coefficients (how a partition rebuilt on a
-        new worker catches up; DESIGN §4).
+        new worker catches up; docs/design.md, 'State that must survive').
 
         ``snapshot``: ``signs`` and ``grp`` (this partition's rows), optional ``U`` and ``extra``
         (as :meth:`reset`), and the variables with ``a != 0``: ``sv_ids`` (global ids), ``sv_a``,

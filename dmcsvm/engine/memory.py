@@ -1,4 +1,5 @@
-"""Sizing a partition to its worker's memory limit (DESIGN §4; cluster/README.md).
+"""Sizing a partition to its worker's memory limit (docs/design.md, 'Architecture';
+cluster/README.md).
 
 A Dask worker pauses at 80 % of its memory limit and its nanny kills it at 95 %; a paused or
 killed worker stalls or loses a round.  So before partitions are created the executor plans, for

@@ -1,9 +1,9 @@
 """Typed round messages and replies of the partitions, each reply field with its merge rule.
 
 A round is one message from the coordinator to every partition and one reply back from each
-(DESIGN §4).  Every reply field declares in its metadata how the partitions' values combine
-(:data:`CONCAT`, :data:`SUM`, :data:`MAX`, :data:`MIN`, :data:`FIRST`, :data:`LIST`), so one
-:func:`merge` serves every partition kind and both executors.  :func:`pack_message` /
+(docs/design.md, 'Architecture').  Every reply field declares in its metadata how the partitions'
+values combine (:data:`CONCAT`, :data:`SUM`, :data:`MAX`, :data:`MIN`, :data:`FIRST`, :data:`LIST`),
+so one :func:`merge` serves every partition kind and both executors.  :func:`pack_message` /
 :func:`unpack_message` give a message its compact wire form for the Dask actor path.
 """
 

@@ -1,11 +1,12 @@
 """The Crammer-Singer partition: scores, coefficients and selection statistics of its rows.
 
-DESIGN §4: on top of :class:`~dmcsvm.engine.partition_base.PartitionBase` (rows, kernel columns,
-caches) the partition holds ``F_part`` (scores of its rows), its copy of ``B_part``, the assigned
-positive prototype of every row, the active set (shrinking) and which rows' X the coordinator
-holds.  Each round it receives the batch (:class:`~dmcsvm.engine.messages.RoundMessage`) chosen
-by the coordinator, applies it with one GEMM ``F_part += K(X_part, X_B) @ dB_B`` and replies
-(:class:`~dmcsvm.engine.messages.CSReply`) with its best candidates and aggregates.
+docs/design.md, 'Batched rounds': on top of :class:`~dmcsvm.engine.partition_base.PartitionBase`
+(rows, kernel columns, caches) the partition holds ``F_part`` (scores of its rows), its copy of
+``B_part``, the assigned positive prototype of every row, the active set (shrinking) and which rows'
+X the coordinator holds.  Each round it receives the batch
+(:class:`~dmcsvm.engine.messages.RoundMessage`) chosen by the coordinator, applies it with one GEMM
+``F_part += K(X_part, X_B) @ dB_B`` and replies (:class:`~dmcsvm.engine.messages.CSReply`) with its
+best candidates and aggregates.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class Partition(PartitionBase):
 
     def _unshrink(self, sv: dict) -> float:
         """Rebuild the scores of shrunk rows from the support patterns, ``K(X_in, X_SV) @ B_SV``,
-        and make every row active again (DESIGN §4: F is always rebuildable from B)."""
+        and make every row active again (docs/design.md, 'State that must survive': F is always
+        rebuildable from B)."""
         t = time.perf_counter()
         n = self.F.shape[0]
         if self.active.shape[0] < n:
@@ -300,8 +302,8 @@ class Partition(PartitionBase):
     # ---------------------------------------------------------------- recovery
     def restore(self, snapshot: dict) -> bool:
         """Take the coordinator's current state: how a partition rebuilt on a new worker after its
-        old worker died catches up (DESIGN §4: a lost worker costs one kernel block, never a
-        replay of history).
+        old worker died catches up (docs/design.md, 'State that must survive': a lost worker costs
+        one kernel block, never a replay of history).
 
         ``snapshot`` holds plain arrays: ``sv_ids`` (global ids of the support patterns, the rows
         with any non-zero coefficient), ``sv_X`` (their X rows), ``sv_B`` (their coefficient
@@ -341,8 +343,9 @@ class CandidateHint:
     of the chunk's rows that would be reported as candidates if the round ended now (a running
     top ``n_candidates`` of the selection values, as :meth:`Partition._report` chooses), in the
     rows' small LRU.  The report then finds its candidates' X rows there instead of reading
-    their chunks again: one pass over X per round instead of about 1.5 (issue 15).  Only a hint:
-    a candidate it missed is read from the store, and the model is the same bit for bit."""
+    their chunks again: one pass over X per round instead of about 1.5 (docs/design.md, 'The
+    coordinator's size').  Only a hint: a candidate it missed is read from the store, and the model
+    is the same bit for bit."""
 
     def __init__(self, part):
         self.part = part

@@ -1,12 +1,13 @@
 """What every row partition has, whatever dual it solves: its rows and their kernel columns.
 
-DESIGN §4: a partition owns rows ``[lo, hi)`` of the training set and answers one message per
-round.  :class:`PartitionBase` holds the rows (in memory or streamed from a store), their norms and
-kernel diagonal, the column caches (memory LRU, zarr tier on disk), the kernel-column fetch over the
-active rows, the compact copy of streamed active rows, the counters behind :meth:`stats`, and the
-BLAS hold.  Each formulation is a subclass that adds its state and its round: the Crammer-Singer
-partition (:mod:`.partition`), the SMO one (:mod:`.gradient_partition`) and the multi-prototype
-ones (:mod:`.prototype_partition`).  The same object runs in-process and as a Dask actor.
+docs/design.md, 'Batched rounds': a partition owns rows ``[lo, hi)`` of the training set and answers
+one message per round.  :class:`PartitionBase` holds the rows (in memory or streamed from a store),
+their norms and kernel diagonal, the column caches (memory LRU, zarr tier on disk), the
+kernel-column fetch over the active rows, the compact copy of streamed active rows, the counters
+behind :meth:`stats`, and the BLAS hold.  Each formulation is a subclass that adds its state and its
+round: the Crammer-Singer partition (:mod:`.partition`), the SMO one (:mod:`.gradient_partition`)
+and the multi-prototype ones (:mod:`.prototype_partition`).  The same object runs in-process and as
+a Dask actor.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Per-row values of an SMO problem (its signs and groups) that stand for an n-long array without
-holding one (issue 15: a coordinator whose memory does not grow with n).
+holding one (docs/design.md, 'The coordinator's size': a coordinator whose memory does not grow with
+n).
 
 Both are computed where they are read, from a class index that may itself live in a store
 (:class:`~dmcsvm.store.class_index.StoreClassIndex`): slicing gives another one (a partition's

@@ -3,17 +3,18 @@
 linear fast path.
 
 * :class:`PrototypePartition` (any kernel) owns its rows' assignment: the coordinator holds none
-  (issue 15).  It adds :meth:`slacks` (its share of the primal's slack term and of ``||M||^2``,
-  keeping every row's slacks ``xi_i^s`` over its positive prototypes) and :meth:`redraw` (the
-  re-assignment of Eq. 17 drawn from those slacks and kept pending; only the rows that have a
-  coefficient to move travel back), and takes a :class:`~.messages.PrototypeMessage` whose
-  ``assign`` (the seed of a draw) installs the pending draw with the message's update: the
-  ``n x q`` slacks and the n-long assignment never leave the partition.
+  (docs/design.md, 'The coordinator's size').  It adds :meth:`slacks` (its share of the primal's
+  slack term and of ``||M||^2``, keeping every row's slacks ``xi_i^s`` over its positive prototypes)
+  and :meth:`redraw` (the re-assignment of Eq. 17 drawn from those slacks and kept pending; only the
+  rows that have a coefficient to move travel back), and takes a
+  :class:`~.messages.PrototypeMessage` whose ``assign`` (the seed of a draw) installs the pending
+  draw with the message's update: the ``n x q`` slacks and the n-long assignment never leave the
+  partition.
 * :class:`LinearPrototypePartition` (kernel ``scale <x, z> + c0``) keeps the prototypes ``W``
   (P x d) and the coefficient sums ``s`` explicitly and scores its rows by
-  ``F = scale X W^T + c0 s`` (DESIGN
-  §1 fast path): a batch message (:class:`~.messages.LinearMessage`) carries ``dW = dB^T X_B``
-  and ``ds`` instead of the batch's X rows, and no kernel row is ever computed.
+  ``F = scale X W^T + c0 s`` (docs/design.md,
+  'MProtSVM': the fast path): a batch message (:class:`~.messages.LinearMessage`) carries ``dW =
+  dB^T X_B`` and ``ds`` instead of the batch's X rows, and no kernel row is ever computed.
   :class:`LinearMessages` wraps an executor so that the coordinator's batch messages are encoded
   that way before they are sent.
 

@@ -1,9 +1,9 @@
 """Where a partition's feature rows live: in memory, or re-read from the zarr store chunk by chunk.
 
-DESIGN §4: "workers that cannot hold their X chunks re-read them from the store".  A partition
-asks its rows for three things only — rows by index (candidates, shrunk rows), the rows in
-store-chunk order (a streaming pass that computes kernel blocks), and their count — so the
-same partition code runs whether the rows fit in the worker's memory or not.
+docs/design.md, 'Data and kernel columns': "workers that cannot hold their X chunks re-read them
+from the store".  A partition asks its rows for three things only — rows by index (candidates,
+shrunk rows), the rows in store-chunk order (a streaming pass that computes kernel blocks), and
+their count — so the same partition code runs whether the rows fit in the worker's memory or not.
 """
 
 from __future__ import annotations

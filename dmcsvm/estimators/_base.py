@@ -1,4 +1,4 @@
-"""SVMEstimator: what every dmcsvm estimator shares (issue 16, "one shape for every estimator").
+"""SVMEstimator: what every dmcsvm estimator shares.
 
 The tags, the "where it runs" parameters (their constraints and ONE docstring text), the kernel
 parameters' constraints, and hyper-parameter validation by declared constraints, scikit-learn's

@@ -8,7 +8,8 @@ import os
 
 from ..engine.executor import InProcessExecutor
 
-#: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and the README.
+#: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and
+#: docs/user_guide.md.
 THREAD_POLICY = f"""\
     n_jobs : int or None, default=None
         Threads of the in-process executor and of in-memory prediction.  ``None`` uses the
@@ -101,8 +102,8 @@ def cache_mb(est) -> float:
 
 def gram_mb(est) -> float | None:
     """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
-    for a number, ``min(cache_mb, 800)`` for 'auto'.  Measured on 25,000 deformed digits with
-    2,000 MB of kernel columns: Gram 200 / 800 / 2,000 MB fitted in 77.5 / 45.3 / 43.2 s."""
+    for a number, ``min(cache_mb, 800)`` for 'auto' (measurements: benchmarks/results/HISTORY.md,
+    'Kernel cache defaults')."""
     if not isinstance(est.cache_size, str):
         return None
     return min(cache_mb(est), AUTO_GRAM_MAX)

@@ -452,7 +452,7 @@ def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
     classes, y_idx = np.unique(y, return_inverse=True)
     _check_min_classes(est, classes, min_classes)
     # the raw labels are not needed past this point: one O(n) array less on the coordinator
-    # while it trains (issue 15)
+    # while it trains (docs/design.md, 'The coordinator's size')
     td.labels = None
     return td, classes, y_idx.astype(np.int64, copy=False)
 

@@ -1,12 +1,13 @@
 """``warm_start``: start a fit from the previous fit's coefficients where they are a feasible
 point of the new problem.
 
-Every constraint of the Crammer–Singer dual (DESIGN §1) is homogeneous except ``alpha_i^{y_i} <=
-C``: the previous ``B`` stays feasible for a larger ``C``, and scaled by ``C_new / max alpha_y``
-for a smaller one, whatever the kernel.  It must still describe the same patterns: the same
-classes and features, support rows that are the rows of the new data at the same indices (more
-rows appended after them are fine) with the same labels.  The partitions then rebuild their scores
-from it in the first round, ``F = K(X, X_SV) B_SV`` (DESIGN §4), and the solve goes on from there.
+Every constraint of the Crammer–Singer dual (docs/design.md, 'The Crammer-Singer dual') is
+homogeneous except ``alpha_i^{y_i} <= C``: the previous ``B`` stays feasible for a larger ``C``, and
+scaled by ``C_new / max alpha_y`` for a smaller one, whatever the kernel.  It must still describe
+the same patterns: the same classes and features, support rows that are the rows of the new data at
+the same indices (more rows appended after them are fine) with the same labels.  The partitions then
+rebuild their scores from it in the first round, ``F = K(X, X_SV) B_SV`` (docs/design.md,
+'Architecture'), and the solve goes on from there.
 """
 
 from __future__ import annotations
@@ -186,9 +187,10 @@ def scatter_start(est, td, classes, y_idx, box):
     bound of every ``a_i``: ``mu``, or one ``mu w_i`` per row (weights).
 
     The mScatter dual's constraints are ``0 <= a_i <= mu_i`` and ``sum_{i in c} a_i = 1`` per
-    class (DESIGN §2).  The previous ``a`` stays feasible for larger bounds; for smaller ones it is
-    clipped to them, and each class's lost mass goes back to its rows with room, the previous
-    support rows first, then the others in row order (as the cold start fills them)."""
+    class (docs/design.md, 'mScatter-SVM').  The previous ``a`` stays feasible for larger bounds;
+    for smaller ones it is clipped to them, and each class's lost mass goes back to its rows with
+    room, the previous support rows first, then the others in row order (as the cold start fills
+    them)."""
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return None
     ids = np.asarray(est.support_, dtype=np.int64)

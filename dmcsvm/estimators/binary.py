@@ -1,4 +1,5 @@
-"""Binary C-SVM with bias by Platt's SMO (DESIGN §3) and one-vs-rest / one-vs-one on top of it.
+"""Binary C-SVM with bias by Platt's SMO (docs/design.md, 'Binary SMO') and one-vs-rest / one-vs-one
+on top of it.
 
 All three estimators run the SMO decomposition of :mod:`dmcsvm.coordinators.decomposition` on
 :class:`~dmcsvm.engine.gradient_partition.GradientPartition` row partitions, in-process or on Dask.
@@ -333,7 +334,7 @@ def _pair_signs(y_idx, pairs) -> list:
     negative, or every other class when ``j`` is -1) over the class indices ``y_idx`` (an array
     or a store's class index): a :class:`~dmcsvm.engine.problem_rows.PairSigns` each, a few
     numbers that every partition turns into its own rows' signs, so the coordinator holds no
-    sign vector (issue 15)."""
+    sign vector (docs/design.md, 'The coordinator's size')."""
     return [PairSigns(y_idx, i, j) for i, j in np.asarray(pairs, dtype=np.int64).reshape(-1, 2)]
 
 

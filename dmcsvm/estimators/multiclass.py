@@ -117,10 +117,9 @@ class MulticlassSVC(SVMEstimator):
     tol : float, default=1e-3
         The stopping rule: stop when every pattern's KKT violation ``psi`` (CS 2001 Eq. 32,
         in margin units: how far a score is from satisfying the optimality conditions) is
-        <= tol, checked with every row unshrunk.  The default is the cheapest rule measured
-        after which held-out predictions stop changing (>= 99.9 % agreement with a solve to
-        relative duality gap 1e-6 on every real data set tried, at C=1 and C=10:
-        benchmarks/bench_stopping_rule.py).  A lower ``tol`` gives a more precise solution and
+        <= tol, checked with every row unshrunk.  The default is the cheapest rule after which
+        held-out predictions stopped changing on every data set measured
+        (benchmarks/results/stopping_rule.md).  A lower ``tol`` gives a more precise solution and
         always binds: nothing else needs changing.
     gap_tol : float, default=0.0
         Optional early stop: also stop when the relative duality gap ``(P - D) / P`` is
@@ -273,7 +272,7 @@ class MulticlassSVC(SVMEstimator):
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
-        if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W (issue 14)
+        if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start,
                                             threads=n_threads(self.n_jobs))

@@ -1,4 +1,5 @@
-"""ScatterSVC: the mScatter-SVM of Jenssen et al. (2009) as a scikit-learn estimator (DESIGN §2)."""
+"""ScatterSVC: the mScatter-SVM of Jenssen et al. (2009) as a scikit-learn estimator
+(docs/design.md, 'mScatter-SVM')."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class ScatterSVC(SVMEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
 
-    Dual (Eq. 6 of the paper, DESIGN §2)::
+    Dual (Eq. 6 of the paper, docs/design.md, 'mScatter-SVM')::
 
         min_a 1/2 a' Q a,   Q_ij = K_ij (m [c_i = c_j] - 1) / m,
         sum_{i in class c} a_i = 1  for every class,   0 <= a_i <= mu

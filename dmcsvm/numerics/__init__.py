@@ -1,5 +1,5 @@
 """Plain numba functions on arrays, below the engine: they import nothing of dmcsvm but each other
-and the foundation modules (README "Layers").
+and the foundation modules (CONTRIBUTING.md, "Layers").
 
 pattern (per-pattern optimizers, selection values, scan_rows, solve_batch), working_set (the
 coordinator's re-selection solve of a batch on K_BB), selection (stopping thresholds), binary_smo

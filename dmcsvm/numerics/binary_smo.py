@@ -1,4 +1,5 @@
-"""Platt's SMO step for the binary C-SVM with bias (Platt 1998; DESIGN §3), as plain numba functions.
+"""Platt's SMO step for the binary C-SVM with bias (Platt 1998; docs/design.md, 'Binary SMO'), as
+plain numba functions.
 
 Notation follows LIBSVM / Fan, Chen and Lin (2005): the dual is
 

@@ -1,4 +1,5 @@
-"""SMO kernels for duals with one equality constraint per group (DESIGN §2, §3), as numba functions.
+"""SMO kernels for duals with one equality constraint per group (docs/design.md: 'mScatter-SVM',
+'Binary SMO'), as numba functions.
 
 Both remaining seeds of the project are instances of
 
@@ -14,8 +15,9 @@ Both remaining seeds of the project are instances of
 
 With ``tot = K (y o a)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j`` the gradient is
 ``g_i = y_i (w_diff tot_i + (w_same - w_diff) own_i) + p_i``; for mScatter that is
-``g_i = S[i, c_i] - (1/m) sum_c S[i, c]`` with ``S = K A`` (DESIGN §2).  An SMO step changes two
-variables of one group (a pair from different groups cannot move: each group's sum is fixed).
+``g_i = S[i, c_i] - (1/m) sum_c S[i, c]`` with ``S = K A`` (docs/design.md, 'mScatter-SVM').  An SMO
+step changes two variables of one group (a pair from different groups cannot move: each group's sum
+is fixed).
 
 Working-set selection is LIBSVM's (Fan, Chen and Lin 2005) run per group: ``i`` maximises ``-y_t g_t``
 over ``I_up = {a_t < U, y_t = 1} u {a_t > 0, y_t = -1}``; ``j`` minimises ``-b_it^2 / a_it`` (WSS2,
@@ -281,9 +283,9 @@ def class_sums(rows, grp, a, g, tot, own, U, n_groups, out):
 
 
 def feasible_start(cls: np.ndarray, n_classes: int, mu) -> np.ndarray:
-    """Sparse feasible start of the mScatter dual (DESIGN §2): in every class, its first points
-    (in row order) get ``mu`` (or their own bound ``mu[i]``, weighted patterns) until the class's
-    weights sum to 1 (the last one gets the rest).
+    """Sparse feasible start of the mScatter dual (docs/design.md, 'mScatter-SVM'): in every class,
+    its first points (in row order) get ``mu`` (or their own bound ``mu[i]``, weighted patterns)
+    until the class's weights sum to 1 (the last one gets the rest).
 
     Needs ``mu * N_c >= 1`` for every class (checked by the estimator).  Only ``ceil(1 / mu)``
     points per class are non-zero, so the initial gradient needs that many kernel columns instead of

@@ -2,9 +2,10 @@
 positive prototypes, the annealed assignment draw of Eq. 17, and the explicit-prototype (``W``)
 arithmetic of the linear fast path.
 
-Prototype layout (DESIGN §1): the ``P = sum_c q_c`` prototypes are grouped by class, class ``c``
-owning the prototypes ``first[c] .. first[c] + count[c] - 1``.  A pattern's assignment is stored
-both as its prototype index ``yp`` and as its *slot* ``yp - first[c]`` inside its class.
+Prototype layout (docs/design.md, 'The Crammer-Singer dual'): the ``P = sum_c q_c`` prototypes are
+grouped by class, class ``c`` owning the prototypes ``first[c] .. first[c] + count[c] - 1``.  A
+pattern's assignment is stored both as its prototype index ``yp`` and as its *slot*
+``yp - first[c]`` inside its class.
 
 Linear kernels ``k(x, z) = a <x, z> + c0`` (``'linear'``: ``a = 1, c0 = 0``; ``'poly'`` of degree 1:
 ``a = gamma, c0 = coef0``, the paper's ``<x, z> + 1`` is ``a = c0 = 1``) give explicit prototypes:

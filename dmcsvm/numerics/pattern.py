@@ -1,12 +1,14 @@
 """Per-pattern optimizers and pattern-selection values of the Crammer-Singer family (numba).
 
-Notation (``shared/DESIGN.md`` §1): one pattern's signed coefficients ``b = B[p, :]`` (length P),
-its scores ``f = F[p, :]``, its assigned positive prototype ``y``, its class ``c`` and the class of
-every prototype ``pcls``.  ``N_p = {r : pcls[r] != c}``; positive prototypes other than ``y`` keep
-``b[r] = 0``.  ``alpha_y = b[y] >= 0`` and ``alpha_r = -b[r] >= 0`` for ``r`` in ``N_p``.
+Notation (docs/design.md, 'The Crammer-Singer dual'): one pattern's signed coefficients
+``b = B[p, :]`` (length P), its scores ``f = F[p, :]``, its assigned positive prototype ``y``, its
+class ``c`` and the class of every prototype ``pcls``.  ``N_p = {r : pcls[r] != c}``; positive prototypes other
+than ``y`` keep ``b[r] = 0``.  ``alpha_y = b[y] >= 0`` and ``alpha_r = -b[r] >= 0`` for ``r`` in
+``N_p``.
 
-All gains are in the units of the Aiolli-Sperduti Lagrangian (2005, Eq. 11: ``sum alpha - ||M||^2``),
-which is twice the dual ``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` of DESIGN §1.
+All gains are in the units of the Aiolli-Sperduti Lagrangian (2005, Eq. 11:
+``sum alpha - ||M||^2``), which is twice the dual ``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` of docs/design.md,
+'The Crammer-Singer dual'.
 
 Every function works on plain arrays and mutates ``b`` and ``f`` in place where it optimizes, so it
 can be tested alone against a NumPy reference and run unchanged on the coordinator.
@@ -79,7 +81,7 @@ def pair_step(b, f, y, ra, rb, kpp, C):
 @numba.njit(cache=True, nogil=True)
 def apply_step(b, f, y, ra, rb, v, kpp, C):
     """BasicUpdate restricted to the pattern's own row: ``B[p,ra] += v``, ``B[p,rb] -= v`` and the
-    matching change ``v K_pp`` of its own scores (DESIGN §1)."""
+    matching change ``v K_pp`` of its own scores (docs/design.md, 'The Crammer-Singer dual')."""
     b[ra] += v
     b[rb] -= v
     if ra == y and b[y] > C:
@@ -469,8 +471,9 @@ def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
 
 @numba.njit(cache=True, nogil=True)
 def objective_parts(B, F, yp, cls, pcls):
-    """Per-partition pieces of the dual and primal (DESIGN §1): ``sum alpha_y``, ``sum B*F``
-    (= this partition's share of ``||M||^2``) and ``sum xi`` with ``xi = max(0, max_N F + 1 - F_y)``."""
+    """Per-partition pieces of the dual and primal (docs/design.md, 'The Crammer-Singer dual'):
+    ``sum alpha_y``, ``sum B*F`` (= this partition's share of ``||M||^2``) and ``sum xi`` with ``xi
+    = max(0, max_N F + 1 - F_y)``."""
     n, P = B.shape
     sa = 0.0
     sbf = 0.0
@@ -510,7 +513,7 @@ def weighted_slack(F, yp, cls, pcls, C):
 
 @numba.njit(cache=True, nogil=True)
 def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, calm, V, psi):
-    """One fused pass over a partition (the per-round work of DESIGN §4):
+    """One fused pass over a partition (the per-round work of docs/design.md, 'Batched rounds'):
 
     ``C`` is a scalar or one bound per row of ``B`` (weighted patterns).
 
@@ -559,11 +562,11 @@ def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, ca
 
 @numba.njit(cache=True, nogil=True)
 def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
-    """Coordinator's batch solve (DESIGN §4): optimize the batch patterns one after the other in the
-    given order, each seeing the exact scores left by the earlier ones (``F_j += K_jk dB_k``), using
-    only ``K_BB``.  With ``sweeps > 1`` the batch is swept again while any of its patterns still
-    violates ``psi > tol`` (a working-set decomposition step); ``sweeps = 1`` is the papers' order.
-    ``C`` is a scalar or one bound per batch row.
+    """Coordinator's batch solve (docs/design.md, 'Batched rounds'): optimize the batch patterns one
+    after the other in the given order, each seeing the exact scores left by the earlier ones (``F_j
+    += K_jk dB_k``), using only ``K_BB``.  With ``sweeps > 1`` the batch is swept again while any of
+    its patterns still violates ``psi > tol`` (a working-set decomposition step); ``sweeps = 1`` is
+    the papers' order. ``C`` is a scalar or one bound per batch row.
     Returns ``dB`` (the change of every batch row) and the gains."""
     nb, P = Bb.shape
     dB = np.zeros((nb, P))

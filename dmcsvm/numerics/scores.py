@@ -13,7 +13,7 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def add_rows(F, rows, dK):
+def add_rows(F: np.ndarray, rows: np.ndarray, dK: np.ndarray) -> None:
     """``F[rows[i]] += dK[i]`` for every i (``rows`` distinct), ``dK`` float32 or float64."""
     P = F.shape[1]
     for i in range(rows.shape[0]):

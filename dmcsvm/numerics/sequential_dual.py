@@ -1,10 +1,11 @@
 """Sequential dual method for the Crammer-Singer family with explicit prototypes (linear kernels).
 
 Keerthi, Sundararajan, Chang, Hsieh & Lin (2008), "A sequential dual method for large scale
-multi-class linear SVMs" (LIBLINEAR's ``-s 4`` solver), on the dual of DESIGN §1 with ``q >= 1``
-prototypes per class and a *fixed* assignment ``yp`` (the convex problem of one MProtSVM epoch;
-``q = 1`` is Crammer-Singer).  For a kernel ``k(x, z) = a <x, z> + c0`` the scores are
-``f_r(x) = a W_r . x + c0 s_r`` with ``W = B^T X`` (P x d) and ``s = B^T 1`` kept explicitly:
+multi-class linear SVMs" (LIBLINEAR's ``-s 4`` solver), on the dual of docs/design.md, 'The
+Crammer-Singer dual' with ``q >= 1`` prototypes per class and a *fixed* assignment ``yp`` (the
+convex problem of one MProtSVM epoch; ``q = 1`` is Crammer-Singer).  For a kernel
+``k(x, z) = a <x, z> + c0`` the scores are ``f_r(x) = a W_r . x + c0 s_r`` with ``W = B^T X``
+(P x d) and ``s = B^T 1`` kept explicitly:
 
 * a *pass* visits the active patterns in a random order; pattern ``i`` gets its scores on its
   active prototypes (O(|A_i| d)), its KKT violation ``psi`` (CS 2001 Eq. 32, margin units), and

@@ -1,4 +1,5 @@
-"""The coordinator's working-set solve of one round's batch on cached kernel values (DESIGN §4).
+"""The coordinator's working-set solve of one round's batch on cached kernel values (docs/design.md,
+'Batched rounds').
 
 :func:`solve_working_set` optimizes the batch patterns by re-selection: passes over the batch
 step, each exactly (:func:`~dmcsvm.numerics.pattern.relaxed_step`), the rows whose KKT violation
@@ -133,10 +134,10 @@ ROWS_MOST_REQUEST = 1024
 
 def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
                       inner_tol, relax=1.0, rows=None):
-    """Coordinator's working-set solve on ``K_BB`` by re-selection (DESIGN §4: updates inside a
-    batch touch only batch rows): passes over the batch optimize, each exactly
-    (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW exceeds a
-    cut, the cut being half the largest violation at the start of the pass (never below
+    """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
+    rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
+    exactly (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW
+    exceeds a cut, the cut being half the largest violation at the start of the pass (never below
     ``inner_tol``), until every batch row has ``psi <= inner_tol`` or ``max_steps`` steps were
     taken.  The most violated rows are thus optimized first and again while they stay the most
     violated (the papers' sequential algorithm restricted to the batch, with the threshold

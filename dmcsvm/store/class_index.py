@@ -1,6 +1,6 @@
 """The class index of a store's rows, read from its label array where and when it is needed, so
-that the coordinator of a fit from a store holds no per-row label array (issue 15: coordinator
-memory independent of n).
+that the coordinator of a fit from a store holds no per-row label array (docs/design.md, 'The
+coordinator's size': coordinator memory independent of n).
 
 :func:`scan_classes` finds the classes in one pass over the label chunks (O(chunk) memory);
 :class:`StoreClassIndex` stands for the class index of rows ``[lo, hi)``: slicing it gives another
@@ -10,15 +10,19 @@ one (nothing read), a partition turns its slice into an array on its own worker
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
+from .layout import StoreInfo
 from .readers import read_labels
 
 #: rows of labels read at a time (8 MB of int64)
 SCAN_ROWS = 1 << 20
 
 
-def _blocks(info, lo, hi):
+def _blocks(info: StoreInfo, lo: int, hi: int) -> Iterator[tuple[int, int]]:
     """``[a, b)`` row blocks covering ``[lo, hi)``, aligned to the store's chunks."""
     step = max(int(info.rows_per_chunk), (SCAN_ROWS // int(info.rows_per_chunk))
                * int(info.rows_per_chunk))
@@ -29,11 +33,11 @@ def _blocks(info, lo, hi):
         a = b
 
 
-def scan_classes(info) -> tuple[np.ndarray, np.ndarray | None]:
+def scan_classes(info: StoreInfo) -> tuple[np.ndarray, np.ndarray | None]:
     """``(classes, code_table)`` of the store ``info``: its sorted distinct labels, read chunk by
     chunk; for a store of string classes (labels stored as codes into ``info.classes``) also the
     class index of every code, else None."""
-    found = None
+    found: np.ndarray | None = None
     for a, b in _blocks(info, 0, info.n_samples):
         u = np.unique(read_labels(info, a, b))
         found = u if found is None else np.union1d(found, u)
@@ -47,7 +51,7 @@ def scan_classes(info) -> tuple[np.ndarray, np.ndarray | None]:
     return classes, table
 
 
-def class_counts(y_idx, m: int) -> np.ndarray:
+def class_counts(y_idx: Any, m: int) -> np.ndarray:
     """Rows of each of the ``m`` classes of a class index: ``np.bincount`` of an array, chunk by
     chunk for a :class:`StoreClassIndex` (no n-long read)."""
     if isinstance(y_idx, StoreClassIndex):
@@ -64,7 +68,8 @@ class StoreClassIndex:
     ndim = 1
     dtype = np.dtype(np.int64)
 
-    def __init__(self, info, lo: int, hi: int, classes, code_table=None):
+    def __init__(self, info: StoreInfo, lo: int, hi: int, classes: Any,
+                 code_table: Any = None) -> None:
         self.info, self.lo, self.hi = info, int(lo), int(hi)
         self.classes = np.asarray(classes)
         self.code_table = None if code_table is None else np.asarray(code_table, dtype=np.int64)
@@ -76,15 +81,16 @@ class StoreClassIndex:
     def __len__(self) -> int:
         return self.hi - self.lo
 
-    def _index(self, raw) -> np.ndarray:
+    def _index(self, raw: np.ndarray) -> np.ndarray:
         if self.code_table is not None:
-            return self.code_table[np.asarray(raw, dtype=np.int64)]
+            out: np.ndarray = self.code_table[np.asarray(raw, dtype=np.int64)]
+            return out
         return np.searchsorted(self.classes, raw).astype(np.int64, copy=False)
 
-    def _read(self, a, b) -> np.ndarray:
+    def _read(self, a: int, b: int) -> np.ndarray:
         return self._index(read_labels(self.info, self.lo + a, self.lo + b))
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> StoreClassIndex | np.ndarray:
         if isinstance(key, slice):
             a, b, step = key.indices(len(self))
             if step != 1:
@@ -115,7 +121,7 @@ class StoreClassIndex:
             out[:c.shape[0]] += c
         return out
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """Every row's class index, read now (O(rows) memory: for a partition's own rows)."""
         out = np.empty(len(self), dtype=np.int64)
         for a, b in _blocks(self.info, self.lo, self.hi):

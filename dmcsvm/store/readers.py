@@ -82,7 +82,7 @@ def read_rows(info_or_url, lo, hi):
     return sp.csr_matrix((data, indices, indptr - start), shape=(hi - lo, d))
 
 
-def read_labels(info_or_url, lo=0, hi=None):
+def read_labels(info_or_url: StoreInfo | str, lo: int = 0, hi: int | None = None) -> np.ndarray:
     """Read labels of rows ``[lo, hi)`` (all rows by default).
 
     Parameters
