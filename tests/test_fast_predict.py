@@ -96,6 +96,15 @@ def test_fast_predict_writes_what_the_estimator_writes(kind, digits, tmp_path, m
         assert np.array_equal(_labels(a, bool(flags)), expected.astype(str))
 
 
+def test_fast_predict_of_a_model_directory(digits, tmp_path, monkeypatch):
+    """A model saved as a zarr group directory is read by the same reader."""
+    d, X, y = digits
+    path = tmp_path / "m.zarr"
+    save_model(OneVsOneSVC(C=10, gamma=2.0).fit(X, y), path)
+    a, b = _both(monkeypatch, path, d / "test.zarr", tmp_path / "p.txt", "--decision-values")
+    assert a == b
+
+
 @pytest.mark.parametrize("est", [BinarySVC(C=10, gamma=2.0), MulticlassSVC(C=10, gamma=2.0),
                                  OneVsOneSVC(C=10, gamma=2.0)], ids=lambda e: type(e).__name__)
 def test_fast_predict_of_two_classes_with_text_labels(est, digits, tmp_path, monkeypatch):
