@@ -105,20 +105,48 @@ def _load(a):
     return load_model(a.model)
 
 
+def _fast(a):
+    """A :class:`~._fast_predict.FastModel` of the model file when the prediction runs in this
+    process and the model is of a kind it computes (no scikit-learn import), else None."""
+    check_cluster_options(a)
+    if a.scheduler or a.local_workers:
+        return None
+    from ._fast_predict import fast_model
+    return fast_model(a.model)
+
+
+def _fast_predictions(fast, info, a):
+    """``(labels, values)`` by the FastModel, or None where it leaves the input to the
+    estimator (which then also gives its error messages)."""
+    from ._fast_predict import Unsupported
+    try:
+        X = None if fast.accepts_stores else read_arrays(info)[0]
+        return fast.predictions(info, decision=a.decision_values, proba=a.probability, X=X)
+    except Unsupported:
+        return None
+
+
 def run_predict(a) -> int:
     check_output(a.output, overwrite=a.overwrite)
-    model = _load(a)
+    model = _fast(a) or _load(a)
     if a.probability:
         from ._common import UsageError
         if a.decision_values:
             raise UsageError("--probability and --decision-values cannot be combined")
-        if not hasattr(model, "predict_proba"):
+        if not (model.probability if hasattr(model, "predictions") else
+                hasattr(model, "predict_proba")):
             raise UsageError(f"{a.model} has no probabilities: train it with --probability")
     progress = stderr_is_tty() if a.progress is None else a.progress
     with as_store(a.data, a, n_features=_n_features(model), progress=progress) as info, \
             cluster_client(a) as client:
-        pred, D, _ = predictions(model, info, decision=a.decision_values, client=client,
-                                 proba=a.probability)
+        out = _fast_predictions(model, info, a) if hasattr(model, "predictions") else None
+        if out is None:
+            if hasattr(model, "predictions"):
+                model = _load(a)
+            pred, D, _ = predictions(model, info, decision=a.decision_values, client=client,
+                                     proba=a.probability)
+        else:
+            pred, D = out
     with atomic_file(a.output) as fh:
         if D is not None:
             names = [_fmt(c) for c in model.classes_]

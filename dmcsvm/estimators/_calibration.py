@@ -39,6 +39,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ._inputs import chunked_method, decision_scores, is_dask, is_store
+from ._scoring import apply_calibration  # noqa: F401 - public here (tests, benchmarks)
 
 #: folds of the internal cross-validation (LIBSVM / SVC use 5)
 N_FOLDS = 5
@@ -102,12 +103,6 @@ def platt_sigmoid(f, pos, max_iter=100):
     return A, B
 
 
-def _sigmoid(z):
-    """``1 / (1 + exp(z))`` without overflow."""
-    e = np.exp(-np.abs(z))
-    return np.where(z >= 0, e / (1.0 + e), 1.0 / (1.0 + e))
-
-
 def fit_calibration(D, y_idx, n_classes, method=None, C=None):
     """Fit the map from decision values ``D`` (a vector for two classes, else (n, n_classes)) to
     the class indices ``y_idx``.  Returns ``(method, coef, intercept)`` (plain float64 arrays)."""
@@ -130,33 +125,6 @@ def fit_calibration(D, y_idx, n_classes, method=None, C=None):
         warnings.simplefilter("ignore")          # lbfgs ConvergenceWarning on separable folds
         lr.fit(D, y_idx)
     return method, np.array(lr.coef_, dtype=np.float64), np.array(lr.intercept_, dtype=np.float64)
-
-
-def apply_calibration(method, coef, intercept, D, log=False):
-    """Class probabilities (or their logs) of decision values ``D`` under a fitted map."""
-    D = np.asarray(D, dtype=np.float64)
-    if method == "sigmoid":
-        z = D * coef[0] + intercept[0]
-        p1 = _sigmoid(z)
-        P = np.column_stack([1.0 - p1, p1])
-        if log:
-            # log P1 = -log(1 + exp(z)), log P0 = -log(1 + exp(-z)): exact in both tails
-            return np.column_stack([-np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)])
-        return P
-    if method == "ovr_sigmoid":
-        P = _sigmoid(D * coef[None, :] + intercept[None, :])
-        s = P.sum(axis=1, keepdims=True)
-        m = P.shape[1]
-        P = np.where(s > 0, P / np.where(s > 0, s, 1.0), 1.0 / m)
-        return np.log(P) if log else P
-    if method == "multinomial":
-        Z = D @ coef.T + intercept
-        Z = Z - Z.max(axis=1, keepdims=True)
-        if log:
-            return Z - np.log(np.exp(Z).sum(axis=1, keepdims=True))
-        E = np.exp(Z)
-        return E / E.sum(axis=1, keepdims=True)
-    raise ValueError(f"unknown calibration method {method!r}")
 
 
 # ---------------------------------------------------------------------------------- folds

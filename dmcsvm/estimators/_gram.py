@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._inputs import is_dask, is_store
+from ._scoring import ovo_from_scores
 
 __all__ = ["check_in_process", "gram_features", "is_gram_kernel", "ovo_from_scores", "gram_of"]
 
@@ -84,10 +85,3 @@ def gram_features(K) -> np.ndarray:
     return np.ascontiguousarray(V[:, keep] * np.sqrt(s[keep]))
 
 
-def ovo_from_scores(S) -> np.ndarray:
-    """``f_i - f_j`` for every pair ``i < j`` of classes in scikit-learn's SVC order
-    ``(0, 1), (0, 2), ..., (0, k-1), (1, 2), ...``: positive votes for class ``i``, as SVC's
-    one-vs-one decision values do.  ``S`` is (n_samples, n_classes)."""
-    S = np.asarray(S)
-    i, j = np.triu_indices(S.shape[1], k=1)
-    return S[:, i] - S[:, j]

@@ -22,7 +22,8 @@ from sklearn.utils.validation import validate_data
 
 from ..engine.rows import DaskSource, StoreSource
 from ..errors import NonFiniteError, check_finite_rows
-from ..kernels import KernelSpec, kernel_block, resolve_gamma, row_norms_sq
+from ..kernels import resolve_gamma, row_norms_sq
+from ._scoring import labels_of_scores, map_store_chunks
 
 
 def is_store(X) -> bool:
@@ -256,15 +257,6 @@ class RowsView:
 
 # ---------------------------------------------------------------------------------- prediction
 
-def score_block(X, spec: dict, SV, sv_norms, coef, jit=True) -> np.ndarray:
-    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64); ``jit=False``: the
-    kernel's element-wise pass in NumPy (:func:`dmcsvm.kernels.prefer_numpy`)."""
-    if SV.shape[0] == 0 or X.shape[0] == 0:
-        return np.zeros((X.shape[0], coef.shape[1]))
-    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
-    return K @ coef
-
-
 def _check_features(est, d):
     if d != est.n_features_in_:
         raise ValueError(f"X has {d} features, but {type(est).__name__} is expecting "
@@ -349,9 +341,7 @@ class ChunkedPredictMixin:
                 return D.map_blocks(lambda d: classes[(d > 0).astype(int)], dtype=classes.dtype)
             return D.map_blocks(lambda d: classes[np.argmax(d, axis=1)], drop_axis=1,
                                 dtype=classes.dtype)
-        if D.ndim == 1:
-            return self.classes_[(D > 0).astype(int)]
-        return self.classes_[np.argmax(D, axis=1)]
+        return labels_of_scores(self.classes_, D)
 
     def score(self, X, y=None, sample_weight=None):
         """Mean accuracy; for a zarr store ``y`` may be omitted (the store's labels are used)."""
@@ -410,25 +400,12 @@ def _store_map_local(est, X, model, method, probe):
     """``model.<method>`` of every chunk of a store on a pool of this machine's threads, as
     many as dask's threaded scheduler would run, without importing dask (0.1-0.2 s of a
     command-line prediction): the same per-chunk computations, concatenated in order."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from ..store import open_store
     info = open_store(X)
     _check_features(est, info.n_features)
-    bounds = list(info.chunk_bounds)
-    if not bounds:
-        return np.zeros((0,) + probe.shape[1:], dtype=probe.dtype)
-
-    def one(b):
-        return _store_apply(info.url, b[0], b[1], _method_block, model, method)
-    workers = max(1, min(len(bounds), len(os.sched_getaffinity(0))
-                         if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
-    if workers == 1:
-        out = [one(b) for b in bounds]
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            out = list(pool.map(one, bounds))
-    return np.concatenate(out, axis=0)
+    out = map_store_chunks(info, lambda block: _method_block(block, model, method))
+    return np.concatenate(out, axis=0) if out else np.zeros((0,) + probe.shape[1:],
+                                                            dtype=probe.dtype)
 
 
 def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):

@@ -22,25 +22,23 @@ from ..engine.executor import partition_bounds
 from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
 from ..engine.problem_rows import ConstantRows, PairSigns
-from ..kernels import KernelSpec, kernel_block, prefer_numpy, row_norms_sq
+from ..kernels import KernelSpec
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
-from ._engine import cache_mb, make_executor, release_executor, run_chunks
+from ._engine import cache_mb, make_executor, release_executor
 from ._inputs import (
     RowsView,
     TrainingData,
-    in_kernel_precision,
     chunked_method,
     fit_inputs,
+    in_kernel_precision,
     is_dask,
     is_store,
     rows_of,
 )
+from ._scoring import kernel_times, ovo_votes
 from ._warm_start import smo_starts
 from ._weights import fit_bounds, weights_doc
-
-_PREDICT_CHUNK = 2048
-
 
 # ------------------------------------------------------------------------------------------------
 # shared machinery (also used by ScatterSVC)
@@ -130,29 +128,6 @@ NO_OUT_OF_CORE_DOC = """
 def kernel_of(est, td: TrainingData) -> KernelSpec:
     est.gamma_ = td.gamma(est.gamma) if est.kernel != "linear" else 1.0
     return KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
-
-
-def kernel_times(est, X, SV, coef) -> np.ndarray:
-    """``K(X, SV) @ coef`` in row chunks on ``n_jobs`` threads (``coef`` dense or sparse,
-    (n_SV, k)); returns a dense (n, k) array."""
-    n = X.shape[0]
-    k = coef.shape[1]
-    out = np.zeros((n, k))
-    if SV.shape[0] == 0 or n == 0:
-        return out
-    spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
-    sv_norms = row_norms_sq(SV)
-    chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
-    jit = not prefer_numpy(n * SV.shape[0])         # a small prediction skips numba's start
-
-    def work(ab):
-        a, b = ab
-        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
-        r = coef.T @ K.T if sp.issparse(coef) else K @ coef
-        out[a:b] = r.T if sp.issparse(coef) else r
-
-    run_chunks(est.n_jobs, chunks, work)          # n_jobs threads in all (THREAD_POLICY)
-    return out
 
 
 class _SMOParams(SVMEstimator):
@@ -452,17 +427,4 @@ class OneVsOneSVC(_Decomposed):
         """Votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3)
         (n_samples, n_classes), so that ``argmax`` is the vote winner with ties broken by
         confidence; for two classes the binary decision value (positive means ``classes_[1]``)."""
-        D = self._binary_decisions(X)
-        m = len(self.classes_)
-        if m == 2:
-            return -D[:, 0]            # problem (0, 1) has class 0 positive
-        n = D.shape[0]
-        votes = np.zeros((n, m))
-        conf = np.zeros((n, m))
-        for k, (i, j) in enumerate(self.pairs_):
-            d = D[:, k]
-            votes[:, i] += d > 0
-            votes[:, j] += d <= 0
-            conf[:, i] += d
-            conf[:, j] -= d
-        return votes + conf / (3.0 * (np.abs(conf) + 1.0))
+        return ovo_votes(self._binary_decisions(X), self.pairs_, len(self.classes_))

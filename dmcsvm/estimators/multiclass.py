@@ -12,7 +12,7 @@ from ..coordinators import linear_cs
 from ..coordinators.crammer_singer import THRESHOLDS, SolverSettings, solve
 from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
-from ..kernels import KERNELS, KernelSpec, prefer_numpy, row_norms_sq
+from ..kernels import KERNELS, KernelSpec
 from ..numerics import pattern as pt
 from ._base import (
     OUT_OF_CORE_CONSTRAINTS,
@@ -29,21 +29,18 @@ from ._engine import (
     make_executor,
     n_threads,
     release_executor,
-    run_chunks,
 )
-from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel, ovo_from_scores
+from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel
 from ._inputs import (
     chunked_method,
     fit_inputs,
     in_kernel_precision,
     is_dask,
     is_store,
-    score_block,
 )
+from ._scoring import ovo_from_scores, prototype_scores
 from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
-
-_PREDICT_CHUNK = 2048
 
 #: Constraints of the Crammer-Singer solver's options, shared with MultiPrototypeSVC.
 CS_SOLVER_CONSTRAINTS = {
@@ -344,19 +341,8 @@ class MulticlassSVC(SVMEstimator):
             else:
                 K = gram_of(self, X, self.support_vectors_)
             return K @ coef
-        spec = self._kernel_spec().to_dict()
-        SV = self.support_vectors_
-        sv_norms = row_norms_sq(SV)
-        coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
-        chunks = [(a, min(a + _PREDICT_CHUNK, n)) for a in range(0, n, _PREDICT_CHUNK)]
-        jit = not prefer_numpy(n * SV.shape[0])     # a small prediction skips numba's start
-
-        def work(ab):
-            a, b = ab
-            out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
-
-        run_chunks(self.n_jobs, chunks, work)     # n_jobs threads in all (THREAD_POLICY)
-        return out
+        return prototype_scores(X, self._kernel_spec(), self.support_vectors_, self.dual_coef_,
+                                self.n_jobs)
 
     def decision_function(self, X):
         """Scores ``f_r(x)`` of every class (n_samples, n_classes); for two classes, ``f_1 - f_0``.

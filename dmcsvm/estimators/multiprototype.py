@@ -24,7 +24,7 @@ from ..coordinators.multiprototype import (
 from ..engine.executor import partition_bounds
 from ..engine.prototype_partition import LinearPrototypePartition, PrototypePartition
 from ..engine.threads import limit_blas
-from ..kernels import KernelSpec, kernel_block, row_norms_sq
+from ..kernels import KernelSpec
 from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
 from ..store.class_index import class_counts
@@ -38,11 +38,11 @@ from ._engine import (
     release_executor,
 )
 from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, is_store
+from ._scoring import best_prototype_per_class, multiprototype_scores
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
 
-_PREDICT_CHUNK = 2048
 SOLVERS = ("auto", "sequential", "rounds")
 
 
@@ -413,23 +413,7 @@ class MultiPrototypeSVC(SVMEstimator):
             return self._prototype_scores(X)
 
     def _prototype_scores(self, X):
-        if self.prototypes_ is not None:
-            S = X @ self.prototypes_.T
-            return np.asarray(S, dtype=np.float64) + self.intercept_
-        n = X.shape[0]
-        out = np.zeros((n, self.dual_coef_.shape[0]))
-        if self.support_vectors_.shape[0] == 0 or n == 0:
-            return out
-        spec = getattr(self, "_spec", None) or KernelSpec(self.kernel, self.gamma_,
-                                                          int(self.degree), float(self.coef0))
-        sv_norms = row_norms_sq(self.support_vectors_)
-        coef = np.ascontiguousarray(np.asarray(self.dual_coef_, dtype=np.float64).T)
-        for a in range(0, n, _PREDICT_CHUNK):
-            b = min(a + _PREDICT_CHUNK, n)
-            K = kernel_block(spec, X[a:b], self.support_vectors_, norms_b=sv_norms,
-                             dtype=np.float64)
-            out[a:b] = K @ coef
-        return out
+        return multiprototype_scores(X, self, self._kernel_spec())
 
     def decision_function(self, X):
         """Score of every class: the largest score of its prototypes, (n_samples, n_classes);
@@ -440,12 +424,7 @@ class MultiPrototypeSVC(SVMEstimator):
         if is_store(X) or is_dask(X):
             return chunked_method(self, X, "decision_function")
         S = self.prototype_scores(X)
-        m = self.classes_.shape[0]
-        bounds = np.concatenate([[0], np.cumsum(self.n_prototypes_)])
-        D = np.column_stack([S[:, bounds[c]:bounds[c + 1]].max(axis=1) for c in range(m)])
-        if m == 2:
-            return D[:, 1] - D[:, 0]
-        return D
+        return best_prototype_per_class(S, self.n_prototypes_, self.classes_.shape[0])
 
     def predict(self, X):
         """Class of the prototype of largest score (winner-take-all, AS 2005 Eq. 2): the class

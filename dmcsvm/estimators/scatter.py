@@ -14,6 +14,7 @@ from ..coordinators.decomposition import DecompositionSettings
 from ..numerics import grouped_smo as sc
 from ._base import SVMEstimator, choices, integers, one_of, reals
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store, rows_of
+from ._scoring import kernel_times
 from ._warm_start import scatter_start
 from ._weights import fit_bounds, weights_doc
 from .binary import (
@@ -21,7 +22,6 @@ from .binary import (
     SMO_CONSTRAINTS,
     SMOEngine,
     kernel_of,
-    kernel_times,
 )
 
 

@@ -1,0 +1,198 @@
+"""The arithmetic of prediction, without scikit-learn (issue 40: a fast ``dmcsvm predict``).
+
+The estimators' ``decision_function`` / ``predict`` / ``predict_proba`` compute their values of
+an array block with these functions, and :mod:`dmcsvm.cli._fast_predict` calls the same ones on
+a model file's arrays without building the estimator (importing scikit-learn is most of a
+command-line prediction's time), so both give the same values bit for bit.  Nothing here may
+import scikit-learn, dask or zarr.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..kernels import KernelSpec, kernel_block, prefer_numpy, row_norms_sq
+from ._engine import run_chunks
+
+#: rows of one kernel block of a prediction
+PREDICT_CHUNK = 2048
+
+
+def _chunks(n):
+    return [(a, min(a + PREDICT_CHUNK, n)) for a in range(0, n, PREDICT_CHUNK)]
+
+
+def score_block(X, spec: dict, SV, sv_norms, coef, jit=True) -> np.ndarray:
+    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64); ``jit=False``: the
+    kernel's element-wise pass in NumPy (:func:`dmcsvm.kernels.prefer_numpy`)."""
+    if SV.shape[0] == 0 or X.shape[0] == 0:
+        return np.zeros((X.shape[0], coef.shape[1]))
+    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
+    return K @ coef
+
+
+def prototype_scores(X, spec: KernelSpec, SV, dual_coef, n_jobs) -> np.ndarray:
+    """``K(X, SV) @ dual_coef.T`` (n_samples, n_prototypes) in row chunks on ``n_jobs`` threads:
+    MulticlassSVC's class scores (one prototype per class)."""
+    n = X.shape[0]
+    out = np.zeros((n, dual_coef.shape[0]))
+    if SV.shape[0] == 0 or n == 0:
+        return out
+    spec = spec.to_dict()
+    sv_norms = row_norms_sq(SV)
+    coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
+    jit = not prefer_numpy(n * SV.shape[0])     # a small prediction skips numba's start
+
+    def work(ab):
+        a, b = ab
+        out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
+
+    run_chunks(n_jobs, _chunks(n), work)     # n_jobs threads in all (THREAD_POLICY)
+    return out
+
+
+def kernel_times(est, X, SV, coef) -> np.ndarray:
+    """``K(X, SV) @ coef`` in row chunks on ``n_jobs`` threads (``coef`` dense or sparse,
+    (n_SV, k)); returns a dense (n, k) array.  ``est`` gives ``kernel``, ``gamma_``, ``degree``,
+    ``coef0`` and ``n_jobs``."""
+    n = X.shape[0]
+    k = coef.shape[1]
+    out = np.zeros((n, k))
+    if SV.shape[0] == 0 or n == 0:
+        return out
+    spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
+    sv_norms = row_norms_sq(SV)
+    jit = not prefer_numpy(n * SV.shape[0])         # a small prediction skips numba's start
+
+    def work(ab):
+        a, b = ab
+        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
+        r = coef.T @ K.T if sp.issparse(coef) else K @ coef
+        out[a:b] = r.T if sp.issparse(coef) else r
+
+    run_chunks(est.n_jobs, _chunks(n), work)          # n_jobs threads in all (THREAD_POLICY)
+    return out
+
+
+def multiprototype_scores(X, est, spec: KernelSpec):
+    """MultiPrototypeSVC's prototype scores (n_samples, n_prototypes): ``X @ prototypes_.T +
+    intercept_`` for explicit linear prototypes (``est.prototypes_`` not None), else
+    ``K(X, support_vectors_) @ dual_coef_.T`` in row chunks on the calling thread (its caller
+    holds BLAS to ``n_jobs``)."""
+    if est.prototypes_ is not None:
+        S = X @ est.prototypes_.T
+        return np.asarray(S, dtype=np.float64) + est.intercept_
+    SV, dual_coef = est.support_vectors_, est.dual_coef_
+    n = X.shape[0]
+    out = np.zeros((n, dual_coef.shape[0]))
+    if SV.shape[0] == 0 or n == 0:
+        return out
+    sv_norms = row_norms_sq(SV)
+    coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
+    for a, b in _chunks(n):
+        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
+        out[a:b] = K @ coef
+    return out
+
+
+def best_prototype_per_class(S, n_prototypes, m) -> np.ndarray:
+    """MultiPrototypeSVC's class scores: the largest score of each of the ``m`` classes'
+    prototypes (n_samples, m); for two classes ``score_1 - score_0``."""
+    bounds = np.concatenate([[0], np.cumsum(n_prototypes)])
+    D = np.column_stack([S[:, bounds[c]:bounds[c + 1]].max(axis=1) for c in range(m)])
+    if m == 2:
+        return D[:, 1] - D[:, 0]
+    return D
+
+
+def ovo_votes(D, pairs, m) -> np.ndarray:
+    """OneVsOneSVC's decision from the binary problems' values ``D`` (n_samples, n_problems):
+    votes of every class plus its summed pairwise confidences squashed into (-1/3, 1/3), so
+    that ``argmax`` is the vote winner with ties broken by confidence; for two classes the
+    binary decision value (positive means ``classes_[1]``)."""
+    if m == 2:
+        return -D[:, 0]            # problem (0, 1) has class 0 positive
+    n = D.shape[0]
+    votes = np.zeros((n, m))
+    conf = np.zeros((n, m))
+    for k, (i, j) in enumerate(pairs):
+        d = D[:, k]
+        votes[:, i] += d > 0
+        votes[:, j] += d <= 0
+        conf[:, i] += d
+        conf[:, j] -= d
+    return votes + conf / (3.0 * (np.abs(conf) + 1.0))
+
+
+def ovo_from_scores(S) -> np.ndarray:
+    """``f_i - f_j`` for every pair ``i < j`` of classes in scikit-learn's SVC order
+    ``(0, 1), (0, 2), ..., (0, k-1), (1, 2), ...``: positive votes for class ``i``, as SVC's
+    one-vs-one decision values do.  ``S`` is (n_samples, n_classes)."""
+    S = np.asarray(S)
+    i, j = np.triu_indices(S.shape[1], k=1)
+    return S[:, i] - S[:, j]
+
+
+def labels_of_scores(classes, D):
+    """The class of the largest decision value (a vector ``D``: ``classes[1]`` when positive)."""
+    if D.ndim == 1:
+        return classes[(D > 0).astype(int)]
+    return classes[np.argmax(D, axis=1)]
+
+
+def _sigmoid(z):
+    """``1 / (1 + exp(z))`` without overflow."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, e / (1.0 + e), 1.0 / (1.0 + e))
+
+
+def apply_calibration(method, coef, intercept, D, log=False):
+    """Class probabilities (or their logs) of decision values ``D`` under a fitted map."""
+    D = np.asarray(D, dtype=np.float64)
+    if method == "sigmoid":
+        z = D * coef[0] + intercept[0]
+        p1 = _sigmoid(z)
+        P = np.column_stack([1.0 - p1, p1])
+        if log:
+            # log P1 = -log(1 + exp(z)), log P0 = -log(1 + exp(-z)): exact in both tails
+            return np.column_stack([-np.logaddexp(0.0, -z), -np.logaddexp(0.0, z)])
+        return P
+    if method == "ovr_sigmoid":
+        P = _sigmoid(D * coef[None, :] + intercept[None, :])
+        s = P.sum(axis=1, keepdims=True)
+        m = P.shape[1]
+        P = np.where(s > 0, P / np.where(s > 0, s, 1.0), 1.0 / m)
+        return np.log(P) if log else P
+    if method == "multinomial":
+        Z = D @ coef.T + intercept
+        Z = Z - Z.max(axis=1, keepdims=True)
+        if log:
+            return Z - np.log(np.exp(Z).sum(axis=1, keepdims=True))
+        E = np.exp(Z)
+        return E / E.sum(axis=1, keepdims=True)
+    raise ValueError(f"unknown calibration method {method!r}")
+
+
+def map_store_chunks(info, fn) -> list:
+    """``[fn(rows) of every chunk]`` of the store ``info`` (a
+    :class:`~dmcsvm.store.layout.StoreInfo`) in order, on a pool of as many of this machine's
+    threads as dask's threaded scheduler would run."""
+    from ..store import read_rows
+    bounds = list(info.chunk_bounds)
+    if not bounds:
+        return []
+
+    def one(b):
+        return fn(read_rows(info.url, b[0], b[1]))
+    workers = max(1, min(len(bounds), len(os.sched_getaffinity(0))
+                         if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+    if workers == 1:
+        out = [one(b) for b in bounds]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            out = list(pool.map(one, bounds))
+    return out
