@@ -40,7 +40,7 @@ from ..errors import check_finite_round
 from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
-from ..numerics.working_set import solve_working_set
+from ..numerics.working_set import ROWS_FIRST_REQUEST, solve_working_set
 from .coefficients import CoefficientRows
 from .history import RoundHistory
 
@@ -199,6 +199,7 @@ class _GramCache:
         self.stamp = np.zeros(0, dtype=np.int64)
         self.norms = np.zeros(0)
         self.rows_computed = 0          # kernel rows computed (a completed row counts again)
+        self._solve_rows = 0            # ... since the last next_request
 
     def block(self, ids, XB):
         """``(G, p)``: the places ``p`` of the patterns ``ids`` (X rows ``XB``) in ``G``, new
@@ -241,6 +242,14 @@ class _GramCache:
         self.m = m + nn
         return self.G, p
 
+    def next_request(self) -> int:
+        """Rows the next working-set solve asks for at first: as many as the last solve had
+        computed (at least :data:`~dmcsvm.numerics.working_set.ROWS_FIRST_REQUEST`), so that a
+        round stepping thousands of new rows (deformed digits' early rounds) gets them in large
+        GEMMs on every thread at once, and one stepping a few dozen (shuttle's) a few dozen."""
+        n, self._solve_rows = self._solve_rows, 0
+        return max(ROWS_FIRST_REQUEST, n)
+
     def ensure(self, rows) -> None:
         """Compute rows ``rows`` of ``G`` (places) over the columns placed since each was last
         computed, ``K(X_rows, X[lo:m])``: rows of one stamp together, in chunks of
@@ -280,6 +289,7 @@ class _GramCache:
             self.G[r, lo:m] = K
             self.stamp[r] = m
         self.rows_computed += rows.shape[0]
+        self._solve_rows += rows.shape[0]
 
     def close(self) -> None:
         self._pool.close()
@@ -496,7 +506,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     if batch_solver is None:
                         dB, gains, st = solve_working_set(
                             opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol,
-                            s.inner_relax, rows=gram)
+                            s.inner_relax, rows=gram,
+                            first_request=(ROWS_FIRST_REQUEST if gram is None
+                                           else gram.next_request()))
                     else:
                         dB, gains, st = batch_solver.working_set(
                             opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol,

@@ -129,11 +129,11 @@ def pass_cut(mx, tol, inner_tol, first, total, max_steps):
 #: one for twice as many, up to MOST (few rows when few move, large GEMMs when many do); fixed,
 #: so that the requests, and hence the values the caller computes, do not depend on its threads
 ROWS_FIRST_REQUEST = 16
-ROWS_MOST_REQUEST = 1024
+ROWS_MOST_REQUEST = 4096
 
 
 def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
-                      inner_tol, relax=1.0, rows=None):
+                      inner_tol, relax=1.0, rows=None, first_request=ROWS_FIRST_REQUEST):
     """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
     rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
     exactly (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW
@@ -149,7 +149,8 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     row ``g`` holds the columns below ``rows.stamp[g]`` (``-1``: none yet) among the
     ``rows.m`` in use, and ``rows.ensure(positions)`` computes the missing ones.  A row is asked
     for only when a step needs it, with the next ones the pass will step
-    (:data:`ROWS_FIRST_REQUEST`, doubling): a working set of thousands of candidates of which a few dozen
+    (``first_request`` rows first, then twice as many each time, at most
+    :data:`ROWS_MOST_REQUEST`): a working set of thousands of candidates of which a few dozen
     move (a round of shuttle's first hundred) computes a few dozen kernel rows, not thousands.
     The passes, cuts and steps are the same whether rows are given whole or on request.
     Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
@@ -183,7 +184,7 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     gains = np.zeros(nb)
     U = np.empty(nb)
     want = np.empty(min(nb, ROWS_MOST_REQUEST), dtype=np.int64)
-    ask = ROWS_FIRST_REQUEST
+    ask = int(min(max(first_request, 1), want.shape[0]))
     while True:
         k = _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol,
                                 pcls, kdiag, C, tol, fp_eps, max_steps, inner_tol, float(relax),
