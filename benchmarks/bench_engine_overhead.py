@@ -81,7 +81,7 @@ import _data  # noqa: E402
 import _report
 
 from dmcsvm import MulticlassSVC  # noqa: E402
-from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
+from dmcsvm.engine.dask import DaskExecutor  # noqa: E402
 from dmcsvm.engine.messages import CSReply, RoundMessage  # noqa: E402
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402

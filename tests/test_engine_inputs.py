@@ -12,7 +12,7 @@ import pytest
 from distributed import get_task_stream
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.engine import dask_executor
+from dmcsvm.engine import dask as dask_engine
 from dmcsvm.engine.disk_cache import ZarrColumnCache
 from dmcsvm.engine.rows import StoreRows, StreamingRows
 from dmcsvm.store import open_store, read_all, write_arrays
@@ -142,7 +142,7 @@ def test_broken_store_fails_before_any_worker_starts(tmp_path, monkeypatch):
     def no_cluster(*a, **k):
         raise AssertionError("a cluster was started")
 
-    monkeypatch.setattr(dask_executor, "resolve_client", no_cluster)
+    monkeypatch.setattr(dask_engine, "resolve_client", no_cluster)
     with pytest.raises(ValueError, match=re.escape("has format_version 9; this dmcsvm reads version 1")):
         MulticlassSVC(client="local").fit(url)
     with pytest.raises(ValueError, match="is not a zarr store"):

@@ -18,7 +18,7 @@ from dmcsvm import (
     OneVsRestSVC,
     ScatterSVC,
 )
-from dmcsvm.cli._common import param_defaults, param_docs
+from dmcsvm.cli._params import param_defaults, param_docs
 from dmcsvm.estimators._base import OUT_OF_CORE_DOC, WHERE_IT_RUNS_DOC, SVMEstimator
 
 ESTIMATORS = [MulticlassSVC, MultiPrototypeSVC, ScatterSVC, BinarySVC, OneVsRestSVC, OneVsOneSVC]

@@ -24,7 +24,7 @@ import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from distributed import Client
 
-from dmcsvm.engine.dask_executor import DaskExecutor
+from dmcsvm.engine.dask import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import GradientMessage, RoundMessage
 from dmcsvm.engine.partition import Partition, PartitionSettings
@@ -359,8 +359,8 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
     """Every worker dies and none joins: the round waits ``recover_timeout`` for one, then fails
     with an error that says so (the replaying executor failed at once, with "Worker holding
     Actor was lost")."""
-    from dmcsvm.engine import dask_executor
-    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    from dmcsvm.engine.dask import limits
+    monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
         X, y = _problem()
@@ -381,8 +381,8 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
 def test_scheduler_lost_says_so(tmp_path, monkeypatch):
     """The scheduler dies between rounds: the fit ends with an error naming the scheduler, in
     bounded time (the replaying executor said "Worker holding Actor was lost")."""
-    from dmcsvm.engine import dask_executor
-    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    from dmcsvm.engine.dask import limits
+    monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
         X, y = _problem()

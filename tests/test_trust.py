@@ -410,7 +410,7 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
             idle = list(c.run(worker_blas).values())[0]
             X, y = _blobs(n=4000, d=300, m=5, seed=5)
             kw = dict(C=10, gamma=0.01, batch_size=200, n_partitions=1)
-            from dmcsvm.engine.dask_executor import DaskExecutor
+            from dmcsvm.engine.dask import DaskExecutor
             from dmcsvm.engine.partition import PartitionSettings
             from dmcsvm.kernels import KernelSpec
             ex = DaskExecutor(c, 1)

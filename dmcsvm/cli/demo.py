@@ -9,7 +9,8 @@ import time
 import numpy as np
 
 from ..runtime_params import CLI_OPTIONS
-from ._common import add_param_options, estimator_params, param_defaults, start_warmup
+from ._params import add_param_options, estimator_params, param_defaults
+from ._warmup import start_warmup
 
 _log = logging.getLogger(__name__)
 

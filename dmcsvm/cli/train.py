@@ -17,30 +17,21 @@ import time
 
 import numpy as np
 
+from ..file_modes import give_default_mode
 from ..runtime_params import CLI_OPTIONS
-from ._common import (
-    UsageError,
-    add_cluster_options,
+from ._cluster import add_cluster_options, check_cluster_options, cluster_client
+from ._inputs import (
     add_input_options,
-    add_overwrite_option,
-    add_param_options,
     as_store,
-    atomic_file,
-    check_cluster_options,
-    check_output,
-    cluster_client,
-    estimator_params,
     fits_stores,
-    give_default_mode,
     gram_rows,
     is_precomputed,
-    param_defaults,
-    parse_value,
-    plural,
     read_arrays,
-    stderr_is_tty,
-    warm_up_on_store,
 )
+from ._outputs import add_overwrite_option, atomic_file, check_output
+from ._params import add_param_options, estimator_params, param_defaults, parse_value
+from ._usage import UsageError, plural, stderr_is_tty
+from ._warmup import warm_up_on_store
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
 # the runtime parameters set by the dedicated options below, not by --NAME (one list:

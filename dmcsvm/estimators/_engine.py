@@ -141,7 +141,7 @@ def make_executor(est):
     pass both to :func:`release_executor` when training ends."""
     if est.client is None:
         return InProcessExecutor(n_threads(est.n_jobs), est.n_partitions), []
-    from ..engine.dask_executor import DaskExecutor, resolve_client
+    from ..engine.dask import DaskExecutor, resolve_client
     client, owned = resolve_client(est.client, est.n_workers, est.threads_per_worker,
                                    est.memory_limit)
     try:
@@ -158,5 +158,5 @@ def release_executor(executor, owned) -> None:
             executor.close()
     finally:
         if owned:
-            from ..engine.dask_executor import release_client
+            from ..engine.dask import release_client
             release_client(owned)
