@@ -1,7 +1,8 @@
 """The one list of "where and how it runs" estimator parameters.
 
 They choose the cluster, threads, memory, caches, progress output and checkpoint files of a fit,
-never its solution, so (DESIGN §4) they are not part of what a model file or a checkpoint
+never its solution, so (docs/design.md, 'Architecture: coordinator, partitions, rounds') they are
+not part of what a model file or a checkpoint
 records: :mod:`dmcsvm.model_io` drops them on save and ignores them on load (a model file can
 never choose the scheduler that ``predict`` connects to), :mod:`dmcsvm.checkpoint` lets a run
 resume with other values of them, and the CLI sets them through its own options.
@@ -68,8 +69,15 @@ RESUME_MAY_CHANGE = RUNTIME_PARAMS | frozenset(RESUMABLE_MODEL_PARAMS)
 """Estimator parameters a checkpoint does not record, so that a resumed run may change them."""
 
 
-def split_runtime(params: dict) -> tuple[dict, dict]:
-    """``(model parameters, runtime parameters)`` of a ``get_params()`` dict."""
-    model = {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}
-    runtime = {k: v for k, v in params.items() if k in RUNTIME_PARAMS}
+def split_runtime(params: dict, names=RUNTIME_PARAMS) -> tuple[dict, dict]:
+    """``(model parameters, runtime parameters)`` of a ``get_params()`` dict (``names``: the
+    runtime ones).  The runtime entries of ``solver_options`` (``n_partitions``,
+    ``data_in_memory``, ...) go with the runtime parameters; the model's ``solver_options`` keeps
+    the rest (None when nothing is left)."""
+    model = {k: v for k, v in params.items() if k not in names}
+    runtime = {k: v for k, v in params.items() if k in names}
+    options = model.get("solver_options")
+    if isinstance(options, dict):
+        runtime.update({k: v for k, v in options.items() if k in names})
+        model["solver_options"] = {k: v for k, v in options.items() if k not in names} or None
     return model, runtime

@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dmcsvm"
 
 #: modules every layer may import: no imports of their own from dmcsvm
-FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "kernels")
+FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "solver_options",
+              "kernels")
 
 #: top-down: package or top-level module -> (what it holds, the layers it may import besides
 #: itself and FOUNDATION)
@@ -46,6 +47,7 @@ LAYERS = {
     "file_modes": ("foundation: permissions of the files written", ()),
     "runtime_params": ("foundation: parameters that do not change a fit", ()),
     "param_history": ("foundation: parameters renamed between versions", ()),
+    "solver_options": ("foundation: the estimators' solver options and their defaults", ()),
     "kernels": ("foundation: kernel functions and blocks", ()),
 }
 

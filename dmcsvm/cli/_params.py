@@ -10,7 +10,9 @@ import json
 import re
 import textwrap
 
+from ..param_history import MOVED
 from ..runtime_params import CLI_OPTIONS
+from ..solver_options import DEFAULTS, OPTIONS
 
 
 def parse_value(text: str):
@@ -52,6 +54,8 @@ _MEANINGS = {
     "degree": "Degree of the polynomial kernel.",
     "coef0": "Independent term of the poly and sigmoid kernels.",
     "verbose": f"Show the progress of the fit (set by {CLI_OPTIONS['verbose']}).",
+    "solver_options": "The solver's options as a JSON object, e.g. '{\"batch_size\": 1000}' "
+                      "(each is also an option of its own, which wins).",
 }
 
 
@@ -117,10 +121,35 @@ def first_sentence(text: str) -> str:
 _LONG = 150
 
 
-#: parameters left out of ``train --help`` / ``demo --help`` (listed in one line there; still
-#: accepted): the solver's inner workings and the out-of-core tuning, documented in Python
-ADVANCED = ("optimizer", "selection", "threshold", "threshold_fraction", "batch_sweeps",
-            "n_partitions", "data_in_memory", "disk_cache_size", "cache_dir", "inner_steps")
+#: solver options left out of ``train --help`` / ``demo --help`` (listed in one line there;
+#: still accepted): the solver's inner workings and the out-of-core tuning, documented in Python
+ADVANCED = ("optimizer", "pattern_selection", "pair_selection", "threshold",
+            "threshold_fraction", "batch_sweeps", "n_partitions", "data_in_memory",
+            "disk_cache_size", "cache_dir", "inner_steps")
+
+
+def solver_option_names(cls) -> dict:
+    """``{solver option: default}`` of an estimator class (empty for one without options)."""
+    for c in cls.__mro__:
+        if c.__name__ in DEFAULTS:
+            return dict(DEFAULTS[c.__name__])
+    return {}
+
+
+def former_names(cls) -> dict:
+    """``{former parameter name: solver option}`` of an estimator class (param_history): the
+    command line still takes ``--selection`` and the other names of dmcsvm 0.2."""
+    for c in cls.__mro__:
+        if c.__name__ in MOVED:
+            return dict(MOVED[c.__name__])
+    return {}
+
+
+def option_docs(cls) -> dict:
+    """``{solver option: (allowed values, meaning)}`` from :data:`dmcsvm.solver_options.OPTIONS`,
+    the one table of them."""
+    names = solver_option_names(cls)
+    return {o.name: (o.values, o.meaning) for o in OPTIONS if o.name in names}
 
 
 def param_help(name, default, docs, fallback, note=None) -> str:
@@ -161,39 +190,63 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     ``fallback_cls``'s docstring."""
     defaults, notes = defaults or {}, notes or {}
     docs, fallback = param_docs(cls), param_docs(fallback_cls)
-    hidden = [f"--{p.replace('_', '-')}" for p in param_defaults(cls)
-              if p in ADVANCED and p not in skip]
+    options = solver_option_names(cls)
+    hidden = [f"--{p.replace('_', '-')}" for p in options if p in ADVANCED and p not in skip]
     if hidden:
         group.description = textwrap.fill("also accepted, documented in the Python docstring: "
                                           + ", ".join(hidden), 90,
                                           break_on_hyphens=False)
     for p, default in param_defaults(cls).items():
-        if p in skip:
-            continue
-        dashed = p.replace("_", "-")
-        flags = ([SHORT_FLAGS[p]] if p in SHORT_FLAGS else []) + [f"--{dashed}"]
-        shown = defaults.get(p, default)
-        text = param_help(p, shown, docs, fallback, notes.get(p))
-        if p in ADVANCED:
-            text = argparse.SUPPRESS
-        value = defaults.get(p, argparse.SUPPRESS)
-        kind = parse_kernel if p == "kernel" else parse_value
-        aliases = [f"--{p}"] if dashed != p else []
-        if isinstance(default, bool):
-            group.add_argument(*flags, dest=f"est__{p}", action=argparse.BooleanOptionalAction,
-                               default=value, help=text)
-            if aliases:
-                group.add_argument(*aliases, dest=f"est__{p}",
-                                   action=argparse.BooleanOptionalAction,
-                                   default=value, help=argparse.SUPPRESS)
-        else:
-            group.add_argument(*flags, dest=f"est__{p}", type=kind, default=value,
-                               metavar="V", help=text)
-            if aliases:
-                group.add_argument(*aliases, dest=f"est__{p}", type=kind, default=value,
-                                   metavar="V", help=argparse.SUPPRESS)
+        if p not in skip:
+            _add_option(group, p, f"est__{p}", default, defaults, notes, docs, fallback)
+    # the solver options (solver_options=...), each an option of its own stored as ``opt__NAME``,
+    # and their names of dmcsvm 0.2 (--selection) as aliases left out of the help
+    opt_docs = option_docs(cls)
+    for p, default in options.items():
+        if p not in skip:
+            _add_option(group, p, f"opt__{p}", default, defaults, notes, opt_docs, {})
+    taken = {f"--{p}" for p in options} | {f"--{p.replace('_', '-')}" for p in options}
+    for old, new in former_names(cls).items():
+        for flag in dict.fromkeys((f"--{old.replace('_', '-')}", f"--{old}")):
+            if flag not in taken and new in options:
+                taken.add(flag)
+                kind = dict(action=argparse.BooleanOptionalAction) \
+                    if isinstance(options[new], bool) else dict(type=parse_value, metavar="V")
+                group.add_argument(flag, dest=f"opt__{new}", default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS, **kind)
+
+
+def _add_option(group, p, dest, default, defaults, notes, docs, fallback):
+    """``--dashed-name`` (and ``--underscored_name``, left out of the help) for parameter or
+    solver option ``p`` into ``group``, stored at ``dest``."""
+    dashed = p.replace("_", "-")
+    flags = ([SHORT_FLAGS[p]] if p in SHORT_FLAGS else []) + [f"--{dashed}"]
+    shown = defaults.get(p, default)
+    text = param_help(p, shown, docs, fallback, notes.get(p))
+    if p in ADVANCED:
+        text = argparse.SUPPRESS
+    value = defaults.get(p, argparse.SUPPRESS)
+    kind = parse_kernel if p == "kernel" else parse_value
+    aliases = [f"--{p}"] if dashed != p else []
+    if isinstance(default, bool):
+        group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction,
+                           default=value, help=text)
+        if aliases:
+            group.add_argument(*aliases, dest=dest, action=argparse.BooleanOptionalAction,
+                               default=value, help=argparse.SUPPRESS)
+    else:
+        group.add_argument(*flags, dest=dest, type=kind, default=value, metavar="V", help=text)
+        if aliases:
+            group.add_argument(*aliases, dest=dest, type=kind, default=value, metavar="V",
+                               help=argparse.SUPPRESS)
 
 
 def estimator_params(a) -> dict:
-    """The estimator parameters that the options of :func:`add_param_options` hold."""
-    return {k[len("est__"):]: v for k, v in vars(a).items() if k.startswith("est__")}
+    """The estimator parameters that the options of :func:`add_param_options` hold; the solver
+    options given one by one go into ``solver_options`` (over those of ``--solver-options``)."""
+    params = {k[len("est__"):]: v for k, v in vars(a).items() if k.startswith("est__")}
+    options = {k[len("opt__"):]: v for k, v in vars(a).items() if k.startswith("opt__")}
+    if options:
+        given = params.get("solver_options")
+        params["solver_options"] = {**(given if isinstance(given, dict) else {}), **options}
+    return params
