@@ -271,11 +271,11 @@ def test_every_option_has_a_help_text(name):
         for a in sp._actions:
             assert a.help and not a.help.startswith("("), (cmd, a.option_strings, a.help)
     train = _subparsers(p)["train"]
-    params = [a for a in train._actions if a.dest.startswith("est__")
+    params = [a for a in train._actions if a.dest.startswith(("est__", "opt__"))
               and a.help != argparse.SUPPRESS]
     assert params
-    hidden = {a.dest[len("est__"):] for a in train._actions if a.dest.startswith("est__")} - \
-        {a.dest[len("est__"):] for a in params}
+    hidden = {a.dest[len("est__"):] for a in train._actions
+              if a.dest.startswith(("est__", "opt__"))} - {a.dest[len("est__"):] for a in params}
     assert hidden <= set(ADVANCED)              # left out of the help: the advanced ones only
     group = next(g for g in train._action_groups if g.title.startswith("parameters of"))
     for name_ in hidden:                        # ... named in one line of the help

@@ -180,8 +180,10 @@ def test_packed_message_round_trip_is_exact():
 
 def test_estimator_client_switch(local_client):
     X, y = _problem(seed=5, n=120)
-    a = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, n_jobs=2).fit(X, y)
-    b = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, client=local_client).fit(X, y)
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2,
+                      solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(C=3.0, gamma=0.3, client=local_client,
+                      solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     assert local_client.status == "running"      # a user's client is never closed for them
@@ -254,8 +256,9 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
 @pytest.mark.cluster
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
-    a = MulticlassSVC(C=2.0, n_partitions=2, n_jobs=1).fit(X, y)
-    b = MulticlassSVC(C=2.0, n_partitions=2, client=real_cluster).fit(X, y)
+    a = MulticlassSVC(C=2.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(C=2.0, client=real_cluster,
+                      solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 

@@ -55,10 +55,12 @@ def test_store_path_trains_like_the_arrays(store):
 
 
 def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path):
-    mem = MulticlassSVC(n_jobs=1, data_in_memory=True, **PARAMS).fit(store)
+    mem = MulticlassSVC(n_jobs=1, **PARAMS,
+                        solver_options={"data_in_memory": True}).fit(store)
     # cache_size=0: no memory LRU, so every repeated column comes from the zarr tier on disk
-    stream = MulticlassSVC(n_jobs=1, data_in_memory=False, cache_size=0, disk_cache_size=8,
-                           cache_dir=str(tmp_path), **PARAMS).fit(store)
+    stream = MulticlassSVC(n_jobs=1, cache_size=0, **PARAMS,
+                           solver_options={"data_in_memory": False, "disk_cache_size": 8,
+                                           "cache_dir": str(tmp_path)}).fit(store)
     _same_model(mem, stream, atol=1e-6)
     st = stream.engine_stats_
     assert not any(p["in_memory"] for p in st) and all(p["in_memory"] for p in mem.engine_stats_)
@@ -94,8 +96,10 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
 
 @pytest.mark.slow
 def test_store_on_dask_equals_in_process(store, local_client):
-    ref = MulticlassSVC(n_jobs=2, data_in_memory=False, **PARAMS).fit(store)
-    est = MulticlassSVC(client=local_client, data_in_memory=False, **PARAMS).fit(store)
+    ref = MulticlassSVC(n_jobs=2, **PARAMS,
+                        solver_options={"data_in_memory": False}).fit(store)
+    est = MulticlassSVC(client=local_client, **PARAMS,
+                        solver_options={"data_in_memory": False}).fit(store)
     _same_model(ref, est, atol=1e-9)
     assert not any(p["in_memory"] for p in est.engine_stats_)
     np.testing.assert_array_equal(est.predict(store), ref.predict(store))
@@ -161,11 +165,11 @@ def test_store_input_errors(store):
     with pytest.raises(ValueError, match=re.escape(
             "The 'data_in_memory' parameter of MulticlassSVC must be a str among {'auto'} or an "
             "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead.")):
-        MulticlassSVC(data_in_memory="yes").fit(store)
+        MulticlassSVC(solver_options={"data_in_memory": "yes"}).fit(store)
     with pytest.raises(ValueError, match=re.escape(
             "The 'disk_cache_size' parameter of MulticlassSVC must be a str among {'auto'} or a "
             "float in the range [0.0, inf). Got -1 instead.")):
-        MulticlassSVC(disk_cache_size=-1).fit(store)
+        MulticlassSVC(solver_options={"disk_cache_size": -1}).fit(store)
 
 
 def test_dask_input_errors():

@@ -498,8 +498,8 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
         pids = client.run(os.getpid)
         # two rounds: the first selects a batch from every row, the second streams every
         # partition's rows to apply it (each further round repeats the second)
-        est = MulticlassSVC(client=client, C=1.0, gamma=1 / 16, batch_size=32, max_iter=2,
-                            tol=1e-2)
+        est = MulticlassSVC(client=client, C=1.0, gamma=1 / 16, max_iter=2,
+                            tol=1e-2, solver_options={"batch_size": 32})
         with pytest.warns(Warning, match="max_iter=2"):
             est.fit(url)
         assert client.run(os.getpid) == pids
@@ -554,14 +554,15 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
     from dmcsvm.estimators import multiclass as emc, multiprototype as emp
     X, y = _problem(n=150)
     if kind == "multiclass":
-        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, batch_size=6, tol=1e-4, shrinking=False)
+        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, tol=1e-4, shrinking=False,
+                            solver_options={"batch_size": 6})
         rec = _fit_recorded(monkeypatch, emc, est, X, y)
     else:
         linear = kind.endswith("linear")
         est = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
-                                gamma=0.2 if not linear else 1.0, max_epochs=3, batch_size=6,
-                                shrinking=False, random_state=0, fast_linear=linear,
-                                solver="rounds")    # the partitions, not the in-memory solver
+                                gamma=0.2 if not linear else 1.0, max_epochs=3, shrinking=False, random_state=0,
+                                solver_options={"batch_size": 6, "fast_linear": linear,
+                                                "linear_solver": "rounds"})    # the partitions, not the in-memory solver
         rec = _fit_recorded(monkeypatch, emp, est, X, y)
     assert rec.providers
     for part in rec.parts:

@@ -11,6 +11,7 @@ is wrapped by ``sklearn.base._fit_context``, so a bad value raises
 
 from __future__ import annotations
 
+import inspect
 import os
 from numbers import Integral, Real
 from typing import ClassVar
@@ -186,12 +187,27 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         is set there, with a ``FutureWarning``."""
         return super().set_params(**_options.set_former_names(self, params))
 
+    def _validate_params(self):
+        """scikit-learn's check of the parameters by ``_parameter_constraints`` (run by
+        ``fit`` before any data is touched), and of the entries of ``solver_options``."""
+        super()._validate_params()
+        _options.resolve(self)
+
     def _solver_options(self) -> dict:
         """``solver_options`` checked and completed with the defaults (a new dict)."""
         return _options.resolve(self)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            # the signature shows the parameters, not the ``**former`` names of dmcsvm 0.2
+            # (taken with a FutureWarning, _keep_params): what help() and scikit-learn's
+            # checks see
+            sig = inspect.signature(init)
+            cls.__signature__ = sig.replace(parameters=[
+                p for p in sig.parameters.values()
+                if p.name != "self" and p.kind is not p.VAR_KEYWORD])
         doc = cls.__dict__.get("__doc__")
         if doc:
             doc = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
