@@ -347,7 +347,7 @@ def test_tol_binds(digits_small, tol):
     assert m.converged_
     assert h["n_active"][-1] == X.shape[0]
     assert h["max_psi"][-1] <= tol
-    assert MulticlassSVC().tol == 1e-3 and MulticlassSVC().gap_tol == 0.0
+    assert MulticlassSVC().tol == 1e-3 and MulticlassSVC()._solver_options()["gap_tol"] == 0.0
     if tol < 1e-3:
         looser = MulticlassSVC(C=10.0, tol=1e-3).fit(X, y).history_
         assert h["gap"][-1] < looser["gap"][-1]

@@ -135,7 +135,10 @@ def test_positional_construction_is_refused(cls):
 @pytest.mark.parametrize("cls", ESTIMATORS)
 def test_params_signature_and_constraints_agree(cls):
     sig = inspect.signature(cls.__init__).parameters
-    names = [n for n in sig if n != "self"]
+    # ``**former``: the parameter names of dmcsvm 0.2, taken with a FutureWarning
+    assert [n for n in sig if sig[n].kind is inspect.Parameter.VAR_KEYWORD] == ["former"]
+    assert "former" not in inspect.signature(cls).parameters        # what help() shows
+    names = [n for n in sig if n not in ("self", "former")]
     assert all(sig[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
     assert set(cls().get_params()) == set(names)
     assert set(names) <= set(cls._parameter_constraints)
@@ -146,7 +149,7 @@ def test_params_signature_and_constraints_agree(cls):
     # the CLI derives its options from the signature and the docstring
     assert param_defaults(cls) == cls().get_params()
     docs = param_docs(cls)
-    for name in ("client", "n_jobs", "n_partitions", "memory_limit", "cache_size", "verbose",
+    for name in ("client", "n_jobs", "solver_options", "memory_limit", "cache_size", "verbose",
                  "class_weight", "random_state"):
         assert name in docs, (cls.__name__, name)
 

@@ -250,6 +250,7 @@ def test_test_rules_follow_their_formulas():
 # ------------------------------------------------------------------------------------------------
 
 _BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
+_BAD_OPTION = "The '{}' entry of ScatterSVC's solver_options must be {}. Got {} instead."
 
 
 @pytest.mark.parametrize("params,msg", [
@@ -261,10 +262,13 @@ _BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
                                  "'half'")),
     ({"test_rule": 3}, _BAD.format("test_rule", "an int among {1, 2}", 3)),
     ({"test_rule": True}, _BAD.format("test_rule", "an int among {1, 2}", True)),
-    ({"class_batch": 0}, _BAD.format("class_batch", "an int in the range [1, inf)", 0)),
-    ({"batch_size": 1}, _BAD.format("batch_size", "an int in the range [2, inf)", 1)),
+    ({"solver_options": {"class_batch": 0}},
+     _BAD_OPTION.format("class_batch", "an int in the range [1, inf)", 0)),
+    ({"solver_options": {"batch_size": 1}},
+     _BAD_OPTION.format("batch_size", "an int in the range [2, inf)", 1)),
     ({"tol": 0.0}, _BAD.format("tol", "a float in the range (0.0, inf)", 0.0)),
-    ({"selection": "wss3"}, _BAD.format("selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
+    ({"solver_options": {"pair_selection": "wss3"}},
+     _BAD_OPTION.format("pair_selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
     ({"kernel": "cosine"}, _BAD.format("kernel",
                                        "a str among {'linear', 'poly', 'rbf', 'sigmoid'}",
                                        "'cosine'")),

@@ -55,9 +55,9 @@ ESTIMATORS = [
 # unbounded: 400 -> 200 rounds took that configuration's checks from 29.9 to 24.4 s at -n 3,
 # 300 -> 150 the polynomial one's from 26.6 to 19.2 s
 SLOW_IDS = [
-    ("batch_size=1,", "check_estimator_sparse_array"),
-    ("batch_size=1,", "check_estimator_sparse_matrix"),
-    ("kernel='poly'", "optimizer='opt_kkt'", "check_estimator_sparse_"),
+    ("'batch_size':1,", "check_estimator_sparse_array"),
+    ("'batch_size':1,", "check_estimator_sparse_matrix"),
+    ("kernel='poly'", "'optimizer':'opt_kkt'", "check_estimator_sparse_"),
 ]
 
 

@@ -444,7 +444,7 @@ def _digits(n=400):
     return X[:n] / 16.0, y[:n]
 
 
-RK = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100)
+RK = dict(C=10.0, gamma=0.05, tol=1e-5, solver_options={"gap_tol": 0.0, "batch_size": 100})
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])

@@ -125,7 +125,7 @@ _LONG = 150
 #: still accepted): the solver's inner workings and the out-of-core tuning, documented in Python
 ADVANCED = ("optimizer", "pattern_selection", "pair_selection", "threshold",
             "threshold_fraction", "batch_sweeps", "n_partitions", "data_in_memory",
-            "disk_cache_size", "cache_dir", "inner_steps")
+            "disk_cache_size", "cache_dir", "inner_steps", "linear_solver", "solver_options")
 
 
 def solver_option_names(cls) -> dict:
@@ -191,7 +191,8 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     defaults, notes = defaults or {}, notes or {}
     docs, fallback = param_docs(cls), param_docs(fallback_cls)
     options = solver_option_names(cls)
-    hidden = [f"--{p.replace('_', '-')}" for p in options if p in ADVANCED and p not in skip]
+    hidden = [f"--{p.replace('_', '-')}" for p in [*param_defaults(cls), *options]
+              if p in ADVANCED and p not in skip]
     if hidden:
         group.description = textwrap.fill("also accepted, documented in the Python docstring: "
                                           + ", ".join(hidden), 90,
