@@ -77,7 +77,7 @@ import _report
 from _harness import executor_hook  # noqa: E402
 
 from dmcsvm import MulticlassSVC  # noqa: E402
-from dmcsvm.engine.dask_executor import DaskExecutor  # noqa: E402
+from dmcsvm.engine.dask import DaskExecutor  # noqa: E402
 from dmcsvm.engine.messages import CSReply, RoundMessage  # noqa: E402
 from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402

@@ -35,11 +35,12 @@ KERNELS = {"rbf": dict(kernel="rbf", gamma="scale", fast_linear=False),
 
 def _fit(params, inner_steps, Xtr, ytr, Xte, yte):
     """Fit with the rounds' batch solve chosen: ``inner_steps = 0`` the threshold's batch
-    optimized once in order, ``20`` the working set by re-selection (the estimator's private
-    ``_extra`` settings, as the tests use them)."""
+    optimized once in order, ``20`` the working set by re-selection (the solver option
+    ``inner_steps``)."""
     from dmcsvm import MultiPrototypeSVC
     model = MultiPrototypeSVC(**params)
-    model._extra = {"inner_steps": float(inner_steps)}
+    model.set_params(solver_options={**(model.solver_options or {}),
+                                     "inner_steps": float(inner_steps)})
     t = time.perf_counter()
     model.fit(Xtr, ytr)
     fit_s = time.perf_counter() - t

@@ -75,7 +75,7 @@ def run_variant(a) -> dict:
 
     import dmcsvm
     from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
-    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.dask import DaskExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt

@@ -341,7 +341,7 @@ def calibrate_parts(costs, run, d, P, n):
 
 # ----------------------------------------------------------------------------- 3. Dask probe
 def dask_probe(client, quick, d=32, P=10):
-    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.dask import DaskExecutor
     from dmcsvm.engine.messages import RoundMessage
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec

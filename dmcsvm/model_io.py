@@ -44,7 +44,7 @@ import scipy.sparse as sp
 
 from .file_modes import atomic_file, default_mode
 from .param_history import upgrade_params
-from .runtime_params import RUNTIME_PARAMS, split_runtime
+from .runtime_params import split_runtime
 
 __all__ = ["MODEL_FORMAT", "MODEL_VERSION", "save_model", "load_model", "estimator_registry"]
 
@@ -324,7 +324,9 @@ class _Decoder:
         attrs = node.get("attrs")
         if not isinstance(params, dict) or not isinstance(attrs, dict):
             raise self.bad(f"the {name} entry lacks its params or attrs")
-        params = upgrade_params(name, params)      # names of an older dmcsvm: today's
+        # names of an older dmcsvm: today's (on the values: a moved parameter goes into the
+        # solver_options dict)
+        params = upgrade_params(name, {k: self.value(x) for k, x in params.items()})
         known = set(cls._get_param_names())
         unknown = sorted(set(params) - known)
         if unknown:
@@ -332,7 +334,7 @@ class _Decoder:
                              f"(written by another dmcsvm version?)")
         # runtime parameters in a file (written by dmcsvm <= 0.1, or edited in) are ignored: the
         # loaded model runs where its caller says, by default in this process
-        kw = {k: self.value(x) for k, x in params.items() if k not in RUNTIME_PARAMS}
+        kw, _ = split_runtime(params)
         if registry is not None and isinstance(kw.get("feature_range"), list):
             kw["feature_range"] = tuple(kw["feature_range"])
         est = cls(**kw)
@@ -585,7 +587,7 @@ def _load_v1(path, meta, get):
         raise ValueError(f"{path}: unknown estimator {name!r} in the model file "
                          f"(this dmcsvm knows {', '.join(sorted(reg))})")
     params = upgrade_params(name, meta["params"])
-    m = reg[name](**{k: v for k, v in params.items() if k not in RUNTIME_PARAMS})
+    m = reg[name](**split_runtime(params)[0])
 
     def need(key):
         a = get(key)

@@ -68,8 +68,15 @@ RESUME_MAY_CHANGE = RUNTIME_PARAMS | frozenset(RESUMABLE_MODEL_PARAMS)
 """Estimator parameters a checkpoint does not record, so that a resumed run may change them."""
 
 
-def split_runtime(params: dict) -> tuple[dict, dict]:
-    """``(model parameters, runtime parameters)`` of a ``get_params()`` dict."""
-    model = {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}
-    runtime = {k: v for k, v in params.items() if k in RUNTIME_PARAMS}
+def split_runtime(params: dict, names=RUNTIME_PARAMS) -> tuple[dict, dict]:
+    """``(model parameters, runtime parameters)`` of a ``get_params()`` dict (``names``: the
+    runtime ones).  The runtime entries of ``solver_options`` (``n_partitions``,
+    ``data_in_memory``, ...) go with the runtime parameters; the model's ``solver_options`` keeps
+    the rest (None when nothing is left)."""
+    model = {k: v for k, v in params.items() if k not in names}
+    runtime = {k: v for k, v in params.items() if k in names}
+    options = model.get("solver_options")
+    if isinstance(options, dict):
+        runtime.update({k: v for k, v in options.items() if k in names})
+        model["solver_options"] = {k: v for k, v in options.items() if k not in names} or None
     return model, runtime

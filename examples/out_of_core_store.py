@@ -57,8 +57,9 @@ def main(argv=None):
             print(f"{name}: {info.n_samples} rows in {info.n_chunks} chunks "
                   f"({'sparse' if info.sparse else 'dense'})")
 
-        clf = MulticlassSVC(C=a.C, gamma=a.gamma, data_in_memory=False,
-                            cache_dir=tmp, disk_cache_size=64)
+        clf = MulticlassSVC(C=a.C, gamma=a.gamma,
+                            solver_options={"data_in_memory": False, "cache_dir": tmp,
+                                            "disk_cache_size": 64})
         t = time.perf_counter()
         clf.fit(paths["train"].url)               # rows re-read from the store chunk by chunk
         print(f"fit: {time.perf_counter() - t:.1f} s, {clf.n_iter_} rounds, "

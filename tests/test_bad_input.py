@@ -112,6 +112,12 @@ def _bad(name, allowed, got):
     return f"The '{name}' parameter of MulticlassSVC must be {allowed}. Got {got} instead."
 
 
+def _bad_option(name, allowed, got):
+    """The message of a solver option's value outside its constraint."""
+    return (f"The '{name}' entry of MulticlassSVC's solver_options must be {allowed}. Got {got} "
+            f"instead.")
+
+
 _GAMMA = "a str among {'scale', 'auto'} or a float in the range (0.0, inf)"
 BAD_PARAMS = [
     ({"C": 0}, _bad("C", "a float in the range (0.0, inf)", "0")),
@@ -123,25 +129,27 @@ BAD_PARAMS = [
     ({"gamma": -0.5}, _bad("gamma", _GAMMA, "-0.5")),
     ({"gamma": float("nan")}, _bad("gamma", _GAMMA, "nan")),
     ({"gamma": "bogus"}, _bad("gamma", _GAMMA, "'bogus'")),
-    ({"optimizer": "newton"},
-     _bad("optimizer", "a str among {'basic', 'all_pairs', 'opt_kkt', 'fixed_point', "
+    ({"solver_options": {"optimizer": "newton"}},
+     _bad_option("optimizer", "a str among {'basic', 'all_pairs', 'opt_kkt', 'fixed_point', "
                        "'exact'}", "'newton'")),
-    ({"selection": "random"}, _bad("selection", "a str among {'kkt', 'amg', 'bmg'}", "'random'")),
-    ({"threshold": "cosine"},
-     _bad("threshold", "a str among {'max', 'mean', 'exp', 'linear', 'log'}", "'cosine'")),
-    ({"batch_size": 0}, _bad("batch_size", "an int in the range [1, inf)", "0")),
-    ({"batch_size": -5}, _bad("batch_size", "an int in the range [1, inf)", "-5")),
-    ({"batch_size": 2.5}, _bad("batch_size", "an int in the range [1, inf)", "2.5")),
+    ({"solver_options": {"pattern_selection": "random"}},
+     _bad_option("pattern_selection", "a str among {'kkt', 'amg', 'bmg'}", "'random'")),
+    ({"solver_options": {"threshold": "cosine"}},
+     _bad_option("threshold", "a str among {'max', 'mean', 'exp', 'linear', 'log'}", "'cosine'")),
+    ({"solver_options": {"batch_size": 0}}, _bad_option("batch_size", "an int in the range [1, inf)", "0")),
+    ({"solver_options": {"batch_size": -5}}, _bad_option("batch_size", "an int in the range [1, inf)", "-5")),
+    ({"solver_options": {"batch_size": 2.5}}, _bad_option("batch_size", "an int in the range [1, inf)", "2.5")),
     ({"tol": 0}, _bad("tol", "a float in the range (0.0, inf)", "0")),
     ({"tol": -0.001}, _bad("tol", "a float in the range (0.0, inf)", "-0.001")),
     ({"kernel": "laplacian"}, _bad("kernel", "a str among {'linear', 'poly', 'rbf', 'sigmoid', "
                                              "'precomputed'} or a callable", "'laplacian'")),
-    ({"threshold_fraction": 1.5}, _bad("threshold_fraction", "a float in the range [0.0, 1.0]", "1.5")),
-    ({"gap_tol": -0.1}, _bad("gap_tol", "a float in the range [0.0, inf)", "-0.1")),
+    ({"solver_options": {"threshold_fraction": 1.5}},
+     _bad_option("threshold_fraction", "a float in the range [0.0, 1.0]", "1.5")),
+    ({"solver_options": {"gap_tol": -0.1}}, _bad_option("gap_tol", "a float in the range [0.0, inf)", "-0.1")),
     ({"max_iter": 0}, _bad("max_iter", "an int in the range [1, inf) or -1", "0")),
     ({"cache_size": -1}, _bad("cache_size", "a str among {'auto'} or a float in the range [0.0, inf)",
                                "-1")),
-    ({"batch_sweeps": 0}, _bad("batch_sweeps", "an int in the range [1, inf)", "0")),
+    ({"solver_options": {"batch_sweeps": 0}}, _bad_option("batch_sweeps", "an int in the range [1, inf)", "0")),
     ({"n_jobs": 0},
      _bad("n_jobs", "an int in the range (-inf, -1], an int in the range [1, inf) or None", "0")),
     # degree >= 1 only where the kernel is 'poly': a cross-parameter check of KernelSpec

@@ -154,8 +154,8 @@ def _full_coef(clf, n):
 ])
 def test_binary_reaches_qp_optimum(kernel, params, C, batch, selection):
     X, y = _binary(3)
-    clf = BinarySVC(kernel_dtype="float64", C=C, kernel=kernel, tol=1e-9, batch_size=batch, selection=selection,
-                    n_jobs=2, **params).fit(X, y)
+    clf = BinarySVC(kernel_dtype="float64", C=C, kernel=kernel, tol=1e-9, n_jobs=2, **params,
+                    solver_options={"batch_size": batch, "pair_selection": selection}).fit(X, y)
     spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
     K = kernel_reference(spec, X, X)
     val, a_qp = _csvm_dual_qp(K, y.astype(float), C)
@@ -172,7 +172,8 @@ def test_binary_reaches_qp_optimum(kernel, params, C, batch, selection):
 def test_binary_matches_libsvm(seed, C, gamma):
     X, y = _binary(seed, n=80)
     labels = np.array(["neg", "pos"])[(y > 0).astype(int)]
-    ours = BinarySVC(C=C, gamma=gamma, tol=1e-10, batch_size=16, n_jobs=2).fit(X, labels)
+    ours = BinarySVC(C=C, gamma=gamma, tol=1e-10, n_jobs=2,
+                     solver_options={"batch_size": 16}).fit(X, labels)
     ref = SVC(C=C, gamma=gamma, tol=1e-10).fit(X, labels)
     np.testing.assert_allclose(_full_coef(ours, len(y)), _full_coef(ref, len(y)), atol=1e-4)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4)
@@ -207,7 +208,8 @@ def _multi(seed=8, n=90, m=4, d=3):
 
 def test_one_vs_rest_matches_libsvm_ovr():
     X, y = _multi()
-    ours = OneVsRestSVC(C=3.0, gamma=0.4, tol=1e-10, batch_size=16, n_jobs=2).fit(X, y)
+    ours = OneVsRestSVC(C=3.0, gamma=0.4, tol=1e-10, n_jobs=2,
+                        solver_options={"batch_size": 16}).fit(X, y)
     ref = OneVsRestClassifier(SVC(C=3.0, gamma=0.4, tol=1e-10)).fit(X, y)
     np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X), atol=1e-4)
     np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
@@ -217,7 +219,8 @@ def test_one_vs_rest_matches_libsvm_ovr():
 
 def test_one_vs_one_matches_libsvm_ovo():
     X, y = _multi(seed=9)
-    ours = OneVsOneSVC(C=3.0, gamma=0.4, tol=1e-10, batch_size=16, n_jobs=2).fit(X, y)
+    ours = OneVsOneSVC(C=3.0, gamma=0.4, tol=1e-10, n_jobs=2,
+                       solver_options={"batch_size": 16}).fit(X, y)
     ref = SVC(C=3.0, gamma=0.4, tol=1e-10, decision_function_shape="ovo").fit(X, y)
     np.testing.assert_allclose(ours._binary_decisions(X), ref.decision_function(X), atol=1e-4)
     # votes, ties broken by the summed confidences: LIBSVM's break_ties=True
@@ -254,7 +257,7 @@ def test_two_class_decomposition_equals_binary(Est):
     ("tol", -1.0, "a float in the range (0.0, inf)"),
     ("batch_size", 1, "an int in the range [2, inf)"),
     ("batch_size", 2.5, "an int in the range [2, inf)"),
-    ("selection", "first", "a str among {'mvp', 'wss2'}"),
+    ("pair_selection", "first", "a str among {'mvp', 'wss2'}"),
     ("kernel", "laplacian", "a str among {'linear', 'poly', 'rbf', 'sigmoid'}"),
     ("max_iter", 0, "an int in the range [1, inf) or -1"),
     ("cache_size", -5.0, "a str among {'auto'} or a float in the range [0.0, inf)"),
@@ -262,10 +265,12 @@ def test_two_class_decomposition_equals_binary(Est):
 @pytest.mark.parametrize("Est", [BinarySVC, OneVsRestSVC, OneVsOneSVC])
 def test_bad_parameters(Est, name, value, allowed):
     X, y = _binary(12, n=20)
+    option = name in Est()._solver_options()
     with pytest.raises(ValueError) as e:
-        Est(**{name: value}).fit(X, y)
-    assert str(e.value) == (f"The {name!r} parameter of {Est.__name__} must be {allowed}. "
-                            f"Got {value!r} instead.")
+        Est(**({"solver_options": {name: value}} if option else {name: value})).fit(X, y)
+    what = f"{name!r} entry of {Est.__name__}'s solver_options" if option else \
+        f"{name!r} parameter of {Est.__name__}"
+    assert str(e.value) == f"The {what} must be {allowed}. Got {value!r} instead."
 
 
 def test_binary_rejects_three_classes_and_one_class():

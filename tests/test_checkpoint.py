@@ -117,8 +117,8 @@ def test_resume_accepts_other_runtime_settings(digits, tmp_path):
     store, ref, ck = _store_run(digits, tmp_path)
     (tmp_path / "cache").mkdir()
     resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10 ** 6, resume=True,
-                            cache_dir=str(tmp_path / "cache"), disk_cache_size=1.0,
-                            data_in_memory=False).fit(str(store))
+                            solver_options={"cache_dir": str(tmp_path / "cache"),
+                                            "disk_cache_size": 1.0, "data_in_memory": False}).fit(str(store))
     assert load_checkpoint(ck).rounds == 40
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 

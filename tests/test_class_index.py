@@ -205,7 +205,7 @@ def test_partition_rebuilt_after_a_lost_worker_reads_its_labels_again(tmp_path):
     )
 
     from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
-    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.dask import DaskExecutor
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition_base import PartitionSettings
     from dmcsvm.engine.rows import StoreSource

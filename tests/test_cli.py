@@ -253,7 +253,9 @@ def test_demo_options_follow_the_estimator():
     from dmcsvm.cli.demo import DEMO_DEFAULTS, _model_from_args
     a = build_parser(["demo"]).parse_args(["demo"])
     got = _model_from_args(a).get_params()
-    want = dict(MulticlassSVC().get_params(), **{k: v for k, (v, _) in DEMO_DEFAULTS.items()})
+    want = dict(MulticlassSVC().get_params(),
+                solver_options={k: v for k, (v, _) in DEMO_DEFAULTS.items() if k != "C"},
+                C=DEMO_DEFAULTS["C"][0])
     assert got == want
     a = build_parser(["demo"]).parse_args(["demo", "--gamma", "0.02", "--max-iter", "5",
                                            "--no-shrinking", "--verbose"])

@@ -22,7 +22,7 @@ import pytest
 
 from dmcsvm import MulticlassSVC, MultiPrototypeSVC, BinarySVC
 from dmcsvm.cli import build_parser, main
-from dmcsvm.cli._common import ADVANCED
+from dmcsvm.cli._params import ADVANCED
 from dmcsvm.model_io import estimator_registry, load_model
 from dmcsvm.store import from_csv, read_all, write_arrays
 from data_dir import DATA
@@ -91,7 +91,7 @@ def test_outputs_get_the_mode_of_a_new_file(iris, tmp_path, capsys, umask, mask)
 
 
 def test_atomic_file_leaves_nothing_behind_on_error(tmp_path, umask):
-    from dmcsvm.cli._common import atomic_file
+    from dmcsvm.cli._outputs import atomic_file
     umask(0o022)
     (tmp_path / "out.txt").write_text("old\n")
     with pytest.raises(RuntimeError, match="half-way"):
@@ -272,11 +272,11 @@ def test_every_option_has_a_help_text(name):
         for a in sp._actions:
             assert a.help and not a.help.startswith("("), (cmd, a.option_strings, a.help)
     train = _subparsers(p)["train"]
-    params = [a for a in train._actions if a.dest.startswith("est__")
+    params = [a for a in train._actions if a.dest.startswith(("est__", "opt__"))
               and a.help != argparse.SUPPRESS]
     assert params
-    hidden = {a.dest[len("est__"):] for a in train._actions if a.dest.startswith("est__")} - \
-        {a.dest[len("est__"):] for a in params}
+    hidden = {a.dest[len("est__"):] for a in train._actions
+              if a.dest.startswith(("est__", "opt__"))} - {a.dest[len("est__"):] for a in params}
     assert hidden <= set(ADVANCED)              # left out of the help: the advanced ones only
     group = next(g for g in train._action_groups if g.title.startswith("parameters of"))
     for name_ in hidden:                        # ... named in one line of the help
@@ -331,8 +331,8 @@ def test_convert_messages_and_progress_count(tmp_path, capsys, monkeypatch):
 
         def close(self):
             pass
-    from dmcsvm.cli import _common
-    monkeypatch.setattr(_common, "progress_bar", lambda enabled, **kw: Bar(**kw))
+    from dmcsvm.cli import _inputs
+    monkeypatch.setattr(_inputs, "progress_bar", lambda enabled, **kw: Bar(**kw))
     ok(capsys, "convert", tmp_path / "d.svm", tmp_path / "d.zarr", "--overwrite", "--progress")
     assert seen and all(total == size and 0 <= n <= size for _, n, total in seen), seen
     assert seen[-1] == ("converting d.svm (pass 2 of 2, writing)", size, size)
@@ -368,12 +368,12 @@ def test_scheduler_spec_binds_like_the_script():
 def test_cluster_readme_points_at_recover_timeout_where_it_is():
     import inspect
 
-    from dmcsvm.engine.dask_executor import DaskExecutor
+    from dmcsvm.engine.dask import DaskExecutor
     text = " ".join((ROOT / "cluster" / "README.md").read_text().split())
     assert "recover_timeout" in inspect.signature(DaskExecutor.__init__).parameters
     for m in re.finditer(r"recover_timeout", text):
         near = text[m.start() - 200: m.end() + 200]
-        assert "dmcsvm/engine/dask_executor.py" in near and "top-level README" not in near
+        assert "dmcsvm/engine/dask/executor.py" in near and "top-level README" not in near
 
 
 # ------------------------------------------------------------------------- 10. warnings

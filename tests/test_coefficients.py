@@ -157,7 +157,8 @@ def test_row_bank_and_coefficients_follow_the_support_during_a_solve(cs):
     X, y = cs.make_blobs_problem(4, 300, 3, 3, spread=0.9, scale=2.5)
     n, m, C = X.shape[0], 3, 1.0
     spec = KernelSpec("rbf", gamma=0.5)
-    s = SolverSettings(C=C, tol=1e-7, batch_size=4, max_iter=50000).check()
+    # one pass in order over each batch (inner_steps=0): many small batches of new patterns
+    s = SolverSettings(C=C, tol=1e-7, batch_size=4, max_iter=50000, inner_steps=0.0).check()
     pset = PartitionSettings(kernel=spec.to_dict(), C=C, selection=pt.SELECTIONS["bmg"],
                              tol=s.tol, n_candidates=4, pcls=np.arange(m), shrinking=True,
                              shrink_after=s.shrink_after, cache_bytes=10 ** 6)

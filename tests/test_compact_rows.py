@@ -66,12 +66,14 @@ def test_streamed_fit_reads_the_compact_copy_and_reaches_the_in_memory_model(tmp
     write_arrays(url, X, y, rows_per_chunk=200)
     params = dict(C=1.0, gamma=0.05, tol=1e-3, gap_tol=0.0, batch_size=64, n_jobs=2,
                   n_partitions=2, cache_size=0)
-    mem = MulticlassSVC(data_in_memory=True, **params).fit(url)
+    mem = MulticlassSVC(**params, solver_options={"data_in_memory": True}).fit(url)
     cache_dir = tmp_path / "cache"
-    stream = MulticlassSVC(data_in_memory=False, cache_dir=str(cache_dir), disk_cache_size=0,
-                           **params).fit(url)
+    stream = MulticlassSVC(**params,
+                           solver_options={"data_in_memory": False, "cache_dir": str(cache_dir),
+                                           "disk_cache_size": 0}).fit(url)
     monkeypatch.setattr(partition_mod, "COMPACT_FRACTION", 0.0)     # never compact
-    plain = MulticlassSVC(data_in_memory=False, disk_cache_size=0, **params).fit(url)
+    plain = MulticlassSVC(**params,
+                          solver_options={"data_in_memory": False, "disk_cache_size": 0}).fit(url)
     st = stream.engine_stats_
     assert all(p["compact_writes"] >= 1 for p in st)
     assert all(p["compact_writes"] == 0 for p in plain.engine_stats_)

@@ -17,7 +17,7 @@ from distributed import Client, LocalCluster
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
-from dmcsvm.engine.dask_executor import DaskExecutor
+from dmcsvm.engine.dask import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import RoundMessage, pack_message, unpack_message
 from dmcsvm.engine.partition import PartitionSettings
@@ -69,13 +69,6 @@ def test_localcluster_matches_inprocess(local_client, reference, optimizer):
     assert r.converged
 
 
-def test_pinned_future_mode_matches_actor_mode(local_client, reference):
-    X, y, ref = reference
-    B_ref, _ = ref["opt_kkt"]
-    B, _ = _run(DaskExecutor(local_client, mode="future"), X, y, "opt_kkt")
-    np.testing.assert_allclose(B, B_ref, rtol=0, atol=1e-9)
-
-
 def _started(client, X, y, n_partitions) -> DaskExecutor:
     """An executor with its partitions built (no rounds run)."""
     ex = DaskExecutor(client, n_partitions=n_partitions)
@@ -100,7 +93,7 @@ def test_rebuilt_rows_get_a_key_of_their_own(local_client, reference):
     hash (the first scatter's key) the scheduler may still know them as lost with the dead
     worker and cancel the new partition for 'lost dependencies' (seen in CI).  And a cancelled
     build is waited on like any other (distributed's ``wait`` raises for it)."""
-    from dmcsvm.engine import dask_executor as dx
+    from dmcsvm.engine.dask import liveness
     X, y, _ = reference
     ex = _started(local_client, X, y, 2)
     try:
@@ -115,7 +108,7 @@ def test_rebuilt_rows_get_a_key_of_their_own(local_client, reference):
         slow = local_client.submit(time.sleep, 3, pure=False)
         local_client.cancel([slow])
         with local_client.as_current():
-            dx._settle(slow)
+            liveness.settle(slow)
         assert slow.status == "cancelled"
         del hashed, again, slow
     finally:
@@ -187,8 +180,10 @@ def test_packed_message_round_trip_is_exact():
 
 def test_estimator_client_switch(local_client):
     X, y = _problem(seed=5, n=120)
-    a = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, n_jobs=2).fit(X, y)
-    b = MulticlassSVC(C=3.0, gamma=0.3, n_partitions=2, client=local_client).fit(X, y)
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2,
+                      solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(C=3.0, gamma=0.3, client=local_client,
+                      solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     assert local_client.status == "running"      # a user's client is never closed for them
@@ -261,8 +256,9 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
 @pytest.mark.cluster
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
-    a = MulticlassSVC(C=2.0, n_partitions=2, n_jobs=1).fit(X, y)
-    b = MulticlassSVC(C=2.0, n_partitions=2, client=real_cluster).fit(X, y)
+    a = MulticlassSVC(C=2.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(C=2.0, client=real_cluster,
+                      solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
@@ -272,8 +268,8 @@ def test_estimator_with_scheduler_address(real_cluster):
 def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     """An actor call to a worker that died never returns; the executor notices the worker left
     the cluster and raises a clear error within a few polling periods."""
-    from dmcsvm.engine import dask_executor
-    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    from dmcsvm.engine.dask import limits
+    monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     X, y = _problem()
     spec = KernelSpec("rbf", 0.2)
     ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,

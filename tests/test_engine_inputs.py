@@ -12,7 +12,7 @@ import pytest
 from distributed import get_task_stream
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.engine import dask_executor
+from dmcsvm.engine import dask as dask_engine
 from dmcsvm.engine.disk_cache import ZarrColumnCache
 from dmcsvm.engine.rows import StoreRows, StreamingRows
 from dmcsvm.store import open_store, read_all, write_arrays
@@ -55,10 +55,12 @@ def test_store_path_trains_like_the_arrays(store):
 
 
 def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path):
-    mem = MulticlassSVC(n_jobs=1, data_in_memory=True, **PARAMS).fit(store)
+    mem = MulticlassSVC(n_jobs=1, **PARAMS,
+                        solver_options={"data_in_memory": True}).fit(store)
     # cache_size=0: no memory LRU, so every repeated column comes from the zarr tier on disk
-    stream = MulticlassSVC(n_jobs=1, data_in_memory=False, cache_size=0, disk_cache_size=8,
-                           cache_dir=str(tmp_path), **PARAMS).fit(store)
+    stream = MulticlassSVC(n_jobs=1, cache_size=0, **PARAMS,
+                           solver_options={"data_in_memory": False, "disk_cache_size": 8,
+                                           "cache_dir": str(tmp_path)}).fit(store)
     _same_model(mem, stream, atol=1e-6)
     st = stream.engine_stats_
     assert not any(p["in_memory"] for p in st) and all(p["in_memory"] for p in mem.engine_stats_)
@@ -94,8 +96,10 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
 
 @pytest.mark.slow
 def test_store_on_dask_equals_in_process(store, local_client):
-    ref = MulticlassSVC(n_jobs=2, data_in_memory=False, **PARAMS).fit(store)
-    est = MulticlassSVC(client=local_client, data_in_memory=False, **PARAMS).fit(store)
+    ref = MulticlassSVC(n_jobs=2, **PARAMS,
+                        solver_options={"data_in_memory": False}).fit(store)
+    est = MulticlassSVC(client=local_client, **PARAMS,
+                        solver_options={"data_in_memory": False}).fit(store)
     _same_model(ref, est, atol=1e-9)
     assert not any(p["in_memory"] for p in est.engine_stats_)
     np.testing.assert_array_equal(est.predict(store), ref.predict(store))
@@ -142,7 +146,7 @@ def test_broken_store_fails_before_any_worker_starts(tmp_path, monkeypatch):
     def no_cluster(*a, **k):
         raise AssertionError("a cluster was started")
 
-    monkeypatch.setattr(dask_executor, "resolve_client", no_cluster)
+    monkeypatch.setattr(dask_engine, "resolve_client", no_cluster)
     with pytest.raises(ValueError, match=re.escape("has format_version 9; this dmcsvm reads version 1")):
         MulticlassSVC(client="local").fit(url)
     with pytest.raises(ValueError, match="is not a zarr store"):
@@ -159,13 +163,13 @@ def test_store_input_errors(store):
             "X has 8 features, but MulticlassSVC is expecting 5 features as input.")):
         est.predict(store)
     with pytest.raises(ValueError, match=re.escape(
-            "The 'data_in_memory' parameter of MulticlassSVC must be a str among {'auto'} or an "
+            "The 'data_in_memory' entry of MulticlassSVC's solver_options must be a str among {'auto'} or an "
             "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead.")):
-        MulticlassSVC(data_in_memory="yes").fit(store)
+        MulticlassSVC(solver_options={"data_in_memory": "yes"}).fit(store)
     with pytest.raises(ValueError, match=re.escape(
-            "The 'disk_cache_size' parameter of MulticlassSVC must be a str among {'auto'} or a "
+            "The 'disk_cache_size' entry of MulticlassSVC's solver_options must be a str among {'auto'} or a "
             "float in the range [0.0, inf). Got -1 instead.")):
-        MulticlassSVC(disk_cache_size=-1).fit(store)
+        MulticlassSVC(solver_options={"disk_cache_size": -1}).fit(store)
 
 
 def test_dask_input_errors():

@@ -137,7 +137,8 @@ def test_converged_by_gap_tol(iris):
     gap_tol = 1e-2
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        m = MulticlassSVC(C=2.0, tol=1e-12, gap_tol=gap_tol, n_jobs=2).fit(X, y)
+        m = MulticlassSVC(C=2.0, tol=1e-12, n_jobs=2,
+                          solver_options={"gap_tol": gap_tol}).fit(X, y)
     assert m.converged_
     h = m.history_
     assert h["gap"][-1] <= gap_tol
@@ -148,7 +149,8 @@ def test_converged_by_gap_tol(iris):
 
 def test_tight_fit_reaches_qp_optimum(cs):
     X, y = cs.make_blobs_problem(41, 45, 3, 3, spread=1.3, scale=1.5)
-    m = MulticlassSVC(C=1.0, kernel="rbf", gamma=0.5, tol=1e-8, gap_tol=0.0, n_jobs=2).fit(X, y)
+    m = MulticlassSVC(C=1.0, kernel="rbf", gamma=0.5, tol=1e-8, n_jobs=2,
+                      solver_options={"gap_tol": 0.0}).fit(X, y)
     assert m.converged_
     K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
     D_star, _ = cs.cs_dual_qp(K, y, 3, 1.0)
@@ -183,7 +185,8 @@ def test_batch_size_same_optimum_as_default(iris, batch_size):
     X, y = iris
     kw = dict(C=1.0, tol=1e-7, gap_tol=0.0, n_jobs=2)
     ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
-    m = MulticlassSVC(kernel_dtype="float64", batch_size=batch_size, **kw).fit(X, y)
+    m = MulticlassSVC(kernel_dtype="float64", **kw,
+                      solver_options={"batch_size": batch_size}).fit(X, y)
     assert m.history_["dual"][-1] == pytest.approx(ref.history_["dual"][-1], rel=1e-7)
 
 
@@ -240,8 +243,8 @@ def test_sparse_csc_and_coo_accepted(digits_small):
 
 def test_float32_input(digits_small):
     X, y = digits_small
-    md = MulticlassSVC(n_jobs=2, tol=1e-6, gap_tol=0.0).fit(X, y)
-    m32 = MulticlassSVC(n_jobs=2, tol=1e-6, gap_tol=0.0).fit(X.astype(np.float32), y)
+    md = MulticlassSVC(n_jobs=2, tol=1e-6, solver_options={"gap_tol": 0.0}).fit(X, y)
+    m32 = MulticlassSVC(n_jobs=2, tol=1e-6, solver_options={"gap_tol": 0.0}).fit(X.astype(np.float32), y)
     assert m32.converged_
     assert m32.support_vectors_.dtype == np.float32
     assert m32.history_["dual"][-1] == pytest.approx(md.history_["dual"][-1], rel=1e-6)
@@ -345,7 +348,7 @@ def test_tol_binds(digits_small, tol):
     assert m.converged_
     assert h["n_active"][-1] == X.shape[0]
     assert h["max_psi"][-1] <= tol
-    assert MulticlassSVC().tol == 1e-3 and MulticlassSVC().gap_tol == 0.0
+    assert MulticlassSVC().tol == 1e-3 and MulticlassSVC()._solver_options()["gap_tol"] == 0.0
     if tol < 1e-3:
         looser = MulticlassSVC(C=10.0, tol=1e-3).fit(X, y).history_
         assert h["gap"][-1] < looser["gap"][-1]

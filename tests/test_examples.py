@@ -170,7 +170,7 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     cli = [sys.executable, "-m", "dmcsvm.cli"]
     # the in-process side through the API (the CLI equals the API: test_cli), the cluster side
     # through the CLI, one process each for train and predict
-    a = MulticlassSVC(C=3, n_partitions=2).fit(url)
+    a = MulticlassSVC(C=3, solver_options={"n_partitions": 2}).fit(url)
     r = subprocess.run(cli + ["train", url, "-o", str(tmp_path / "cluster.npz"), "--C", "3",
                               "--n-partitions", "2", "--no-progress", "--scheduler", scheduler],
                        capture_output=True, text=True, timeout=300)

@@ -24,7 +24,7 @@ import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from distributed import Client
 
-from dmcsvm.engine.dask_executor import DaskExecutor
+from dmcsvm.engine.dask import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import GradientMessage, RoundMessage
 from dmcsvm.engine.partition import Partition, PartitionSettings
@@ -359,8 +359,8 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
     """Every worker dies and none joins: the round waits ``recover_timeout`` for one, then fails
     with an error that says so (the replaying executor failed at once, with "Worker holding
     Actor was lost")."""
-    from dmcsvm.engine import dask_executor
-    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    from dmcsvm.engine.dask import limits
+    monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
         X, y = _problem()
@@ -381,8 +381,8 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
 def test_scheduler_lost_says_so(tmp_path, monkeypatch):
     """The scheduler dies between rounds: the fit ends with an error naming the scheduler, in
     bounded time (the replaying executor said "Worker holding Actor was lost")."""
-    from dmcsvm.engine import dask_executor
-    monkeypatch.setattr(dask_executor, "ACTOR_POLL_S", 0.5)
+    from dmcsvm.engine.dask import limits
+    monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
         X, y = _problem()
@@ -498,8 +498,8 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
         pids = client.run(os.getpid)
         # two rounds: the first selects a batch from every row, the second streams every
         # partition's rows to apply it (each further round repeats the second)
-        est = MulticlassSVC(client=client, C=1.0, gamma=1 / 16, batch_size=32, max_iter=2,
-                            tol=1e-2)
+        est = MulticlassSVC(client=client, C=1.0, gamma=1 / 16, max_iter=2,
+                            tol=1e-2, solver_options={"batch_size": 32})
         with pytest.warns(Warning, match="max_iter=2"):
             est.fit(url)
         assert client.run(os.getpid) == pids
@@ -554,14 +554,15 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
     from dmcsvm.estimators import multiclass as emc, multiprototype as emp
     X, y = _problem(n=150)
     if kind == "multiclass":
-        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, batch_size=6, tol=1e-4, shrinking=False)
+        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, tol=1e-4, shrinking=False,
+                            solver_options={"batch_size": 6})
         rec = _fit_recorded(monkeypatch, emc, est, X, y)
     else:
         linear = kind.endswith("linear")
         est = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
-                                gamma=0.2 if not linear else 1.0, max_epochs=3, batch_size=6,
-                                shrinking=False, random_state=0, fast_linear=linear,
-                                solver="rounds")    # the partitions, not the in-memory solver
+                                gamma=0.2 if not linear else 1.0, max_epochs=3, shrinking=False, random_state=0,
+                                solver_options={"batch_size": 6, "fast_linear": linear,
+                                                "linear_solver": "rounds"})    # the partitions, not the in-memory solver
         rec = _fit_recorded(monkeypatch, emp, est, X, y)
     assert rec.providers
     for part in rec.parts:

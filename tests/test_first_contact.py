@@ -20,6 +20,7 @@ from sklearn.svm import SVC
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.cli import build_parser, main
+from dmcsvm.cli._params import estimator_params
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_diag
 from dmcsvm.model_io import load_model, save_model
 from dmcsvm.store import write_arrays
@@ -89,7 +90,10 @@ def test_libsvm_short_flags_and_kernel_numbers():
         assert (a.est__C, a.est__gamma, a.est__kernel) == (10, 0.5, name)
     # the underscore spelling is still accepted
     a = p.parse_args(["train", "d.svm", "-o", "m.npz", "--gap_tol", "0.1", "--gap-tol", "0.2"])
-    assert a.est__gap_tol == 0.2
+    assert a.opt__gap_tol == 0.2
+    # a solver option, and its name in dmcsvm 0.2, go into solver_options
+    a = p.parse_args(["train", "d.svm", "-o", "m.npz", "--selection", "kkt", "--batch-size", "7"])
+    assert estimator_params(a)["solver_options"] == {"pattern_selection": "kkt", "batch_size": 7}
 
 
 def test_no_abbreviated_options(capsys, iris_svm, tmp_path):

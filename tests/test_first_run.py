@@ -37,7 +37,7 @@ def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, m
     import distributed
     import numpy as np
 
-    from dmcsvm.cli import _common, main
+    from dmcsvm.cli import _warmup, main
     from dmcsvm.store import write_arrays
     X, y = load_digits(return_X_y=True)
     order = np.argsort(y, kind="stable")          # the first 200 rows are all of class 0
@@ -52,7 +52,7 @@ def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, m
         def __init__(self, **kw):
             events.append("cluster")
             raise RuntimeError("no cluster in this test")
-    monkeypatch.setattr(_common, "warm_up", warmup)
+    monkeypatch.setattr(_warmup, "warm_up", warmup)
     monkeypatch.setattr(distributed, "LocalCluster", NoCluster)
     assert main(["train", str(tmp_path / "d.zarr"), "-o", str(tmp_path / "m.npz"),
                  "--local-workers", "2"]) == 1

@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dmcsvm"
 
 #: modules every layer may import: no imports of their own from dmcsvm
-FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "kernels")
+FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "solver_options",
+              "kernels")
 
 #: top-down: package or top-level module -> (what it holds, the layers it may import besides
 #: itself and FOUNDATION)
@@ -46,6 +47,7 @@ LAYERS = {
     "file_modes": ("foundation: permissions of the files written", ()),
     "runtime_params": ("foundation: parameters that do not change a fit", ()),
     "param_history": ("foundation: parameters renamed between versions", ()),
+    "solver_options": ("foundation: the estimators' solver options and their defaults", ()),
     "kernels": ("foundation: kernel functions and blocks", ()),
 }
 
@@ -186,3 +188,70 @@ def test_readme_shows_the_table():
         for layer in re.findall(r"`([a-z_]+)`", cells[0]):
             shown[layer] = may
     assert shown == {layer: below for layer, (_, below) in LAYERS.items()}
+
+
+#: inside a package split by job: module -> the sibling modules it may import.  The Dask
+#: executor's mixins (placement, routing, recovery, bank) each stand on the shared services
+#: (limits, client, liveness) and never on one another; only the thin executor in front combines
+#: them.  The command line's helpers stand on the usage error alone and never on a command.
+SIBLINGS = {
+    "dmcsvm.engine.dask": {
+        "limits": (),
+        "client": (),
+        "liveness": ("limits", "client"),
+        "placement": ("limits", "liveness"),
+        "routing": ("limits",),
+        "recovery": ("limits", "client", "liveness"),
+        "bank": (),
+        "executor": ("limits", "client", "liveness", "placement", "routing", "recovery", "bank"),
+        "__init__": ("client", "executor"),
+    },
+    "dmcsvm.cli": {
+        "_usage": (),
+        "_inputs": ("_usage",),
+        "_outputs": ("_usage",),
+        "_cluster": ("_usage",),
+        "_params": (),
+        "_warmup": (),
+    },
+}
+
+#: the only modules outside the Dask package that import it (inside a function: the in-process
+#: path never loads distributed)
+DASK_IMPORTERS = {"dmcsvm.estimators._engine"}
+
+
+def sibling_violations():
+    bad = []
+    for package, table in SIBLINGS.items():
+        folder = ROOT / pathlib.Path(*package.split("."))
+        modules = {p.stem for p in folder.glob("*.py")}
+        for stem in sorted(modules & set(table) if package == "dmcsvm.cli" else modules):
+            if stem not in table:
+                bad.append(f"{package}.{stem}: not in SIBLINGS (tests/test_layers.py)")
+                continue
+            for lineno, target, _ in imports_of(folder / f"{stem}.py"):
+                if target.rpartition(".")[0] == package and target != package:
+                    sib = target.rpartition(".")[2]
+                    if sib not in table[stem] and sib in table:
+                        bad.append(f"{package}.{stem}:{lineno} imports {sib}; it may import "
+                                   f"{', '.join(table[stem]) or 'no sibling'}")
+                    elif sib not in table:
+                        bad.append(f"{package}.{stem}:{lineno} imports {sib}, not a helper")
+    return bad
+
+
+def test_split_packages_keep_one_job_per_module():
+    bad = sibling_violations()
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_estimators_executor_switch_imports_the_dask_engine():
+    outside = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module_name(path)
+        if name.startswith("dmcsvm.engine.dask"):
+            continue
+        if any(t.startswith("dmcsvm.engine.dask") for _, t, _ in imports_of(path)):
+            outside.add(name)
+    assert outside == DASK_IMPORTERS

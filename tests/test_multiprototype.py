@@ -337,13 +337,13 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
     # batch_size 30 of 60 rows: rounds that leave violators out, and rounds that hold them all
     # (with batch_size 7 the weighted problem, whose bounds C_i span 0 to 4.8 on a rank-3 linear
     # kernel, takes ~10k rounds on every path, the sequential one too: slow coordinate descent)
-    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, gap_tol=0.0,
-                              batch_size=30, random_state=0, n_jobs=2, **FIXED_CASES[case])
+    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, random_state=0, n_jobs=2, **FIXED_CASES[case],
+                              solver_options={"gap_tol": 0.0, "batch_size": 30})
     sw = None
     if weighted and case == "linear-fast":
         # the fast path's default one pass in order needs ~50k rounds (60 s) on this degenerate
         # weighted problem; its working-set solve (the kernel path's default) ~1k
-        model._extra = {"inner_steps": 20.0}
+        model.set_params(solver_options={**model.solver_options, "inner_steps": 20.0})
     if weighted:
         sw = np.random.default_rng(3).uniform(0.2, 3.0, len(y))
         sw[::9] = 0.0
@@ -389,9 +389,9 @@ def test_greedy_energy_never_increases(fast_linear, solver):
     # random blob centers: the class means differ, so the random initial assignment is not the
     # degenerate M = 0 optimum that equal class means give
     X, y = multimodal(6, n_per_mode=15, modes=3, circle=False)
-    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, batch_size=20,
-                              random_state=1, n_jobs=2, fast_linear=fast_linear,
-                              solver=solver).fit(X, y)
+    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, random_state=1, n_jobs=2,
+                              solver_options={"batch_size": 20, "fast_linear": fast_linear,
+                                              "linear_solver": solver}).fit(X, y)
     h = model.epoch_history_
     E = np.concatenate([[2.0 * len(y)], h["energy"]])       # E(1) = C n
     assert len(h["energy"]) >= 3
@@ -422,7 +422,7 @@ def test_annealed_history_and_multimodal_fit():
     # symmetric local optimum (both prototypes of a class alike, patterns flipping between them);
     # this one (the epochs' uniforms of linear_prototypes.epoch_uniforms) finds the blobs
     model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=60,
-                              random_state=1, n_jobs=2, batch_size=50).fit(X, y)
+                              random_state=1, n_jobs=2, solver_options={"batch_size": 50}).fit(X, y)
     h = model.epoch_history_
     t = h["epoch"]
     np.testing.assert_allclose(h["temperature"], 2.0 * 0.9 ** t, rtol=1e-12)
@@ -448,11 +448,13 @@ def test_single_prototype_equals_multiclass_svc():
     kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
               selection="bmg", batch_size=9, n_jobs=2)
     ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
-    kern = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, fast_linear=False, random_state=0, **kw).fit(X, y)
+    kern = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, random_state=0, **kw,
+                             solver_options={"fast_linear": False}).fit(X, y)
     np.testing.assert_allclose(kern.decision_function(X), ref.decision_function(X), atol=1e-6)
     np.testing.assert_array_equal(kern.predict(X), ref.predict(X))
     assert kern.n_epochs_ == 0
-    fast = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, fast_linear=True, random_state=0, **kw).fit(X, y)
+    fast = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, random_state=0, **kw,
+                             solver_options={"fast_linear": True}).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
     W_ref = ref.dual_coef_ @ ref.support_vectors_
     np.testing.assert_allclose(fast.prototypes_, W_ref, atol=1e-6)
@@ -475,9 +477,12 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     # the same batch solve on both: the working set by re-selection (the kernel path's default;
     # the fast path's default is one pass in order, the same as the kernel path's with
     # inner_steps=0)
-    fast = MultiPrototypeSVC(kernel_dtype="float64", fast_linear=True, **kw)
-    kern = MultiPrototypeSVC(kernel_dtype="float64", fast_linear=False, **kw)
-    fast._extra = kern._extra = {"inner_steps": 20.0}
+    fast = MultiPrototypeSVC(kernel_dtype="float64", **kw,
+                             solver_options={"fast_linear": True})
+    kern = MultiPrototypeSVC(kernel_dtype="float64", **kw,
+                             solver_options={"fast_linear": False})
+    for m in (fast, kern):
+        m.set_params(solver_options={**m.solver_options, "inner_steps": 20.0})
     fast.fit(Xi, y)
     kern.fit(Xi, y)
     assert fast.n_epochs_ == kern.n_epochs_ == 12
@@ -637,8 +642,8 @@ def test_history_is_per_round_with_its_epoch(solver):
     estimator's, tagged with its epoch; the per-epoch summary is epoch_history_."""
     X, y = multimodal(7, n_per_mode=20, modes=2)
     model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=6,
-                              kernel="linear", solver=solver, random_state=0, n_jobs=1,
-                              batch_size=50).fit(X, y)
+                              kernel="linear", random_state=0, n_jobs=1,
+                              solver_options={"linear_solver": solver, "batch_size": 50}).fit(X, y)
     h, e = model.history_, model.epoch_history_
     assert len(h["round"]) == len(h["dual"]) == len(h["epoch"])
     if solver == "rounds":

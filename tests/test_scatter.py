@@ -166,8 +166,9 @@ def test_feasible_start_is_sparse_and_feasible(mu):
 def test_scatter_reaches_qp_optimum(kernel, params, mu, batch, cb, selection):
     X, y = _blobs(4)
     m = 4
-    clf = ScatterSVC(kernel_dtype="float64", mu=mu, kernel=kernel, tol=1e-10, batch_size=batch, class_batch=cb,
-                     selection=selection, n_jobs=2, **params).fit(X, y)
+    clf = ScatterSVC(kernel_dtype="float64", mu=mu, kernel=kernel, tol=1e-10, n_jobs=2, **params,
+                     solver_options={"batch_size": batch, "class_batch": cb,
+                                     "pair_selection": selection}).fit(X, y)
     spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
     K = kernel_reference(spec, X, X)
     val, _ = scatter_qp(K, y, m, mu)
@@ -249,6 +250,7 @@ def test_test_rules_follow_their_formulas():
 # ------------------------------------------------------------------------------------------------
 
 _BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
+_BAD_OPTION = "The '{}' entry of ScatterSVC's solver_options must be {}. Got {} instead."
 
 
 @pytest.mark.parametrize("params,msg", [
@@ -260,10 +262,13 @@ _BAD = "The '{}' parameter of ScatterSVC must be {}. Got {} instead."
                                  "'half'")),
     ({"test_rule": 3}, _BAD.format("test_rule", "an int among {1, 2}", 3)),
     ({"test_rule": True}, _BAD.format("test_rule", "an int among {1, 2}", True)),
-    ({"class_batch": 0}, _BAD.format("class_batch", "an int in the range [1, inf)", 0)),
-    ({"batch_size": 1}, _BAD.format("batch_size", "an int in the range [2, inf)", 1)),
+    ({"solver_options": {"class_batch": 0}},
+     _BAD_OPTION.format("class_batch", "an int in the range [1, inf)", 0)),
+    ({"solver_options": {"batch_size": 1}},
+     _BAD_OPTION.format("batch_size", "an int in the range [2, inf)", 1)),
     ({"tol": 0.0}, _BAD.format("tol", "a float in the range (0.0, inf)", 0.0)),
-    ({"selection": "wss3"}, _BAD.format("selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
+    ({"solver_options": {"pair_selection": "wss3"}},
+     _BAD_OPTION.format("pair_selection", "a str among {'mvp', 'wss2'}", "'wss3'")),
     ({"kernel": "cosine"}, _BAD.format("kernel",
                                        "a str among {'linear', 'poly', 'rbf', 'sigmoid'}",
                                        "'cosine'")),
@@ -292,8 +297,10 @@ def test_dask_localcluster_matches_inprocess(local_client):
     X, y = _blobs(9, n=70, m=4)
     # batches of 16, as in the store test below: fewer Dask round trips, still many rounds
     kw = dict(tol=1e-9, n_partitions=3, batch_size=16)
-    a = ScatterSVC(mu=0.2, gamma=0.5, class_batch=2, n_jobs=2, **kw).fit(X, y)
-    b = ScatterSVC(mu=0.2, gamma=0.5, class_batch=2, client=local_client, **kw).fit(X, y)
+    a = ScatterSVC(mu=0.2, gamma=0.5, n_jobs=2, **kw,
+                   solver_options={"class_batch": 2}).fit(X, y)
+    b = ScatterSVC(mu=0.2, gamma=0.5, client=local_client, **kw,
+                   solver_options={"class_batch": 2}).fit(X, y)
     assert a.n_iter_ == b.n_iter_ and a.n_iter_ > 5
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
@@ -337,7 +344,8 @@ def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_clie
     # round trip on the two cluster fits)
     kw = dict(tol=1e-6, n_partitions=3, gamma=0.5, batch_size=16)
     cases = [
-        (lambda **c: ScatterSVC(mu=0.2, class_batch=2, **kw, **c), url, y),
+        (lambda **c: ScatterSVC(mu=0.2, **kw, **c,
+                                solver_options={"class_batch": 2}), url, y),
         (lambda **c: BinarySVC(C=2.0, **kw, **c), url_b, yb),
         (lambda **c: OneVsRestSVC(C=2.0, **kw, **c), url, y),
         (lambda **c: OneVsOneSVC(C=2.0, **kw, **c), url, y),

@@ -90,16 +90,20 @@ def test_model_file_naming_a_scheduler_connects_nowhere(tmp_path):
 
 def test_runtime_params_are_not_written(tmp_path):
     X, y = _blobs()
-    est = MulticlassSVC(C=5, n_jobs=1, client=None, cache_size=17, cache_dir=str(tmp_path),
-                        verbose=False).fit(X, y)
+    est = MulticlassSVC(C=5, n_jobs=1, client=None, cache_size=17, verbose=False,
+                        solver_options={"cache_dir": str(tmp_path), "n_partitions": 2,
+                                        "batch_size": 99}).fit(X, y)
     save_model(est, tmp_path / "m.npz")
     with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
         params = json.loads(bytes(z["meta"]).decode())["model"]["params"]
     from dmcsvm.runtime_params import RUNTIME_PARAMS
     assert not set(params) & RUNTIME_PARAMS
     assert params["C"] == 5
+    # the runtime solver options neither: the model's options keep the rest
+    assert set(params["solver_options"]["__dict__"]) == {"batch_size"}
     back = load_model(tmp_path / "m.npz")
-    assert back.cache_dir is None and back.cache_size == MulticlassSVC().cache_size
+    assert back.solver_options == {"batch_size": 99}
+    assert back.cache_size == MulticlassSVC().cache_size
 
 
 # ----------------------------------------------------------------------- 2. no silently wrong model
@@ -410,7 +414,7 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
             idle = list(c.run(worker_blas).values())[0]
             X, y = _blobs(n=4000, d=300, m=5, seed=5)
             kw = dict(C=10, gamma=0.01, batch_size=200, n_partitions=1)
-            from dmcsvm.engine.dask_executor import DaskExecutor
+            from dmcsvm.engine.dask import DaskExecutor
             from dmcsvm.engine.partition import PartitionSettings
             from dmcsvm.kernels import KernelSpec
             ex = DaskExecutor(c, 1)
@@ -440,7 +444,7 @@ def _digits(n=400):
     return X[:n] / 16.0, y[:n]
 
 
-RK = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100)
+RK = dict(C=10.0, gamma=0.05, tol=1e-5, solver_options={"gap_tol": 0.0, "batch_size": 100})
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])

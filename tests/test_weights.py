@@ -94,9 +94,9 @@ def _check_cs_optimum(cs, p, est, K, D_star):
 def test_multiclass_reaches_the_weighted_cs_optimum(cs, weighted_problem, optimizer, selection,
                                                     batch, n_jobs):
     p = weighted_problem
-    est = MulticlassSVC(kernel_dtype="float64", C=1.5, gamma=GAMMA, optimizer=optimizer, selection=selection,
-                        batch_size=batch, tol=TIGHT, n_jobs=n_jobs, n_partitions=n_jobs,
-                        class_weight=p["cw"]).fit(p["X"], p["y"], sample_weight=p["sw"])
+    est = MulticlassSVC(kernel_dtype="float64", C=1.5, gamma=GAMMA, tol=TIGHT, n_jobs=n_jobs, class_weight=p["cw"],
+                        solver_options={"optimizer": optimizer, "pattern_selection": selection,
+                                        "batch_size": batch, "n_partitions": n_jobs}).fit(p["X"], p["y"], sample_weight=p["sw"])
     assert est.converged_
     _check_cs_optimum(cs, p, est, p["K"], p["D"])
     # the solver's own primal (sum_i C_i xi_i) closes the gap with the dual
@@ -118,8 +118,8 @@ def test_binary_reaches_the_weighted_binary_optimum(cs):
     s = np.where(y == 1, 1.0, -1.0)
     K = kernel_reference(KernelSpec("rbf", GAMMA), X, X)
     val, _ = cs.binary_svm_dual_qp(K, s, C_i, bias=True)
-    est = BinarySVC(kernel_dtype="float64", C=2.0, gamma=GAMMA, tol=TIGHT, batch_size=6, n_jobs=2,
-                    class_weight={1: 3.0}).fit(X, y, sample_weight=sw)
+    est = BinarySVC(kernel_dtype="float64", C=2.0, gamma=GAMMA, tol=TIGHT, n_jobs=2,
+                    class_weight={1: 3.0}, solver_options={"batch_size": 6}).fit(X, y, sample_weight=sw)
     a = np.zeros(30)
     a[est.support_] = est.dual_coef_[0] * s[est.support_]
     assert np.all(a >= 0) and np.all(a <= C_i * (1 + 1e-12))
@@ -220,7 +220,8 @@ def test_integer_weights_equal_repeated_rows(k):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: MulticlassSVC(gamma=GAMMA, tol=TIGHT, batch_size=4, n_jobs=2),
+    lambda: MulticlassSVC(gamma=GAMMA, tol=TIGHT, n_jobs=2,
+                          solver_options={"batch_size": 4}),
     lambda: MulticlassSVC(kernel="linear", tol=TIGHT),
     lambda: BinarySVC(gamma=GAMMA, tol=TIGHT),
     lambda: ScatterSVC(gamma=GAMMA, tol=TIGHT, mu=0.3),

@@ -330,7 +330,7 @@ def test_defaults_stop_by_tol_alone():
     s = SolverSettings()
     assert s.gap_tol == 0.0 and s.tol == 1e-3
     m = MulticlassSVC()
-    assert m.gap_tol == 0.0 and m.tol == 1e-3
+    assert m._solver_options()["gap_tol"] == 0.0 and m.tol == 1e-3
 
 
 def test_tol_binds(cs, qp):
@@ -341,7 +341,7 @@ def test_tol_binds(cs, qp):
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
             m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], tol=tol, n_jobs=2,
-                              batch_size=16).fit(qp["X"], qp["y"])
+                              solver_options={"batch_size": 16}).fit(qp["X"], qp["y"])
         h = m.history_
         assert m.converged_
         assert h["max_psi"][-1] <= tol
@@ -364,8 +364,9 @@ def test_every_combination_with_default_stopping(cs, qp, optimizer, selection, t
     (AS 2005 Eq. 15) within 2 tol and the dual within 1e-2 relative of the QP optimum."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], optimizer=optimizer, selection=selection,
-                          threshold=threshold, n_jobs=2, batch_size=16).fit(qp["X"], qp["y"])
+        m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], n_jobs=2,
+                          solver_options={"optimizer": optimizer, "pattern_selection": selection,
+                                          "threshold": threshold, "batch_size": 16}).fit(qp["X"], qp["y"])
     assert m.converged_
     B = _model_B(m, qp["X"].shape[0])
     cs.check_feasible(B, qp["y"], qp["C"], atol=1e-9)

@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 
-from ._common import UsageError
+from ._usage import UsageError
 
 __all__ = ["main", "UsageError"]
 

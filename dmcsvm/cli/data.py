@@ -7,15 +7,8 @@ import os
 
 import numpy as np
 
-from ._common import (
-    UsageError,
-    add_input_options,
-    conversion_progress,
-    convert_file,
-    detect_format,
-    plural,
-    stderr_is_tty,
-)
+from ._inputs import add_input_options, conversion_progress, convert_file, detect_format
+from ._usage import UsageError, plural, stderr_is_tty
 
 
 def add_parsers(sub):

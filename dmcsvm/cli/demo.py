@@ -9,7 +9,8 @@ import time
 import numpy as np
 
 from ..runtime_params import CLI_OPTIONS
-from ._common import add_param_options, estimator_params, param_defaults, start_warmup
+from ._params import add_param_options, estimator_params, param_defaults, solver_option_names
+from ._warmup import start_warmup
 
 _log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def _add_model_args(p):
     """One option per parameter of MulticlassSVC, as ``dmcsvm train`` makes them, but those of
     where it runs (the demo starts its own cluster) and with :data:`DEMO_DEFAULTS`."""
     from ..estimators import MulticlassSVC
-    sig = param_defaults(MulticlassSVC)
+    sig = {**param_defaults(MulticlassSVC), **solver_option_names(MulticlassSVC)}
     g = p.add_argument_group("parameters of MulticlassSVC (as in the Python API and dmcsvm train)")
     add_param_options(g, MulticlassSVC, MulticlassSVC, skip=CLI_OPTIONS,
                       defaults={k: v for k, (v, _) in DEMO_DEFAULTS.items()},
@@ -68,10 +69,11 @@ def cmd_demo(a) -> int:
     model = _model_from_args(a)
     import os
     workers = a.local_workers or min(os.cpu_count() or 1, 4)
-    if model.n_partitions is None:
+    options = model.solver_options or {}
+    if options.get("n_partitions") is None:
         # the model depends on the row partitioning (shrinking decisions are per partition):
         # both ways of running the demo use the same partitions, so they train the same model
-        model.set_params(n_partitions=workers)
+        model.set_params(solver_options={**options, "n_partitions": workers})
     where = "in-process threads"
     t = time.perf_counter()
     warm = None if (a.in_process or a.no_warmup) else start_warmup(model, Xtr, ytr)

@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from ._common import UsageError, add_overwrite_option, atomic_file, check_output, plural
+from ._outputs import add_overwrite_option, atomic_file, check_output
+from ._usage import UsageError, plural
 
 
 def add_parser(sub):

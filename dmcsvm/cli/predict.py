@@ -12,22 +12,18 @@ import json
 
 import numpy as np
 
-from ._common import (
-    add_cluster_options,
+from ._cluster import add_cluster_options, check_cluster_options, cluster_client
+from ._inputs import (
     add_input_options,
-    add_overwrite_option,
     as_store,
-    atomic_file,
-    check_cluster_options,
-    check_output,
-    cluster_client,
     fits_stores,
     gram_rows,
     is_precomputed,
     labels_of,
     read_arrays,
-    stderr_is_tty,
 )
+from ._outputs import add_overwrite_option, atomic_file, check_output
+from ._usage import stderr_is_tty
 
 
 def predictions(model, info, with_labels=False, decision=False, client=None, proba=False):
@@ -130,7 +126,7 @@ def run_predict(a) -> int:
     check_output(a.output, overwrite=a.overwrite)
     model = _fast(a) or _load(a)
     if a.probability:
-        from ._common import UsageError
+        from ._usage import UsageError
         if a.decision_values:
             raise UsageError("--probability and --decision-values cannot be combined")
         if not (model.probability if hasattr(model, "predictions") else
@@ -178,7 +174,7 @@ def evaluation(y, pred, classes) -> dict:
     extra = [c for c in np.unique(np.asarray(y, dtype=object).astype(str))
              if c not in {str(v) for v in labels}]
     if extra:
-        from ._common import UsageError
+        from ._usage import UsageError
         raise UsageError(f"the data has labels the model never saw: {', '.join(extra[:5])}")
     names = [_fmt(c) for c in labels]
     cm = confusion_matrix(y, pred, labels=labels)

@@ -15,15 +15,9 @@ import os
 
 import numpy as np
 
-from ._common import (
-    UsageError,
-    add_input_options,
-    add_overwrite_option,
-    as_store,
-    atomic_file,
-    check_output,
-    labels_of,
-)
+from ._inputs import add_input_options, as_store, labels_of
+from ._outputs import add_overwrite_option, atomic_file, check_output
+from ._usage import UsageError
 
 _HELP = "scale features to [-1, 1] or [lower, upper] (LIBSVM's svm-scale, -s / -r range files)"
 

@@ -17,30 +17,28 @@ import time
 
 import numpy as np
 
+from ..file_modes import give_default_mode
 from ..runtime_params import CLI_OPTIONS
-from ._common import (
-    UsageError,
-    add_cluster_options,
+from ._cluster import add_cluster_options, check_cluster_options, cluster_client
+from ._inputs import (
     add_input_options,
-    add_overwrite_option,
-    add_param_options,
     as_store,
-    atomic_file,
-    check_cluster_options,
-    check_output,
-    cluster_client,
-    estimator_params,
     fits_stores,
-    give_default_mode,
     gram_rows,
     is_precomputed,
+    read_arrays,
+)
+from ._outputs import add_overwrite_option, atomic_file, check_output
+from ._params import (
+    add_param_options,
+    estimator_params,
+    former_names,
     param_defaults,
     parse_value,
-    plural,
-    read_arrays,
-    stderr_is_tty,
-    warm_up_on_store,
+    solver_option_names,
 )
+from ._usage import UsageError, plural, stderr_is_tty
+from ._warmup import warm_up_on_store
 
 DEFAULT_ESTIMATOR = "MulticlassSVC"
 # the runtime parameters set by the dedicated options below, not by --NAME (one list:
@@ -119,18 +117,25 @@ def build_estimator(a):
     """The estimator of ``a.estimator`` with the parameters of the command line."""
     cls = _estimator_class(a.estimator)
     known = param_defaults(cls)
+    options = solver_option_names(cls)
+    former = former_names(cls)
     params = estimator_params(a)
     for item in a.param:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
             raise UsageError(f"--param needs KEY=VALUE, got {item!r}")
-        if key not in known:
+        if key not in known and key not in options and key not in former:
             raise UsageError(f"unknown parameter {key!r} for {a.estimator} "
-                             f"(known: {', '.join(sorted(known))})")
+                             f"(known: {', '.join(sorted(set(known) | set(options)))})")
         if key in _DEDICATED:
             raise UsageError(f"set {key} with {_DEDICATED[key]}, not --param")
-        params[key] = parse_value(value)
+        if key in known:
+            params[key] = parse_value(value)
+        else:                           # a solver option, or its name in dmcsvm 0.2
+            given = params.get("solver_options")
+            params["solver_options"] = {**(given if isinstance(given, dict) else {}),
+                                        former.get(key, key): parse_value(value)}
     progress = stderr_is_tty() if a.progress is None else a.progress
     if "verbose" in known:
         params["verbose"] = bool(progress)

@@ -41,8 +41,11 @@ from ..kernels import KernelSpec, kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from ..numerics.selection import THRESHOLDS, threshold_value
 from ..numerics.working_set import ROWS_FIRST_REQUEST, solve_working_set
+from ..solver_options import DEFAULTS
 from .coefficients import CoefficientRows
 from .history import RoundHistory
+
+_DEFAULTS = DEFAULTS["MulticlassSVC"]
 
 HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
                 "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
@@ -54,25 +57,26 @@ HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold
 class SolverSettings:
     """Settings of one solve; validated by :meth:`check` (errors name the bad value)."""
 
+    # the solver options' defaults are MulticlassSVC's, from the one table of them
+    # (dmcsvm.solver_options.DEFAULTS); selection is the option pattern_selection
     C: float = 1.0
-    optimizer: str = "exact"
-    selection: str = "bmg"
-    threshold: str = "mean"
-    threshold_fraction: float = 0.5
+    optimizer: str = _DEFAULTS["optimizer"]
+    selection: str = _DEFAULTS["pattern_selection"]
+    threshold: str = _DEFAULTS["threshold"]
+    threshold_fraction: float = _DEFAULTS["threshold_fraction"]
     tol: float = 1e-3
-    gap_tol: float = 0.0
+    gap_tol: float = _DEFAULTS["gap_tol"]
     max_iter: int = -1
-    batch_size: int = 1000
-    batch_sweeps: int = 1
-    # the coordinator's working-set solve (working_set.solve_working_set; MulticlassSVC uses 20; 0,
-    # the default here: one pass in order, pattern.solve_batch, as MultiPrototypeSVC's search
-    # needs to match its linear path round for round): at most inner_steps per-pattern
+    batch_size: int = _DEFAULTS["batch_size"]
+    batch_sweeps: int = _DEFAULTS["batch_sweeps"]
+    # the coordinator's working-set solve (working_set.solve_working_set; 0: one pass in order,
+    # pattern.solve_batch, as MultiPrototypeSVC's linear path uses): at most inner_steps per-pattern
     # optimizations per batch row; while violators are left out of the batch it stops at
     # max psi <= max(tol, inner_frac * max psi of the batch), once the batch holds every violator
     # at max(inner_floor * tol, inner_prog * max psi) (measurements: benchmarks/results/HISTORY.md,
     # 'Working-set solve settings').  Rows with psi in (tol / 2, tol]
     # (PartitionSettings.near_tol) fill a batch that has room (they are about to violate)
-    inner_steps: float = 0.0
+    inner_steps: float = _DEFAULTS["inner_steps"]
     # the working-set solves' over-relaxation of exact steps (pattern._over_relax, kernel and
     # explicit-prototype; 1: none), chosen by measurement (benchmarks/results/HISTORY.md,
     # 'Working-set solve settings')

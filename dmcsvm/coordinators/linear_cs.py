@@ -305,10 +305,8 @@ def seed_of(random_state) -> int:
 
 
 def sequential_applies(est, td, spec) -> bool:
-    """MulticlassSVC routes ``kernel='linear'`` on in-memory rows here (``est._linear_path =
-    'rounds'`` forces the batched rounds, for comparisons)."""
-    if getattr(est, "_linear_path", "auto") == "rounds":
-        return False
+    """MulticlassSVC routes ``kernel='linear'`` on in-memory rows here (its solver option
+    ``linear_solver='rounds'`` forces the batched rounds instead)."""
     return spec.name == "linear" and in_memory(est, td)
 
 

@@ -1,4 +1,4 @@
-"""Executors run the partitions' rounds: in-process on threads, or on a Dask cluster (dask_executor).
+"""Executors run the partitions' rounds: in-process on threads, or on a Dask cluster (:mod:`.dask`).
 
 An executor owns a list of partitions and offers one operation per round, :meth:`step`, that sends
 the same message to every partition and returns their replies in partition order.

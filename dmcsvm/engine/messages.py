@@ -259,7 +259,7 @@ class HeldIds:
         self.ids.clear()
 
 
-def pack_message(msg, have=None, pack: bool = True) -> bytes:
+def pack_message(msg, have=None) -> bytes:
     """One round's message as one pickle blob of plain values (numpy arrays, its type's name),
     with ``dB`` sent as its nonzeros when that is smaller: a pattern's update touches only the few
     prototypes its sub-problem moved (about 3 of 26 on letter), so the dense ``|B| x P`` block is
@@ -272,7 +272,7 @@ def pack_message(msg, have=None, pack: bool = True) -> bytes:
     of a round's message on wide data (MNIST-sized: 3.1 MB of X rows against ~0.1 MB of the
     rest, sent down every level of the tree; benchmarks/results/scaling.md).  The X rows sent
     (``XB``, an unshrink's ``X``) travel as their nonzeros when that is smaller
-    (:func:`~dmcsvm.engine.row_packing.pack_rows`, bit for bit), unless ``pack`` is False."""
+    (:func:`~dmcsvm.engine.row_packing.pack_rows`, bit for bit)."""
     wire = _set_fields(msg)
     wire["kind"] = type(msg).__name__
     dB = wire.get("dB")
@@ -287,9 +287,9 @@ def pack_message(msg, have=None, pack: bool = True) -> bytes:
     if have is not None and have.any():
         wire["XB"] = msg.XB[~have]
         wire["XB_held"] = np.flatnonzero(have).astype(np.int32)
-    if pack and "XB" in wire:
+    if "XB" in wire:
         wire["XB"] = pack_rows(wire["XB"])
-    if pack and wire.get("unshrink") is not None and "X" in wire["unshrink"]:
+    if wire.get("unshrink") is not None and "X" in wire["unshrink"]:
         wire["unshrink"] = dict(wire["unshrink"], X=pack_rows(wire["unshrink"]["X"]))
     return pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
 

@@ -50,12 +50,12 @@ class WorkerGroup:
         ``(k, partition_cls, args)`` per partition: its number and how to build it.
     n_threads : int
         Threads running the partitions of a round (the worker's threads).
-    pack_rows : bool
-        Whether the replies' candidate X rows travel as their nonzeros when that is smaller
-        (:func:`~dmcsvm.engine.messages.pack_reply_rows`).
+
+    The replies' candidate X rows travel as their nonzeros when that is smaller
+    (:func:`~dmcsvm.engine.messages.pack_reply_rows`; lossless).
     """
 
-    def __init__(self, specs, n_threads: int = 1, pack_rows: bool = True):
+    def __init__(self, specs, n_threads: int = 1):
         self.parts = {int(k): cls(*args) for k, cls, args in specs}
         self.order = sorted(self.parts)
         n = min(max(1, int(n_threads)), len(self.order))
@@ -64,7 +64,6 @@ class WorkerGroup:
         self._last = None         # its replies [(k, reply)], before pruning, and its ``pick``
         self._lock = threading.Lock()   # a round sent again while it runs waits for it
         self._bank = RowBank()          # X rows of the batches applied (module docstring)
-        self._pack = bool(pack_rows)
 
     # ---------------------------------------------------------------- rounds
     def _map(self, fn) -> list:
@@ -109,7 +108,7 @@ class WorkerGroup:
         return pickle.dumps(self._wire(prune_candidates(replies, pick)), protocol=_PICKLE)
 
     def _wire(self, replies) -> list:
-        return pack_reply_rows(replies) if self._pack else replies
+        return pack_reply_rows(replies)
 
     def _own_wire(self, blob: bytes, seq: int) -> tuple:
         """This group's replies to round ``seq`` cut to what the coordinator can pick and in wire

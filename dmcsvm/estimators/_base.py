@@ -5,11 +5,13 @@ parameters' constraints, and hyper-parameter validation by declared constraints,
 habit: each estimator lists ``_parameter_constraints`` (merged with this class's) and its ``fit``
 is wrapped by ``sklearn.base._fit_context``, so a bad value raises
 :class:`~sklearn.utils._param_validation.InvalidParameterError` (a ``ValueError`` and
-``TypeError``) naming the parameter and the estimator before any data is touched.
+``TypeError``) naming the parameter and the estimator before any data is touched.  The entries of
+``solver_options`` are checked the same way (:mod:`._options`).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from numbers import Integral, Real
 from typing import ClassVar
@@ -19,6 +21,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import HasMethods, Interval, Options, StrOptions
 
 from ..kernels import KERNELS
+from ..solver_options import table_of
+from . import _options
 from ._calibration import ProbabilityMixin
 from ._engine import THREAD_POLICY
 from ._inputs import KERNEL_DTYPE_DOC, KERNEL_DTYPES, ChunkedPredictMixin
@@ -92,6 +96,9 @@ WHERE_IT_RUNS_MARK = "    %(where_it_runs)s\n"
 KERNEL_DTYPE_MARK = "    %(kernel_dtype)s\n"
 #: The line that :data:`OUT_OF_CORE_DOC` replaces (estimators with checkpoints only).
 OUT_OF_CORE_MARK = "    %(out_of_core)s\n"
+#: The line that the estimator's ``solver_options`` table replaces
+#: (:func:`dmcsvm.solver_options.table_of`).
+SOLVER_OPTIONS_MARK = "    %(solver_options)s\n"
 
 #: numpydoc text of the parameters that choose where and how a fit runs, never its solution
 #: (:mod:`dmcsvm.runtime_params`); every estimator's docstring carries it verbatim.
@@ -102,8 +109,6 @@ WHERE_IT_RUNS_DOC = THREAD_POLICY + """
     n_workers, threads_per_worker, memory_limit : optional
         Size of the ``LocalCluster`` started for ``client='local'``: workers, threads of each,
         and each worker's memory limit (bytes, or a string such as ``'4GB'``).
-    n_partitions : int, optional
-        Row partitions (default: one per thread / worker thread).
     cache_size : 'auto' or float, default='auto'
         Kernel cache budget in MB; 'auto' is an eighth of the machine's memory, at most 4096.
         It holds the partitions' kernel columns (shared by every binary problem of one fit)
@@ -125,19 +130,6 @@ OUT_OF_CORE_DOC = """\
         Checkpoint every this many rounds, or every so many seconds given as ``'30s'``.
     resume : bool, default=False
         Continue from the newest checkpoint in ``checkpoint`` (when there is one).
-    data_in_memory : {'auto', True, False}, default='auto'
-        Whether partitions hold their rows of a zarr store in memory.  False re-reads them from
-        the store chunk by chunk every time (data larger than the workers' memory); 'auto'
-        streams when a worker's partitions would take over a quarter of its memory limit.
-    disk_cache_size : 'auto' or float, default='auto'
-        Budget (MB, shared by the partitions) of the on-disk zarr tier of the kernel-column
-        cache behind the in-memory LRU.  'auto': 4096 MB, used only by partitions that stream
-        their rows from a store (there a cached column saves a pass over X); a number: used by
-        every partition; 0 disables it.
-    cache_dir : str, optional
-        Directory for the on-disk column cache (a private temporary directory is made inside
-        and removed after training); default: the system temporary directory (on a Dask
-        worker, that machine's).
 """
 
 _PATH = [None, str, os.PathLike]
@@ -148,9 +140,6 @@ OUT_OF_CORE_CONSTRAINTS = {
     "checkpoint": _PATH,
     "checkpoint_every": [integers(1), str],
     "resume": ["boolean"],
-    "data_in_memory": [choices("auto"), "boolean"],
-    "disk_cache_size": [choices("auto"), reals(0, closed="left")],
-    "cache_dir": _PATH,
 }
 
 
@@ -169,7 +158,6 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         "threads_per_worker": [integers(1), None],
         "memory_limit": [None, str, reals(0, closed="left")],
         "n_jobs": [integers(None, -1, closed="right"), integers(1), None],
-        "n_partitions": [integers(1), None],
         "cache_size": [choices("auto"), reals(0, closed="left")],
         "verbose": ["verbose"],
         # kernel (every estimator has the same four)
@@ -182,22 +170,52 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         "probability": ["boolean"],
         "random_state": ["random_state"],
         "class_weight": [dict, choices("balanced"), None],
+        "solver_options": [dict, None],         # its entries: _options.resolve
     }
 
     def _keep_params(self, args: dict) -> None:
         """Store every ``__init__`` argument unchanged under its own name (scikit-learn's rule:
         no logic in ``__init__``; the values are checked in ``fit``).  ``args`` is the
-        ``locals()`` of ``__init__``."""
+        ``locals()`` of ``__init__``; its ``former`` (the ``**former`` keywords) are parameters
+        that moved into ``solver_options`` in 0.3, taken there with a ``FutureWarning``."""
         for name in self._get_param_names():
             setattr(self, name, args[name])
+        _options.take_former_names(self, args.get("former") or {})
+
+    def set_params(self, **params):
+        """scikit-learn's ``set_params``; a parameter that moved into ``solver_options`` in 0.3
+        is set there, with a ``FutureWarning``."""
+        return super().set_params(**_options.set_former_names(self, params))
+
+    def _validate_params(self):
+        """scikit-learn's check of the parameters by ``_parameter_constraints`` (run by
+        ``fit`` before any data is touched), and of the entries of ``solver_options``."""
+        super()._validate_params()
+        _options.resolve(self)
+
+    def _solver_options(self) -> dict:
+        """``solver_options`` checked and completed with the defaults (a new dict)."""
+        return _options.resolve(self)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            # the signature shows the parameters, not the ``**former`` names of dmcsvm 0.2
+            # (taken with a FutureWarning, _keep_params): what help() and scikit-learn's
+            # checks see
+            sig = inspect.signature(init)
+            cls.__signature__ = sig.replace(parameters=[
+                p for p in sig.parameters.values()
+                if p.name != "self" and p.kind is not p.VAR_KEYWORD])
         doc = cls.__dict__.get("__doc__")
         if doc:
-            cls.__doc__ = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
+            doc = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
                 .replace(KERNEL_DTYPE_MARK, KERNEL_DTYPE_DOC + "\n") \
                 .replace(OUT_OF_CORE_MARK, OUT_OF_CORE_DOC)
+            if SOLVER_OPTIONS_MARK in doc:
+                doc = doc.replace(SOLVER_OPTIONS_MARK, table_of(_options.options_key(cls)))
+            cls.__doc__ = doc
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

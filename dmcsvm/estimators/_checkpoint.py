@@ -13,6 +13,7 @@ import numpy as np
 from ..checkpoint import (
     Checkpointer,
     _crc,
+    _jsonable,
     data_fingerprint,
     has_checkpoint,
     labels_crc32,
@@ -24,6 +25,7 @@ from ..coordinators.resume import resume_state
 from ..engine.messages import RoundMessage
 from ..param_history import upgrade_params
 from ..runtime_params import RESUME_MAY_CHANGE
+from ..solver_options import defaults_of
 
 __all__ = ["CheckpointSession"]
 
@@ -55,7 +57,11 @@ class CheckpointSession:
                 raise ValueError("resume=True needs checkpoint (the checkpoint directory)")
             return cls(settings)
         rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
-        params = {k: v for k, v in est.get_params(deep=False).items() if k not in RESUME_MAY_CHANGE}
+        # the solver options one by one and in full (defaults filled in), as the parameters
+        # they were before 0.3: a checkpoint of an older dmcsvm compares equal when they match
+        params = {k: v for k, v in est.get_params(deep=False).items()
+                  if k not in RESUME_MAY_CHANGE and k != "solver_options"}
+        params.update(_recorded_options(type(est).__name__, est._solver_options()))
         params["estimator"] = type(est).__name__
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
         params["labels_crc32"] = int(labels_crc32(y_idx))
@@ -69,7 +75,7 @@ class CheckpointSession:
         if resume and has_checkpoint(directory):
             ck = load_checkpoint(directory)
             # a checkpoint of an older dmcsvm names renamed parameters by their old names
-            ck.settings = upgrade_params(params["estimator"], ck.settings)
+            ck.settings = _upgraded(params["estimator"], ck.settings)
             diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
                           if ck.settings.get(k) != ckpt.settings.get(k)
                           and k != "data_fingerprint")
@@ -152,6 +158,21 @@ def _partition_states_usable(ck, executor) -> str | None:
         return (f"the state files of partitions {missing} are not in {ck.path} (workers that "
                 f"wrote to disks of their own?)")
     return None
+
+
+def _recorded_options(estimator: str, options: dict) -> dict:
+    """The solver options a checkpoint records: all but the runtime ones."""
+    return {k: v for k, v in options.items() if k not in RESUME_MAY_CHANGE}
+
+
+def _upgraded(estimator: str, settings: dict) -> dict:
+    """A checkpoint's recorded parameters with today's names (:mod:`dmcsvm.param_history`): a
+    parameter that moved into ``solver_options`` is recorded under its option's name, and the
+    options an older dmcsvm did not have take their defaults."""
+    out = upgrade_params(estimator, settings)
+    moved = out.pop("solver_options", None) or {}
+    recorded = _recorded_options(estimator, {**defaults_of(estimator), **moved})
+    return {**{k: _jsonable(v) for k, v in recorded.items()}, **out}
 
 
 def _replace(settings, **kw):

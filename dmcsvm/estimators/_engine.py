@@ -22,10 +22,11 @@ THREAD_POLICY = f"""\
         all but one, a positive integer itself.  dmcsvm uses ``n_jobs`` threads in all and no
         more: numba kernels are single-threaded and BLAS is limited to one thread per
         partition while training (to ``n_jobs // chunks`` threads while predicting), so
-        nested parallelism never oversubscribes the cores.  The default ``n_partitions`` is
-        one per thread, and the row partitioning is part of the solver's trajectory: set
-        ``n_partitions`` for the same model on machines with other core counts.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows run
-        in turn on one thread (a thread hand-off costs more than their round).  Ignored with
+        nested parallelism never oversubscribes the cores.  The default row partitions
+        (solver option ``n_partitions``) are one per thread, and the row partitioning is part
+        of the solver's trajectory: set ``n_partitions`` for the same model on machines with
+        other core counts.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows
+        run in turn on one thread (a thread hand-off costs more than their round).  Ignored with
         a ``client`` (a Dask cluster's worker threads are its parallelism)."""
 
 
@@ -146,16 +147,17 @@ def run_chunks(n_jobs, chunks, work) -> None:
 
 
 def make_executor(est):
-    """The executor for estimator ``est`` (reads ``client``, ``n_jobs``, ``n_partitions``,
-    ``n_workers``, ``threads_per_worker``, ``memory_limit``).  Returns ``(executor, owned)``;
-    pass both to :func:`release_executor` when training ends."""
+    """The executor for estimator ``est`` (reads ``client``, ``n_jobs``, the solver option
+    ``n_partitions``, ``n_workers``, ``threads_per_worker``, ``memory_limit``).  Returns
+    ``(executor, owned)``; pass both to :func:`release_executor` when training ends."""
+    n_partitions = est._solver_options()["n_partitions"]
     if est.client is None:
-        return InProcessExecutor(n_threads(est.n_jobs), est.n_partitions), []
-    from ..engine.dask_executor import DaskExecutor, resolve_client
+        return InProcessExecutor(n_threads(est.n_jobs), n_partitions), []
+    from ..engine.dask import DaskExecutor, resolve_client
     client, owned = resolve_client(est.client, est.n_workers, est.threads_per_worker,
                                    est.memory_limit)
     try:
-        return DaskExecutor(client, est.n_partitions), owned
+        return DaskExecutor(client, n_partitions), owned
     except BaseException:
         release_executor(None, owned)
         raise
@@ -168,5 +170,5 @@ def release_executor(executor, owned) -> None:
             executor.close()
     finally:
         if owned:
-            from ..engine.dask_executor import release_client
+            from ..engine.dask import release_client
             release_client(owned)

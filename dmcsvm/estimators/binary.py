@@ -23,8 +23,7 @@ from ..engine.gradient_partition import GradientPartition
 from ..engine.partition import PartitionSettings
 from ..engine.problem_rows import ConstantRows, PairSigns
 from ..kernels import KernelSpec
-from ..numerics import grouped_smo as sc
-from ._base import SVMEstimator, choices, integers, one_of, reals
+from ._base import SVMEstimator, integers, one_of, reals
 from ._engine import cache_mb, make_executor, release_executor
 from ._inputs import (
     RowsView,
@@ -109,19 +108,19 @@ class SMOEngine:
         release_executor(self.executor, self._owned)
 
 
-#: Constraints of the SMO decomposition's options, shared by ScatterSVC.
+#: Constraints of the SMO decomposition's parameters, shared by ScatterSVC (its options:
+#: :mod:`._options`).
 SMO_CONSTRAINTS = {
     "tol": [reals(0)],
-    "selection": [choices(*sc.SELECTIONS)],
     "max_iter": [integers(1), one_of(-1)],
-    "batch_size": [integers(2)],
 }
 
 #: Why the SMO estimators offer no checkpoints or out-of-core options (their class docstrings).
 NO_OUT_OF_CORE_DOC = """
-    Checkpoints and the out-of-core options (``checkpoint``, ``data_in_memory``,
-    ``disk_cache_size``, ``cache_dir``) are not offered: the SMO decomposition's coordinator
-    writes no checkpoint, and its partitions hold their rows in memory with no on-disk cache.
+    Checkpoints and the out-of-core options (``checkpoint``, and the solver options
+    ``data_in_memory``, ``disk_cache_size``, ``cache_dir``) are not offered: the SMO
+    decomposition's coordinator writes no checkpoint, and its partitions hold their rows in
+    memory with no on-disk cache.
 """
 
 
@@ -140,19 +139,21 @@ class _SMOParams(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0, tol=1e-3,
-                 kernel_dtype="float32", selection="wss2", cache_size="auto", max_iter=-1,
-                 batch_size=128, verbose=False, probability=False, random_state=None,
-                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
-                 memory_limit=None, n_partitions=None, class_weight=None, warm_start=False):
+    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
+                 kernel_dtype="float32", tol=1e-3, cache_size="auto", max_iter=-1,
+                 class_weight=None, probability=False, random_state=None, warm_start=False,
+                 verbose=False, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, solver_options=None, **former):
         self._keep_params(locals())
 
     def _decomposition_settings(self) -> DecompositionSettings:
-        """The SMO settings (the parameters are checked by ``_parameter_constraints``)."""
+        """The SMO settings (the parameters are checked by ``_parameter_constraints``, the
+        solver options by :mod:`._options`)."""
+        opts = self._solver_options()
         return DecompositionSettings(U=float(self.C), w_same=1.0, w_diff=1.0, p=-1.0, n_groups=1,
-                                     tol=float(self.tol), selection=self.selection,
-                                     batch_size=int(self.batch_size),
-                                     per_group=int(self.batch_size) // 2,
+                                     tol=float(self.tol), selection=opts["pair_selection"],
+                                     batch_size=int(opts["batch_size"]),
+                                     per_group=int(opts["batch_size"]) // 2,
                                      max_iter=int(self.max_iter),
                                      verbose=bool(self.verbose)).check()
 
@@ -196,15 +197,9 @@ _PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
     tol : float, default=1e-3
         Stop when the maximal violation ``max_{I_up} -y g - min_{I_low} -y g`` is <= tol
         (LIBSVM's ``eps``).
-    selection : {'wss2', 'mvp'}, default='wss2'
-        Pair selection inside a working set: LIBSVM's second-order rule (Fan, Chen, Lin 2005) or
-        the maximal violating pair.
     max_iter : int, default=-1
         Maximum number of decomposition rounds per binary problem, -1 for no limit
         (ConvergenceWarning when hit).
-    batch_size : int, default=128
-        Variables in each round's working set (the ``batch_size / 2`` top violators of each side);
-        the subproblem is solved exactly by SMO on ``K_BB``.  2 is plain SMO.
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -220,6 +215,7 @@ _PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
         boxes ``[0, C_i]`` when ``C`` or the weights shrank; otherwise warn and start from zero
         (:func:`dmcsvm.estimators._warm_start.smo_starts`).
     %(where_it_runs)s
+    %(solver_options)s
 """
 
 

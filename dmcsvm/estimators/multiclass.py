@@ -9,7 +9,7 @@ from sklearn.base import _fit_context
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators import linear_cs
-from ..coordinators.crammer_singer import THRESHOLDS, SolverSettings, solve
+from ..coordinators.crammer_singer import SolverSettings, solve
 from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec
@@ -42,18 +42,25 @@ from ._scoring import ovo_from_scores, prototype_scores
 from ._warm_start import cs_start, warm_start_kwargs
 from ._weights import fit_bounds, weights_doc
 
-#: Constraints of the Crammer-Singer solver's options, shared with MultiPrototypeSVC.
+#: Constraints of the Crammer-Singer solver's parameters, shared with MultiPrototypeSVC (its
+#: options: :mod:`._options`).
 CS_SOLVER_CONSTRAINTS = {
     "C": [reals(0)],
-    "optimizer": [choices(*pt.OPTIMIZERS)],
-    "selection": [choices(*pt.SELECTIONS)],
-    "threshold": [choices(*THRESHOLDS)],
-    "threshold_fraction": [reals(0, 1, closed="both")],
     "tol": [reals(0)],
-    "gap_tol": [reals(0, closed="left")],
     "max_iter": [integers(1), one_of(-1)],
     "shrinking": ["boolean"],
 }
+
+
+def cs_settings(est, opts: dict, **more) -> SolverSettings:
+    """The Crammer–Singer solver's settings of ``est`` (MulticlassSVC, MultiPrototypeSVC) from
+    its parameters and its resolved solver options ``opts``; ``more`` sets the rest."""
+    return SolverSettings(C=float(est.C), optimizer=opts["optimizer"],
+                          selection=opts["pattern_selection"], threshold=opts["threshold"],
+                          threshold_fraction=float(opts["threshold_fraction"]),
+                          tol=float(est.tol), gap_tol=float(opts["gap_tol"]),
+                          max_iter=int(est.max_iter), shrinking=bool(est.shrinking),
+                          cache_size=cache_mb(est), gram_cache_size=gram_mb(est), **more)
 
 
 def cs_partition_settings(settings: SolverSettings, spec: KernelSpec, pcls, td, n_parts: int,
@@ -98,19 +105,6 @@ class MulticlassSVC(SVMEstimator):
     coef0 : float, default=0.0
         Independent term of the polynomial and sigmoid kernels.
     %(kernel_dtype)s
-    optimizer : {'exact', 'opt_kkt', 'fixed_point', 'basic', 'all_pairs'}, default='exact'
-        Per-pattern optimizer: exact sort-based solution of the reduced problem / AS 2005 Fig. 6 /
-        CS 2001 Fig. 3 / AS Fig. 4 / AS Fig. 5.
-    selection : {'bmg', 'amg', 'kkt'}, default='bmg'
-        Pattern selection value ``V_p`` (AS 2005 §5.3).
-    threshold : {'mean', 'max', 'exp', 'linear', 'log'}, default='mean'
-        Per-round threshold on ``V_p`` of the one-pass batch solve (AS's MEAN / MAX
-        (``threshold_fraction * max``) or CS's cooling schemes), used where the batch is optimized once in
-        order (the linear explicit-prototype path).  The kernel path's working set takes the
-        ``batch_size`` best candidates and its re-selection decides which to optimize.
-    threshold_fraction : float, default=0.5
-        Fraction of the largest value used by ``threshold='max'`` (AS 2005 §5.3's ``mu``;
-        named apart from :class:`~dmcsvm.ScatterSVC`'s ``mu``, a bound on the coefficients).
     tol : float, default=1e-3
         The stopping rule: stop when every pattern's KKT violation ``psi`` (CS 2001 Eq. 32,
         in margin units: how far a score is from satisfying the optimality conditions) is
@@ -118,19 +112,8 @@ class MulticlassSVC(SVMEstimator):
         held-out predictions stopped changing on every data set measured
         (benchmarks/results/stopping_rule.md).  A lower ``tol`` gives a more precise solution and
         always binds: nothing else needs changing.
-    gap_tol : float, default=0.0
-        Optional early stop: also stop when the relative duality gap ``(P - D) / P`` is
-        <= gap_tol (0, the default, disables it, so that ``tol`` alone decides).
     max_iter : int, default=-1
         Maximum number of rounds, -1 for no limit; hitting it raises a ConvergenceWarning.
-    batch_size : int, default=5000
-        Working-set size: patterns that may be optimized in one round (each partition reports
-        up to this many candidates).  The coordinator solves the working set on its kernel
-        block by re-selection (the most violated patterns first, again while they stay the
-        most violated) before one update is sent; 1 is the papers' sequential algorithm.
-    batch_sweeps : int, default=1
-        Sweeps over a batch in one round for the one-pass batch solve (used by the linear
-        explicit-prototype path); the kernel path's working-set solve ignores it.
     shrinking : bool, default=True
         Shrink the active set (CS 2001 §7), with a final unshrunk check.
     probability : bool, default=False
@@ -157,6 +140,7 @@ class MulticlassSVC(SVMEstimator):
         both; with two classes both give the one column ``f_1 - f_0``.
     %(where_it_runs)s
     %(out_of_core)s
+    %(solver_options)s
 
     Attributes
     ----------
@@ -191,41 +175,34 @@ class MulticlassSVC(SVMEstimator):
         **SVMEstimator._parameter_constraints,
         **OUT_OF_CORE_CONSTRAINTS,
         **CS_SOLVER_CONSTRAINTS,
-        "batch_size": [integers(1)],
-        "batch_sweeps": [integers(1)],
         "warm_start": ["boolean"],
         "kernel": [choices(*KERNELS, "precomputed"), callable],
         "decision_function_shape": [choices("ovr", "ovo")],
     }
 
     def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32", optimizer="exact", selection="bmg", threshold="mean",
-                 threshold_fraction=0.5, tol=1e-3, gap_tol=0.0, cache_size="auto", max_iter=-1, batch_size=5000, batch_sweeps=1,
-                 shrinking=True, verbose=False, probability=False, random_state=None, n_jobs=None,
-                 client=None, n_workers=None, threads_per_worker=None, memory_limit=None,
-                 n_partitions=None,
-                 checkpoint=None, checkpoint_every=10, resume=False, data_in_memory="auto",
-                 disk_cache_size="auto", cache_dir=None, warm_start=False, class_weight=None,
-                 decision_function_shape="ovr"):
+                 kernel_dtype="float32", tol=1e-3, shrinking=True, cache_size="auto",
+                 max_iter=-1, class_weight=None, probability=False,
+                 decision_function_shape="ovr", random_state=None, warm_start=False,
+                 verbose=False, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, checkpoint=None,
+                 checkpoint_every=10, resume=False, solver_options=None, **former):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
-    def _settings(self) -> SolverSettings:
-        """The solver's settings (the parameters are checked by ``_parameter_constraints``)."""
-        return SolverSettings(C=float(self.C), optimizer=self.optimizer, selection=self.selection,
-                              threshold=self.threshold,
-                              threshold_fraction=float(self.threshold_fraction),
-                              tol=float(self.tol), gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
-                              batch_size=int(self.batch_size),
-                              batch_sweeps=int(self.batch_sweeps), shrinking=bool(self.shrinking),
-                              cache_size=cache_mb(self), gram_cache_size=gram_mb(self),
-                              verbose=bool(self.verbose),
-                              **{"inner_steps": 20.0, **getattr(self, '_extra', {})}).check()
+    def _settings(self, opts: dict) -> SolverSettings:
+        """The solver's settings from the parameters (checked by ``_parameter_constraints``) and
+        the resolved solver options ``opts``."""
+        return cs_settings(self, opts, batch_size=int(opts["batch_size"]),
+                           batch_sweeps=int(opts["batch_sweeps"]),
+                           verbose=bool(self.verbose),
+                           inner_steps=float(opts["inner_steps"])).check()
 
-    def _disk_cache_mb(self) -> float:
+    @staticmethod
+    def _disk_cache_mb(opts: dict) -> float:
         """Disk budget (MB) of the zarr kernel-column cache; 'auto' is 4096 MB for the partitions
         that stream their rows from a store and nothing for partitions holding them."""
-        v = self.disk_cache_size
+        v = opts["disk_cache_size"]
         return 4096.0 if isinstance(v, str) else float(v)
 
     def _kernel_spec(self) -> KernelSpec:
@@ -261,7 +238,8 @@ class MulticlassSVC(SVMEstimator):
         """
         if is_gram_kernel(self.kernel):
             return self._fit_gram(X, y, sample_weight)
-        settings = self._settings()
+        opts = self._solver_options()
+        settings = self._settings(opts)
         # from a store the class index stays there: each partition reads its own rows' labels
         td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
@@ -269,20 +247,25 @@ class MulticlassSVC(SVMEstimator):
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
-        if linear_cs.sequential_applies(self, td, spec):    # in memory: explicit W
+        sequential = opts["linear_solver"] != "rounds" and \
+            linear_cs.sequential_applies(self, td, spec)
+        if opts["linear_solver"] == "sequential" and not sequential:
+            raise ValueError("linear_solver='sequential' needs kernel='linear' and in-memory rows "
+                             "(an array or CSR matrix, no client, no checkpoint)")
+        if sequential:                                   # in memory: explicit W
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
             return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start,
                                             threads=n_threads(self.n_jobs))
         td = in_kernel_precision(self, td)         # float32 kernel values by default
         pcls = np.arange(m, dtype=np.int64)
-        disk_mb = self._disk_cache_mb()
+        disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = cs_partition_settings(
             settings, spec, pcls, td, n_parts, settings.cache_size,
             disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
-            disk_cache_stream_only=isinstance(self.disk_cache_size, str),
-            cache_dir=self.cache_dir, x_in_memory=self.data_in_memory)
+            disk_cache_stream_only=isinstance(opts["disk_cache_size"], str),
+            cache_dir=opts["cache_dir"], x_in_memory=opts["data_in_memory"])
         bounds = partition_bounds(td.n, n_parts, td.align)
         try:
             executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds, row_C=row_C)

@@ -28,11 +28,9 @@ from ..kernels import KernelSpec
 from ..numerics import linear_prototypes as lp
 from ..numerics.linear_prototypes import linear_coefficients
 from ..store.class_index import class_counts
-from ._base import SVMEstimator, choices, integers, reals
+from ._base import SVMEstimator, integers, reals
 from ._engine import (
     blas_limits,
-    cache_mb,
-    gram_mb,
     make_executor,
     n_threads,
     release_executor,
@@ -41,9 +39,7 @@ from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, i
 from ._scoring import best_prototype_per_class, multiprototype_scores
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
-from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings
-
-SOLVERS = ("auto", "sequential", "rounds")
+from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings, cs_settings
 
 
 @weights_doc("Aiolli–Sperduti 2005 Eq. 8 / Eq. 11: the primal's slack term becomes "
@@ -69,8 +65,8 @@ class MultiPrototypeSVC(SVMEstimator):
     degree 1) run on the explicit-prototype fast path: the prototypes ``W`` (P x d) are kept
     explicitly and scores are ``W x``, no kernel row is computed.
 
-    Checkpoints and the out-of-core options (``checkpoint``, ``data_in_memory``,
-    ``disk_cache_size``, ``cache_dir``) are not offered: the annealing's state (assignment,
+    Checkpoints and the out-of-core options (``checkpoint``, and the solver options
+    ``data_in_memory``, ``disk_cache_size``, ``cache_dir``) are not offered: the annealing's state (assignment,
     temperature, random stream) is not checkpointed, the linear path holds every row in memory
     and the kernel path streams a store's rows by the ``'auto'`` rule with no on-disk cache.
 
@@ -97,37 +93,14 @@ class MultiPrototypeSVC(SVMEstimator):
     max_epochs : int, default=200
         Epochs of the search (re-assignments); 0 solves the convex problem of the initial random
         assignment only.
-    fast_linear : bool, default=True
-        Use the explicit-prototype path for linear kernels (False: the kernel path, as for any
-        other kernel; the same model up to rounding).
-    solver : {'auto', 'sequential', 'rounds'}, default='auto'
-        How the explicit-prototype path optimizes each epoch.  'sequential': the sequential dual
-        method of Keerthi et al. (2008) on ``W`` in this process (random pass order over the
-        patterns, exact per-pattern solve, shrinking; :mod:`dmcsvm.coordinators.linear_cs`), needs
-        in-memory rows (array / CSR) and no ``client``; ``max_iter`` then bounds the passes of
-        every solve, ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of a pass over
-        every pattern), ``gap_tol`` the relative duality gap that also ends a solve, and
-        ``optimizer``, ``selection``, ``threshold``, ``batch_size`` do not apply.  'rounds': the
-        batched rounds of the partition engine (the path Dask clusters and zarr stores use;
-        in-process and Dask give the same model).
-        'auto': 'sequential' where it applies, else 'rounds'.
-    optimizer, threshold, threshold_fraction, tol, gap_tol, max_iter, shrinking :
-        Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol``, ``gap_tol``
-        are the tolerances of the final convex solve (inner solves of the epochs stop as soon as
-        the primal beats the last energy, or when their problem is solved to these tolerances
-        first), ``max_iter`` bounds the rounds of every solve.
-    selection : {'kkt', 'amg', 'bmg'}, default='kkt'
-        Pattern selection value.  KKT by default: its per-round scan is O(P) per pattern, while
-        BMG solves every violator's reduced problem (O(P log P)), which dominates the round with
-        hundreds of prototypes (q = 5 on letter: 80 % of the time).
-    batch_size : int or None, default=None
-        Patterns optimized per round.  None: 1000 on the kernel path; on the linear fast path
-        every selected violator (the coordinator scores a pattern with ``W x`` in O(P d), so a
-        batch costs no kernel block and one round is a pass over the violators).
-    batch_sweeps : int or None, default=None
-        Sweeps over a batch per round.  None: 1, except 20 for the final convex solve on the linear
-        fast path (there a round's messages cost more than sweeping the batch again; the epochs
-        keep 1 sweep because they stop at the first round whose primal beats the last energy).
+    tol, max_iter, shrinking :
+        Options of the inner solver, as in :class:`~dmcsvm.MulticlassSVC`; ``tol`` (with the
+        solver option ``gap_tol``) is the tolerance of the final convex solve (inner solves of
+        the epochs stop as soon as the primal beats the last energy, or when their problem is
+        solved to it first), ``max_iter`` bounds the rounds of every solve.  With the
+        sequential linear solver (solver option ``linear_solver``), ``max_iter`` bounds the
+        passes of every solve and ``tol`` is LIBLINEAR's stopping rule (largest KKT violation of
+        a pass over every pattern).
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -149,6 +122,7 @@ class MultiPrototypeSVC(SVMEstimator):
         a random assignment.  With ``max_epochs=0`` a refit solves the convex problem of the
         previous assignment, to the optimum a cold fit of that assignment reaches.
     %(where_it_runs)s
+    %(solver_options)s
 
     Attributes
     ----------
@@ -200,44 +174,28 @@ class MultiPrototypeSVC(SVMEstimator):
         "T0": [reals(0, closed="left")],
         "tau": [reals(0, 1)],
         "max_epochs": [integers(0)],
-        "fast_linear": ["boolean"],
-        "solver": [choices(*SOLVERS)],
-        "batch_size": [integers(1), None],
-        "batch_sweeps": [integers(1), None],
         "warm_start": ["boolean"],
     }
 
     def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
-                 kernel_dtype="float32",
-                 T0=10.0, tau=0.05, max_epochs=200, fast_linear=True, solver="auto",
-                 optimizer="exact",
-                 selection="kkt", threshold="mean", threshold_fraction=0.5, tol=1e-3,
-                 gap_tol=1e-2,
-                 cache_size="auto", max_iter=-1, batch_size=None, batch_sweeps=None, shrinking=True,
-                 verbose=False, probability=False, random_state=None, n_jobs=None, client=None,
-                 n_workers=None, threads_per_worker=None, memory_limit=None, n_partitions=None,
-                 class_weight=None, warm_start=False):
+                 kernel_dtype="float32", T0=10.0, tau=0.05, max_epochs=200, tol=1e-3,
+                 shrinking=True, cache_size="auto", max_iter=-1, class_weight=None,
+                 probability=False, random_state=None, warm_start=False, verbose=False,
+                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
+                 memory_limit=None, solver_options=None, **former):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
-    def _settings(self) -> tuple[SolverSettings, AnnealSettings]:
-        """The inner solver's settings and the annealing schedule (the parameters are checked
-        by ``_parameter_constraints``)."""
-        solver = SolverSettings(C=float(self.C), optimizer=self.optimizer,
-                                selection=self.selection, threshold=self.threshold,
-                                threshold_fraction=float(self.threshold_fraction),
-                                tol=float(self.tol),
-                                gap_tol=float(self.gap_tol), max_iter=int(self.max_iter),
-                                batch_size=int(self.batch_size or 1000),
-                                batch_sweeps=int(self.batch_sweeps or 1),
-                                shrinking=bool(self.shrinking), cache_size=cache_mb(self), gram_cache_size=gram_mb(self),
-                                # kernel rows: the rounds solve their working set by
-                                # re-selection, as MulticlassSVC's (one pass in order took
-                                # 20-1000x the rounds on small weighted problems, and 1.3-1.5x
-                                # the time on satimage / pendigits, q=2, rbf); the linear fast
-                                # path resets it below
-                                verbose=False,
-                                **{"inner_steps": 20.0, **getattr(self, "_extra", {})}).check()
+    def _settings(self, opts: dict) -> tuple[SolverSettings, AnnealSettings]:
+        """The inner solver's settings and the annealing schedule from the parameters (checked
+        by ``_parameter_constraints``) and the resolved solver options ``opts``."""
+        steps = opts["inner_steps"]
+        # kernel rows: the rounds solve their working set by re-selection, as MulticlassSVC's
+        # (one pass in order took far more rounds on small weighted problems); the linear fast
+        # path resets it in fit
+        solver = cs_settings(self, opts, batch_size=int(opts["batch_size"] or 1000),
+                             batch_sweeps=int(opts["batch_sweeps"] or 1), verbose=False,
+                             inner_steps=20.0 if steps is None else float(steps)).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
         return solver, schedule
 
@@ -271,7 +229,8 @@ class MultiPrototypeSVC(SVMEstimator):
         """Train on ``X`` and labels ``y``: the inputs of :meth:`MulticlassSVC.fit` (an array,
         CSR matrix, dask array, or the path/URL of a dmcsvm zarr store with ``y=None``; each
         partition reads its own rows and scores them where it lives), and ``sample_weight``."""
-        settings, schedule = self._settings()
+        opts = self._solver_options()
+        settings, schedule = self._settings(opts)
         # from a store the class index stays there: each partition reads its own rows' labels
         # and draws its rows' initial prototypes (the coordinator holds no per-row array)
         td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
@@ -280,12 +239,12 @@ class MultiPrototypeSVC(SVMEstimator):
         row_C = fit_bounds(self, td, settings.C, y_idx, classes, sample_weight)
         self.gamma_ = td.gamma(self.gamma) if self.kernel != "linear" else 1.0
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
-        linear = bool(self.fast_linear) and linear_coefficients(spec) is not None
-        sequential = linear and self.solver != "rounds" and lcs.in_memory(self, td)
-        if self.solver == "sequential" and not sequential:
-            raise ValueError("solver='sequential' needs a linear kernel ('linear' or 'poly' of "
-                             "degree 1) with fast_linear=True and in-memory rows (an array or CSR "
-                             "matrix, no client, no checkpoint)")
+        linear = bool(opts["fast_linear"]) and linear_coefficients(spec) is not None
+        sequential = linear and opts["linear_solver"] != "rounds" and lcs.in_memory(self, td)
+        if opts["linear_solver"] == "sequential" and not sequential:
+            raise ValueError("linear_solver='sequential' needs a linear kernel ('linear' or "
+                             "'poly' of degree 1) with fast_linear=True and in-memory rows (an "
+                             "array or CSR matrix, no client, no checkpoint)")
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
         yp0 = RandomAssignment(lp.epoch_seed(rng), pcls, 0, td.n)
@@ -302,14 +261,15 @@ class MultiPrototypeSVC(SVMEstimator):
             td = in_kernel_precision(self, td)     # float32 kernel values by default
         final = settings
         if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
-            if self.batch_size is None:
+            if opts["batch_size"] is None:
                 settings = replace(settings, batch_size=int(td.n))
-            if "inner_steps" not in getattr(self, "_extra", {}):
+            if opts["inner_steps"] is None:
                 # one pass in order: the working set (LinearBatchSolver.working_set) rescores a
                 # row in O(P d) at every check and took 1.0-1.6x the time (benchmarks/results/
                 # mprot_working_set.md) for 20x fewer rounds
                 settings = replace(settings, inner_steps=0.0)
-            final = replace(settings, batch_sweeps=20) if self.batch_sweeps is None else settings
+            final = replace(settings, batch_sweeps=20) if opts["batch_sweeps"] is None \
+                else settings
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         # explicit prototypes compute no kernel column and score every row each round: no

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators.decomposition import DecompositionSettings
 from ..numerics import grouped_smo as sc
-from ._base import SVMEstimator, choices, integers, one_of, reals
+from ._base import SVMEstimator, choices, one_of, reals
 from ._inputs import chunked_method, fit_inputs, is_dask, is_store, rows_of
 from ._scoring import kernel_times
 from ._warm_start import scatter_start
@@ -61,17 +61,11 @@ class ScatterSVC(SVMEstimator):
         ``c`` (of all its support vectors when it has none).
     tol : float, default=1e-3
         Stop when in every class ``max_{a_t < mu} -g_t - min_{a_t > 0} -g_t <= tol``.
-    selection : {'wss2', 'mvp'}, default='wss2'
-        Pair selection inside a working set: LIBSVM's second-order rule run per class, the pair
-        of the class with the largest decrease taken each step; or the maximal violating pair.
     max_iter : int, default=-1
         Maximum number of decomposition rounds, -1 for no limit (ConvergenceWarning when hit).
-    batch_size : int, default=1000
-        Variables in each round's working set: the classes in order of decreasing violation, each
-        with its ``class_batch`` top violators of both sides.  The subproblem is solved exactly by
-        SMO on ``K_BB``.
-    class_batch : int, default=4
-        Candidates per class and side in a working set.
+        A round's working set: the classes in order of decreasing violation, each with its
+        ``class_batch`` top violators of both sides (solver options), up to ``batch_size``
+        variables, solved exactly by SMO on ``K_BB``.
     probability : bool, default=False
         Whether ``fit`` also calibrates class probabilities on held-out folds (internal
         stratified 5-fold cross-validation, as scikit-learn's SVC), so that ``predict_proba``
@@ -86,6 +80,7 @@ class ScatterSVC(SVMEstimator):
         weights shrank, each class's lost mass given back to its rows with room; otherwise warn
         and start cold (:func:`dmcsvm.estimators._warm_start.scatter_start`).
     %(where_it_runs)s
+    %(solver_options)s
 
     Attributes
     ----------
@@ -123,17 +118,14 @@ class ScatterSVC(SVMEstimator):
         **SMO_CONSTRAINTS,
         "mu": [choices("auto"), reals(0)],       # its range by the data: _check_mu
         "test_rule": [one_of(1, 2)],
-        "class_batch": [integers(1)],
         "warm_start": ["boolean"],
     }
 
     def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32",
-                 test_rule=1, tol=1e-3, selection="wss2", cache_size="auto", max_iter=-1,
-                 batch_size=1000, class_batch=4, verbose=False, probability=False,
-                 random_state=None, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, n_partitions=None, class_weight=None,
-                 warm_start=False):
+                 kernel_dtype="float32", test_rule=1, tol=1e-3, cache_size="auto", max_iter=-1,
+                 class_weight=None, probability=False, random_state=None, warm_start=False,
+                 verbose=False, n_jobs=None, client=None, n_workers=None,
+                 threads_per_worker=None, memory_limit=None, solver_options=None, **former):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
@@ -175,10 +167,11 @@ class ScatterSVC(SVMEstimator):
             np.bincount(y_idx, weights=w, minlength=m)
         mu = self._check_mu(counts, weighted=w is not None)
         row_mu = None if w is None else mu * w
+        opts = self._solver_options()
         s = DecompositionSettings(U=mu, w_same=(m - 1) / m, w_diff=-1.0 / m, p=0.0, n_groups=m,
-                                  tol=float(self.tol), selection=self.selection,
-                                  batch_size=int(self.batch_size),
-                                  per_group=int(self.class_batch), max_iter=int(self.max_iter),
+                                  tol=float(self.tol), selection=opts["pair_selection"],
+                                  batch_size=int(opts["batch_size"]),
+                                  per_group=int(opts["class_batch"]), max_iter=int(self.max_iter),
                                   verbose=bool(self.verbose)).check()
         spec = kernel_of(self, td)
         signs = np.ones(td.n, dtype=np.int64)
