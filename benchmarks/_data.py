@@ -32,10 +32,12 @@ def load_digits_split(test_size=0.25, random_state=0):
     """scikit-learn's bundled 8x8 digits, ``X / 16``, stratified 75/25 split (``random_state=0``)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
     X, y = load_digits(return_X_y=True)
     X = X.astype(np.float64) / 16.0
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, stratify=y,
-                                          random_state=random_state)
+    Xtr, Xte, ytr, yte = train_test_split(
+        X, y, test_size=test_size, stratify=y, random_state=random_state
+    )
     return Xtr, ytr.astype(np.int64), Xte, yte.astype(np.int64)
 
 
@@ -53,10 +55,12 @@ def load_letter(data_dir, n_train=15000):
 
 def load_usps(data_dir):
     """USPS digits, the standard 7291 / 2007 split (ESL copy; features already in [-1, 1])."""
+
     def read(name):
         with gzip.open(Path(data_dir) / "usps" / name, "rt") as fh:
             a = np.loadtxt(fh)
         return a[:, 1:], a[:, 0].astype(np.int64)
+
     Xtr, ytr = read("zip.train.gz")
     Xte, yte = read("zip.test.gz")
     return Xtr, ytr, Xte, yte
@@ -65,6 +69,7 @@ def load_usps(data_dir):
 def stratified_subset(X, y, n, random_state=0):
     """``n`` rows of ``(X, y)`` drawn without replacement, stratified by class, in shuffled order."""
     from sklearn.model_selection import train_test_split
+
     if n >= X.shape[0]:
         return X, y
     Xs, _, ys, _ = train_test_split(X, y, train_size=n, stratify=y, random_state=random_state)
@@ -74,6 +79,7 @@ def stratified_subset(X, y, n, random_state=0):
 def _read_libsvm_dense(path, n_features):
     """A LIBSVM text file ``label idx:value ...`` as a dense float64 matrix and integer labels."""
     from sklearn.datasets import load_svmlight_file
+
     X, y = load_svmlight_file(str(path), n_features=n_features)
     return np.asarray(X.todense(), dtype=np.float64), y.astype(np.int64)
 
@@ -85,8 +91,12 @@ def load_satimage(data_dir):
     te = np.loadtxt(Path(data_dir) / "satimage" / "sat.tst")
     classes = np.unique(tr[:, -1])
     Xtr, Xte = scale_minmax(tr[:, :-1], te[:, :-1])
-    return (Xtr, np.searchsorted(classes, tr[:, -1]).astype(np.int64),
-            Xte, np.searchsorted(classes, te[:, -1]).astype(np.int64))
+    return (
+        Xtr,
+        np.searchsorted(classes, tr[:, -1]).astype(np.int64),
+        Xte,
+        np.searchsorted(classes, te[:, -1]).astype(np.int64),
+    )
 
 
 def load_pendigits(data_dir):

@@ -65,11 +65,13 @@ def executor_hook(wrap: Callable[[Any, Any], Any]) -> Iterator[None]:
     counts its calls, or another executor on the same client.  The library is not changed:
     the hook wraps the estimators' ``make_executor`` and puts it back on exit."""
     import dmcsvm.estimators.multiclass as mc
+
     orig = mc.make_executor
 
     def hooked(est):
         ex, owned = orig(est)
         return wrap(ex, est), owned
+
     mc.make_executor = hooked
     try:
         yield

@@ -32,6 +32,7 @@ BUSY_LOAD = 0.7
 
 # ------------------------------------------------------------------------------ what ran where
 
+
 def machine_info() -> dict:
     """Platform, CPU model, core count, library versions and the BLAS seen by threadpoolctl."""
     import numpy
@@ -39,6 +40,7 @@ def machine_info() -> dict:
     import sklearn
 
     import dmcsvm
+
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as fh:
@@ -50,13 +52,27 @@ def machine_info() -> dict:
         pass
     try:
         from threadpoolctl import threadpool_info
-        blas = [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
-                                        "threading_layer", "architecture", "prefix")}
-                for d in threadpool_info()]
+
+        blas = [
+            {
+                k: d.get(k)
+                for k in (
+                    "user_api",
+                    "internal_api",
+                    "version",
+                    "num_threads",
+                    "threading_layer",
+                    "architecture",
+                    "prefix",
+                )
+            }
+            for d in threadpool_info()
+        ]
     except Exception as exc:  # pragma: no cover - threadpoolctl is a dmcsvm dependency
         blas = [{"error": repr(exc)}]
     try:
         import numba
+
         numba_v = numba.__version__
     except ImportError:  # pragma: no cover
         numba_v = None
@@ -69,7 +85,7 @@ def machine_info() -> dict:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemTotal"):
-                    mem = round(int(line.split()[1]) / 2 ** 20, 1)
+                    mem = round(int(line.split()[1]) / 2**20, 1)
                     break
     except OSError:
         pass
@@ -95,12 +111,24 @@ def _git_state() -> dict | None:
     import subprocess
 
     import dmcsvm
+
     root = Path(dmcsvm.__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "dmcsvm"],
-                               capture_output=True, text=True, check=True).stdout.strip() != ""
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--", "dmcsvm"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            != ""
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return {"commit": head, "library_modified": dirty}
@@ -110,18 +138,23 @@ def library_source() -> dict:
     """Where ``dmcsvm`` was imported from and its commit (git, or a ``COMMIT`` file next to the
     package when the benchmark runs against an exported tree via ``PYTHONPATH``)."""
     import dmcsvm
+
     root = Path(dmcsvm.__file__).resolve().parent.parent
     commit_file = root / "COMMIT"
     git = _git_state()
     if commit_file.exists():
-        git = {"commit": commit_file.read_text().strip(), "library_modified": False,
-               "exported_tree": str(root)}
+        git = {
+            "commit": commit_file.read_text().strip(),
+            "library_modified": False,
+            "exported_tree": str(root),
+        }
     return {"path": str(root), "git": git}
 
 
 def other_load() -> dict:
     """Load averages (1/5/15 min) and whether a pytest process runs (timings share the cores)."""
     import subprocess
+
     try:
         busy = subprocess.run(["pgrep", "-f", "pytest"], capture_output=True).returncode == 0
     except OSError:
@@ -144,6 +177,7 @@ def commit_label(out) -> str:
 
 # ------------------------------------------------------------------------------ the envelope
 
+
 class Run:
     """One run of a benchmark script: made before measuring (start time, load, machine), turned
     into the result envelope by :meth:`envelope` (as often as the script writes partial results)."""
@@ -162,11 +196,18 @@ class Run:
 
     def envelope(self, results, **extra) -> dict:
         """The JSON every script writes: the shared keys, then ``extra`` (the script's own)."""
-        out = {"benchmark": self.benchmark, "script": self.script,
-               "commit": commit_label({"library": self.library}), "library": self.library,
-               "machine": self.machine, "load_at_start": self.load_at_start,
-               "load_at_end": other_load(), "script_runtime_s": self.elapsed(),
-               "settings": self.settings, "results": results}
+        out = {
+            "benchmark": self.benchmark,
+            "script": self.script,
+            "commit": commit_label({"library": self.library}),
+            "library": self.library,
+            "machine": self.machine,
+            "load_at_start": self.load_at_start,
+            "load_at_end": other_load(),
+            "script_runtime_s": self.elapsed(),
+            "settings": self.settings,
+            "results": results,
+        }
         out.update(extra)
         return out
 
@@ -182,15 +223,19 @@ def parser(doc, out_name=None, data_dir=False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if data_dir:
         from _data import DEFAULT_DATA_DIR
+
         p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     if out_name is not None:
-        p.add_argument("--out", default=str(RESULTS_DIR / out_name),
-                       help=f"result JSON; its markdown (and figures) beside it "
-                            f"(default results/{out_name})")
+        p.add_argument(
+            "--out",
+            default=str(RESULTS_DIR / out_name),
+            help=f"result JSON; its markdown (and figures) beside it (default results/{out_name})",
+        )
     return p
 
 
 # ------------------------------------------------------------------------------ files
+
 
 def _jsonable(v):
     if isinstance(v, np.bool_):
@@ -212,7 +257,7 @@ def write_text(path, text) -> Path:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
-        give_default_mode(tmp)           # mkstemp's 0600 -> what the umask gives a new file
+        give_default_mode(tmp)  # mkstemp's 0600 -> what the umask gives a new file
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -225,19 +270,26 @@ def write(out, path, markdown=None, compact=False) -> Path:
     given, ``markdown`` beside it (``.md``); both atomically.  ``compact``: no indentation."""
     path = Path(path)
     data = {k: v for k, v in out.items() if not str(k).startswith("_")}
-    text = (json.dumps(data, separators=(",", ":"), default=_jsonable) if compact
-            else json.dumps(data, indent=1, default=_jsonable))
+    text = (
+        json.dumps(data, separators=(",", ":"), default=_jsonable)
+        if compact
+        else json.dumps(data, indent=1, default=_jsonable)
+    )
     write_text(path, text + "\n")
     if markdown is not None:
-        write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
+        write_text(
+            path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n"
+        )
     return path
 
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -261,29 +313,36 @@ def save_figure(fig, path, dpi=100) -> Path:
 
 # ------------------------------------------------------------------------------ markdown
 
+
 def md_table(header, rows, align=None) -> list[str]:
     """A markdown table as lines: ``header`` (cells), ``rows`` (lists of cells, formatted by the
     caller), ``align`` one of ``l``/``r`` a column (default: the first left, the others right)."""
     align = align or "l" + "r" * (len(header) - 1)
     rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
-    return (["| " + " | ".join(map(str, header)) + " |", rule]
-            + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+    return ["| " + " | ".join(map(str, header)) + " |", rule] + [
+        "| " + " | ".join(map(str, r)) + " |" for r in rows
+    ]
 
 
 def machine_line(out, versions=("numpy", "numba")) -> str:
     """``Machine: CPU, cores, platform; numpy ..., numba ...; dmcsvm commit `abc1234`.``"""
     m = out.get("machine") or {}
     vs = ", ".join(f"{v} {m.get(v)}" for v in versions if m.get(v))
-    return (f"Machine: {m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} cores, "
-            f"{m.get('platform', '?')}" + (f"; {vs}" if vs else "")
-            + f"; dmcsvm commit `{commit_label(out)}`.")
+    return (
+        f"Machine: {m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} cores, "
+        f"{m.get('platform', '?')}"
+        + (f"; {vs}" if vs else "")
+        + f"; dmcsvm commit `{commit_label(out)}`."
+    )
 
 
 def _load_1m(out, when):
     """The 1-minute load average at ``when`` (``start``/``end``) of an envelope, or of the keys
     results used before it (``load_start``, ``load_before``, ``loadavg_at_start``...)."""
-    old = {"start": ("load_at_start", "load_start", "load_before", "loadavg_at_start", "load"),
-           "end": ("load_at_end", "load_end", "load_after", "loadavg_at_end")}[when]
+    old = {
+        "start": ("load_at_start", "load_start", "load_before", "loadavg_at_start", "load"),
+        "end": ("load_at_end", "load_end", "load_after", "loadavg_at_end"),
+    }[when]
     for k in old:
         v = out.get(k)
         if isinstance(v, dict) and "loadavg_1m" in v:
@@ -300,6 +359,8 @@ def load_line(out) -> str:
     a, b = _load_1m(out, "start"), _load_1m(out, "end")
     shown = ["?" if v is None else f"{v:.2f}" for v in (a, b)]
     busy = a is not None and a > BUSY_LOAD
-    return (f"Load average (1 min) at start {shown[0]}, at end {shown[1]}."
-            + ("  **Measured while other work shared the cores: re-run in a quiet window.**"
-               if busy else ""))
+    return f"Load average (1 min) at start {shown[0]}, at end {shown[1]}." + (
+        "  **Measured while other work shared the cores: re-run in a quiet window.**"
+        if busy
+        else ""
+    )

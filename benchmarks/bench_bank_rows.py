@@ -28,6 +28,7 @@ def fit_with(client, X, y, batch, **executor):
     """One MulticlassSVC fit on ``client`` with the DaskExecutor's attributes ``executor`` set
     (e.g. ``bank_rows``, ``tree``): the executor's counters and the model's last dual."""
     from dmcsvm import MulticlassSVC
+
     made = []
 
     def wrap(ex, est):
@@ -35,16 +36,25 @@ def fit_with(client, X, y, batch, **executor):
             setattr(ex, k, v)
         made.append(ex)
         return ex
+
     with executor_hook(wrap):
         t = time.perf_counter()
         clf = MulticlassSVC(C=10.0, gamma="scale", batch_size=batch, client=client).fit(X, y)
         wall = time.perf_counter() - t
     ex = made[-1]
-    return {**executor, "fit_s": wall, "rounds": int(clf.n_iter_),
-            "bytes_sent": int(ex.bytes_sent), "bytes_received": int(ex.bytes_received),
-            "rows_sent": int(ex.rows_sent), "rows_held": int(ex.rows_held),
-            "tree": bool(ex.uses_tree()), "dual": float(clf.history_["dual"][-1]),
-            "coef_sum": float(np.abs(clf.dual_coef_).sum()), "n_sv": int(len(clf.support_))}
+    return {
+        **executor,
+        "fit_s": wall,
+        "rounds": int(clf.n_iter_),
+        "bytes_sent": int(ex.bytes_sent),
+        "bytes_received": int(ex.bytes_received),
+        "rows_sent": int(ex.rows_sent),
+        "rows_held": int(ex.rows_held),
+        "tree": bool(ex.uses_tree()),
+        "dual": float(clf.history_["dual"][-1]),
+        "coef_sum": float(np.abs(clf.dual_coef_).sum()),
+        "n_sv": int(len(clf.support_)),
+    }
 
 
 def fit(client, X, y, bank, tree, batch):
@@ -66,31 +76,41 @@ def main(argv=None):
     from distributed import Client, LocalCluster
 
     from dmcsvm import MulticlassSVC
+
     tree = {"true": True, "false": False, "auto": "auto"}[a.tree]
-    run = _report.Run(__file__, "round messages with and without the workers' row banks",
-                      _report.settings_of(a))
+    run = _report.Run(
+        __file__, "round messages with and without the workers' row banks", _report.settings_of(a)
+    )
     X, y = blobs(a.n, a.d, a.P)
-    X = X.astype("float32")          # float32 rows, as the library streams them
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])   # compile here first
+    X = X.astype("float32")  # float32 rows, as the library streams them
+    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])  # compile here first
     res = []
-    with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])   # warm workers
+    with (
+        LocalCluster(
+            n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])  # warm workers
         for rep in range(a.repeat):
-            for bank in ((True, False) if rep % 2 == 0 else (False, True)):
+            for bank in (True, False) if rep % 2 == 0 else (False, True):
                 r = fit(client, X, y, bank, tree, a.batch)
                 r["repeat"] = rep
                 res.append(r)
-                print(f"bank_rows={bank!s:5}: {r['fit_s']:.2f} s, {r['rounds']} rounds, "
-                      f"{r['bytes_sent'] / 1e6:.1f} MB sent, rows sent {r['rows_sent']} / held "
-                      f"{r['rows_held']}", flush=True)
+                print(
+                    f"bank_rows={bank!s:5}: {r['fit_s']:.2f} s, {r['rounds']} rounds, "
+                    f"{r['bytes_sent'] / 1e6:.1f} MB sent, rows sent {r['rows_sent']} / held "
+                    f"{r['rows_held']}",
+                    flush=True,
+                )
     on = [r for r in res if r["bank_rows"]]
     off = [r for r in res if not r["bank_rows"]]
     summary = {
         "same_dual": len({r["dual"] for r in res}) == 1,
         "fit_s_min": {"bank": min(r["fit_s"] for r in on), "no_bank": min(r["fit_s"] for r in off)},
         "bytes_sent": {"bank": on[0]["bytes_sent"], "no_bank": off[0]["bytes_sent"]},
-        "held_share": on[0]["rows_held"] / max(on[0]["rows_held"] + on[0]["rows_sent"], 1)}
+        "held_share": on[0]["rows_held"] / max(on[0]["rows_held"] + on[0]["rows_sent"], 1),
+    }
     print(summary)
     _report.write(run.envelope({"fits": res, "summary": summary}), a.out)
 

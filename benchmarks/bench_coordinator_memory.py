@@ -37,6 +37,7 @@ class PeakRSS:
 
     def __init__(self, every=0.02):
         import psutil
+
         self.proc, self.every, self.peak = psutil.Process(), every, 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -60,6 +61,7 @@ class PeakRSS:
 def write_store(url, n, d, m, seed=0, rows=65536):
     """A store of ``n`` rows around ``m`` random centres, written block by block."""
     from dmcsvm.store import write_arrays
+
     rng = np.random.default_rng(seed)
     centres = rng.normal(scale=2.0, size=(m, d)).astype(np.float32)
     y = rng.integers(0, m, n)
@@ -79,9 +81,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--prototypes", default="1", help="comma-separated q (1: MulticlassSVC)")
-    ap.add_argument("--ovr", action="store_true",
-                    help="OneVsRestSVC (one binary SMO problem per class, --rounds each) in place "
-                         "of the Crammer-Singer estimators")
+    ap.add_argument(
+        "--ovr",
+        action="store_true",
+        help="OneVsRestSVC (one binary SMO problem per class, --rounds each) in place "
+        "of the Crammer-Singer estimators",
+    )
     a = ap.parse_args(argv)
     run = _report.Run(__file__, "coordinator memory against n", _report.settings_of(a))
     import warnings
@@ -94,15 +99,30 @@ def main(argv=None):
         if a.ovr:
             return OneVsRestSVC(client=client, C=1.0, gamma=1.0 / a.d, max_iter=a.rounds)
         if q == 1:
-            return MulticlassSVC(client=client, C=1.0, gamma=1.0 / a.d, batch_size=a.batch_size,
-                                 max_iter=a.rounds)
-        return MultiPrototypeSVC(client=client, n_prototypes=q, kernel="rbf", C=1.0,
-                                 gamma=1.0 / a.d, solver="rounds", max_epochs=1,
-                                 batch_size=a.batch_size, max_iter=a.rounds, random_state=0)
+            return MulticlassSVC(
+                client=client, C=1.0, gamma=1.0 / a.d, batch_size=a.batch_size, max_iter=a.rounds
+            )
+        return MultiPrototypeSVC(
+            client=client,
+            n_prototypes=q,
+            kernel="rbf",
+            C=1.0,
+            gamma=1.0 / a.d,
+            solver="rounds",
+            max_epochs=1,
+            batch_size=a.batch_size,
+            max_iter=a.rounds,
+            random_state=0,
+        )
+
     qs = [int(v) for v in a.prototypes.split(",")]
     rows = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as lc, Client(lc) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as lc,
+        Client(lc) as client,
+    ):
         # a first fit on a small store: imports, numba code and Dask's own buffers are in place
         # before the first measured fit
         tmp = tempfile.mkdtemp(prefix="dmcsvm-coordmem-")
@@ -127,14 +147,27 @@ def main(argv=None):
                         est.fit(url)
                     fit_s = time.perf_counter() - t
                     P = est.classes_.shape[0] * q
-                    rounds = (int(np.sum(est.n_iter_)) if a.ovr else
-                              int(len(est.history_["n_active"])) if q > 1 else est.n_iter_)
-                    rows.append(dict(n=n, q=q, estimator=type(est).__name__, rounds=rounds,
-                                     n_sv=int(len(est.support_)), fit_s=fit_s,
-                                     rss_before_mb=mem.start_rss / 2 ** 20,
-                                     peak_above_mb=(mem.peak - mem.start_rss) / 2 ** 20,
-                                     dense_B_mb=n * P * 8 / 2 ** 20,
-                                     labels_mb=n * 8 / 2 ** 20))
+                    rounds = (
+                        int(np.sum(est.n_iter_))
+                        if a.ovr
+                        else int(len(est.history_["n_active"]))
+                        if q > 1
+                        else est.n_iter_
+                    )
+                    rows.append(
+                        dict(
+                            n=n,
+                            q=q,
+                            estimator=type(est).__name__,
+                            rounds=rounds,
+                            n_sv=int(len(est.support_)),
+                            fit_s=fit_s,
+                            rss_before_mb=mem.start_rss / 2**20,
+                            peak_above_mb=(mem.peak - mem.start_rss) / 2**20,
+                            dense_B_mb=n * P * 8 / 2**20,
+                            labels_mb=n * 8 / 2**20,
+                        )
+                    )
                     print(rows[-1], flush=True)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -146,22 +179,49 @@ def markdown(out) -> str:
     r0 = out["results"]
     ovr = bool(out.get("ovr"))
     what = "OneVsRestSVC" if ovr else "MulticlassSVC and MultiPrototypeSVC"
-    lines = [f"# Coordinator memory against n ({what} on a LocalCluster, store streamed)", "",
-             _report.machine_line(out), _report.load_line(out), "",
-             f"Synthetic store: d = {out['d']} float32 features, {out['classes']} classes; RBF, "
-             f"C = 1, batch {out['batch_size']}, a fixed number of rounds"
-             f"{' per binary problem' if ovr else ''} so the support set is about the same for "
-             f"every n; 2 worker processes hold the partitions.  Peak RSS of the coordinator "
-             f"process above its RSS just before the fit (sampled every 20 ms).",
-             "",
-             *_report.md_table(
-                 ["n", "estimator", "q", "rounds", "support", "fit s", "peak above start MB",
-                  "dense n x P B would be MB", "labels (int64) MB"],
-                 [[f"{r['n']:,}", r.get("estimator", "MulticlassSVC" if r.get("q", 1) == 1
-                                        else "MultiPrototypeSVC"),
-                   r.get("q", 1), r["rounds"], r["n_sv"], f"{r['fit_s']:.1f}",
-                   f"{r['peak_above_mb']:.1f}", "-" if ovr else f"{r['dense_B_mb']:.1f}",
-                   f"{r['labels_mb']:.1f}"] for r in r0], "rlrrrrrrr")]
+    lines = [
+        f"# Coordinator memory against n ({what} on a LocalCluster, store streamed)",
+        "",
+        _report.machine_line(out),
+        _report.load_line(out),
+        "",
+        f"Synthetic store: d = {out['d']} float32 features, {out['classes']} classes; RBF, "
+        f"C = 1, batch {out['batch_size']}, a fixed number of rounds"
+        f"{' per binary problem' if ovr else ''} so the support set is about the same for "
+        f"every n; 2 worker processes hold the partitions.  Peak RSS of the coordinator "
+        f"process above its RSS just before the fit (sampled every 20 ms).",
+        "",
+        *_report.md_table(
+            [
+                "n",
+                "estimator",
+                "q",
+                "rounds",
+                "support",
+                "fit s",
+                "peak above start MB",
+                "dense n x P B would be MB",
+                "labels (int64) MB",
+            ],
+            [
+                [
+                    f"{r['n']:,}",
+                    r.get(
+                        "estimator", "MulticlassSVC" if r.get("q", 1) == 1 else "MultiPrototypeSVC"
+                    ),
+                    r.get("q", 1),
+                    r["rounds"],
+                    r["n_sv"],
+                    f"{r['fit_s']:.1f}",
+                    f"{r['peak_above_mb']:.1f}",
+                    "-" if ovr else f"{r['dense_B_mb']:.1f}",
+                    f"{r['labels_mb']:.1f}",
+                ]
+                for r in r0
+            ],
+            "rlrrrrrrr",
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -83,11 +83,18 @@ from dmcsvm.engine.partition import Partition, PartitionSettings  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402
 
 MODES = ("inprocess", "actor", "actor_relayed", "actor_notrim")
-LABELS = {"inprocess": "in-process (2 threads)", "actor": "LocalCluster, actors",
-          "actor_relayed": "LocalCluster, actors relayed by the scheduler",
-          "actor_notrim": "LocalCluster (no MALLOC_TRIM_THRESHOLD_), actors"}
-SHORT = {"inprocess": "in-process", "actor": "actors", "actor_relayed": "actors,\nrelayed",
-         "actor_notrim": "actors,\nno malloc trim"}
+LABELS = {
+    "inprocess": "in-process (2 threads)",
+    "actor": "LocalCluster, actors",
+    "actor_relayed": "LocalCluster, actors relayed by the scheduler",
+    "actor_notrim": "LocalCluster (no MALLOC_TRIM_THRESHOLD_), actors",
+}
+SHORT = {
+    "inprocess": "in-process",
+    "actor": "actors",
+    "actor_relayed": "actors,\nrelayed",
+    "actor_notrim": "actors,\nno malloc trim",
+}
 C, GAMMA, N_JOBS, N_WORKERS = 10.0, 1.0, 2, 2
 #: estimator parameters beyond the defaults (set in main: the on-disk column tier is switched off
 #: for in-memory data unless --disk-cache-default, see the module docstring)
@@ -101,17 +108,18 @@ SPLIT_KEYS = ("t_round", "t_solve", "t_parts", "t_kernel", "t_update", "t_select
 # executor wrapper: times executor.step and counts the bytes each round moves
 # ------------------------------------------------------------------------------------------------
 
+
 def _nbytes(obj) -> int:
     """Bytes of the numpy arrays (8 per Python scalar) in a message / reply."""
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
     if isinstance(obj, dict):
         return sum(_nbytes(v) for v in obj.values())
-    if dataclasses.is_dataclass(obj):                        # round messages and replies
+    if dataclasses.is_dataclass(obj):  # round messages and replies
         return sum(_nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     if isinstance(obj, (list, tuple)):
         return sum(_nbytes(v) for v in obj)
-    if hasattr(obj, "data") and hasattr(obj, "indices"):     # CSR
+    if hasattr(obj, "data") and hasattr(obj, "indices"):  # CSR
         return int(obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes)
     return 8
 
@@ -163,20 +171,29 @@ class _Recorder:
 def _executor_mode(mode, recorders):
     """Make ``MulticlassSVC.fit`` use a recorded executor; ``mode='actor_relayed'`` swaps the
     executor the estimator builds for one whose calls the scheduler relays (benchmark only)."""
+
     def wrap(ex, est):
         if mode == "actor_relayed":
             ex = DaskExecutor(ex.client, est.n_partitions, direct=False)
         rec = _Recorder(ex)
         recorders.append(rec)
         return rec
+
     return executor_hook(wrap)
 
 
 def _fit(mode, client, X, y, batch_size, max_iter=-1):
     """One ``MulticlassSVC.fit``; returns (estimator, fit seconds, recorder, warnings)."""
     recs = []
-    est = MulticlassSVC(C=C, gamma=GAMMA, batch_size=batch_size, n_jobs=N_JOBS, max_iter=max_iter,
-                        client=None if mode == "inprocess" else client, **EXTRA_PARAMS)
+    est = MulticlassSVC(
+        C=C,
+        gamma=GAMMA,
+        batch_size=batch_size,
+        n_jobs=N_JOBS,
+        max_iter=max_iter,
+        client=None if mode == "inprocess" else client,
+        **EXTRA_PARAMS,
+    )
     with _executor_mode(mode, recs), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         t = time.perf_counter()
@@ -189,6 +206,7 @@ def _fit(mode, client, X, y, batch_size, max_iter=-1):
 # one timed fit -> record
 # ------------------------------------------------------------------------------------------------
 
+
 def _record(est, t_fit, rec, warn, Xte, yte):
     h = est.history_
     R = int(len(h["t_round"]))
@@ -200,8 +218,8 @@ def _record(est, t_fit, rec, warn, Xte, yte):
     pred = est.predict(Xte)
     return {
         "fit_s": t_fit,
-        "solve_s": float(h["elapsed"][-1]),          # first round start .. last round end
-        "executor_start_s": rec.t_start,              # scatter rows + create partitions
+        "solve_s": float(h["elapsed"][-1]),  # first round start .. last round end
+        "executor_start_s": rec.t_start,  # scatter rows + create partitions
         "rounds": R,
         "converged": bool(est.converged_),
         "accuracy": float(np.mean(pred == yte)),
@@ -211,16 +229,19 @@ def _record(est, t_fit, rec, warn, Xte, yte):
         "sum_s": sums,
         "per_round_ms": {k: 1e3 * v / R for k, v in sums.items()},
         "comm_share": sums["comm"] / sums["t_round"],
-        "bytes_per_round": {"to_partitions": float(np.mean(rec.bytes_out[:R])),
-                            "from_partitions": float(np.mean(rec.bytes_in[:R])),
-                            "max_total": float(np.max(np.add(rec.bytes_out[:R], rec.bytes_in[:R]))),
-                            "cand_X_from_partitions": float(np.mean(rec.cand_X_bytes[:R])),
-                            "packed_to_partitions": float(np.mean(rec.wire_out[:R]))
-                            if rec.wire_out else None},
+        "bytes_per_round": {
+            "to_partitions": float(np.mean(rec.bytes_out[:R])),
+            "from_partitions": float(np.mean(rec.bytes_in[:R])),
+            "max_total": float(np.max(np.add(rec.bytes_out[:R], rec.bytes_in[:R]))),
+            "cand_X_from_partitions": float(np.mean(rec.cand_X_bytes[:R])),
+            "packed_to_partitions": float(np.mean(rec.wire_out[:R])) if rec.wire_out else None,
+        },
         "direct_route": getattr(rec._ex, "direct", None),
         "dB_nonzero_fraction": rec.dB_nnz / max(rec.dB_size, 1),
         "warnings": warn,
-        "_pred": pred, "_coef": est.dual_coef_, "_support": est.support_,
+        "_pred": pred,
+        "_coef": est.dual_coef_,
+        "_support": est.support_,
     }
 
 
@@ -264,7 +285,8 @@ def _agreement(ref, other):
         "same_rounds": ref["rounds"] == other["rounds"],
         "same_support": bool(same_support),
         "max_abs_coef_diff": float(np.max(np.abs(ref["_coef"] - other["_coef"])))
-        if same_support else None,
+        if same_support
+        else None,
         "accuracy_diff_points": 100 * (other["accuracy"] - ref["accuracy"]),
     }
 
@@ -273,28 +295,38 @@ def _agreement(ref, other):
 # round-trip probe: fixed latency vs payload size, without partition work
 # ------------------------------------------------------------------------------------------------
 
+
 class ProbePartition(Partition):
     """A partition that can answer a round without working: :meth:`probe` ignores its payload
     and returns a reply with ``n`` candidates."""
 
     def probe(self, payload, n, packed=False):
-        if packed:                 # the message came as one pickled blob; answer with one too
+        if packed:  # the message came as one pickled blob; answer with one too
             pickle.loads(payload)
             return pickle.dumps(self.probe(None, n), protocol=5)
         crow = np.arange(min(n, self.F.shape[0]))
-        return CSReply(part=self.part_id, cand_ids=(crow + self.lo).astype(np.int64),
-                       cand_V=self.kdiag[crow].copy(), cand_psi=self.kdiag[crow].copy(),
-                       cand_F=self.F[crow], cand_X=self.X[crow], cand_new=np.ones(crow.shape[0],
-                                                                               dtype=bool),
-                       cand_kdiag=self.kdiag[crow], cand_yp=self.yp[crow],
-                       cand_cls=self.cls[crow])
+        return CSReply(
+            part=self.part_id,
+            cand_ids=(crow + self.lo).astype(np.int64),
+            cand_V=self.kdiag[crow].copy(),
+            cand_psi=self.kdiag[crow].copy(),
+            cand_F=self.F[crow],
+            cand_X=self.X[crow],
+            cand_new=np.ones(crow.shape[0], dtype=bool),
+            cand_kdiag=self.kdiag[crow],
+            cand_yp=self.yp[crow],
+            cand_cls=self.cls[crow],
+        )
 
 
 def _payload(b, d, P, rng):
     """A round message of a batch of ``b`` patterns (the arrays the coordinator sends)."""
-    return RoundMessage(ids=rng.integers(0, 10 ** 5, b).astype(np.int64),
-                        XB=rng.uniform(-1, 1, (b, d)).astype(np.float32),
-                        dB=rng.normal(size=(b, P)), shrink_margin=0.1)
+    return RoundMessage(
+        ids=rng.integers(0, 10**5, b).astype(np.int64),
+        XB=rng.uniform(-1, 1, (b, d)).astype(np.float32),
+        dB=rng.normal(size=(b, P)),
+        shrink_margin=0.1,
+    )
 
 
 def _echo_child(port, reply_bytes):
@@ -302,6 +334,7 @@ def _echo_child(port, reply_bytes):
     ``reply_bytes`` bytes, until a negative length arrives."""
     import socket
     import struct
+
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reply = struct.pack("q", reply_bytes) + b"r" * reply_bytes
@@ -330,14 +363,17 @@ def floors(client, sizes, iters, msg_bytes, reply_bytes):
     import multiprocessing as mp
     import socket
     import struct
+
     out = {"tcp_pingpong_ms": {}, "dask_rpc_identity_ms": None}
     for b in sizes:
         ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
         ls.listen()
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_echo_child, args=(ls.getsockname()[1], reply_bytes[b]))
-                 for _ in range(N_WORKERS)]
+        procs = [
+            ctx.Process(target=_echo_child, args=(ls.getsockname()[1], reply_bytes[b]))
+            for _ in range(N_WORKERS)
+        ]
         for pr in procs:
             pr.start()
         conns = [ls.accept()[0] for _ in procs]
@@ -363,6 +399,7 @@ def floors(client, sizes, iters, msg_bytes, reply_bytes):
 
     async def both():
         await asyncio.gather(*[client.rpc(w).identity() for w in workers])
+
     ts = []
     for i in range(iters * 5 + 10):
         t = time.perf_counter()
@@ -401,18 +438,28 @@ def contention_probe(per_round, iters):
     With 2 workers the coordinator and both workers are busy on 2 cores around every reply."""
     from distributed import Client, LocalCluster
     from threadpoolctl import threadpool_limits
+
     msg = b"m" * int(per_round["msg_bytes"])
-    out = {"t_solve_ms": per_round["t_solve_ms"], "t_parts_ms": per_round["t_parts_ms"],
-           "msg_bytes": per_round["msg_bytes"], "reply_bytes": per_round["reply_bytes"],
-           "overhead_ms": {}}
+    out = {
+        "t_solve_ms": per_round["t_solve_ms"],
+        "t_parts_ms": per_round["t_parts_ms"],
+        "msg_bytes": per_round["msg_bytes"],
+        "reply_bytes": per_round["reply_bytes"],
+        "overhead_ms": {},
+    }
     with threadpool_limits(1):
         for nw in (1, 2):
-            with LocalCluster(n_workers=nw, threads_per_worker=1, processes=True,
-                              dashboard_address=None) as cl, \
-                    Client(cl, direct_to_workers=True) as c:
+            with (
+                LocalCluster(
+                    n_workers=nw, threads_per_worker=1, processes=True, dashboard_address=None
+                ) as cl,
+                Client(cl, direct_to_workers=True) as c,
+            ):
                 ws = sorted(c.scheduler_info()["workers"])
-                acts = [c.submit(BusyEcho, per_round["reply_bytes"], workers=[w],
-                                 actor=True).result() for w in ws]
+                acts = [
+                    c.submit(BusyEcho, per_round["reply_bytes"], workers=[w], actor=True).result()
+                    for w in ws
+                ]
                 ts = []
                 for i in range(iters * 4 + 10):
                     _spin(per_round["t_solve_ms"])
@@ -430,16 +477,25 @@ def probe(client, X, y, sizes, iters):
     """Median round-trip time (ms) of ``executor.call('probe', payload, b)`` per mode and size,
     and Dask's (de)serialization time of a message and a reply of each size."""
     from distributed.protocol import deserialize_bytes, serialize_bytes
+
     m = int(y.max()) + 1
     P, d = m, X.shape[1]
     n = min(X.shape[0], 2 * max(sizes) + 2)
-    ps = PartitionSettings(kernel={"name": "rbf", "gamma": GAMMA, "degree": 3, "coef0": 0.0}, C=C,
-                           selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=1000,
-                           pcls=np.arange(m), cache_bytes=0, kernel_dtype="float32")
+    ps = PartitionSettings(
+        kernel={"name": "rbf", "gamma": GAMMA, "degree": 3, "coef0": 0.0},
+        C=C,
+        selection=pt.SELECTIONS["bmg"],
+        tol=1e-3,
+        n_candidates=1000,
+        pcls=np.arange(m),
+        cache_bytes=0,
+        kernel_dtype="float32",
+    )
     rng = np.random.default_rng(0)
     out = {"sizes": list(sizes), "iters": iters, "round_trip_ms": {}, "serialize_ms": {}}
+
     def timed(fn):
-        fn()                                            # warm connections
+        fn()  # warm connections
         ts = []
         for _ in range(iters):
             t = time.perf_counter()
@@ -454,8 +510,10 @@ def probe(client, X, y, sizes, iters):
             for b in sizes:
                 msg = _payload(b, d, P, rng)
                 blob = pickle.dumps(msg, protocol=5)
-                variants = {mode: lambda: ex.call("probe", msg, b),
-                            f"{mode}_packed": lambda: ex.call("probe", blob, b, True)}
+                variants = {
+                    mode: lambda: ex.call("probe", msg, b),
+                    f"{mode}_packed": lambda: ex.call("probe", blob, b, True),
+                }
                 for name, fn in variants.items():
                     out["round_trip_ms"].setdefault(name, {})[str(b)] = timed(fn)
         finally:
@@ -474,12 +532,19 @@ def probe(client, X, y, sizes, iters):
                 t = time.perf_counter()
                 deserialize_bytes(blob)
                 ts_d.append(time.perf_counter() - t)
-            row[name] = {"bytes": len(blob), "serialize_ms": 1e3 * statistics.median(ts_s),
-                         "deserialize_ms": 1e3 * statistics.median(ts_d)}
+            row[name] = {
+                "bytes": len(blob),
+                "serialize_ms": 1e3 * statistics.median(ts_s),
+                "deserialize_ms": 1e3 * statistics.median(ts_d),
+            }
         out["serialize_ms"][str(b)] = row
-    out["floors"] = floors(client, sizes, iters,
-                           {b: out["serialize_ms"][str(b)]["message"]["bytes"] for b in sizes},
-                           {b: out["serialize_ms"][str(b)]["reply"]["bytes"] for b in sizes})
+    out["floors"] = floors(
+        client,
+        sizes,
+        iters,
+        {b: out["serialize_ms"][str(b)]["message"]["bytes"] for b in sizes},
+        {b: out["serialize_ms"][str(b)]["reply"]["bytes"] for b in sizes},
+    )
     return out
 
 
@@ -487,17 +552,21 @@ def probe(client, X, y, sizes, iters):
 # report
 # ------------------------------------------------------------------------------------------------
 
+
 def plot(results, batch_sizes, path):
     """One panel per batch size, one stacked bar per mode: t_round = t_solve + t_parts + comm, the
     partition part split in proportion to the slowest partition's kernel / update / select."""
     plt = _report.pyplot()
-    fig, axes = plt.subplots(1, len(batch_sizes), figsize=(4.6 * len(batch_sizes), 5.0),
-                             squeeze=False)
-    segs = (("t_solve", "coordinator solve", "#4c72b0"), ("t_kernel", "partition: kernel columns",
-                                                          "#8172b2"),
-            ("t_update", "partition: score GEMM", "#ccb974"),
-            ("t_select", "partition: selection scan", "#64b5cd"),
-            ("comm", "communication + scheduling", "#c44e52"))
+    fig, axes = plt.subplots(
+        1, len(batch_sizes), figsize=(4.6 * len(batch_sizes), 5.0), squeeze=False
+    )
+    segs = (
+        ("t_solve", "coordinator solve", "#4c72b0"),
+        ("t_kernel", "partition: kernel columns", "#8172b2"),
+        ("t_update", "partition: score GEMM", "#ccb974"),
+        ("t_select", "partition: selection scan", "#64b5cd"),
+        ("comm", "communication + scheduling", "#c44e52"),
+    )
     for ax, b in zip(axes[0], batch_sizes, strict=False):
         x = np.arange(len(MODES))
         bottom = np.zeros(len(MODES))
@@ -513,16 +582,25 @@ def plot(results, batch_sizes, path):
             ax.bar(x, vals, bottom=bottom, color=color, label=name, width=0.7)
             bottom += np.array(vals)
         for i, r in enumerate(rows):
-            ax.text(i, bottom[i], f"comm {100 * r['comm'] / r['t_round']:.0f}%", ha="center",
-                    va="bottom", fontsize=8, color="#c44e52")
+            ax.text(
+                i,
+                bottom[i],
+                f"comm {100 * r['comm'] / r['t_round']:.0f}%",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#c44e52",
+            )
         ax.set_xticks(x, [SHORT[mdl] for mdl in MODES], fontsize=8)
         ax.set_title(f"batch_size={b} ({results[str(b)]['inprocess']['rounds']} rounds)")
         ax.set_ylim(0, bottom.max() * 1.12)
     axes[0][0].set_ylabel("ms per round (mean over rounds)")
     axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.suptitle("dmcsvm on letter, per-round time split: in-process vs LocalCluster (2 workers)\n"
-                 "(partition part split in proportion to the slowest partition's items)",
-                 fontsize=10)
+    fig.suptitle(
+        "dmcsvm on letter, per-round time split: in-process vs LocalCluster (2 workers)\n"
+        "(partition part split in proportion to the slowest partition's items)",
+        fontsize=10,
+    )
     fig.tight_layout()
     _report.save_figure(fig, path, dpi=100)
 
@@ -537,128 +615,187 @@ def _fmt_b(n):
 
 def markdown(out) -> str:
     res, bs = out["results"], out["batch_sizes"]
-    L = ["# dmcsvm engine overhead: in-process vs Dask LocalCluster (actors)", "",
-         _report.machine_line(out) + f"  dask/distributed {out['distributed']}.  "
-         + _report.load_line(out), "",
-         f"Data: {out['data']}.  Model: `MulticlassSVC(C={C:g}, gamma={GAMMA:g}, "
-         f"batch_size=b, n_jobs={N_JOBS}"
-         + "".join(f", {k}={v!r}" for k, v in out["model"]["extra_params"].items())
-         + ")`, defaults otherwise.  Cluster: LocalCluster("
-         f"n_workers={N_WORKERS}, threads_per_worker=1, processes=True), started once in "
-         f"{out['cluster_startup_s']:.2f} s (not in any fit time).  {out['repeat']} timed fits "
-         f"per cell (modes interleaved) after untimed warm-up fits in every mode.", "",
-         *([f"**Partial results**: the run was cut short after batch sizes {bs}.", ""]
-           if not out.get("complete", True) else []),
-         *(["**Quick smoke run** (`--quick`: few rows, rounds capped at "
-            f"max_iter={out['max_iter']}): checks the script, not a measurement.", ""]
-           if out["quick"] else []),
-         "## Fit time", "",
-         "| batch | mode | fit s min | fit s median | solve s | setup s | rounds | ratio min | "
-         "ratio median | accuracy % | SVs |",
-         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    L = [
+        "# dmcsvm engine overhead: in-process vs Dask LocalCluster (actors)",
+        "",
+        _report.machine_line(out)
+        + f"  dask/distributed {out['distributed']}.  "
+        + _report.load_line(out),
+        "",
+        f"Data: {out['data']}.  Model: `MulticlassSVC(C={C:g}, gamma={GAMMA:g}, "
+        f"batch_size=b, n_jobs={N_JOBS}"
+        + "".join(f", {k}={v!r}" for k, v in out["model"]["extra_params"].items())
+        + ")`, defaults otherwise.  Cluster: LocalCluster("
+        f"n_workers={N_WORKERS}, threads_per_worker=1, processes=True), started once in "
+        f"{out['cluster_startup_s']:.2f} s (not in any fit time).  {out['repeat']} timed fits "
+        f"per cell (modes interleaved) after untimed warm-up fits in every mode.",
+        "",
+        *(
+            [f"**Partial results**: the run was cut short after batch sizes {bs}.", ""]
+            if not out.get("complete", True)
+            else []
+        ),
+        *(
+            [
+                "**Quick smoke run** (`--quick`: few rows, rounds capped at "
+                f"max_iter={out['max_iter']}): checks the script, not a measurement.",
+                "",
+            ]
+            if out["quick"]
+            else []
+        ),
+        "## Fit time",
+        "",
+        "| batch | mode | fit s min | fit s median | solve s | setup s | rounds | ratio min | "
+        "ratio median | accuracy % | SVs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for b in bs:
         ref = res[str(b)]["inprocess"]
         for mode in MODES:
             r = res[str(b)][mode]
-            L.append(f"| {b} | {LABELS[mode]} | {r['fit_s_min']:.2f} | {r['fit_s_median']:.2f} | "
-                     f"{r['solve_s']:.2f} | {r['executor_start_s']:.3f} | {r['rounds']} | "
-                     f"{r['fit_s_min'] / ref['fit_s_min']:.2f} | "
-                     f"{r['fit_s_median'] / ref['fit_s_median']:.2f} | "
-                     f"{100 * r['accuracy']:.2f} | {r['n_support']} |")
-    L += ["", "ratio = fit time / in-process fit time at the same batch size; setup = "
-          "`executor.start` (scatter rows, create partitions); solve = first round start to last "
-          "round end.", "",
-          "## Per-round split (ms per round, mean over rounds; fastest repeat)", "",
-          "| batch | mode | t_round | t_solve | t_parts | t_kernel | t_update | t_select | "
-          "comm | comm % | transport | merge | bytes out / round | packed out / round | "
-          "bytes in / round |",
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            L.append(
+                f"| {b} | {LABELS[mode]} | {r['fit_s_min']:.2f} | {r['fit_s_median']:.2f} | "
+                f"{r['solve_s']:.2f} | {r['executor_start_s']:.3f} | {r['rounds']} | "
+                f"{r['fit_s_min'] / ref['fit_s_min']:.2f} | "
+                f"{r['fit_s_median'] / ref['fit_s_median']:.2f} | "
+                f"{100 * r['accuracy']:.2f} | {r['n_support']} |"
+            )
+    L += [
+        "",
+        "ratio = fit time / in-process fit time at the same batch size; setup = "
+        "`executor.start` (scatter rows, create partitions); solve = first round start to last "
+        "round end.",
+        "",
+        "## Per-round split (ms per round, mean over rounds; fastest repeat)",
+        "",
+        "| batch | mode | t_round | t_solve | t_parts | t_kernel | t_update | t_select | "
+        "comm | comm % | transport | merge | bytes out / round | packed out / round | "
+        "bytes in / round |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for b in bs:
         for mode in MODES:
             r = res[str(b)][mode]
             q = r["per_round_ms"]
-            L.append(f"| {b} | {mode} | {q['t_round']:.2f} | {q['t_solve']:.2f} | "
-                     f"{q['t_parts']:.2f} | {q['t_kernel']:.2f} | {q['t_update']:.2f} | "
-                     f"{q['t_select']:.2f} | {q['comm']:.2f} | {100 * r['comm_share']:.1f} | "
-                     f"{q['transport']:.2f} | {q['merge']:.2f} | "
-                     f"{_fmt_b(r['bytes_per_round']['to_partitions'])} | "
-                     f"{_fmt_packed(r['bytes_per_round'].get('packed_to_partitions'))} | "
-                     f"{_fmt_b(r['bytes_per_round']['from_partitions'])} |")
-    L += ["", "comm = t_round - t_solve - t_parts (communication + scheduling + merging the replies "
-          "+ the wait for the slower partition beyond its own time); transport = "
-          "`executor.step` wall - t_parts; merge = concatenating the replies on the coordinator. "
-          "Bytes: numpy payload of the messages (once per partition) and of the replies; packed "
-          "out: the frames an actor round sends (`pack_message`: dB as its nonzeros when that is "
-          "smaller), as the executor counts them; in-process sends no packed frames.", ""]
+            L.append(
+                f"| {b} | {mode} | {q['t_round']:.2f} | {q['t_solve']:.2f} | "
+                f"{q['t_parts']:.2f} | {q['t_kernel']:.2f} | {q['t_update']:.2f} | "
+                f"{q['t_select']:.2f} | {q['comm']:.2f} | {100 * r['comm_share']:.1f} | "
+                f"{q['transport']:.2f} | {q['merge']:.2f} | "
+                f"{_fmt_b(r['bytes_per_round']['to_partitions'])} | "
+                f"{_fmt_packed(r['bytes_per_round'].get('packed_to_partitions'))} | "
+                f"{_fmt_b(r['bytes_per_round']['from_partitions'])} |"
+            )
+    L += [
+        "",
+        "comm = t_round - t_solve - t_parts (communication + scheduling + merging the replies "
+        "+ the wait for the slower partition beyond its own time); transport = "
+        "`executor.step` wall - t_parts; merge = concatenating the replies on the coordinator. "
+        "Bytes: numpy payload of the messages (once per partition) and of the replies; packed "
+        "out: the frames an actor round sends (`pack_message`: dB as its nonzeros when that is "
+        "smaller), as the executor counts them; in-process sends no packed frames.",
+        "",
+    ]
     pr = out.get("probe")
     if pr:
         rt = pr["round_trip_ms"]
-        L += ["## Round trip without partition work (probe)", "",
-              "A partition method that ignores a message of b patterns (ids, X rows, dB) and "
-              "returns a reply-shaped dict of b candidates, called on both partitions as a round "
-              f"does (median of {pr['iters']} calls, ms).  *packed*: message and reply sent as "
-              "one pickled blob each instead of a dict of arrays; "
-              "*relayed*: actor calls through the scheduler (`direct=False`).", "",
-              "| b | actor | actor packed | actor packed, relayed | "
-              "message bytes | reply bytes | (de)serialize msg + reply |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+        L += [
+            "## Round trip without partition work (probe)",
+            "",
+            "A partition method that ignores a message of b patterns (ids, X rows, dB) and "
+            "returns a reply-shaped dict of b candidates, called on both partitions as a round "
+            f"does (median of {pr['iters']} calls, ms).  *packed*: message and reply sent as "
+            "one pickled blob each instead of a dict of arrays; "
+            "*relayed*: actor calls through the scheduler (`direct=False`).",
+            "",
+            "| b | actor | actor packed | actor packed, relayed | "
+            "message bytes | reply bytes | (de)serialize msg + reply |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for b in pr["sizes"]:
-            v = [rt[k][str(b)]["median_ms"] if str(b) in rt.get(k, {}) else float("nan")
-                 for k in ("actor", "actor_packed", "actor_relayed_packed")]
+            v = [
+                rt[k][str(b)]["median_ms"] if str(b) in rt.get(k, {}) else float("nan")
+                for k in ("actor", "actor_packed", "actor_relayed_packed")
+            ]
             sz = pr["serialize_ms"][str(b)]
             ser = sum(sz[k]["serialize_ms"] + sz[k]["deserialize_ms"] for k in ("message", "reply"))
-            L.append(f"| {b} | " + " | ".join(f"{x:.2f}" for x in v) +
-                     f" | {_fmt_b(sz['message']['bytes'])} | {_fmt_b(sz['reply']['bytes'])} | "
-                     f"{ser:.3f} |")
+            L.append(
+                f"| {b} | "
+                + " | ".join(f"{x:.2f}" for x in v)
+                + f" | {_fmt_b(sz['message']['bytes'])} | {_fmt_b(sz['reply']['bytes'])} | "
+                f"{ser:.3f} |"
+            )
         L.append("")
         fl = pr.get("floors")
         if fl:
-            L += ["Below Dask, the same two-partition round trip as a blocking TCP ping-pong "
-                  "between this process and two child processes carrying the same bytes (the OS "
-                  "and loopback floor): " + ", ".join(
-                      f"b={b}: {fl['tcp_pingpong_ms'][str(b)]:.3f} ms" for b in pr["sizes"])
-                  + f"; Dask's own `identity` RPC to both workers (no actor, no payload): "
-                  f"{fl['dask_rpc_identity_ms']:.2f} ms.", ""]
+            L += [
+                "Below Dask, the same two-partition round trip as a blocking TCP ping-pong "
+                "between this process and two child processes carrying the same bytes (the OS "
+                "and loopback floor): "
+                + ", ".join(f"b={b}: {fl['tcp_pingpong_ms'][str(b)]:.3f} ms" for b in pr["sizes"])
+                + f"; Dask's own `identity` RPC to both workers (no actor, no payload): "
+                f"{fl['dask_rpc_identity_ms']:.2f} ms.",
+                "",
+            ]
         ct = pr.get("contention")
         if ct:
             ov = ct["overhead_ms"]
-            L += ["The default batch's round replayed without dmcsvm (this process spins "
-                  f"{ct['t_solve_ms']:.1f} ms as the coordinator, then each single-thread worker "
-                  f"spins {ct['t_parts_ms']:.1f} ms as its partition and answers with "
-                  f"{_fmt_b(ct['reply_bytes'])}; message {_fmt_b(ct['msg_bytes'])}): the actor "
-                  f"round's overhead is {ov['1']:.2f} ms with 1 worker and {ov['2']:.2f} ms with "
-                  "2.  With 2 workers the coordinator and both workers are busy on the 2 cores "
-                  "around every reply.", ""]
+            L += [
+                "The default batch's round replayed without dmcsvm (this process spins "
+                f"{ct['t_solve_ms']:.1f} ms as the coordinator, then each single-thread worker "
+                f"spins {ct['t_parts_ms']:.1f} ms as its partition and answers with "
+                f"{_fmt_b(ct['reply_bytes'])}; message {_fmt_b(ct['msg_bytes'])}): the actor "
+                f"round's overhead is {ov['1']:.2f} ms with 1 worker and {ov['2']:.2f} ms with "
+                "2.  With 2 workers the coordinator and both workers are busy on the 2 cores "
+                "around every reply.",
+                "",
+            ]
     dd = out.get("inprocess_with_default_disk_cache")
     if dd:
         mem = res.get("1000", {}).get("inprocess")
-        L += ["## The default on-disk column tier", "",
-              f"The runs above pass `disk_cache_size=0` (kernel columns in the memory LRU only). "
-              f"With the estimator's default (`disk_cache_size={dd['disk_cache_size']!r}`) the "
-              f"first {dd['rounds']} rounds of an in-process fit at batch 1000 took "
-              f"{dd['solve_s']:.2f} s "
-              + (f"(memory only, fastest repeat: {mem['elapsed_at_round_40']:.2f} s) " if mem
-                 else "")
-              + f"with t_kernel {dd['sum_s']['t_kernel']:.2f} s summed over "
-              f"{dd['rounds']} rounds; partition stats: "
-              + "; ".join(f"part {s_['part']}: in_memory={s_.get('in_memory')}, disk writes "
-                          f"{s_.get('disk_writes')}, disk bytes written "
-                          f"{_fmt_b(s_.get('disk_bytes_written') or 0)}"
-                          for s_ in (dd.get("engine_stats") or [])) + ".", ""]
+        L += [
+            "## The default on-disk column tier",
+            "",
+            f"The runs above pass `disk_cache_size=0` (kernel columns in the memory LRU only). "
+            f"With the estimator's default (`disk_cache_size={dd['disk_cache_size']!r}`) the "
+            f"first {dd['rounds']} rounds of an in-process fit at batch 1000 took "
+            f"{dd['solve_s']:.2f} s "
+            + (f"(memory only, fastest repeat: {mem['elapsed_at_round_40']:.2f} s) " if mem else "")
+            + f"with t_kernel {dd['sum_s']['t_kernel']:.2f} s summed over "
+            f"{dd['rounds']} rounds; partition stats: "
+            + "; ".join(
+                f"part {s_['part']}: in_memory={s_.get('in_memory')}, disk writes "
+                f"{s_.get('disk_writes')}, disk bytes written "
+                f"{_fmt_b(s_.get('disk_bytes_written') or 0)}"
+                for s_ in (dd.get("engine_stats") or [])
+            )
+            + ".",
+            "",
+        ]
     L += ["## Goals", ""]
     for k, g in out["goals"].items():
-        L.append(f"- {k}: {g['value']:.3f} (target {g['target']}) -> "
-                 f"{'met' if g['met'] else '**NOT met**'}")
-    L += ["", "## Agreement between the three ways", "",
-          "| batch | mode vs in-process | same predictions | same rounds | same SVs | "
-          "max abs coef diff | accuracy diff (points) |", "|---:|---|---|---|---|---:|---:|"]
+        L.append(
+            f"- {k}: {g['value']:.3f} (target {g['target']}) -> "
+            f"{'met' if g['met'] else '**NOT met**'}"
+        )
+    L += [
+        "",
+        "## Agreement between the three ways",
+        "",
+        "| batch | mode vs in-process | same predictions | same rounds | same SVs | "
+        "max abs coef diff | accuracy diff (points) |",
+        "|---:|---|---|---|---|---:|---:|",
+    ]
     for b in bs:
         for mode in MODES[1:]:
             a = out["agreement"][str(b)][mode]
             cd = "-" if a["max_abs_coef_diff"] is None else f"{a['max_abs_coef_diff']:.2e}"
-            L.append(f"| {b} | {mode} | {a['same_predictions']} ({a['n_pred_differ']} differ) | "
-                     f"{a['same_rounds']} | {a['same_support']} | {cd} | "
-                     f"{a['accuracy_diff_points']:+.2f} |")
+            L.append(
+                f"| {b} | {mode} | {a['same_predictions']} ({a['n_pred_differ']} differ) | "
+                f"{a['same_rounds']} | {a['same_support']} | {cd} | "
+                f"{a['accuracy_diff_points']:+.2f} |"
+            )
     L += ["", "## Actors: direct and relayed", "", out["verdict"], ""]
     return "\n".join(L)
 
@@ -669,22 +806,32 @@ def verdict(out) -> str:
     for b in bs:
         a, f = res[str(b)]["actor"], res[str(b)]["actor_relayed"]
         R = a["rounds"]
-        parts.append(f"b={b}: direct {a['fit_s_min']:.2f} s vs relayed {f['fit_s_min']:.2f} s "
-                     f"(relayed {100 * (f['fit_s_min'] / a['fit_s_min'] - 1):+.0f} %), comm "
-                     f"{a['per_round_ms']['comm']:.2f} vs {f['per_round_ms']['comm']:.2f} ms/round "
-                     f"over {R} rounds")
-    txt = ("Fit time (min over repeats) and communication per round: " + "; ".join(parts) + ".")
+        parts.append(
+            f"b={b}: direct {a['fit_s_min']:.2f} s vs relayed {f['fit_s_min']:.2f} s "
+            f"(relayed {100 * (f['fit_s_min'] / a['fit_s_min'] - 1):+.0f} %), comm "
+            f"{a['per_round_ms']['comm']:.2f} vs {f['per_round_ms']['comm']:.2f} ms/round "
+            f"over {R} rounds"
+        )
+    txt = "Fit time (min over repeats) and communication per round: " + "; ".join(parts) + "."
     pr = out.get("probe")
     if pr:
         rt = pr["round_trip_ms"]
-        txt += "  Without partition work (probe) a round costs " + "; ".join(
-            f"b={b}: {rt['actor'][str(b)]['median_ms']:.2f} ms direct, "
-            f"{rt['actor_relayed'][str(b)]['median_ms']:.2f} ms relayed" for b in pr["sizes"]) + "."
-    txt += ("  Messages per round: an actor call is one request client -> worker (the batch message) "
-            "and one response worker -> client (the reply), per partition, with no scheduler "
-            "involved when the client reaches the workers directly (the executor checks at start; "
-            "relayed, each goes client -> scheduler -> worker and back, two hops each way, which "
-            "is what a default `Client(direct_to_workers=None)` does with actor calls).")
+        txt += (
+            "  Without partition work (probe) a round costs "
+            + "; ".join(
+                f"b={b}: {rt['actor'][str(b)]['median_ms']:.2f} ms direct, "
+                f"{rt['actor_relayed'][str(b)]['median_ms']:.2f} ms relayed"
+                for b in pr["sizes"]
+            )
+            + "."
+        )
+    txt += (
+        "  Messages per round: an actor call is one request client -> worker (the batch message) "
+        "and one response worker -> client (the reply), per partition, with no scheduler "
+        "involved when the client reaches the workers directly (the executor checks at start; "
+        "relayed, each goes client -> scheduler -> worker and back, two hops each way, which "
+        "is what a default `Client(direct_to_workers=None)` does with actor calls)."
+    )
     return txt
 
 
@@ -697,36 +844,61 @@ def goals(out):
     share = r["actor"]["comm_share"]
     ratio2 = r["actor_notrim"]["fit_s_median"] / r["inprocess"]["fit_s_median"]
     return {
-        "fit_ratio_localcluster_notrim_actor_over_inprocess_median_le_1.25 (not the default)":
-            {"target": 1.25, "value": ratio2, "met": ratio2 <= 1.25},
-        "fit_ratio_localcluster_actor_over_inprocess_median_le_1.25":
-            {"target": 1.25, "value": ratio, "met": ratio <= 1.25},
+        "fit_ratio_localcluster_notrim_actor_over_inprocess_median_le_1.25 (not the default)": {
+            "target": 1.25,
+            "value": ratio2,
+            "met": ratio2 <= 1.25,
+        },
+        "fit_ratio_localcluster_actor_over_inprocess_median_le_1.25": {
+            "target": 1.25,
+            "value": ratio,
+            "met": ratio <= 1.25,
+        },
         "comm_share_actor_lt_0.10": {"target": 0.10, "value": share, "met": share < 0.10},
     }
 
 
 # ------------------------------------------------------------------------------------------------
 
+
 def main(argv=None):
     p = _report.parser(__doc__, "engine_overhead.json", data_dir=True)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 1000 training rows, 40 rounds, batches 1000,200, 1 repeat, short probe")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1000 training rows, 40 rounds, batches 1000,200, 1 repeat, short probe",
+    )
     p.add_argument("--n-train", type=int, default=None, help="training rows (default all 15000)")
     p.add_argument("--batch-sizes", default=None, help="comma separated (default 1000,100,3000)")
     p.add_argument("--repeat", type=int, default=None, help="timed fits per cell (default 2)")
     p.add_argument("--no-probe", action="store_true")
-    p.add_argument("--disk-cache-default", action="store_true",
-                   help="keep the estimator's default disk_cache_size (default: 0 = memory LRU only)")
+    p.add_argument(
+        "--disk-cache-default",
+        action="store_true",
+        help="keep the estimator's default disk_cache_size (default: 0 = memory LRU only)",
+    )
     a = p.parse_args(argv)
     has_disk = "disk_cache_size" in MulticlassSVC().get_params()
     if has_disk and not a.disk_cache_default:
         EXTRA_PARAMS["disk_cache_size"] = 0
     if a.quick:
-        n_train, batch_sizes, repeat, probe_sizes, iters, max_iter = \
-            1000, [1000, 200], 1, [0, 1000], 5, 40
+        n_train, batch_sizes, repeat, probe_sizes, iters, max_iter = (
+            1000,
+            [1000, 200],
+            1,
+            [0, 1000],
+            5,
+            40,
+        )
     else:
-        n_train, batch_sizes, repeat, probe_sizes, iters, max_iter = \
-            15000, [1000, 100, 3000], 2, [0, 100, 1000, 3000], 30, -1
+        n_train, batch_sizes, repeat, probe_sizes, iters, max_iter = (
+            15000,
+            [1000, 100, 3000],
+            2,
+            [0, 100, 1000, 3000],
+            30,
+            -1,
+        )
     n_train = a.n_train or n_train
     batch_sizes = [int(b) for b in a.batch_sizes.split(",")] if a.batch_sizes else batch_sizes
     repeat = a.repeat or repeat
@@ -734,8 +906,10 @@ def main(argv=None):
     import dask
     import distributed
     from distributed import Client, LocalCluster
-    run = _report.Run(__file__, "engine overhead: in-process vs LocalCluster actors",
-                      _report.settings_of(a))
+
+    run = _report.Run(
+        __file__, "engine overhead: in-process vs LocalCluster actors", _report.settings_of(a)
+    )
     Xtr, ytr, Xte, yte = _data.load_letter(a.data_dir)
     Xtr, ytr = Xtr[:n_train].astype(np.float32), ytr[:n_train]
     Xte = Xte.astype(np.float32)
@@ -745,8 +919,9 @@ def main(argv=None):
     _fit("inprocess", None, Xw, yw, 100)
 
     tc = time.perf_counter()
-    cluster = LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True,
-                           dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=N_WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     client = Client(cluster)
     client.wait_for_workers(N_WORKERS)
     startup = time.perf_counter() - tc
@@ -756,8 +931,9 @@ def main(argv=None):
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-        cluster2 = LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, processes=True,
-                                dashboard_address=":0")
+        cluster2 = LocalCluster(
+            n_workers=N_WORKERS, threads_per_worker=1, processes=True, dashboard_address=":0"
+        )
     client2 = Client(cluster2)
     client2.wait_for_workers(N_WORKERS)
     clients = {"inprocess": None, "actor": client, "actor_relayed": client, "actor_notrim": client2}
@@ -766,19 +942,30 @@ def main(argv=None):
     meta = {
         "distributed": distributed.__version__,
         "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
-                f"with the training min/max of the first 15000 rows, float32",
-        "model": {"C": C, "gamma": GAMMA, "n_jobs": N_JOBS, "other": "MulticlassSVC defaults",
-                  "extra_params": dict(EXTRA_PARAMS)},
-        "cluster": {"n_workers": N_WORKERS, "threads_per_worker": 1, "processes": True,
-                    "worker_environ_default": dask.config.get(
-                        "distributed.nanny.pre-spawn-environ"),
-                    "worker_environ_notrim": environ},
+        f"with the training min/max of the first 15000 rows, float32",
+        "model": {
+            "C": C,
+            "gamma": GAMMA,
+            "n_jobs": N_JOBS,
+            "other": "MulticlassSVC defaults",
+            "extra_params": dict(EXTRA_PARAMS),
+        },
+        "cluster": {
+            "n_workers": N_WORKERS,
+            "threads_per_worker": 1,
+            "processes": True,
+            "worker_environ_default": dask.config.get("distributed.nanny.pre-spawn-environ"),
+            "worker_environ_notrim": environ,
+        },
         "cluster_startup_s": startup,
-        "quick": bool(a.quick), "max_iter": max_iter, "repeat": repeat,
-        "batch_sizes": batch_sizes, "default_batch": 1000,
+        "quick": bool(a.quick),
+        "max_iter": max_iter,
+        "repeat": repeat,
+        "batch_sizes": batch_sizes,
+        "default_batch": 1000,
     }
     try:
-        for mode in MODES[1:]:                          # numba warm-up on the workers
+        for mode in MODES[1:]:  # numba warm-up on the workers
             _fit(mode, clients[mode], Xw, yw, 100)
         for b in batch_sizes:
             recs = {mode: [] for mode in MODES}
@@ -787,23 +974,34 @@ def main(argv=None):
                     est, t_fit, rec, warn = _fit(mode, clients[mode], Xtr, ytr, b, max_iter)
                     recs[mode].append(_record(est, t_fit, rec, warn, Xte, yte))
                     r = recs[mode][-1]
-                    print(f"b={b} rep={rep} {mode:9s} fit {t_fit:6.2f} s  rounds {r['rounds']}  "
-                          f"comm {100 * r['comm_share']:.1f} %  acc {100 * r['accuracy']:.2f}",
-                          flush=True)
+                    print(
+                        f"b={b} rep={rep} {mode:9s} fit {t_fit:6.2f} s  rounds {r['rounds']}  "
+                        f"comm {100 * r['comm_share']:.1f} %  acc {100 * r['accuracy']:.2f}",
+                        flush=True,
+                    )
             results[str(b)] = {mode: _summary(recs[mode]) for mode in MODES}
-            agreement[str(b)] = {mode: _agreement(recs["inprocess"][0], recs[mode][0])
-                                 for mode in MODES[1:]}
+            agreement[str(b)] = {
+                mode: _agreement(recs["inprocess"][0], recs[mode][0]) for mode in MODES[1:]
+            }
             _output(a, run, meta, results, agreement, pr, disk_default, final=False)
         pr = None if a.no_probe else probe(client, Xtr, ytr, probe_sizes, iters)
         ref = results.get("1000", {}).get("actor")
         if pr is not None and ref is not None:
             q = ref["per_round_ms"]
             pr["contention"] = contention_probe(
-                {"t_solve_ms": q["t_solve"], "t_parts_ms": q["t_parts"],
-                 "msg_bytes": ref["bytes_per_round"]["packed_to_partitions"] / N_WORKERS,
-                 "reply_bytes": ref["bytes_per_round"]["from_partitions"] / N_WORKERS}, iters)
-        disk_default = _disk_default_fit(Xtr, ytr, Xte, yte, DISK_ROUNDS) \
-            if EXTRA_PARAMS and "1000" in results else None
+                {
+                    "t_solve_ms": q["t_solve"],
+                    "t_parts_ms": q["t_parts"],
+                    "msg_bytes": ref["bytes_per_round"]["packed_to_partitions"] / N_WORKERS,
+                    "reply_bytes": ref["bytes_per_round"]["from_partitions"] / N_WORKERS,
+                },
+                iters,
+            )
+        disk_default = (
+            _disk_default_fit(Xtr, ytr, Xte, yte, DISK_ROUNDS)
+            if EXTRA_PARAMS and "1000" in results
+            else None
+        )
     finally:
         for obj in (client2, cluster2, client, cluster):
             obj.close()
@@ -811,17 +1009,27 @@ def main(argv=None):
     out = _output(a, run, meta, results, agreement, pr, disk_default, final=True)
     print(markdown(out))
     outp = Path(a.out)
-    print(f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "
-          f"({out['script_runtime_s']:.1f} s)")
+    print(
+        f"wrote {outp}, {outp.with_suffix('.md')}, {outp.with_suffix('.png')} "
+        f"({out['script_runtime_s']:.1f} s)"
+    )
     return out
 
 
 def _output(a, run, meta, results, agreement, pr, disk_default, final):
     """Assemble and write the JSON / markdown / PNG (also after every batch size, so that a run
     cut short leaves what it measured; ``complete`` says whether every batch size ran)."""
-    out = run.envelope(results, **dict(
-        meta, complete=final, batch_sizes=[b for b in meta["batch_sizes"] if str(b) in results],
-        agreement=agreement, probe=pr, inprocess_with_default_disk_cache=disk_default))
+    out = run.envelope(
+        results,
+        **dict(
+            meta,
+            complete=final,
+            batch_sizes=[b for b in meta["batch_sizes"] if str(b) in results],
+            agreement=agreement,
+            probe=pr,
+            inprocess_with_default_disk_cache=disk_default,
+        ),
+    )
     out["goals"] = goals(out)
     out["verdict"] = verdict(out)
     outp = _report.write(out, a.out, markdown(out))

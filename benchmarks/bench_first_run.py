@@ -71,25 +71,36 @@ def demo(cache_dir, mode, workers):
     # two overlapped and the cluster line said "in", now "after": both are seconds from the start)
     started = re.search(r"started LocalCluster.* (?:in|after) ([0-9.]+) s", out)
     ready = re.search(r"numba code ready .* after ([0-9.]+) s", out)
-    return {"mode": mode, "warmup": warmup, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "cluster_ready_s": float(started.group(1)) if started else None,
-            "warmup_done_s": float(ready.group(1)) if ready else None,
-            "fit_s": res["fit_seconds"], "predict_s": res["predict_seconds"],
-            "rounds": res["rounds"], "accuracy": res["accuracy"],
-            "numba_compiled": out.count("[cache] data saved"),
-            "numba_loaded": out.count("[cache] data loaded"),
-            "loadavg_1min_before": round(load0, 2),
-            "loadavg_1min_after": round(os.getloadavg()[0], 2)}
+    return {
+        "mode": mode,
+        "warmup": warmup,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "cluster_ready_s": float(started.group(1)) if started else None,
+        "warmup_done_s": float(ready.group(1)) if ready else None,
+        "fit_s": res["fit_seconds"],
+        "predict_s": res["predict_seconds"],
+        "rounds": res["rounds"],
+        "accuracy": res["accuracy"],
+        "numba_compiled": out.count("[cache] data saved"),
+        "numba_loaded": out.count("[cache] data loaded"),
+        "loadavg_1min_before": round(load0, 2),
+        "loadavg_1min_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def main(argv=None):
     ap = _report.parser(__doc__, "first_run.json")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--local-workers", type=int, default=min(os.cpu_count() or 1, 4))
-    ap.add_argument("--modes", nargs="+", default=["cluster-nowarmup", "cluster"],
-                    choices=["cluster-nowarmup", "cluster", "inprocess"],
-                    help="LocalCluster without / with the warm-up; in-process on 1 thread (one "
-                         "process: what compiling everything once costs)")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=["cluster-nowarmup", "cluster"],
+        choices=["cluster-nowarmup", "cluster", "inprocess"],
+        help="LocalCluster without / with the warm-up; in-process on 1 thread (one "
+        "process: what compiling everything once costs)",
+    )
     a = ap.parse_args(argv)
     run = _report.Run(__file__, "first_run", _report.settings_of(a))
     rows = []
@@ -100,15 +111,22 @@ def main(argv=None):
                 imp, imp_cpu = imports_seconds(dict(os.environ, NUMBA_CACHE_DIR=cache))
                 for state in ("cold", "warm"):
                     row = demo(cache, mode, a.local_workers)
-                    row.update(state=state, repeat=r, imports_s=round(imp, 2),
-                               imports_cpu_s=round(imp_cpu, 2))
+                    row.update(
+                        state=state,
+                        repeat=r,
+                        imports_s=round(imp, 2),
+                        imports_cpu_s=round(imp_cpu, 2),
+                    )
                     rows.append(row)
-                    print(f"{state:4s} {mode:16s}: wall {row['wall_s']:6.1f} s  "
-                          f"cpu {row['cpu_s']:6.1f} s  "
-                          f"imports {row['imports_s']:.1f}  warm-up done {row['warmup_done_s']}  "
-                          f"cluster ready {row['cluster_ready_s']}  fit {row['fit_s']:.1f}  "
-                          f"compiled {row['numba_compiled']}  loaded {row['numba_loaded']}  "
-                          f"load {row['loadavg_1min_before']}", flush=True)
+                    print(
+                        f"{state:4s} {mode:16s}: wall {row['wall_s']:6.1f} s  "
+                        f"cpu {row['cpu_s']:6.1f} s  "
+                        f"imports {row['imports_s']:.1f}  warm-up done {row['warmup_done_s']}  "
+                        f"cluster ready {row['cluster_ready_s']}  fit {row['fit_s']:.1f}  "
+                        f"compiled {row['numba_compiled']}  loaded {row['numba_loaded']}  "
+                        f"load {row['loadavg_1min_before']}",
+                        flush=True,
+                    )
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
     _report.write(run.envelope(rows, cores=os.cpu_count()), a.out, markdown(rows))
@@ -117,14 +135,42 @@ def main(argv=None):
 
 def markdown(rows) -> str:
     """One line per demo run: where its time went."""
-    head = ["state", "mode", "repeat", "wall s", "cpu s", "imports s", "warm-up done at s",
-            "cluster ready at s", "fit s", "numba compiled / loaded", "load 1m"]
-    body = [[r["state"], r["mode"], r["repeat"], r["wall_s"], r["cpu_s"], r["imports_s"],
-             r["warmup_done_s"], r["cluster_ready_s"], r["fit_s"],
-             f"{r['numba_compiled']} / {r['numba_loaded']}", r["loadavg_1min_before"]]
-            for r in rows]
-    return "\n".join(["# First run of `dmcsvm demo`: cold vs warm numba cache", ""]
-                     + _report.md_table(head, body, "lll" + "r" * 8)) + "\n"
+    head = [
+        "state",
+        "mode",
+        "repeat",
+        "wall s",
+        "cpu s",
+        "imports s",
+        "warm-up done at s",
+        "cluster ready at s",
+        "fit s",
+        "numba compiled / loaded",
+        "load 1m",
+    ]
+    body = [
+        [
+            r["state"],
+            r["mode"],
+            r["repeat"],
+            r["wall_s"],
+            r["cpu_s"],
+            r["imports_s"],
+            r["warmup_done_s"],
+            r["cluster_ready_s"],
+            r["fit_s"],
+            f"{r['numba_compiled']} / {r['numba_loaded']}",
+            r["loadavg_1min_before"],
+        ]
+        for r in rows
+    ]
+    return (
+        "\n".join(
+            ["# First run of `dmcsvm demo`: cold vs warm numba cache", ""]
+            + _report.md_table(head, body, "lll" + "r" * 8)
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

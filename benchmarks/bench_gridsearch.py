@@ -61,9 +61,15 @@ def _tree(proc):
 
 def run_config(gs_jobs, est_jobs):
     import psutil
+
     env = dict(os.environ)
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(gs_jobs), str(est_jobs)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(gs_jobs), str(est_jobs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     root = psutil.Process(p.pid)
     line = p.stdout.readline()
     while line and not line.startswith("READY"):
@@ -73,6 +79,7 @@ def run_config(gs_jobs, est_jobs):
     cpu0 = sum(sum(q.cpu_times()[:2]) for q in _tree(root))
     t0 = time.perf_counter()
     import threading
+
     done = threading.Event()
     out = {}
 
@@ -81,6 +88,7 @@ def run_config(gs_jobs, est_jobs):
             if ln.startswith("RESULT "):
                 out.update(json.loads(ln[7:]))
         done.set()
+
     threading.Thread(target=reader, daemon=True).start()
     cpu_last = {}
     while not done.is_set():
@@ -103,15 +111,22 @@ def run_config(gs_jobs, est_jobs):
         raise RuntimeError(err[-2000:])
     cpu = sum(cpu_last.values()) - cpu0
     run_sorted = sorted(running)
-    return {"gridsearch_n_jobs": gs_jobs, "estimator_n_jobs": est_jobs,
-            "wall_s": round(out["wall_s"], 2), "wall_outer_s": round(wall_outer, 2),
-            "cpu_s": round(cpu, 2), "cpu_per_wall": round(cpu / out["wall_s"], 2),
-            "threads_alive_max": max(threads), "running_threads_max": max(running),
-            "running_threads_mean": round(sum(running) / len(running), 2),
-            "running_threads_p90": run_sorted[int(0.9 * (len(run_sorted) - 1))],
-            "loadavg_before": [round(v, 2) for v in load0],
-            "loadavg_after": [round(v, 2) for v in load1],
-            "best_params": out["best_params"], "test_accuracy": out["test_accuracy"]}
+    return {
+        "gridsearch_n_jobs": gs_jobs,
+        "estimator_n_jobs": est_jobs,
+        "wall_s": round(out["wall_s"], 2),
+        "wall_outer_s": round(wall_outer, 2),
+        "cpu_s": round(cpu, 2),
+        "cpu_per_wall": round(cpu / out["wall_s"], 2),
+        "threads_alive_max": max(threads),
+        "running_threads_max": max(running),
+        "running_threads_mean": round(sum(running) / len(running), 2),
+        "running_threads_p90": run_sorted[int(0.9 * (len(run_sorted) - 1))],
+        "loadavg_before": [round(v, 2) for v in load0],
+        "loadavg_after": [round(v, 2) for v in load1],
+        "best_params": out["best_params"],
+        "test_accuracy": out["test_accuracy"],
+    }
 
 
 def _task_states(pid):
@@ -134,8 +149,11 @@ def _task_states(pid):
 def main(argv=None):
     ap = _report.parser(__doc__, "gridsearch.json")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: one repeat of GridSearchCV(n_jobs=1) only (~1 min)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: one repeat of GridSearchCV(n_jobs=1) only (~1 min)",
+    )
     a = ap.parse_args(argv)
     run = _report.Run(__file__, "gridsearch", _report.settings_of(a))
     configs = [(1, None)] if a.quick else [(1, None), (2, None), (2, -1)]
@@ -147,25 +165,50 @@ def main(argv=None):
             row = run_config(gs_jobs, est_jobs)
             row["repeat"] = r
             rows.append(row)
-            print(f"gs n_jobs={gs_jobs} est n_jobs={est_jobs!s:4}: wall {row['wall_s']:6.2f} s  "
-                  f"cpu {row['cpu_s']:6.2f} s  running threads mean {row['running_threads_mean']}"
-                  f" p90 {row['running_threads_p90']} max {row['running_threads_max']}  "
-                  f"alive max {row['threads_alive_max']}  load {row['loadavg_before'][0]} -> "
-                  f"{row['loadavg_after'][0]}", flush=True)
+            print(
+                f"gs n_jobs={gs_jobs} est n_jobs={est_jobs!s:4}: wall {row['wall_s']:6.2f} s  "
+                f"cpu {row['cpu_s']:6.2f} s  running threads mean {row['running_threads_mean']}"
+                f" p90 {row['running_threads_p90']} max {row['running_threads_max']}  "
+                f"alive max {row['threads_alive_max']}  load {row['loadavg_before'][0]} -> "
+                f"{row['loadavg_after'][0]}",
+                flush=True,
+            )
     _report.write(run.envelope(rows, cores=os.cpu_count()), a.out, markdown(rows))
     print(f"written {a.out}")
 
 
 def markdown(rows) -> str:
     """One line per GridSearchCV run: wall and CPU time, threads running."""
-    head = ["GridSearchCV n_jobs", "estimator n_jobs", "repeat", "wall s", "cpu s",
-            "running threads mean / p90 / max", "threads alive max", "load 1m before"]
-    body = [[r["gridsearch_n_jobs"], r["estimator_n_jobs"], r["repeat"], r["wall_s"], r["cpu_s"],
-             (f"{r['running_threads_mean']} / {r['running_threads_p90']} / "
-              f"{r['running_threads_max']}"), r["threads_alive_max"], r["loadavg_before"][0]]
-            for r in rows]
-    return "\n".join(["# GridSearchCV(MulticlassSVC()) on digits", ""]
-                     + _report.md_table(head, body)) + "\n"
+    head = [
+        "GridSearchCV n_jobs",
+        "estimator n_jobs",
+        "repeat",
+        "wall s",
+        "cpu s",
+        "running threads mean / p90 / max",
+        "threads alive max",
+        "load 1m before",
+    ]
+    body = [
+        [
+            r["gridsearch_n_jobs"],
+            r["estimator_n_jobs"],
+            r["repeat"],
+            r["wall_s"],
+            r["cpu_s"],
+            (
+                f"{r['running_threads_mean']} / {r['running_threads_p90']} / "
+                f"{r['running_threads_max']}"
+            ),
+            r["threads_alive_max"],
+            r["loadavg_before"][0],
+        ]
+        for r in rows
+    ]
+    return (
+        "\n".join(["# GridSearchCV(MulticlassSVC()) on digits", ""] + _report.md_table(head, body))
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def main(argv=None):
 
     import dmcsvm
     from dmcsvm import MulticlassSVC
+
     X, y = blobs(a.n, 32, 10)
     MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])
     MulticlassSVC(C=10, batch_size=50, n_jobs=4).fit(X[:3000], y[:3000])
@@ -47,11 +48,21 @@ def main(argv=None):
         c.fit(X, y)
         wall = time.perf_counter() - t
         h = c.history_
-        line = json.dumps({"library": os.path.dirname(dmcsvm.__file__), "n": a.n, "threads": T,
-                           "fit_s": round(wall, 3), "rounds": int(c.n_iter_),
-                           "dual": float(h["dual"][-1]), "load": os.getloadavg()[0],
-                           **{k: round(float(np.sum(h[k])), 3) for k in
-                              ("t_solve", "t_parts", "t_kernel", "t_update", "t_select")}})
+        line = json.dumps(
+            {
+                "library": os.path.dirname(dmcsvm.__file__),
+                "n": a.n,
+                "threads": T,
+                "fit_s": round(wall, 3),
+                "rounds": int(c.n_iter_),
+                "dual": float(h["dual"][-1]),
+                "load": os.getloadavg()[0],
+                **{
+                    k: round(float(np.sum(h[k])), 3)
+                    for k in ("t_solve", "t_parts", "t_kernel", "t_update", "t_select")
+                },
+            }
+        )
         print(line, flush=True)
         if a.out:
             with open(a.out, "a") as fh:

@@ -45,6 +45,7 @@ def _best(fn, repeat):
 
 def _dense_rows(data_dir):
     from _data import load_satimage
+
     Xtr, ytr, Xte, yte = load_satimage(data_dir)
     X = np.vstack([Xtr, Xte] * 9)[:88_700]
     y = np.concatenate([ytr, yte] * 9)[:88_700]
@@ -54,6 +55,7 @@ def _dense_rows(data_dir):
 
 def _sparse_rows():
     import scipy.sparse as sp
+
     rng = np.random.default_rng(1)
     n, d, k = 50_000, 2_000, 40
     cols = np.sort(rng.choice(d, size=(n, k)), axis=1)
@@ -64,9 +66,11 @@ def _sparse_rows():
 
 # ---------------------------------------------------------------------------------- LIBSVM
 
+
 def _ours_svmlight(path):
     from dmcsvm.store._builder import DEFAULT_BUFFER_BYTES, DEFAULT_BUFFER_ROWS
     from dmcsvm.store.svmlight import _svmlight_blocks
+
     rows = 0
     for _, blk in _svmlight_blocks(str(path), DEFAULT_BUFFER_ROWS, DEFAULT_BUFFER_BYTES):
         rows += len(blk.labels)
@@ -75,19 +79,23 @@ def _ours_svmlight(path):
 
 def _sklearn_svmlight(path, d, chunk_bytes):
     from sklearn.datasets import load_svmlight_file
+
     size, rows = os.path.getsize(path), 0
     for off in range(0, size, chunk_bytes):
-        X, y = load_svmlight_file(str(path), n_features=d, offset=off, length=chunk_bytes,
-                                  zero_based=False)
+        X, y = load_svmlight_file(
+            str(path), n_features=d, offset=off, length=chunk_bytes, zero_based=False
+        )
         rows += X.shape[0]
     return rows
 
 
 # ---------------------------------------------------------------------------------- CSV
 
+
 def _ours_csv(path, d):
     from dmcsvm.store._builder import DEFAULT_BUFFER_BYTES, DEFAULT_BUFFER_ROWS
     from dmcsvm.store.delimited import _csv_buffers
+
     rows = 0
     cols = list(range(1, d + 1))
     for block, _ in _csv_buffers(str(path), ",", 0, DEFAULT_BUFFER_ROWS, DEFAULT_BUFFER_BYTES):
@@ -99,6 +107,7 @@ def _ours_csv(path, d):
 
 def _pandas_csv(path, chunk_rows):
     import pandas as pd
+
     rows = 0
     for chunk in pd.read_csv(path, header=None, chunksize=chunk_rows, engine="c"):
         X = chunk.iloc[:, 1:].to_numpy(dtype=np.float64).astype(np.float32)
@@ -110,18 +119,22 @@ def _from_csv(path, tmp, exact):
     """The whole conversion (two passes and the store's writes), by the exact reader or by
     pandas (what :func:`dmcsvm.store.from_csv` runs)."""
     from dmcsvm.store import delimited
+
     target = str(tmp / ("exact.zarr" if exact else "pandas.zarr"))
     args = (str(path), target, 0, ",", 0, (), None, True)
     if exact:
-        return delimited._from_csv_exact(*args, delimited.DEFAULT_BUFFER_ROWS,
-                                         delimited.DEFAULT_BUFFER_BYTES, None, None)
+        return delimited._from_csv_exact(
+            *args, delimited.DEFAULT_BUFFER_ROWS, delimited.DEFAULT_BUFFER_BYTES, None, None
+        )
     return delimited._from_csv_pandas(*args, delimited.DEFAULT_BUFFER_ROWS, None, None)
 
 
 # ---------------------------------------------------------------------------------- gzip
 
+
 def _ours_gz(path):
     from dmcsvm.store.text import _open_binary
+
     n = 0
     with _open_binary(str(path)) as f:
         while chunk := f.read(1 << 20):
@@ -131,6 +144,7 @@ def _ours_gz(path):
 
 def _fsspec_gz(path):
     import fsspec
+
     n = 0
     with fsspec.open(str(path), "rb", compression="infer") as f:
         while chunk := f.read(1 << 20):
@@ -139,6 +153,7 @@ def _fsspec_gz(path):
 
 
 # ---------------------------------------------------------------------------------- LRU
+
 
 def _key_stream(n_keys=20_000, rounds=400, per_round=500, seed=2):
     """A round-based access stream like a fit's: each round asks for ``per_round`` columns,
@@ -164,6 +179,7 @@ def _ordereddict_lru(stream, capacity):
 
 def _cachetools_lru(stream, capacity):
     import cachetools
+
     c, hits = cachetools.LRUCache(maxsize=capacity), 0
     for keys in stream:
         for k in keys.tolist():
@@ -171,7 +187,7 @@ def _cachetools_lru(stream, capacity):
                 c[k]
                 hits += 1
             except KeyError:
-                c[k] = 1          # evicts the least recently used itself when full
+                c[k] = 1  # evicts the least recently used itself when full
     return hits
 
 
@@ -184,6 +200,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dmcsvm-libs-") as tmp:
         tmp = Path(tmp)
         from sklearn.datasets import dump_svmlight_file
+
         X, y = _dense_rows(args.data_dir)
         dense_svm = tmp / "dense.svm"
         dump_svmlight_file(X, y, str(dense_svm), zero_based=False)
@@ -195,39 +212,43 @@ def main():
             res[f"svmlight_{name}"] = {
                 "bytes": os.path.getsize(path),
                 "ours_s": _best(lambda: _ours_svmlight(path), args.repeat),
-                "sklearn_16MiB_s": _best(lambda: _sklearn_svmlight(path, d, 16 << 20),
-                                         args.repeat),
-                "sklearn_4MiB_s": _best(lambda: _sklearn_svmlight(path, d, 4 << 20),
-                                        args.repeat)}
+                "sklearn_16MiB_s": _best(lambda: _sklearn_svmlight(path, d, 16 << 20), args.repeat),
+                "sklearn_4MiB_s": _best(lambda: _sklearn_svmlight(path, d, 4 << 20), args.repeat),
+            }
         csv = tmp / "dense.csv"
         np.savetxt(csv, np.column_stack([y, X]), delimiter=",", fmt="%.8g")
         try:
             import pandas  # noqa: F401
+
             assert _ours_csv(csv, X.shape[1]) == _pandas_csv(csv, 16384) == X.shape[0]
-            res["csv"] = {"bytes": os.path.getsize(csv),
-                          "ours_s": _best(lambda: _ours_csv(csv, X.shape[1]), args.repeat),
-                          "pandas_s": _best(lambda: _pandas_csv(csv, 16384), args.repeat)}
-            res["from_csv"] = {"exact_s": _best(lambda: _from_csv(csv, tmp, exact=True),
-                                                args.repeat),
-                               "pandas_s": _best(lambda: _from_csv(csv, tmp, exact=False),
-                                                 args.repeat)}
+            res["csv"] = {
+                "bytes": os.path.getsize(csv),
+                "ours_s": _best(lambda: _ours_csv(csv, X.shape[1]), args.repeat),
+                "pandas_s": _best(lambda: _pandas_csv(csv, 16384), args.repeat),
+            }
+            res["from_csv"] = {
+                "exact_s": _best(lambda: _from_csv(csv, tmp, exact=True), args.repeat),
+                "pandas_s": _best(lambda: _from_csv(csv, tmp, exact=False), args.repeat),
+            }
         except ImportError:
             res["csv"] = {"skipped": "pandas is not installed"}
         gz = tmp / "dense.svm.gz"
         with open(dense_svm, "rb") as f, gzip.open(gz, "wb") as g:
             g.write(f.read())
         assert _ours_gz(gz) == _fsspec_gz(gz)
-        res["gzip"] = {"bytes_out": _ours_gz(gz),
-                       "ours_s": _best(lambda: _ours_gz(gz), args.repeat),
-                       "fsspec_s": _best(lambda: _fsspec_gz(gz), args.repeat)}
+        res["gzip"] = {
+            "bytes_out": _ours_gz(gz),
+            "ours_s": _best(lambda: _ours_gz(gz), args.repeat),
+            "fsspec_s": _best(lambda: _fsspec_gz(gz), args.repeat),
+        }
         stream = _key_stream()
         try:
             assert _ordereddict_lru(stream, 2000) == _cachetools_lru(stream, 2000)
-            res["lru"] = {"touches": int(stream.size),
-                          "ordereddict_s": _best(lambda: _ordereddict_lru(stream, 2000),
-                                                 args.repeat),
-                          "cachetools_s": _best(lambda: _cachetools_lru(stream, 2000),
-                                                args.repeat)}
+            res["lru"] = {
+                "touches": int(stream.size),
+                "ordereddict_s": _best(lambda: _ordereddict_lru(stream, 2000), args.repeat),
+                "cachetools_s": _best(lambda: _cachetools_lru(stream, 2000), args.repeat),
+            }
         except ImportError:
             res["lru"] = {"skipped": "cachetools is not installed"}
     out = run.envelope(res)
@@ -241,26 +262,54 @@ def _markdown(out) -> str:
     rows = []
     for name in ("svmlight_dense", "svmlight_sparse"):
         e = r[name]
-        mb = e["bytes"] / 2 ** 20
-        rows.append([f"LIBSVM parse, {name.split('_')[1]} ({mb:.0f} MiB)",
-                     f"{e['ours_s']:.3f}",
-                     f"load_svmlight_file by 16 MiB: {e['sklearn_16MiB_s']:.3f}; "
-                     f"by 4 MiB: {e['sklearn_4MiB_s']:.3f}"])
+        mb = e["bytes"] / 2**20
+        rows.append(
+            [
+                f"LIBSVM parse, {name.split('_')[1]} ({mb:.0f} MiB)",
+                f"{e['ours_s']:.3f}",
+                f"load_svmlight_file by 16 MiB: {e['sklearn_16MiB_s']:.3f}; "
+                f"by 4 MiB: {e['sklearn_4MiB_s']:.3f}",
+            ]
+        )
     if "ours_s" in r["csv"]:
-        rows.append([f"CSV parse ({r['csv']['bytes'] / 2 ** 20:.0f} MiB)",
-                     f"{r['csv']['ours_s']:.3f}", f"pandas.read_csv: {r['csv']['pandas_s']:.3f}"])
-        rows.append(["from_csv, whole conversion", f"{r['from_csv']['exact_s']:.3f}",
-                     f"through pandas: {r['from_csv']['pandas_s']:.3f}"])
-    rows.append(["read a .gz through", f"{r['gzip']['ours_s']:.3f}",
-                 f"fsspec.open(compression='infer'): {r['gzip']['fsspec_s']:.3f}"])
+        rows.append(
+            [
+                f"CSV parse ({r['csv']['bytes'] / 2**20:.0f} MiB)",
+                f"{r['csv']['ours_s']:.3f}",
+                f"pandas.read_csv: {r['csv']['pandas_s']:.3f}",
+            ]
+        )
+        rows.append(
+            [
+                "from_csv, whole conversion",
+                f"{r['from_csv']['exact_s']:.3f}",
+                f"through pandas: {r['from_csv']['pandas_s']:.3f}",
+            ]
+        )
+    rows.append(
+        [
+            "read a .gz through",
+            f"{r['gzip']['ours_s']:.3f}",
+            f"fsspec.open(compression='infer'): {r['gzip']['fsspec_s']:.3f}",
+        ]
+    )
     if "ordereddict_s" in r["lru"]:
-        rows.append([f"LRU bookkeeping ({r['lru']['touches']:,} touches)",
-                     f"{r['lru']['ordereddict_s']:.3f}",
-                     f"cachetools.LRUCache: {r['lru']['cachetools_s']:.3f}"])
-    lines = ["# Hand-written code vs libraries", "",
-             _report.machine_line(out), _report.load_line(out), "",
-             f"Seconds, best of {out['settings']['repeat']} (`benchmarks/bench_libraries.py`).",
-             ""]
+        rows.append(
+            [
+                f"LRU bookkeeping ({r['lru']['touches']:,} touches)",
+                f"{r['lru']['ordereddict_s']:.3f}",
+                f"cachetools.LRUCache: {r['lru']['cachetools_s']:.3f}",
+            ]
+        )
+    lines = [
+        "# Hand-written code vs libraries",
+        "",
+        _report.machine_line(out),
+        _report.load_line(out),
+        "",
+        f"Seconds, best of {out['settings']['repeat']} (`benchmarks/bench_libraries.py`).",
+        "",
+    ]
     lines += _report.md_table(["what", "dmcsvm's own s", "library s"], rows, align="lrl")
     return "\n".join(lines) + "\n"
 

@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
 import _report
 
-PAPER_ERROR = {1: 21.36, 3: 9.64, 5: 6.42, 10: 4.84, 15: 3.16, 20: 2.94}   # Table 2b, %
+PAPER_ERROR = {1: 21.36, 3: 9.64, 5: 6.42, 10: 4.84, 15: 3.16, 20: 2.94}  # Table 2b, %
 GOAL_POINTS = 1.5
 GOAL_PRIMAL_REL = 1e-3
 GOAL_TIME_RATIO = 2.0
@@ -84,10 +84,24 @@ def augment(X):
 
 def make_model(q, C, a, epochs, **over):
     from dmcsvm import MultiPrototypeSVC
-    kw = dict(n_prototypes=q, C=C, kernel="poly", degree=1, gamma=1.0, coef0=1.0, T0=a.T0,
-              tau=a.tau, max_epochs=epochs, selection=a.selection, batch_size=a.batch_size,
-              batch_sweeps=a.batch_sweeps, n_jobs=a.n_jobs, random_state=a.seed,
-              solver=a.solver)
+
+    kw = dict(
+        n_prototypes=q,
+        C=C,
+        kernel="poly",
+        degree=1,
+        gamma=1.0,
+        coef0=1.0,
+        T0=a.T0,
+        tau=a.tau,
+        max_epochs=epochs,
+        selection=a.selection,
+        batch_size=a.batch_size,
+        batch_sweeps=a.batch_sweeps,
+        n_jobs=a.n_jobs,
+        random_state=a.seed,
+        solver=a.solver,
+    )
     kw.update(over)
     return MultiPrototypeSVC(**kw)
 
@@ -105,18 +119,39 @@ def fit_summary(model, t_fit, err, warn):
     h = model.epoch_history_
     rh = model.history_
     split = {}
-    if "t_pass" in rh:        # sequential solver: passes vs primal checks (a pass over the rows each)
-        split = {"checks": int(len(rh["round"])), "t_pass_s": float(np.sum(rh["t_pass"])),
-                 "t_check_s": float(np.sum(rh["t_check"])),
-                 "epoch_passes": int(np.sum(h["rounds"])) if len(h["rounds"]) else 0}
-    return {"C": float(model.C), "fit_time_s": t_fit, "error_pct": err, "split": split,
-            "solver": model.solver,
-            "epochs": int(model.n_epochs_), "rounds": int(model.n_iter_),
-            "energy": float(model.energy_), "converged": bool(model.converged_),
-            "n_support": int(model.support_.shape[0]), "warnings": warn,
-            "history": {k: np.asarray(h[k]).tolist() for k in
-                        ("epoch", "energy", "primal", "dual", "temperature", "n_changed",
-                         "rounds", "elapsed")}}
+    if "t_pass" in rh:  # sequential solver: passes vs primal checks (a pass over the rows each)
+        split = {
+            "checks": int(len(rh["round"])),
+            "t_pass_s": float(np.sum(rh["t_pass"])),
+            "t_check_s": float(np.sum(rh["t_check"])),
+            "epoch_passes": int(np.sum(h["rounds"])) if len(h["rounds"]) else 0,
+        }
+    return {
+        "C": float(model.C),
+        "fit_time_s": t_fit,
+        "error_pct": err,
+        "split": split,
+        "solver": model.solver,
+        "epochs": int(model.n_epochs_),
+        "rounds": int(model.n_iter_),
+        "energy": float(model.energy_),
+        "converged": bool(model.converged_),
+        "n_support": int(model.support_.shape[0]),
+        "warnings": warn,
+        "history": {
+            k: np.asarray(h[k]).tolist()
+            for k in (
+                "epoch",
+                "energy",
+                "primal",
+                "dual",
+                "temperature",
+                "n_changed",
+                "rounds",
+                "elapsed",
+            )
+        },
+    }
 
 
 def c_order(Cs, near):
@@ -152,26 +187,36 @@ def run_table(a, Xtr, ytr, Xte, yte, budget, log):
     search stops once the validation error rises on both sides (the error is unimodal in log C
     on this data); the budget skips what the cost model says will not fit."""
     from sklearn.model_selection import train_test_split
-    Xs, Xv, ys, yv = train_test_split(Xtr, ytr, test_size=a.val_size, stratify=ytr,
-                                      random_state=a.seed)
+
+    Xs, Xv, ys, yv = train_test_split(
+        Xtr, ytr, test_size=a.val_size, stratify=ytr, random_state=a.seed
+    )
     out = {"validation": {}, "final": {}, "skipped": []}
     prev_best = None
     for q in a.qs:
         if not budget.allows(q, a.max_epochs, Xtr.shape[0]):
-            out["skipped"].append({"q": q, "what": "validation and final fit", "why": "time budget"})
+            out["skipped"].append(
+                {"q": q, "what": "validation and final fit", "why": "time budget"}
+            )
             log(f"q={q}: skipped (time budget)")
             continue
         val = {}
         for C in c_order(a.Cs, prev_best if a.local_search else None):
             if len(a.Cs) == 1:
-                break               # C given: nothing to validate
+                break  # C given: nothing to validate
             if a.local_search and len(val) >= 3:
                 best = min(val, key=lambda c: val[c]["error_pct"])
                 lo = [c for c in val if c < best]
                 hi = [c for c in val if c > best]
                 if (lo or best == min(a.Cs)) and (hi or best == max(a.Cs)):
-                    out["skipped"].append({"q": q, "C": C, "what": "validation",
-                                           "why": "local search: minimum bracketed"})
+                    out["skipped"].append(
+                        {
+                            "q": q,
+                            "C": C,
+                            "what": "validation",
+                            "why": "local search: minimum bracketed",
+                        }
+                    )
                     continue
             if val and not budget.allows(q, a.val_epochs + a.max_epochs, Xs.shape[0]):
                 out["skipped"].append({"q": q, "C": C, "what": "validation", "why": "time budget"})
@@ -181,8 +226,13 @@ def run_table(a, Xtr, ytr, Xte, yte, budget, log):
             t_fit, warn = timed_fit(model, Xs, ys)
             budget.record(t_fit, q, a.val_epochs, Xs.shape[0])
             err = 100.0 * (1.0 - model.score(Xv, yv))
-            val[C] = {"error_pct": err, "fit_time_s": t_fit, "epochs": int(model.n_epochs_),
-                      "energy": float(model.energy_), "warnings": warn}
+            val[C] = {
+                "error_pct": err,
+                "fit_time_s": t_fit,
+                "epochs": int(model.n_epochs_),
+                "energy": float(model.energy_),
+                "warnings": warn,
+            }
             log(f"  q={q} C={C:g}: validation error {err:.2f} % ({t_fit:.1f} s)")
         best = min(val, key=lambda c: (val[c]["error_pct"], c)) if val else a.Cs[0]
         prev_best = best
@@ -193,8 +243,10 @@ def run_table(a, Xtr, ytr, Xte, yte, budget, log):
         err = 100.0 * (1.0 - model.score(Xte, yte))
         out["final"][q] = fit_summary(model, t_fit, err, warn)
         out["final"][q]["paper_error_pct"] = PAPER_ERROR.get(q)
-        log(f"q={q}: C={best:g} test error {err:.2f} % (paper {PAPER_ERROR.get(q)}), "
-            f"{t_fit:.1f} s, {model.n_epochs_} epochs")
+        log(
+            f"q={q}: C={best:g} test error {err:.2f} % (paper {PAPER_ERROR.get(q)}), "
+            f"{t_fit:.1f} s, {model.n_epochs_} epochs"
+        )
         if q == 1 and a.liblinear:
             out["liblinear"] = run_liblinear(a, Xtr, ytr, Xte, yte, best, log)
     return out
@@ -203,9 +255,11 @@ def run_table(a, Xtr, ytr, Xte, yte, budget, log):
 def run_liblinear(a, Xtr, ytr, Xte, yte, C, log):
     """The q = 1 linear model vs LIBLINEAR's Crammer-Singer solver (same C, data, kernel)."""
     from sklearn.svm import LinearSVC
+
     Xa, Xta = augment(Xtr), augment(Xte)
-    ll = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=C, tol=a.ll_tol,
-                   max_iter=a.ll_max_iter)
+    ll = LinearSVC(
+        multi_class="crammer_singer", fit_intercept=False, C=C, tol=a.ll_tol, max_iter=a.ll_max_iter
+    )
     t_ll, warn_ll = timed_fit(ll, Xa, ytr)
     P_ll = cs_primal(ll.coef_, Xa, ytr, C)
     model = make_model(1, C, a, 0, gap_tol=a.gap_tol_q1)
@@ -214,20 +268,42 @@ def run_liblinear(a, Xtr, ytr, Xte, yte, C, log):
     P_dm = cs_primal(Waug, Xa, ytr, C)
     res = {
         "C": C,
-        "liblinear": {"params": {"C": C, "tol": a.ll_tol, "max_iter": a.ll_max_iter,
-                                 "multi_class": "crammer_singer", "fit_intercept": False},
-                      "fit_time_s": t_ll, "primal": P_ll, "n_iter": int(ll.n_iter_),
-                      "error_pct": 100.0 * (1.0 - ll.score(Xta, yte)), "warnings": warn_ll},
-        "dmcsvm": {"params": {"gap_tol": a.gap_tol_q1, "tol": 1e-3, "selection": a.selection,
-                              "batch_size": a.batch_size, "n_jobs": a.n_jobs},
-                   "fit_time_s": t_dm, "primal": P_dm, "energy_reported": float(model.energy_),
-                   "rounds": int(model.n_iter_),
-                   "error_pct": 100.0 * (1.0 - model.score(Xte, yte)), "warnings": warn_dm},
+        "liblinear": {
+            "params": {
+                "C": C,
+                "tol": a.ll_tol,
+                "max_iter": a.ll_max_iter,
+                "multi_class": "crammer_singer",
+                "fit_intercept": False,
+            },
+            "fit_time_s": t_ll,
+            "primal": P_ll,
+            "n_iter": int(ll.n_iter_),
+            "error_pct": 100.0 * (1.0 - ll.score(Xta, yte)),
+            "warnings": warn_ll,
+        },
+        "dmcsvm": {
+            "params": {
+                "gap_tol": a.gap_tol_q1,
+                "tol": 1e-3,
+                "selection": a.selection,
+                "batch_size": a.batch_size,
+                "n_jobs": a.n_jobs,
+            },
+            "fit_time_s": t_dm,
+            "primal": P_dm,
+            "energy_reported": float(model.energy_),
+            "rounds": int(model.n_iter_),
+            "error_pct": 100.0 * (1.0 - model.score(Xte, yte)),
+            "warnings": warn_dm,
+        },
     }
     res["primal_rel_diff"] = (P_dm - P_ll) / P_ll
     res["fit_time_ratio"] = t_dm / t_ll
-    log(f"LIBLINEAR C={C}: primal {P_ll:.3f} in {t_ll:.2f} s; dmcsvm q=1 primal {P_dm:.3f} "
-        f"({100 * res['primal_rel_diff']:+.3f} %) in {t_dm:.2f} s (ratio {res['fit_time_ratio']:.2f})")
+    log(
+        f"LIBLINEAR C={C}: primal {P_ll:.3f} in {t_ll:.2f} s; dmcsvm q=1 primal {P_dm:.3f} "
+        f"({100 * res['primal_rel_diff']:+.3f} %) in {t_dm:.2f} s (ratio {res['fit_time_ratio']:.2f})"
+    )
     return res
 
 
@@ -260,17 +336,29 @@ def plot(results, path):
 
 def markdown(results) -> str:
     t = _body(results)["table"]
-    lines = ["# MProtSVM on LETTER (Aiolli & Sperduti 2005, Table 2b)", "",
-             _report.machine_line(results),
-             _report.load_line(results) + "  (Shared box: timings are inflated by other jobs.)", "",
-             f"Settings: {results['settings']}", ""] + [
-                 f"Rows for q in {r['qs']}{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
-                 f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
-                 f"start {r['load_at_start']}), settings {r['settings']}." for r in
-                 results.get("merged_runs", [])] + ["",
-             "| q | C | test error % | paper % | diff (points) | fit s | epochs | rounds or passes "
-             "| primal checks (s) / passes (s) | energy | run |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    lines = (
+        [
+            "# MProtSVM on LETTER (Aiolli & Sperduti 2005, Table 2b)",
+            "",
+            _report.machine_line(results),
+            _report.load_line(results) + "  (Shared box: timings are inflated by other jobs.)",
+            "",
+            f"Settings: {results['settings']}",
+            "",
+        ]
+        + [
+            f"Rows for q in {r['qs']}{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
+            f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
+            f"start {r['load_at_start']}), settings {r['settings']}."
+            for r in results.get("merged_runs", [])
+        ]
+        + [
+            "",
+            "| q | C | test error % | paper % | diff (points) | fit s | epochs | rounds or passes "
+            "| primal checks (s) / passes (s) | energy | run |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        ]
+    )
     for q in sorted(int(k) for k in t["final"]):
         f = t["final"][q]
         p = PAPER_ERROR.get(q)
@@ -278,19 +366,30 @@ def markdown(results) -> str:
         per = (t["validation"].get(q) or t["validation"].get(str(q)) or {}).get("per_C")
         how = "validated" if per else "given, not validated"
         s = f.get("split") or {}
-        split = (f"{s['checks']} ({s['t_check_s']:.1f}) / {f['rounds']} ({s['t_pass_s']:.1f})"
-                 if s else "")
-        lines.append(f"| {q} | {f['C']:g} ({how}) | {f['error_pct']:.2f} | "
-                     f"{p if p is not None else ''} | {diff} | {f['fit_time_s']:.1f} | "
-                     f"{f['epochs']} | {f['rounds']} {'passes' if s else 'rounds'} | {split} | "
-                     f"{f['energy']:.1f} | {f.get('run', 'this run')} |")
-    lines += ["", "Validation errors (% on the 3000 held-out training patterns):", "",
-              "| q | " + " | ".join(f"C={c:g}" for c in results["settings"]["Cs"]) + " |",
-              "|---:|" + "---:|" * len(results["settings"]["Cs"])]
+        split = (
+            f"{s['checks']} ({s['t_check_s']:.1f}) / {f['rounds']} ({s['t_pass_s']:.1f})"
+            if s
+            else ""
+        )
+        lines.append(
+            f"| {q} | {f['C']:g} ({how}) | {f['error_pct']:.2f} | "
+            f"{p if p is not None else ''} | {diff} | {f['fit_time_s']:.1f} | "
+            f"{f['epochs']} | {f['rounds']} {'passes' if s else 'rounds'} | {split} | "
+            f"{f['energy']:.1f} | {f.get('run', 'this run')} |"
+        )
+    lines += [
+        "",
+        "Validation errors (% on the 3000 held-out training patterns):",
+        "",
+        "| q | " + " | ".join(f"C={c:g}" for c in results["settings"]["Cs"]) + " |",
+        "|---:|" + "---:|" * len(results["settings"]["Cs"]),
+    ]
     for q in sorted(int(k) for k in t["validation"]):
         per = t["validation"][q]["per_C"]
-        cells = [f"{per[str(c)]['error_pct']:.2f}" if str(c) in per else "skipped"
-                 for c in results["settings"]["Cs"]]
+        cells = [
+            f"{per[str(c)]['error_pct']:.2f}" if str(c) in per else "skipped"
+            for c in results["settings"]["Cs"]
+        ]
         lines.append(f"| {q} | " + " | ".join(cells) + " |")
     if t["skipped"]:
         lines += ["", "Not run:", ""]
@@ -298,20 +397,31 @@ def markdown(results) -> str:
             c = f" C={sk['C']:g}" if "C" in sk else ""
             lines.append(f"- q={sk['q']}{c}: {sk['what']} ({sk['why']})")
     g = results["goals"]
-    lines += ["", "Goals: " + "; ".join(f"{k}: {v['value']} ({'met' if v['met'] else 'NOT met'})"
-                                       for k, v in g.items())]
+    lines += [
+        "",
+        "Goals: "
+        + "; ".join(
+            f"{k}: {v['value']} ({'met' if v['met'] else 'NOT met'})" for k, v in g.items()
+        ),
+    ]
     if _body(results).get("liblinear"):
         L = _body(results)["liblinear"]
-        lines += ["", f"## q = 1 vs LIBLINEAR (Crammer-Singer, C={L['C']:g})", "",
-                  "| solver | fit s | primal | test error % |", "|---|---:|---:|---:|",
-                  f"| LIBLINEAR (LinearSVC crammer_singer, +1 feature) | "
-                  f"{L['liblinear']['fit_time_s']:.2f} | {L['liblinear']['primal']:.3f} | "
-                  f"{L['liblinear']['error_pct']:.2f} |",
-                  f"| dmcsvm MultiPrototypeSVC q=1 (gap_tol={L['dmcsvm']['params']['gap_tol']}) | "
-                  f"{L['dmcsvm']['fit_time_s']:.2f} | {L['dmcsvm']['primal']:.3f} | "
-                  f"{L['dmcsvm']['error_pct']:.2f} |", "",
-                  f"primal difference {100 * L['primal_rel_diff']:+.4f} %, fit-time ratio "
-                  f"{L['fit_time_ratio']:.2f}."]
+        lines += [
+            "",
+            f"## q = 1 vs LIBLINEAR (Crammer-Singer, C={L['C']:g})",
+            "",
+            "| solver | fit s | primal | test error % |",
+            "|---|---:|---:|---:|",
+            f"| LIBLINEAR (LinearSVC crammer_singer, +1 feature) | "
+            f"{L['liblinear']['fit_time_s']:.2f} | {L['liblinear']['primal']:.3f} | "
+            f"{L['liblinear']['error_pct']:.2f} |",
+            f"| dmcsvm MultiPrototypeSVC q=1 (gap_tol={L['dmcsvm']['params']['gap_tol']}) | "
+            f"{L['dmcsvm']['fit_time_s']:.2f} | {L['dmcsvm']['primal']:.3f} | "
+            f"{L['dmcsvm']['error_pct']:.2f} |",
+            "",
+            f"primal difference {100 * L['primal_rel_diff']:+.4f} %, fit-time ratio "
+            f"{L['fit_time_ratio']:.2f}.",
+        ]
     lines += ["", f"Script runtime {results['script_runtime_s']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -322,20 +432,27 @@ def goals(results):
     diffs = {q: final[q]["error_pct"] - PAPER_ERROR[q] for q in final if q in PAPER_ERROR}
     if diffs:
         worst = max(diffs.values())
-        g["error_within_1.5_points_every_q"] = {"value": round(worst, 2),
-                                                "met": bool(worst <= GOAL_POINTS)}
+        g["error_within_1.5_points_every_q"] = {
+            "value": round(worst, 2),
+            "met": bool(worst <= GOAL_POINTS),
+        }
     L = _body(results).get("liblinear")
     if L:
         g["q1_primal_within_0.1pct_of_liblinear"] = {
             "value": round(100 * L["primal_rel_diff"], 4),
-            "met": bool(L["primal_rel_diff"] <= GOAL_PRIMAL_REL)}
-        g["q1_fit_time_ratio_le_2"] = {"value": round(L["fit_time_ratio"], 2),
-                                       "met": bool(L["fit_time_ratio"] <= GOAL_TIME_RATIO)}
+            "met": bool(L["primal_rel_diff"] <= GOAL_PRIMAL_REL),
+        }
+        g["q1_fit_time_ratio_le_2"] = {
+            "value": round(L["fit_time_ratio"], 2),
+            "met": bool(L["fit_time_ratio"] <= GOAL_TIME_RATIO),
+        }
         if 5 in final and final[5]["C"] == L["C"]:
             # q = 5 within 4x LIBLINEAR's Crammer-Singer time at the same C
             r5 = final[5]["fit_time_s"] / L["liblinear"]["fit_time_s"]
-            g["q5_fit_time_ratio_to_liblinear_le_4"] = {"value": round(r5, 2),
-                                                       "met": bool(r5 <= GOAL_Q5_RATIO)}
+            g["q5_fit_time_ratio_to_liblinear_le_4"] = {
+                "value": round(r5, 2),
+                "met": bool(r5 <= GOAL_Q5_RATIO),
+            }
     return g
 
 
@@ -350,8 +467,12 @@ def merge_results(table, ll, prev, merged):
     run's commit, settings and load); returns the LIBLINEAR comparison to keep (this run's, else
     the earlier one's)."""
     commit = ((prev.get("machine") or {}).get("dmcsvm_git") or {}).get("commit", "?")
-    run = {"commit": commit, "settings": prev.get("settings"),
-           "load_at_start": prev.get("load_at_start"), "qs": []}
+    run = {
+        "commit": commit,
+        "settings": prev.get("settings"),
+        "load_at_start": prev.get("load_at_start"),
+        "qs": [],
+    }
     for q, row in _body(prev)["table"]["final"].items():
         q = int(q)
         if q in table["final"]:
@@ -366,8 +487,11 @@ def merge_results(table, ll, prev, merged):
             table["validation"][q] = _body(prev)["table"]["validation"][str(q)]
         table["skipped"] = [sk for sk in table["skipped"] if sk["q"] != q]
         run["qs"].append(q)
-    table["skipped"] += [sk for sk in _body(prev)["table"]["skipped"]
-                         if sk["q"] not in table["final"] and sk not in table["skipped"]]
+    table["skipped"] += [
+        sk
+        for sk in _body(prev)["table"]["skipped"]
+        if sk["q"] not in table["final"] and sk not in table["skipped"]
+    ]
     table["final"] = dict(sorted(table["final"].items()))
     table["validation"] = dict(sorted(table["validation"].items()))
     if ll is None and _body(prev).get("liblinear"):
@@ -391,37 +515,59 @@ def main(argv=None):
     p.add_argument("--T0", type=float, default=10.0)
     p.add_argument("--tau", type=float, default=0.05)
     p.add_argument("--max-epochs", type=int, default=200)
-    p.add_argument("--val-epochs", type=int, default=100,
-                   help="epochs of the validation fits (T ends at 0.06 instead of 3e-4)")
+    p.add_argument(
+        "--val-epochs",
+        type=int,
+        default=100,
+        help="epochs of the validation fits (T ends at 0.06 instead of 3e-4)",
+    )
     p.add_argument("--val-size", type=int, default=3000)
     p.add_argument("--selection", default="kkt")
     p.add_argument("--batch-size", type=int, default=None, help="default: the estimator's")
     p.add_argument("--n-jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--gap-tol-q1", type=float, default=1e-3,
-                   help="gap_tol of the q=1 model compared with LIBLINEAR")
+    p.add_argument(
+        "--gap-tol-q1",
+        type=float,
+        default=1e-3,
+        help="gap_tol of the q=1 model compared with LIBLINEAR",
+    )
     p.add_argument("--ll-tol", type=float, default=1e-4)
     p.add_argument("--ll-max-iter", type=int, default=100000)
     p.add_argument("--batch-sweeps", type=int, default=None, help="default: the estimator's")
-    p.add_argument("--solver", default="auto", choices=("auto", "sequential", "rounds"),
-                   help="MultiPrototypeSVC(solver=): auto = the sequential dual method in memory")
-    p.add_argument("--local-search", action=argparse.BooleanOptionalAction, default=True,
-                   help="visit the C grid outward from the previous q's choice (default) or all")
+    p.add_argument(
+        "--solver",
+        default="auto",
+        choices=("auto", "sequential", "rounds"),
+        help="MultiPrototypeSVC(solver=): auto = the sequential dual method in memory",
+    )
+    p.add_argument(
+        "--local-search",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="visit the C grid outward from the previous q's choice (default) or all",
+    )
     p.add_argument("--liblinear", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--budget-min", type=float, default=25.0, help="0: no budget")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--merge-from", action="append", default=[], metavar="JSON",
-                   help="earlier results of this script: their q rows (and LIBLINEAR comparison) "
-                        "that this run does not redo join the table, marked with their run")
+    p.add_argument(
+        "--merge-from",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="earlier results of this script: their q rows (and LIBLINEAR comparison) "
+        "that this run does not redo join the table, marked with their run",
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.qs, a.Cs = "1,3", "0.1,1,10"
         a.max_epochs = min(a.max_epochs, 20)
-    a.qs = [int(q) for q in a.qs.split(",") if q.strip()]     # empty: only --merge-from
+    a.qs = [int(q) for q in a.qs.split(",") if q.strip()]  # empty: only --merge-from
     a.Cs = [float(c) for c in a.Cs.split(",")]
     a.val_epochs = min(a.val_epochs, a.max_epochs)
-    run = _report.Run(__file__, "MProtSVM on LETTER (AS 2005 Table 2b) + q=1 vs LIBLINEAR",
-                      _report.settings_of(a))
+    run = _report.Run(
+        __file__, "MProtSVM on LETTER (AS 2005 Table 2b) + q=1 vs LIBLINEAR", _report.settings_of(a)
+    )
     t0 = run.t0
 
     def log(msg):
@@ -436,11 +582,13 @@ def main(argv=None):
         ll = merge_results(table, ll, json.loads(Path(path).read_text()), merged)
     results = run.envelope(
         {"table": table, "liblinear": ll},
-        data={"split": "UCI letter, first 15000 train / last 5000 test, [-1,1] "
-                       "scaling with training min/max",
-              "validation": f"stratified {a.val_size} held out of the 15000 "
-                            f"(random_state={a.seed})"},
-        merged_runs=merged)
+        data={
+            "split": "UCI letter, first 15000 train / last 5000 test, [-1,1] "
+            "scaling with training min/max",
+            "validation": f"stratified {a.val_size} held out of the 15000 (random_state={a.seed})",
+        },
+        merged_runs=merged,
+    )
     results["goals"] = goals(results)
     plot(results, Path(a.out).with_suffix(".png"))
     md = markdown(results)

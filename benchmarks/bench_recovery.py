@@ -83,14 +83,24 @@ def run_variant(a) -> dict:
     X, y = make_data(a.n, a.d)
     m = int(y.max()) + 1
     spec = KernelSpec("rbf", 1.0)
-    s = SolverSettings(C=10.0, tol=1e-6, gap_tol=0.0, batch_size=a.batch,
-                       max_iter=a.rounds).check()
-    ps = PartitionSettings(kernel=spec.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                           n_candidates=a.batch, pcls=np.arange(m), cache_bytes=0,
-                           kernel_dtype="float32")
+    s = SolverSettings(C=10.0, tol=1e-6, gap_tol=0.0, batch_size=a.batch, max_iter=a.rounds).check()
+    ps = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=s.C,
+        selection=pt.SEL_BMG,
+        tol=s.tol,
+        n_candidates=a.batch,
+        pcls=np.arange(m),
+        cache_bytes=0,
+        kernel_dtype="float32",
+    )
     out = {"dmcsvm_path": os.path.dirname(dmcsvm.__file__), "rss": [], "killed_at": None}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as lc, Client(lc) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as lc,
+        Client(lc) as client,
+    ):
         ex = DaskExecutor(client, n_partitions=3)
         ex.start(X, y, y, ps)
         out["has_log"] = hasattr(ex, "log")
@@ -104,12 +114,18 @@ def run_variant(a) -> dict:
                 os.kill(pid, signal.SIGKILL)
                 out["killed_at"] = rounds
                 out["log_entries_at_kill"] = len(getattr(ex, "log", []))
-                out["log_mb_at_kill"] = sum(
-                    sum(v.nbytes for v in op[1].values() if hasattr(v, "nbytes"))
-                    for op in getattr(ex, "log", []) if op[0] == "step") / 2 ** 20
+                out["log_mb_at_kill"] = (
+                    sum(
+                        sum(v.nbytes for v in op[1].values() if hasattr(v, "nbytes"))
+                        for op in getattr(ex, "log", [])
+                        if op[0] == "step"
+                    )
+                    / 2**20
+                )
 
         t0 = time.perf_counter()
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = solve(ex, a.n, np.arange(m), spec, s, a.d, False, on_round=on_round)
@@ -142,8 +158,9 @@ def ensure_old(path):
     directory: nothing is registered in the repository, unlike a worktree)."""
     if not os.path.isdir(os.path.join(path, "dmcsvm")):
         os.makedirs(path, exist_ok=True)
-        archive = subprocess.run(["git", "-C", REPO, "archive", OLD_COMMIT], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", REPO, "archive", OLD_COMMIT], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", path], input=archive, check=True)
     return path
 
@@ -151,25 +168,44 @@ def ensure_old(path):
 def main():
     sys.path.insert(0, HERE)
     import _report
+
     p = _report.parser(__doc__.split("\n")[0], "recovery.json")
     p.add_argument("--n", type=int, default=10000)
     p.add_argument("--d", type=int, default=2048)
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--rounds", type=int, default=350)
     p.add_argument("--kill-at", type=int, default=200)
-    p.add_argument("--old", default="/tmp/dmcsvm-old-e32ede4",
-                   help="the replaying engine's tree (exported from git when missing)")
+    p.add_argument(
+        "--old",
+        default="/tmp/dmcsvm-old-e32ede4",
+        help="the replaying engine's tree (exported from git when missing)",
+    )
     p.add_argument("--variant", choices=["before", "after"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.variant:
         print(json.dumps(run_variant(a)))
         return
-    run = _report.Run(__file__, "recovery: replayed log vs rebuild from state",
-                      {k: getattr(a, k) for k in ("n", "d", "batch", "rounds", "kill_at")})
+    run = _report.Run(
+        __file__,
+        "recovery: replayed log vs rebuild from state",
+        {k: getattr(a, k) for k in ("n", "d", "batch", "rounds", "kill_at")},
+    )
     variants = {}
     old = ensure_old(a.old)
-    args = [sys.executable, os.path.abspath(__file__), "--n", str(a.n), "--d", str(a.d),
-            "--batch", str(a.batch), "--rounds", str(a.rounds), "--kill-at", str(a.kill_at)]
+    args = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--n",
+        str(a.n),
+        "--d",
+        str(a.d),
+        "--batch",
+        str(a.batch),
+        "--rounds",
+        str(a.rounds),
+        "--kill-at",
+        str(a.kill_at),
+    ]
     for name, root in (("before", old), ("after", REPO)):
         env = dict(os.environ, PYTHONPATH=root)
         t = time.perf_counter()
@@ -181,16 +217,20 @@ def main():
         v["rss_growth_mb_per_round"] = growth_per_round(v["rss"], 50, a.kill_at)
         v["recovery_s"] = max((t_ for *_, t_ in v["recoveries"]), default=float("nan"))
         variants[name] = v
-        print(f"{name}: {v['rounds']} rounds, RSS {v['rss'][0][1]:.0f} -> "
-              f"{v['rss_final_mb']:.0f} MB ({v['rss_growth_mb_per_round']:.3f} MB/round), "
-              f"recovery {v['recovery_s']:.2f} s, dual {v['dual']:.9g}", flush=True)
+        print(
+            f"{name}: {v['rounds']} rounds, RSS {v['rss'][0][1]:.0f} -> "
+            f"{v['rss_final_mb']:.0f} MB ({v['rss_growth_mb_per_round']:.3f} MB/round), "
+            f"recovery {v['recovery_s']:.2f} s, dual {v['dual']:.9g}",
+            flush=True,
+        )
     res = run.envelope(variants, old_commit=OLD_COMMIT)
     _report.write(res, a.out, markdown(res))
 
 
 def markdown(res) -> str:
     import _report
-    variants = res.get("results") or res["variants"]       # "variants": before the envelope
+
+    variants = res.get("results") or res["variants"]  # "variants": before the envelope
     s, b, f = res["settings"], variants["before"], variants["after"]
 
     def rss_at(v, r):
@@ -198,38 +238,67 @@ def markdown(res) -> str:
 
     rows = [
         ("coordinator RSS at round 50 (MB)", f"{rss_at(b, 50):.0f}", f"{rss_at(f, 50):.0f}"),
-        (f"coordinator RSS at round {s['kill_at']} (MB)", f"{rss_at(b, s['kill_at']):.0f}",
-         f"{rss_at(f, s['kill_at']):.0f}"),
+        (
+            f"coordinator RSS at round {s['kill_at']} (MB)",
+            f"{rss_at(b, s['kill_at']):.0f}",
+            f"{rss_at(f, s['kill_at']):.0f}",
+        ),
         ("coordinator RSS at the end (MB)", f"{b['rss_final_mb']:.0f}", f"{f['rss_final_mb']:.0f}"),
-        (f"RSS growth per round, rounds 50..{s['kill_at']} (MB)",
-         f"{b['rss_growth_mb_per_round']:.3f}", f"{f['rss_growth_mb_per_round']:.3f}"),
-        ("message log at the kill (entries / MB of arrays)",
-         f"{b.get('log_entries_at_kill', 0)} / {b.get('log_mb_at_kill', 0):.0f}",
-         f"{f.get('log_entries_at_kill', 0)} / {f.get('log_mb_at_kill', 0):.0f}"),
+        (
+            f"RSS growth per round, rounds 50..{s['kill_at']} (MB)",
+            f"{b['rss_growth_mb_per_round']:.3f}",
+            f"{f['rss_growth_mb_per_round']:.3f}",
+        ),
+        (
+            "message log at the kill (entries / MB of arrays)",
+            f"{b.get('log_entries_at_kill', 0)} / {b.get('log_mb_at_kill', 0):.0f}",
+            f"{f.get('log_entries_at_kill', 0)} / {f.get('log_mb_at_kill', 0):.0f}",
+        ),
         ("partitions rebuilt", str(len(b["recoveries"])), str(len(f["recoveries"]))),
-        ("recovery time (s, the slowest partition)", f"{b['recovery_s']:.2f}",
-         f"{f['recovery_s']:.2f}"),
-        ("wall time of the round that recovered (s)", f"{b.get('t_round_recovering', 0):.2f}",
-         f"{f.get('t_round_recovering', 0):.2f}"),
-        ("median round (s)", f"{b.get('t_round_median', 0):.3f}", f"{f.get('t_round_median', 0):.3f}"),
+        (
+            "recovery time (s, the slowest partition)",
+            f"{b['recovery_s']:.2f}",
+            f"{f['recovery_s']:.2f}",
+        ),
+        (
+            "wall time of the round that recovered (s)",
+            f"{b.get('t_round_recovering', 0):.2f}",
+            f"{f.get('t_round_recovering', 0):.2f}",
+        ),
+        (
+            "median round (s)",
+            f"{b.get('t_round_median', 0):.3f}",
+            f"{f.get('t_round_median', 0):.3f}",
+        ),
         ("rounds run", str(b["rounds"]), str(f["rounds"])),
         ("support vectors at the end", str(b["n_sv"]), str(f["n_sv"])),
         ("final dual objective", f"{b['dual']:.10g}", f"{f['dual']:.10g}"),
         ("whole fit incl. cluster start (s)", f"{b['wall_s']:.0f}", f"{f['wall_s']:.0f}"),
     ]
-    L = ["# Recovery: replayed log (before) vs rebuild from the coordinator's state (after)", "",
-         f"{s['n']} x {s['d']} float32 synthetic, 10 classes, RBF, batch {s['batch']}, "
-         f"{s['rounds']} rounds, LocalCluster 2 workers x 1 thread, 3 partitions; the worker of "
-         f"partition 1 killed (SIGKILL) after round {s['kill_at']}.  "
-         f"`benchmarks/bench_recovery.py`; before = commit {OLD_COMMIT}.", "",
-         *_report.md_table(["", "before (replay)", "after (state)"], rows)]
-    L += ["", "RSS growth after the change is the row bank (X rows of every pattern that entered a "
-              "batch, which holds the support vectors: it follows the support set, at most n x d) "
-              "and the history; before, each round also logged its message (the batch's X rows "
-              "and dB) for the replay.", "",
-          _report.machine_line(res) + "  " + _report.load_line(res)
-          + " (other engineers' tests share the 2 cores: times are indicative only, memory is "
-            "not affected).", ""]
+    L = [
+        "# Recovery: replayed log (before) vs rebuild from the coordinator's state (after)",
+        "",
+        f"{s['n']} x {s['d']} float32 synthetic, 10 classes, RBF, batch {s['batch']}, "
+        f"{s['rounds']} rounds, LocalCluster 2 workers x 1 thread, 3 partitions; the worker of "
+        f"partition 1 killed (SIGKILL) after round {s['kill_at']}.  "
+        f"`benchmarks/bench_recovery.py`; before = commit {OLD_COMMIT}.",
+        "",
+        *_report.md_table(["", "before (replay)", "after (state)"], rows),
+    ]
+    L += [
+        "",
+        "RSS growth after the change is the row bank (X rows of every pattern that entered a "
+        "batch, which holds the support vectors: it follows the support set, at most n x d) "
+        "and the history; before, each round also logged its message (the batch's X rows "
+        "and dB) for the replay.",
+        "",
+        _report.machine_line(res)
+        + "  "
+        + _report.load_line(res)
+        + " (other engineers' tests share the 2 cores: times are indicative only, memory is "
+        "not affected).",
+        "",
+    ]
     return "\n".join(L)
 
 

@@ -65,14 +65,16 @@ from dmcsvm.engine.messages import HeldIds  # noqa: E402
 DESIGNS = ("current", "per_worker", "per_worker_2b", "tree", "tree_bank", "tree_bank_packed")
 
 #: the Dask fits measured here: key -> (cluster, DaskExecutor options, model options)
-DASK_RUNS = {"dask1": ("1x1", {}, {}),
-             "dask2": ("2x1", {}, {}),
-             # one worker with two threads: its two partitions behind one WorkerGroup
-             "dask1x2": ("1x2", {}, {"calls": 1}),
-             # two workers down the tree (root -> child): the model charges 2 calls per level
-             "dask2_tree": ("2x1", {"tree": True}, {"tree": 2})}
-EXECUTOR_KW: dict = {}     # options set on the next DaskExecutor (install_recorder)
-_HOOKS = contextlib.ExitStack()     # the recorders installed for the rest of the run
+DASK_RUNS = {
+    "dask1": ("1x1", {}, {}),
+    "dask2": ("2x1", {}, {}),
+    # one worker with two threads: its two partitions behind one WorkerGroup
+    "dask1x2": ("1x2", {}, {"calls": 1}),
+    # two workers down the tree (root -> child): the model charges 2 calls per level
+    "dask2_tree": ("2x1", {"tree": True}, {"tree": 2}),
+}
+EXECUTOR_KW: dict = {}  # options set on the next DaskExecutor (install_recorder)
+_HOOKS = contextlib.ExitStack()  # the recorders installed for the rest of the run
 
 
 # ----------------------------------------------------------------------------- 1. unit costs
@@ -83,6 +85,7 @@ def unit_costs(quick):
     from dmcsvm.engine.messages import merge as merge_replies
     from dmcsvm.kernels import KernelSpec, kernel_block, row_norms_sq
     from dmcsvm.numerics import pattern as pt
+
     rng = np.random.default_rng(1)
     out = {"load_before": load()}
     na, b = (4096, 128) if quick else (8192, 256)
@@ -109,6 +112,7 @@ def unit_costs(quick):
         def copy():
             for j, c in enumerate(cols):
                 KT[j] = c
+
         out["k_c"] = timeit(copy, rep) / (na * b)
         # update GEMM and selection scan
         ur, sr = [], []
@@ -120,6 +124,7 @@ def unit_costs(quick):
 
             def upd():
                 F[...] += K @ dB.astype(np.float32)
+
             t = timeit(upd, rep)
             ur.append({"P": P, "s": t, "s_per_unit": t / (na * b * P)})
             Bm = np.zeros((na, P))
@@ -131,11 +136,23 @@ def unit_costs(quick):
             calm = np.zeros(na, dtype=np.int64)
             V, psi = np.empty(na), np.empty(na)
             sel = pt.SELECTIONS["bmg"]
-            t = timeit(lambda: pt.scan_rows(sel, Bm, Fm, yp, yp, pcls, kd, 10.0, 1e-3, act, 1.0,
-                                            calm, V, psi), rep, warm=2)
+            t = timeit(
+                lambda: pt.scan_rows(
+                    sel, Bm, Fm, yp, yp, pcls, kd, 10.0, 1e-3, act, 1.0, calm, V, psi
+                ),
+                rep,
+                warm=2,
+            )
             t_obj = timeit(lambda: pt.objective_parts(Bm, Fm, yp, yp, pcls), rep, warm=2)
-            sr.append({"P": P, "s": t, "s_obj": t_obj, "s_per_unit": (t - t_obj) / (na * P),
-                       "s_obj_per_unit": t_obj / (na * P)})
+            sr.append(
+                {
+                    "P": P,
+                    "s": t,
+                    "s_obj": t_obj,
+                    "s_per_unit": (t - t_obj) / (na * P),
+                    "s_obj_per_unit": t_obj / (na * P),
+                }
+            )
         out["update"], out["scan"] = ur, sr
         out["k_u"] = float(np.median([r["s_per_unit"] for r in ur]))
         out["k_s"] = float(np.median([max(r["s_per_unit"], 1e-12) for r in sr]))
@@ -143,34 +160,62 @@ def unit_costs(quick):
         # coordinator's merge of the replies: Np x c candidates, P scores, d features, half new
         mr = []
         for P, d in ((10, 32), (26, 16), (10, 784)):
-            for Np, c in ((2, 500), (8, 500), (32, 250)) if quick else ((2, 1000), (8, 1000), (32, 1000)):
+            for Np, c in (
+                ((2, 500), (8, 500), (32, 250)) if quick else ((2, 1000), (8, 1000), (32, 1000))
+            ):
                 reps = []
                 for k in range(Np):
                     new = rng.random(c) < 0.5
-                    reps.append(CSReply(
-                        part=k, cand_ids=np.arange(c) + k * c, cand_V=rng.random(c),
-                        cand_psi=rng.random(c), cand_F=rng.random((c, P)),
-                        cand_X=rng.random((int(new.sum()), d), dtype=np.float32),
-                        cand_new=new, cand_kdiag=np.ones(c), cand_yp=np.zeros(c, np.int64),
-                        cand_cls=np.zeros(c, np.int64), max_V=1.0, sum_V=1.0, max_psi=1.0,
-                        n_viol=c, n_active=c, n_rows=c))
+                    reps.append(
+                        CSReply(
+                            part=k,
+                            cand_ids=np.arange(c) + k * c,
+                            cand_V=rng.random(c),
+                            cand_psi=rng.random(c),
+                            cand_F=rng.random((c, P)),
+                            cand_X=rng.random((int(new.sum()), d), dtype=np.float32),
+                            cand_new=new,
+                            cand_kdiag=np.ones(c),
+                            cand_yp=np.zeros(c, np.int64),
+                            cand_cls=np.zeros(c, np.int64),
+                            max_V=1.0,
+                            sum_V=1.0,
+                            max_psi=1.0,
+                            n_viol=c,
+                            n_active=c,
+                            n_rows=c,
+                        )
+                    )
                 blobs_ = [pickle.dumps(r, protocol=5) for r in reps]
+
                 # what the coordinator does with a Dask round's replies: unpickle, merge, argsort
                 def merge():
                     agg = merge_replies([pickle.loads(x) for x in blobs_])
                     agg.cand_xrow()
                     np.argsort(-agg.cand_V, kind="stable")
+
                 t = timeit(merge, rep)
-                mr.append({"P": P, "d": d, "Np": Np, "c": c, "ncand": Np * c,
-                           "nnew": int(sum(int(r.cand_new.sum()) for r in reps)), "s": t})
+                mr.append(
+                    {
+                        "P": P,
+                        "d": d,
+                        "Np": Np,
+                        "c": c,
+                        "ncand": Np * c,
+                        "nnew": int(sum(int(r.cand_new.sum()) for r in reps)),
+                        "s": t,
+                    }
+                )
         A = np.array([[1.0, r["ncand"] * (r["P"] + 7), r["nnew"] * r["d"]] for r in mr])
         y = np.array([r["s"] for r in mr])
         from scipy.optimize import nnls
+
         m, _ = nnls(A, y)
         out["merge"] = mr
         out["m0"], out["m1"], out["m2"] = (float(v) for v in m)
     # thread pool hand-off of an in-process round (2 threads, no work)
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(2) as pool:
         out["th0"] = timeit(lambda: list(pool.map(lambda _: None, range(2))), 50, warm=5)
     out["load_after"] = load()
@@ -179,8 +224,9 @@ def unit_costs(quick):
 
 def micro_costs(uc):
     """The model's constants measured by :func:`unit_costs` (the rest keep their defaults)."""
-    return sm.Costs(**{k: uc[k] for k in ("k_e", "k_f", "k_c", "k_u", "k_s", "k_o", "m0", "m1",
-                                         "m2", "th0")})
+    return sm.Costs(
+        **{k: uc[k] for k in ("k_e", "k_f", "k_c", "k_u", "k_s", "k_o", "m0", "m1", "m2", "th0")}
+    )
 
 
 # ----------------------------------------------------------------------------- 2. fits
@@ -189,7 +235,7 @@ class Recorder:
 
     def __init__(self, inner, log):
         self._inner, self._log = inner, log
-        self._seen = HeldIds()      # ids whose X the Dask workers bank (as DaskExecutor)
+        self._seen = HeldIds()  # ids whose X the Dask workers bank (as DaskExecutor)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -201,8 +247,7 @@ class Recorder:
         ncand = sum(int(r.cand_ids.shape[0]) for r in reps)
         # SMO replies have no cand_new (their rows are always sent)
         nnew = sum(int(np.count_nonzero(getattr(r, "cand_new", ()))) for r in reps)
-        rb = sum(sum(v.nbytes for v in vars(r).values() if isinstance(v, np.ndarray))
-                 for r in reps)
+        rb = sum(sum(v.nbytes for v in vars(r).values() if isinstance(v, np.ndarray)) for r in reps)
         mb = sum(v.nbytes for v in vars(msg).values() if isinstance(v, np.ndarray))
         dB = getattr(msg, "dB", None)
         nnz = float(np.count_nonzero(dB) / dB.size) if dB is not None and dB.size else 0.0
@@ -210,8 +255,17 @@ class Recorder:
         have = self._seen.rows(msg)
         held = 0 if have is None else int(np.count_nonzero(have))
         self._seen.applied(msg)
-        self._log.append({"t_step": dt, "ncand": ncand, "nnew": nnew, "reply_bytes": rb,
-                          "msg_bytes": mb, "nnz_frac": nnz, "held": held})
+        self._log.append(
+            {
+                "t_step": dt,
+                "ncand": ncand,
+                "nnew": nnew,
+                "reply_bytes": rb,
+                "msg_bytes": mb,
+                "nnz_frac": nnz,
+                "held": held,
+            }
+        )
         return reps
 
 
@@ -226,6 +280,7 @@ def install_recorder():
         log = []
         logs.append(log)
         return Recorder(ex, log)
+
     _HOOKS.enter_context(executor_hook(wrap))
     return logs
 
@@ -233,6 +288,7 @@ def install_recorder():
 def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale", executor_kw=None):
     """One timed fit; ``executor_kw``: options set on its DaskExecutor (install_recorder)."""
     from dmcsvm import MulticlassSVC
+
     kw = dict(C=C, gamma=gamma, batch_size=b, disk_cache_size=0)
     if mode == "inprocess":
         kw["n_jobs"] = n
@@ -252,10 +308,20 @@ def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale", executor
     rec = logs[-1] if logs else []
     stats = clf.engine_stats_
     bytes_sent = None
-    return {"mode": mode, "n": n, "fit_s": wall, "rounds": int(clf.n_iter_),
-            "n_sv": int(clf.support_.shape[0]), "load_before": l0, "load_after": load(),
-            "history": h, "rec": list(rec), "Np": len(stats), "bytes_sent": bytes_sent,
-            "dual": float(h["dual"][-1])}
+    return {
+        "mode": mode,
+        "n": n,
+        "fit_s": wall,
+        "rounds": int(clf.n_iter_),
+        "n_sv": int(clf.support_.shape[0]),
+        "load_before": l0,
+        "load_after": load(),
+        "history": h,
+        "rec": list(rec),
+        "Np": len(stats),
+        "bytes_sent": bytes_sent,
+        "dual": float(h["dual"][-1]),
+    }
 
 
 def trajectory(run, b_max):
@@ -266,16 +332,26 @@ def trajectory(run, b_max):
     cach = np.diff(np.r_[0.0, h["rows_cached"]])
     Np = run["Np"]
     rec = run["rec"][:R] if run["rec"] else []
-    ncand = np.array([r["ncand"] for r in rec], float) if len(rec) == R else np.minimum(
-        np.array(h["n_viol"]), Np * b_max)
+    ncand = (
+        np.array([r["ncand"] for r in rec], float)
+        if len(rec) == R
+        else np.minimum(np.array(h["n_viol"]), Np * b_max)
+    )
     nnew = np.array([r["nnew"] for r in rec], float) if len(rec) == R else ncand * 0.5
     # the batch applied in round r is the one chosen in round r - 1 (sent with round r's message)
     bprev = np.r_[0.0, np.array(h["batch"][:-1], float)]
-    t = {"batch_chosen": np.array(h["batch"], float), "batch": bprev,
-         "n_active": np.array(h["n_active"], float), "n_viol": np.array(h["n_viol"], float),
-         "ncomp": comp / Np, "ncach": cach / Np, "ncand": ncand,
-         "new_frac": np.where(ncand > 0, nnew / np.maximum(ncand, 1), 0.0), "b_max": b_max,
-         "Np": Np}
+    t = {
+        "batch_chosen": np.array(h["batch"], float),
+        "batch": bprev,
+        "n_active": np.array(h["n_active"], float),
+        "n_viol": np.array(h["n_viol"], float),
+        "ncomp": comp / Np,
+        "ncach": cach / Np,
+        "ncand": ncand,
+        "new_frac": np.where(ncand > 0, nnew / np.maximum(ncand, 1), 0.0),
+        "b_max": b_max,
+        "Np": Np,
+    }
     if len(rec) == R and all("held" in r for r in rec):
         # the share of each round's batch rows that the workers bank (not sent again)
         t["held_frac"] = np.array([r["held"] for r in rec], float) / np.maximum(bprev, 1)
@@ -287,6 +363,7 @@ def trajectory(run, b_max):
 def fit_coordinator(costs, runs, d, P):
     """s0, s1, s2 (and s_step) from history_['t_solve'] of the given runs, K_BB subtracted."""
     from scipy.optimize import nnls
+
     rows, ys = [], []
     for item in runs:
         run, d, P = item if isinstance(item, tuple) else (item, d, P)
@@ -305,10 +382,13 @@ def fit_coordinator(costs, runs, d, P):
     if A.shape[1] > 3:
         costs.s_step = float(coef[3])
     pred = A @ coef
-    return {"r2": float(1 - np.sum((y - pred) ** 2) / max(np.sum((y - y.mean()) ** 2), 1e-30)),
-            "sum_meas": float(y.sum()), "sum_fit": float(pred.sum()),
-            "features": ["1", "b P", "b^2 P"] + (["steps b P"] if A.shape[1] > 3 else []),
-            "n_rounds": int(len(y))}
+    return {
+        "r2": float(1 - np.sum((y - pred) ** 2) / max(np.sum((y - y.mean()) ** 2), 1e-30)),
+        "sum_meas": float(y.sum()),
+        "sum_fit": float(pred.sum()),
+        "features": ["1", "b P", "b^2 P"] + (["steps b P"] if A.shape[1] > 3 else []),
+        "n_rounds": int(len(y)),
+    }
 
 
 def calibrate_parts(costs, run, d, P, n):
@@ -323,20 +403,26 @@ def calibrate_parts(costs, run, d, P, n):
     scan_pred = float(np.sum(na * P * costs.k_s + n / Np * P * costs.k_o))
     meas = {k: float(np.sum(h[k])) for k in ("t_kernel", "t_update", "t_select", "t_parts")}
     flop = float(np.sum(na * tr["ncomp"] * costs.k_f * d))
-    f = {"kernel": max(meas["t_kernel"] - flop, 0.0) / max(kern_pred - flop, 1e-12),
-         "update": meas["t_update"] / max(upd_pred, 1e-12),
-         "scan": meas["t_select"] / max(scan_pred, 1e-12)}
-    costs.k_e *= f["kernel"]          # per-entry overheads; the per-feature (GEMM) part stays
+    f = {
+        "kernel": max(meas["t_kernel"] - flop, 0.0) / max(kern_pred - flop, 1e-12),
+        "update": meas["t_update"] / max(upd_pred, 1e-12),
+        "scan": meas["t_select"] / max(scan_pred, 1e-12),
+    }
+    costs.k_e *= f["kernel"]  # per-entry overheads; the per-feature (GEMM) part stays
     costs.k_c *= f["kernel"]
     costs.k_u *= f["update"]
     costs.k_s *= f["scan"]
     costs.k_o *= f["scan"]
     R = len(h["batch"])
-    costs.t_p0 = max(0.0, (meas["t_parts"] - meas["t_kernel"] - meas["t_update"]
-                           - meas["t_select"]) / R)
+    costs.t_p0 = max(
+        0.0, (meas["t_parts"] - meas["t_kernel"] - meas["t_update"] - meas["t_select"]) / R
+    )
     costs.scale = {k: round(v, 3) for k, v in f.items()}
-    return {"factors": f, "measured": meas,
-            "predicted_micro": {"kernel": kern_pred, "update": upd_pred, "scan": scan_pred}}
+    return {
+        "factors": f,
+        "measured": meas,
+        "predicted_micro": {"kernel": kern_pred, "update": upd_pred, "scan": scan_pred},
+    }
 
 
 # ----------------------------------------------------------------------------- 3. Dask probe
@@ -346,6 +432,7 @@ def dask_probe(client, quick, d=32, P=10):
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt
+
     rng = np.random.default_rng(2)
     res = []
     reps = 10 if quick else 20
@@ -353,10 +440,16 @@ def dask_probe(client, quick, d=32, P=10):
         n = 50 * Np
         X = rng.standard_normal((n, d)).astype(np.float32)
         y = rng.integers(0, P, n).astype(np.int64)
-        s = PartitionSettings(kernel=KernelSpec("rbf", 0.05, 3, 0.0).to_dict(),
-                              C=10.0, selection=pt.SELECTIONS["bmg"], tol=1e-3, n_candidates=10,
-                              pcls=np.arange(P, dtype=np.int64), shrinking=False,
-                              kernel_dtype="float32")
+        s = PartitionSettings(
+            kernel=KernelSpec("rbf", 0.05, 3, 0.0).to_dict(),
+            C=10.0,
+            selection=pt.SELECTIONS["bmg"],
+            tol=1e-3,
+            n_candidates=10,
+            pcls=np.arange(P, dtype=np.int64),
+            shrinking=False,
+            kernel_dtype="float32",
+        )
         # the executor as fits use it: one call per worker, each worker's partitions behind one
         # actor (the per-partition actors this probe once measured are gone), called directly
         ex = DaskExecutor(client, n_partitions=Np, recover=False, tree=False).start(X, y, y, s)
@@ -367,26 +460,41 @@ def dask_probe(client, quick, d=32, P=10):
                 ex.step(RoundMessage())
             cpu_empty = (time.process_time() - c0_cpu) / reps
             b = 1000
-            msg = RoundMessage(ids=np.arange(b, dtype=np.int64) + 10 ** 6,
-                               XB=rng.standard_normal((b, d)).astype(np.float32),
-                               dB=np.where(rng.random((b, P)) < 0.15, 1e-9, 0.0),
-                               shrink_margin=1.0)
+            msg = RoundMessage(
+                ids=np.arange(b, dtype=np.int64) + 10**6,
+                XB=rng.standard_normal((b, d)).astype(np.float32),
+                dB=np.where(rng.random((b, P)) < 0.15, 1e-9, 0.0),
+                shrink_margin=1.0,
+            )
             b0 = ex.bytes_sent
             t_msg = timeit(lambda: ex.step(msg), reps, warm=2)
             per_msg = (ex.bytes_sent - b0) / (reps + 2)
         finally:
             ex.close()
-        res.append({"Np": Np, "t_empty": t_empty, "cpu_empty": cpu_empty, "t_msg_b1000": t_msg, "wire_bytes": per_msg,
-                    "load": load()})
+        res.append(
+            {
+                "Np": Np,
+                "t_empty": t_empty,
+                "cpu_empty": cpu_empty,
+                "t_msg_b1000": t_msg,
+                "wire_bytes": per_msg,
+                "load": load(),
+            }
+        )
     A = np.array([[1.0, r["Np"]] for r in res])
     c0, c_call = np.linalg.lstsq(A, np.array([r["t_empty"] for r in res]), rcond=None)[0]
     c0c, c_call_cpu = np.linalg.lstsq(A, np.array([r["cpu_empty"] for r in res]), rcond=None)[0]
     extra = np.array([(r["t_msg_b1000"] - r["t_empty"]) for r in res])
     byts = np.array([r["wire_bytes"] for r in res])
     bw = float(np.sum(byts) / max(np.sum(extra), 1e-9))
-    return {"runs": res, "c0": float(max(c0, 0.0)), "c_call": float(max(c_call, 0.0)),
-            "c0_cpu": float(max(c0c, 0.0)), "c_call_cpu": float(max(c_call_cpu, 0.0)),
-            "bw_local": bw}
+    return {
+        "runs": res,
+        "c0": float(max(c0, 0.0)),
+        "c_call": float(max(c_call, 0.0)),
+        "c0_cpu": float(max(c0c, 0.0)),
+        "c_call_cpu": float(max(c_call_cpu, 0.0)),
+        "bw_local": bw,
+    }
 
 
 # ----------------------------------------------------------------------------- driver
@@ -398,28 +506,50 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--out", default=str(_report.RESULTS_DIR / "scaling.json"))
     ap.add_argument("--no-letter", action="store_true")
-    ap.add_argument("--external", metavar="SCHEDULER",
-                    help="only time Dask fits of the blobs problem on this scheduler's workers "
-                         "(e.g. workers in network namespaces) and add them, with the model's "
-                         "prediction, to the JSON given by --out (which a full run wrote)")
-    ap.add_argument("--bw-mbit", type=float, default=None,
-                    help="--external: the link's bandwidth (Mbit/s) for the prediction")
+    ap.add_argument(
+        "--external",
+        metavar="SCHEDULER",
+        help="only time Dask fits of the blobs problem on this scheduler's workers "
+        "(e.g. workers in network namespaces) and add them, with the model's "
+        "prediction, to the JSON given by --out (which a full run wrote)",
+    )
+    ap.add_argument(
+        "--bw-mbit",
+        type=float,
+        default=None,
+        help="--external: the link's bandwidth (Mbit/s) for the prediction",
+    )
     ap.add_argument("--tag", default="external")
-    ap.add_argument("--reference", default=None,
-                    help="with --reproject: project with --out's constants over this result "
-                         "file's trajectory (e.g. a --node run against results/scaling.json)")
-    ap.add_argument("--reproject", action="store_true",
-                    help="recompute the projections of --out from its constants (no measuring)")
-    ap.add_argument("--packing", action="store_true",
-                    help="measure the MNIST digits' density and the CPU of packing X rows "
-                         "(packing_costs) into --out, then project again (design "
-                         "tree_bank_packed)")
-    ap.add_argument("--held", action="store_true",
-                    help="re-run --out's reference fit (in process, deterministic) to record the "
-                         "batch rows the workers bank each round, then project again")
-    ap.add_argument("--node", action="store_true",
-                    help="validate on one many-core machine: in-process fits on --threads and "
-                         "LocalCluster fits on --workers one-thread workers, direct and tree")
+    ap.add_argument(
+        "--reference",
+        default=None,
+        help="with --reproject: project with --out's constants over this result "
+        "file's trajectory (e.g. a --node run against results/scaling.json)",
+    )
+    ap.add_argument(
+        "--reproject",
+        action="store_true",
+        help="recompute the projections of --out from its constants (no measuring)",
+    )
+    ap.add_argument(
+        "--packing",
+        action="store_true",
+        help="measure the MNIST digits' density and the CPU of packing X rows "
+        "(packing_costs) into --out, then project again (design "
+        "tree_bank_packed)",
+    )
+    ap.add_argument(
+        "--held",
+        action="store_true",
+        help="re-run --out's reference fit (in process, deterministic) to record the "
+        "batch rows the workers bank each round, then project again",
+    )
+    ap.add_argument(
+        "--node",
+        action="store_true",
+        help="validate on one many-core machine: in-process fits on --threads and "
+        "LocalCluster fits on --workers one-thread workers, direct and tree",
+    )
     ap.add_argument("--threads", default="1,2,4,8,16")
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--node-n", type=int, default=64000)
@@ -440,9 +570,12 @@ def main(argv=None):
     quick = a.quick
     repeat = a.repeat or (1 if quick else 2)
     b_max = a.batch_size or (200 if quick else 500)
-    run = _report.Run(__file__, "scaling model of a round: unit costs, validation, projection",
-                      _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")))
-    out = {}                 # the envelope's results
+    run = _report.Run(
+        __file__,
+        "scaling model of a round: unit costs, validation, projection",
+        _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")),
+    )
+    out = {}  # the envelope's results
     print("unit costs ...", flush=True)
     uc = unit_costs(quick)
     out["unit_costs"] = uc
@@ -458,16 +591,19 @@ def main(argv=None):
         datasets.append(("letter6000", Xl[:6000].astype(np.float32), yl[:6000], 10.0, 1.0))
 
     from distributed import Client, LocalCluster
+
     logs = install_recorder()
     from dmcsvm import MulticlassSVC
+
     # numba warm-up, untimed
     MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(Xb[:300], yb[:300])
     print("clusters ...", flush=True)
     cl = {}
     for W, T in ((1, 1), (2, 1), (1, 2)):
         t = time.perf_counter()
-        cluster = LocalCluster(n_workers=W, threads_per_worker=T, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=W, threads_per_worker=T, processes=True, dashboard_address=None
+        )
         cl[f"{W}x{T}"] = (cluster, Client(cluster))
         out[f"cluster{W}x{T}_start_s"] = time.perf_counter() - t
         MulticlassSVC(C=10, batch_size=50, client=cl[f"{W}x{T}"][1]).fit(Xb[:300], yb[:300])
@@ -482,12 +618,24 @@ def main(argv=None):
                 mode = "inprocess" if key.startswith("inprocess") else "dask"
                 k = int(key[-1]) if mode == "inprocess" else 0
                 client = cl[DASK_RUNS[key][0]][1] if mode == "dask" else None
-                r = one_fit(X, y, b_max, C, mode, k, client, logs, gamma,
-                            DASK_RUNS[key][1] if mode == "dask" else None)
+                r = one_fit(
+                    X,
+                    y,
+                    b_max,
+                    C,
+                    mode,
+                    k,
+                    client,
+                    logs,
+                    gamma,
+                    DASK_RUNS[key][1] if mode == "dask" else None,
+                )
                 r["b_max"] = b_max
                 runs.setdefault(key, []).append(r)
-                print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}",
-                      flush=True)
+                print(
+                    f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, load {r['load_before']}",
+                    flush=True,
+                )
         out["datasets"][name] = {"n": n, "d": d, "P": P, "runs": runs}
     print("dask probe ...", flush=True)
     out["probe"] = dask_probe(cl["2x1"][1], quick)
@@ -501,16 +649,21 @@ def main(argv=None):
     fastest = lambda rs: min(rs, key=lambda r: r["fit_s"])  # noqa: E731
     # the coordinator's t_solve(b, P) for the projections: pooled over every data set's fastest
     # 1-thread fit (two values of P when letter runs)
-    out["coord_fit"] = fit_coordinator(costs, [(fastest(ds["runs"]["inprocess1"]), ds["d"], ds["P"])
-                                               for ds in out["datasets"].values()], None, None)
+    out["coord_fit"] = fit_coordinator(
+        costs,
+        [(fastest(ds["runs"]["inprocess1"]), ds["d"], ds["P"]) for ds in out["datasets"].values()],
+        None,
+        None,
+    )
     name0 = datasets[0][0]
     ds0 = out["datasets"][name0]
     base = fastest(ds0["runs"]["inprocess1"])
     out["costs"] = costs.to_dict()
     out["costs_dask_here"] = out["calibration"][name0]["costs_dask"]
 
-    out["projection"], out["projection_sensitivity"] = projections(out, costs, base, ds0["n"],
-                                                                    b_max)
+    out["projection"], out["projection_sensitivity"] = projections(
+        out, costs, base, ds0["n"], b_max
+    )
     slim(out)
     out = run.envelope(out, quick=quick, repeat=repeat, batch_size=b_max)
     _report.write(out, a.out)
@@ -526,12 +679,16 @@ def node(a):
     1-thread and 1-worker fits predicting the rest; the projections with its constants.  Writes
     ``--out`` after every fit, so a run cut short keeps what it measured."""
     from distributed import Client, LocalCluster
+
     threads = [int(v) for v in a.threads.split(",")]
     workers = [int(v) for v in a.workers.split(",")]
     repeat = a.repeat or 2
     b_max = a.batch_size or 1000
-    run = _report.Run(__file__, "scaling model validated on one many-core node",
-                      _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")))
+    run = _report.Run(
+        __file__,
+        "scaling model validated on one many-core node",
+        _report.settings_of(a, ("data_dir", "out", "external", "bw_mbit", "tag")),
+    )
     out = {"node": {"threads": threads, "workers": workers, "n": a.node_n, "d": a.node_d}}
 
     def save():
@@ -547,7 +704,8 @@ def node(a):
     n, d = X.shape
     logs = install_recorder()
     from dmcsvm import MulticlassSVC
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])   # numba warm-up
+
+    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])  # numba warm-up
     runs = {}
     out["datasets"] = {"blobs": {"n": n, "d": d, "P": 10, "runs": runs}}
     model_kw = {}
@@ -556,8 +714,11 @@ def node(a):
         r = one_fit(X, y, b_max, 10.0, mode, k, client, logs, executor_kw=kw)
         r["b_max"] = b_max
         runs.setdefault(key, []).append(r)
-        print(f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, Np {r['Np']}, "
-              f"load {r['load_before']}", flush=True)
+        print(
+            f"  {key}: {r['fit_s']:.2f} s, {r['rounds']} rounds, Np {r['Np']}, "
+            f"load {r['load_before']}",
+            flush=True,
+        )
         save()
 
     print(f"fits on blobs ({n} x {d}, 10 classes), batch {b_max} ...", flush=True)
@@ -566,8 +727,9 @@ def node(a):
             fit(f"inprocess{T}", "inprocess", T)
     for W in workers:
         t = time.perf_counter()
-        cluster = LocalCluster(n_workers=W, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=W, threads_per_worker=1, processes=True, dashboard_address=None
+        )
         client = Client(cluster)
         out[f"cluster{W}x1_start_s"] = time.perf_counter() - t
         MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
@@ -606,14 +768,17 @@ def validate(out, costs, b_max, model_kw):
     as min (like the calibration) and median over the repeats.  ``model_kw``: run key -> the
     model's options for that run (``calls``, ``tree`` depth)."""
     import copy
+
     micro = copy.deepcopy(costs)
     out["validation"], out["calibration"] = [], {}
     fastest = lambda rs: min(rs, key=lambda r: r["fit_s"])  # noqa: E731
     for name, ds in out["datasets"].items():
         cd = copy.deepcopy(micro)
         base = fastest(ds["runs"]["inprocess1"])
-        cal = {"coord_fit": fit_coordinator(cd, [base], ds["d"], ds["P"]),
-               "parts": calibrate_parts(cd, base, ds["d"], ds["P"], ds["n"])}
+        cal = {
+            "coord_fit": fit_coordinator(cd, [base], ds["d"], ds["P"]),
+            "parts": calibrate_parts(cd, base, ds["d"], ds["P"], ds["n"]),
+        }
         d1 = fastest(ds["runs"]["dask1"])
         h1, hb = d1["history"], base["history"]
         f_w = float(np.sum(h1["t_parts"]) / max(np.sum(hb["t_parts"]), 1e-9))
@@ -621,13 +786,22 @@ def validate(out, costs, b_max, model_kw):
         for k in ("k_e", "k_c", "k_u", "k_s", "k_o", "t_p0"):
             setattr(cdd, k, getattr(cdd, k) * f_w)
         pd1 = sm.predict_fit(cd, trajectory(d1, b_max), "dask", 1, ds["n"], ds["P"], ds["d"])
-        comm_meas = float(np.sum(h1["t_round"]) - np.sum(h1["t_solve"]) - np.sum(h1["t_parts"])
-                          - pd1["coord_merge"])
-        g = max(comm_meas - pd1["comm_bytes"], 0.0) / max(pd1["comm_calls"] + pd1["comm_fixed"], 1e-9)
+        comm_meas = float(
+            np.sum(h1["t_round"])
+            - np.sum(h1["t_solve"])
+            - np.sum(h1["t_parts"])
+            - pd1["coord_merge"]
+        )
+        g = max(comm_meas - pd1["comm_bytes"], 0.0) / max(
+            pd1["comm_calls"] + pd1["comm_fixed"], 1e-9
+        )
         cdd.c0 *= g
         cdd.c_call *= g
-        cal["dask"] = {"worker_part_factor": f_w, "comm_factor": float(g),
-                       "comm_measured_s": comm_meas}
+        cal["dask"] = {
+            "worker_part_factor": f_w,
+            "comm_factor": float(g),
+            "comm_measured_s": comm_meas,
+        }
         cal["costs"], cal["costs_dask"] = cd.to_dict(), cdd.to_dict()
         out["calibration"][name] = cal
         tr1 = trajectory(base, b_max)
@@ -639,27 +813,45 @@ def validate(out, costs, b_max, model_kw):
             dkw = model_kw.get(key, {}) if mode == "dask" else {}
             p1 = sm.predict_fit(cd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
             p2 = sm.predict_fit(cd, own, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
-            p3 = (sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
-                  if mode == "dask" else p1)
+            p3 = (
+                sm.predict_fit(cdd, tr1, mode, Np, ds["n"], ds["P"], ds["d"], **dkw)
+                if mode == "dask"
+                else p1
+            )
             h = rmin["history"]
-            out["validation"].append({
-                "data": name, "run": key, "Np": Np, "measured_min_s": rmin["fit_s"],
-                "measured_s": med([r["fit_s"] for r in rs]),
-                "measured_all": [r["fit_s"] for r in rs], "rounds": rmin["rounds"],
-                "rounds_base": base["rounds"], "pred_base_traj_s": p1["total"],
-                "pred_own_traj_s": p2["total"], "pred_dask_cal_s": p3["total"],
-                "pred_split_own": p2,
-                "measured_split": {"coord_solve": float(np.sum(h["t_solve"])),
-                                   "parts": float(np.sum(h["t_parts"])),
-                                   "rest": float(np.sum(h["t_round"]) - np.sum(h["t_solve"])
-                                                 - np.sum(h["t_parts"]))},
-                "t_solve_per_round_ms": 1e3 * float(np.mean(h["t_solve"])),
-                "load": [r["load_before"] for r in rs],
-                "calibrated_on": key in ("inprocess1", "dask1")})
+            out["validation"].append(
+                {
+                    "data": name,
+                    "run": key,
+                    "Np": Np,
+                    "measured_min_s": rmin["fit_s"],
+                    "measured_s": med([r["fit_s"] for r in rs]),
+                    "measured_all": [r["fit_s"] for r in rs],
+                    "rounds": rmin["rounds"],
+                    "rounds_base": base["rounds"],
+                    "pred_base_traj_s": p1["total"],
+                    "pred_own_traj_s": p2["total"],
+                    "pred_dask_cal_s": p3["total"],
+                    "pred_split_own": p2,
+                    "measured_split": {
+                        "coord_solve": float(np.sum(h["t_solve"])),
+                        "parts": float(np.sum(h["t_parts"])),
+                        "rest": float(
+                            np.sum(h["t_round"]) - np.sum(h["t_solve"]) - np.sum(h["t_parts"])
+                        ),
+                    },
+                    "t_solve_per_round_ms": 1e3 * float(np.mean(h["t_solve"])),
+                    "load": [r["load_before"] for r in rs],
+                    "calibrated_on": key in ("inprocess1", "dask1"),
+                }
+            )
 
 
-PROBLEMS = [("letter-sized", 15000, 16, 26), ("MNIST8M-sized", 8_100_000, 784, 10),
-            ("50M x 100", 50_000_000, 100, 10)]
+PROBLEMS = [
+    ("letter-sized", 15000, 16, 26),
+    ("MNIST8M-sized", 8_100_000, 784, 10),
+    ("50M x 100", 50_000_000, 100, 10),
+]
 
 #: problems whose X rows have a measured share of nonzeros (``--packing``: the MNIST test digits;
 #: MNIST8M's rows are deformed MNIST digits, of which no copy is here: ``--packing`` also
@@ -688,6 +880,7 @@ def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, dens
     :data:`PACKED_PROBLEMS`, at the measured density (``density`` overrides it), with the
     measured CPU of packing."""
     import copy
+
     cp = copy.deepcopy(costs)
     for k in ("k_e", "k_c", "k_u", "k_s", "k_o"):
         setattr(cp, k, out["unit_costs"][k])
@@ -709,11 +902,15 @@ def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, dens
     for pname, n, d, P in PROBLEMS:
         rounds = max(1.0, visits * n / b_proj)
         for design in DESIGNS:
-            kw = {"per_worker": design != "current",
-                  # the tree as implemented: every node passes on its subtree's top b
-                  "cand_cap": {"per_worker_2b": 2 * b_proj}.get(
-                      design, b_proj if design.startswith("tree") else None),
-                  "tree": design.startswith("tree"), "bank": design.startswith("tree_bank")}
+            kw = {
+                "per_worker": design != "current",
+                # the tree as implemented: every node passes on its subtree's top b
+                "cand_cap": {"per_worker_2b": 2 * b_proj}.get(
+                    design, b_proj if design.startswith("tree") else None
+                ),
+                "tree": design.startswith("tree"),
+                "bank": design.startswith("tree_bank"),
+            }
             if kw["bank"] and "held_frac" not in trp:
                 continue
             if design == "tree_bank_packed":
@@ -724,35 +921,76 @@ def projections(out, costs, base, n_meas, b_max, c_call=None, packing=None, dens
             for W in (1, 8, 32, 128):
                 p = sm.project(cp, trp, W, 16, n, P, d, rounds, rtt, bw, n_meas, **kw)
                 serial = sum(p[k] for k in sm.TERMS if k != "part")
-                proj.append({"problem": pname, "design": design, "n": n, "d": d, "P": P, "W": W,
-                             "density": kw.get("density"),
-                             "cores": 16, "rounds": rounds, "fit_s": p["total"], "split": p,
-                             "serial_share": serial / p["total"],
-                             "speedup_vs_1x16": ref["total"] / p["total"],
-                             "speedup_cap": ref["total"] / serial})
+                proj.append(
+                    {
+                        "problem": pname,
+                        "design": design,
+                        "n": n,
+                        "d": d,
+                        "P": P,
+                        "W": W,
+                        "density": kw.get("density"),
+                        "cores": 16,
+                        "rounds": rounds,
+                        "fit_s": p["total"],
+                        "split": p,
+                        "serial_share": serial / p["total"],
+                        "speedup_vs_1x16": ref["total"] / p["total"],
+                        "speedup_cap": ref["total"] / serial,
+                    }
+                )
     sens = []
     if c_call is None:
-        for label, cc in (("probe CPU per call", out["probe"]["c_call_cpu"]),
-                          ("probe wall per call", out["probe"]["c_call"]),
-                          ("1.63 ms (2026-11-26 run, load 20)", 1.63e-3)):
+        for label, cc in (
+            ("probe CPU per call", out["probe"]["c_call_cpu"]),
+            ("probe wall per call", out["probe"]["c_call"]),
+            ("1.63 ms (2026-11-26 run, load 20)", 1.63e-3),
+        ):
             pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cc, packing=packing)
             for x in pj["problems"]:
                 if x["problem"] == "MNIST8M-sized" and x["W"] > 1:
-                    sens.append({"c_call": cc, "label": label, "design": x["design"],
-                                 "W": x["W"], "speedup_vs_1x16": x["speedup_vs_1x16"]})
+                    sens.append(
+                        {
+                            "c_call": cc,
+                            "label": label,
+                            "design": x["design"],
+                            "W": x["W"],
+                            "speedup_vs_1x16": x["speedup_vs_1x16"],
+                        }
+                    )
         if packing and density is None:
             deformed = [x["density"] for x in packing.get("deformed", ())]
             for rho in sorted(set(DENSITIES) | set(deformed)):
-                pj, _ = projections(out, costs, base, n_meas, b_max, c_call=cp.c_call,
-                                    packing=packing, density=rho)
+                pj, _ = projections(
+                    out, costs, base, n_meas, b_max, c_call=cp.c_call, packing=packing, density=rho
+                )
                 for x in pj["problems"]:
-                    if x["problem"] == "MNIST8M-sized" and x["design"] == "tree_bank_packed" \
-                            and x["W"] > 1:
-                        sens.append({"density": rho, "label": f"density {rho}",
-                                     "design": x["design"], "W": x["W"],
-                                     "speedup_vs_1x16": x["speedup_vs_1x16"]})
-    return ({"problems": proj, "rtt_s": rtt, "bw_Bps": bw, "batch": b_proj,
-             "visits_per_row": visits, "cores": 16, "costs": cp.to_dict()}, sens)
+                    if (
+                        x["problem"] == "MNIST8M-sized"
+                        and x["design"] == "tree_bank_packed"
+                        and x["W"] > 1
+                    ):
+                        sens.append(
+                            {
+                                "density": rho,
+                                "label": f"density {rho}",
+                                "design": x["design"],
+                                "W": x["W"],
+                                "speedup_vs_1x16": x["speedup_vs_1x16"],
+                            }
+                        )
+    return (
+        {
+            "problems": proj,
+            "rtt_s": rtt,
+            "bw_Bps": bw,
+            "batch": b_proj,
+            "visits_per_row": visits,
+            "cores": 16,
+            "costs": cp.to_dict(),
+        },
+        sens,
+    )
 
 
 def reproject_with(path, reference):
@@ -761,6 +999,7 @@ def reproject_with(path, reference):
     published projections use), so that only the constants differ; stored in ``path`` as
     ``projection_reference_trajectory``."""
     import dataclasses
+
     env = json.loads(Path(path).read_text())
     out = _body(env)
     ref = _body(json.loads(Path(reference).read_text()))
@@ -768,15 +1007,21 @@ def reproject_with(path, reference):
     costs = sm.Costs(**{k: v for k, v in out["costs"].items() if k in names})
     ds0 = next(iter(ref["datasets"].values()))
     base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
-    proj, sens = projections(out, costs, base, ds0["n"], base["b_max"],
-                             packing=packing_of(out, ref))
-    out["projection_reference_trajectory"] = {"reference": str(reference), "projection": proj,
-                                              "sensitivity": sens}
+    proj, sens = projections(
+        out, costs, base, ds0["n"], base["b_max"], packing=packing_of(out, ref)
+    )
+    out["projection_reference_trajectory"] = {
+        "reference": str(reference),
+        "projection": proj,
+        "sensitivity": sens,
+    }
     _report.write(env, path)
     for p in proj["problems"]:
         if p["problem"] != "letter-sized":
-            print(f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s'] / 3600:.3g} h | "
-                  f"{p['speedup_vs_1x16']:.2f} | {p['serial_share']:.2f} |")
+            print(
+                f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s'] / 3600:.3g} h | "
+                f"{p['speedup_vs_1x16']:.2f} | {p['serial_share']:.2f} |"
+            )
 
 
 def held_shares(path):
@@ -794,8 +1039,9 @@ def held_shares(path):
     held = np.array([x["held"] for x in r["rec"]], float)
     sent = np.r_[0.0, np.array(r["history"]["batch"][:-1], float)]
     share = held / np.maximum(sent, 1)
-    same = r["rounds"] == base["rounds"] and np.allclose(r["history"]["dual"],
-                                                         base["history"]["dual"], rtol=1e-5)
+    same = r["rounds"] == base["rounds"] and np.allclose(
+        r["history"]["dual"], base["history"]["dual"], rtol=1e-5
+    )
     R = len(base["rec"])
     if not same:
         # the solver's path moved since the reference was measured: its per-round shares,
@@ -804,13 +1050,19 @@ def held_shares(path):
     bref = np.r_[0.0, np.array(base["history"]["batch"][:-1], float)]
     for x, h, bb in zip(base["rec"], share, bref, strict=False):
         x["held"] = float(h * bb)
-    out["held_source"] = {"library": _report.library_source()["git"],
-                          "same_trajectory": bool(same), "rounds_now": int(r["rounds"]),
-                          "rounds_reference": int(base["rounds"]),
-                          "held_rows": float(held.sum()), "batch_rows": float(sent.sum())}
-    print(f"batch rows banked by the workers: {held.sum():.0f} of {sent.sum():.0f} "
-          f"({held.sum() / max(sent.sum(), 1):.1%}); {r['rounds']} rounds now, "
-          f"{base['rounds']} in the reference" + ("" if same else " (shares stretched)"))
+    out["held_source"] = {
+        "library": _report.library_source()["git"],
+        "same_trajectory": bool(same),
+        "rounds_now": int(r["rounds"]),
+        "rounds_reference": int(base["rounds"]),
+        "held_rows": float(held.sum()),
+        "batch_rows": float(sent.sum()),
+    }
+    print(
+        f"batch rows banked by the workers: {held.sum():.0f} of {sent.sum():.0f} "
+        f"({held.sum() / max(sent.sum(), 1):.1%}); {r['rounds']} rounds now, "
+        f"{base['rounds']} in the reference" + ("" if same else " (shares stretched)")
+    )
     _report.write(env, path)
     reproject(path)
 
@@ -819,6 +1071,7 @@ def reproject(path):
     """Projections again from a result file's constants and kept trajectory (no measuring):
     for a change of the model or of the designs."""
     import dataclasses
+
     env = json.loads(Path(path).read_text())
     out = _body(env)
     names = {f.name for f in dataclasses.fields(sm.Costs)}
@@ -826,7 +1079,8 @@ def reproject(path):
     ds0 = next(iter(out["datasets"].values()))
     base = next(r for r in ds0["runs"]["inprocess1"] if r["history"])
     out["projection"], out["projection_sensitivity"] = projections(
-        out, costs, base, ds0["n"], base["b_max"], packing=packing_of(out))
+        out, costs, base, ds0["n"], base["b_max"], packing=packing_of(out)
+    )
     _report.write(env, path)
     report(env, Path(path))
 
@@ -847,9 +1101,11 @@ def load_mnist_test(data_dir) -> tuple[np.ndarray, np.ndarray]:
 #: smooth random displacement fields and translations, stored as uint8 pixels), from the mildest
 #: to the strongest: (name, elastic amplitude alpha in pixels, field smoothing sigma, largest
 #: shift in pixels, largest thickening coefficient); elastic fields as in Simard et al. 2003
-DEFORMATIONS = (("sub-pixel shifts (up to 1 px)", 0.0, 4.0, 1.0, 0.0),
-                ("elastic alpha 16 + shifts (1 px)", 16.0, 4.0, 1.0, 0.0),
-                ("elastic alpha 34 + shifts (2 px) + thickening", 34.0, 4.0, 2.0, 1.0))
+DEFORMATIONS = (
+    ("sub-pixel shifts (up to 1 px)", 0.0, 4.0, 1.0, 0.0),
+    ("elastic alpha 16 + shifts (1 px)", 16.0, 4.0, 1.0, 0.0),
+    ("elastic alpha 34 + shifts (2 px) + thickening", 34.0, 4.0, 2.0, 1.0),
+)
 
 
 def deformed_densities(X, n=None, seed=0) -> list[dict]:
@@ -858,6 +1114,7 @@ def deformed_densities(X, n=None, seed=0) -> list[dict]:
     resampling at sub-pixel positions spreads a stroke's edge by up to one pixel, so deformed
     digits are denser than the originals (what the packed rows' bytes depend on)."""
     from scipy import ndimage
+
     rng = np.random.default_rng(seed)
     imgs = np.rint(X[:n] * 255.0).reshape(-1, 28, 28)
     yy, xx = np.meshgrid(np.arange(28.0), np.arange(28.0), indexing="ij")
@@ -865,8 +1122,10 @@ def deformed_densities(X, n=None, seed=0) -> list[dict]:
     for name, alpha, sigma, shift, thick in DEFORMATIONS:
         nnz = 0
         for img in imgs:
-            dy, dx = (ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), sigma) * alpha
-                      for _ in range(2))
+            dy, dx = (
+                ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), sigma) * alpha
+                for _ in range(2)
+            )
             ty, tx = rng.uniform(-shift, shift, 2)
             warped = ndimage.map_coordinates(img, [yy + dy + ty, xx + dx + tx], order=1)
             if thick:
@@ -874,10 +1133,18 @@ def deformed_densities(X, n=None, seed=0) -> list[dict]:
                 # gradient magnitude (Simard's thickness tangent)
                 warped = warped + rng.uniform(-thick, thick) * np.hypot(*np.gradient(warped))
             nnz += np.count_nonzero(np.clip(np.rint(warped), 0, 255))
-        out.append({"deformation": name, "alpha": alpha, "sigma": sigma, "shift_px": shift,
-                    "thickening": thick, "digits": int(len(imgs)),
-                    "density": nnz / imgs.size,
-                    "original_density": float(np.count_nonzero(imgs) / imgs.size)})
+        out.append(
+            {
+                "deformation": name,
+                "alpha": alpha,
+                "sigma": sigma,
+                "shift_px": shift,
+                "thickening": thick,
+                "digits": int(len(imgs)),
+                "density": nnz / imgs.size,
+                "original_density": float(np.count_nonzero(imgs) / imgs.size),
+            }
+        )
     return out
 
 
@@ -885,6 +1152,7 @@ def packing_costs(X, batch=1000, repeat=30, seed=0) -> dict:
     """Density, bytes and the CPU of a packed batch over a dense one (seconds per dense entry),
     min over ``repeat`` on ``batch`` random rows of ``X``."""
     from dmcsvm.engine.row_packing import PackedRows, pack_rows, unpack_rows
+
     rng = np.random.default_rng(seed)
     B = np.ascontiguousarray(X[rng.choice(X.shape[0], batch, replace=False)])
     p = pack_rows(B)
@@ -897,16 +1165,23 @@ def packing_costs(X, batch=1000, repeat=30, seed=0) -> dict:
     t_packed_in = best(lambda: unpack_rows(pickle.loads(packed_blob)), repeat)
     back = unpack_rows(pickle.loads(packed_blob))
     entries = B.size
-    return {"batch": batch, "d": B.shape[1], "density": float(np.count_nonzero(X) / X.size),
-            "batch_density": float(np.count_nonzero(B) / B.size),
-            "dense_bytes": len(dense_blob), "packed_bytes": len(packed_blob),
-            "bytes_ratio": len(packed_blob) / len(dense_blob),
-            "bit_for_bit": bool(np.array_equal(back.view(np.uint32), B.view(np.uint32))),
-            "t_dense_out_s": t_dense_out, "t_packed_out_s": t_packed_out,
-            "t_dense_in_s": t_dense_in, "t_packed_in_s": t_packed_in,
-            # what the model charges: the packed path's CPU beyond the dense path's, per entry
-            "k_pack": max(t_packed_out - t_dense_out, 0.0) / entries,
-            "k_unpack": max(t_packed_in - t_dense_in, 0.0) / entries}
+    return {
+        "batch": batch,
+        "d": B.shape[1],
+        "density": float(np.count_nonzero(X) / X.size),
+        "batch_density": float(np.count_nonzero(B) / B.size),
+        "dense_bytes": len(dense_blob),
+        "packed_bytes": len(packed_blob),
+        "bytes_ratio": len(packed_blob) / len(dense_blob),
+        "bit_for_bit": bool(np.array_equal(back.view(np.uint32), B.view(np.uint32))),
+        "t_dense_out_s": t_dense_out,
+        "t_packed_out_s": t_packed_out,
+        "t_dense_in_s": t_dense_in,
+        "t_packed_in_s": t_packed_in,
+        # what the model charges: the packed path's CPU beyond the dense path's, per entry
+        "k_pack": max(t_packed_out - t_dense_out, 0.0) / entries,
+        "k_unpack": max(t_packed_in - t_dense_in, 0.0) / entries,
+    }
 
 
 def measure_packing(path, data_dir):
@@ -916,18 +1191,37 @@ def measure_packing(path, data_dir):
     env = json.loads(Path(path).read_text())
     out = _body(env)
     X, _ = load_mnist_test(data_dir)
-    out["row_packing"] = dict(packing_costs(X), deformed=deformed_densities(X),
-                              library=_report.library_source()["git"],
-                              machine=_report.machine_info(), load=_report.other_load())
-    print("row packing:", {k: v for k, v in out["row_packing"].items()
-                           if k not in ("machine", "library")})
+    out["row_packing"] = dict(
+        packing_costs(X),
+        deformed=deformed_densities(X),
+        library=_report.library_source()["git"],
+        machine=_report.machine_info(),
+        load=_report.other_load(),
+    )
+    print(
+        "row packing:",
+        {k: v for k, v in out["row_packing"].items() if k not in ("machine", "library")},
+    )
     _report.write(env, path)
     reproject(path)
 
 
 #: per-round arrays kept in the JSON (the trajectory of the runs the model was calibrated on)
-KEEP = ("batch", "n_active", "n_viol", "rows_computed", "rows_cached", "t_round", "t_solve",
-        "t_parts", "t_kernel", "t_update", "t_select", "dual", "steps")
+KEEP = (
+    "batch",
+    "n_active",
+    "n_viol",
+    "rows_computed",
+    "rows_cached",
+    "t_round",
+    "t_solve",
+    "t_parts",
+    "t_kernel",
+    "t_update",
+    "t_select",
+    "dual",
+    "steps",
+)
 
 
 def _body(out):
@@ -944,11 +1238,14 @@ def slim(out):
         for rs in ds["runs"].values():
             for r in rs:
                 h = r["history"]
-                r["history_sums"] = {k: float(np.sum(h[k])) for k in KEEP if k in h and k.startswith("t_")}
+                r["history_sums"] = {
+                    k: float(np.sum(h[k])) for k in KEEP if k in h and k.startswith("t_")
+                }
                 if r is base:
                     r["history"] = {k: [float(f"{v:.6g}") for v in h[k]] for k in KEEP if k in h}
-                    r["rec"] = [{k: x[k] for k in ("ncand", "nnew", "held") if k in x}
-                                for x in r["rec"]]
+                    r["rec"] = [
+                        {k: x[k] for k in ("ncand", "nnew", "held") if k in x} for x in r["rec"]
+                    ]
                 else:
                     r["history"] = {}
                     r["rec"] = []
@@ -958,6 +1255,7 @@ def external(a):
     """Fits on an existing cluster (e.g. two workers in their own network namespaces behind
     tbf-shaped veth links), predicted with the Dask constants calibrated by the full run."""
     from distributed import Client
+
     logs = install_recorder()
     path = Path(a.out)
     out = json.loads(path.read_text())
@@ -966,10 +1264,17 @@ def external(a):
     b_max = out["batch_size"]
     X, y = blobs(ds["n"], ds["d"], ds["P"])
     client = Client(a.external)
-    W = len(client.scheduler_info(**({"n_workers": -1} if "n_workers" in
-                                     __import__("inspect").signature(client.scheduler_info).parameters
-                                     else {}))["workers"])
+    W = len(
+        client.scheduler_info(
+            **(
+                {"n_workers": -1}
+                if "n_workers" in __import__("inspect").signature(client.scheduler_info).parameters
+                else {}
+            )
+        )["workers"]
+    )
     from dmcsvm import MulticlassSVC
+
     MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
     runs = []
     for _ in range(a.repeat or 2):
@@ -983,21 +1288,37 @@ def external(a):
     cd = sm.Costs(**{k: v for k, v in body["costs_dask_here"].items()})
     bw = a.bw_mbit * 1e6 / 8 if a.bw_mbit else None
     rmed = min(runs, key=lambda r: r["fit_s"])
-    pred = sm.predict_fit(cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"],
-                          ds["d"], bw=bw)
-    pred_lo = sm.predict_fit(cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"],
-                             ds["d"])
+    pred = sm.predict_fit(
+        cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"], ds["d"], bw=bw
+    )
+    pred_lo = sm.predict_fit(
+        cd, trajectory(base, b_max), "dask", rmed["Np"], ds["n"], ds["P"], ds["d"]
+    )
     rec = rmed["rec"]
-    entry = {"tag": a.tag, "scheduler": a.external, "W": W, "bw_mbit": a.bw_mbit,
-             "measured_min_s": rmed["fit_s"], "measured_s": med([r["fit_s"] for r in runs]),
-             "measured_all": [r["fit_s"] for r in runs],
-             "rounds": rmed["rounds"], "pred_s": pred["total"], "pred_split": pred,
-             "pred_loopback_bw_s": pred_lo["total"],
-             "wire_bytes_per_round": float(np.mean([x["reply_bytes"] + x["msg_bytes"] * rmed["Np"]
-                                                    for x in rec])) if rec else None,
-             "measured_comm_s": float(np.sum(rmed["history"]["t_round"]) - np.sum(rmed["history"]["t_solve"])
-                                      - np.sum(rmed["history"]["t_parts"])),
-             "load": [r["load_before"] for r in runs]}
+    entry = {
+        "tag": a.tag,
+        "scheduler": a.external,
+        "W": W,
+        "bw_mbit": a.bw_mbit,
+        "measured_min_s": rmed["fit_s"],
+        "measured_s": med([r["fit_s"] for r in runs]),
+        "measured_all": [r["fit_s"] for r in runs],
+        "rounds": rmed["rounds"],
+        "pred_s": pred["total"],
+        "pred_split": pred,
+        "pred_loopback_bw_s": pred_lo["total"],
+        "wire_bytes_per_round": float(
+            np.mean([x["reply_bytes"] + x["msg_bytes"] * rmed["Np"] for x in rec])
+        )
+        if rec
+        else None,
+        "measured_comm_s": float(
+            np.sum(rmed["history"]["t_round"])
+            - np.sum(rmed["history"]["t_solve"])
+            - np.sum(rmed["history"]["t_parts"])
+        ),
+        "load": [r["load_before"] for r in runs],
+    }
     body.setdefault("external", []).append(entry)
     _report.write(out, path)
     print(json.dumps({k: v for k, v in entry.items() if k != "pred_split"}, indent=1))
@@ -1007,24 +1328,40 @@ def report(out, path):
     """The summary tables as markdown on stdout (scaling.md is written by hand from them)."""
     env, out = out, _body(out)
     c = out["costs"]
-    print("\nconstants:", json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v)
-                                       for k, v in c.items()}))
+    print(
+        "\nconstants:",
+        json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in c.items()}),
+    )
     print("coord fit (pooled):", out["coord_fit"])
     for name, cal in out["calibration"].items():
-        print(name, "t_solve fit:", cal["coord_fit"], "parts:", cal["parts"]["factors"],
-              "dask:", cal["dask"])
+        print(
+            name,
+            "t_solve fit:",
+            cal["coord_fit"],
+            "parts:",
+            cal["parts"]["factors"],
+            "dask:",
+            cal["dask"],
+        )
     print("probe:", {k: out["probe"][k] for k in ("c0", "c_call", "bw_local")})
-    print("\n| data | run | Np | rounds (base) | measured min / median s | model (unit costs) | model (own rounds) | model (Dask cal. on 1 worker) |")
+    print(
+        "\n| data | run | Np | rounds (base) | measured min / median s | model (unit costs) | model (own rounds) | model (Dask cal. on 1 worker) |"
+    )
     for v in out["validation"]:
-        print(f"| {v['data']} | {v['run']} | {v['Np']} | {v['rounds']} ({v['rounds_base']}) | "
-              f"{v['measured_min_s']:.2f} / {v['measured_s']:.2f} | {v['pred_base_traj_s']:.2f} | {v['pred_own_traj_s']:.2f} | "
-              f"{v['pred_dask_cal_s']:.2f} |")
+        print(
+            f"| {v['data']} | {v['run']} | {v['Np']} | {v['rounds']} ({v['rounds_base']}) | "
+            f"{v['measured_min_s']:.2f} / {v['measured_s']:.2f} | {v['pred_base_traj_s']:.2f} | {v['pred_own_traj_s']:.2f} | "
+            f"{v['pred_dask_cal_s']:.2f} |"
+        )
     print("\n| problem | design | W | fit s | speed-up | cap | " + " | ".join(sm.TERMS) + " |")
     for p in out["projection"]["problems"]:
         s = p["split"]
-        print(f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s']:.4g} | "
-              f"{p['speedup_vs_1x16']:.2f} | {p['speedup_cap']:.1f} | "
-              + " | ".join(f"{s[k]:.3g}" for k in sm.TERMS) + " |")
+        print(
+            f"| {p['problem']} | {p['design']} | {p['W']} | {p['fit_s']:.4g} | "
+            f"{p['speedup_vs_1x16']:.2f} | {p['speedup_cap']:.1f} | "
+            + " | ".join(f"{s[k]:.3g}" for k in sm.TERMS)
+            + " |"
+        )
     try:
         plot(out, path.with_suffix(".png"), cores=(env.get("machine") or {}).get("cpu_count"))
     except Exception as e:  # noqa: BLE001 - the figure is optional
@@ -1040,8 +1377,12 @@ def plot(out, path, cores=None):
     xs = np.arange(len(v))
     ax.bar(xs - 0.27, [x["measured_min_s"] for x in v], 0.27, label="measured (min of repeats)")
     ax.bar(xs, [x["pred_base_traj_s"] for x in v], 0.27, label="model, 1-thread run's rounds")
-    ax.bar(xs + 0.27, [x["pred_dask_cal_s"] for x in v], 0.27,
-           label="model, Dask terms calibrated on 1 worker")
+    ax.bar(
+        xs + 0.27,
+        [x["pred_dask_cal_s"] for x in v],
+        0.27,
+        label="model, Dask terms calibrated on 1 worker",
+    )
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, fontsize=7, rotation=30)
     ax.set_ylabel("fit s")
@@ -1049,19 +1390,38 @@ def plot(out, path, cores=None):
     ax.legend(fontsize=7)
     ax = axes[1]
     for i, pname in enumerate(dict.fromkeys(p["problem"] for p in out["projection"]["problems"])):
-        for design, ls in (("current", "-"), ("per_worker", "--"), ("per_worker_2b", ":"),
-                           ("tree", "-."), ("tree_bank", (0, (1, 3))),
-                           ("tree_bank_packed", (0, (3, 1, 1, 1)))):
-            ps = [p for p in out["projection"]["problems"]
-                  if p["problem"] == pname and p["design"] == design]
+        for design, ls in (
+            ("current", "-"),
+            ("per_worker", "--"),
+            ("per_worker_2b", ":"),
+            ("tree", "-."),
+            ("tree_bank", (0, (1, 3))),
+            ("tree_bank_packed", (0, (3, 1, 1, 1))),
+        ):
+            ps = [
+                p
+                for p in out["projection"]["problems"]
+                if p["problem"] == pname and p["design"] == design
+            ]
             if not ps:
                 continue
-            if not isinstance(ls, str):           # a dash pattern: markers drawn apart
-                ax.plot([p["W"] for p in ps], [p["speedup_vs_1x16"] for p in ps], ls=ls,
-                        marker="s", color=f"C{i}", label=f"{pname}, {design}")
+            if not isinstance(ls, str):  # a dash pattern: markers drawn apart
+                ax.plot(
+                    [p["W"] for p in ps],
+                    [p["speedup_vs_1x16"] for p in ps],
+                    ls=ls,
+                    marker="s",
+                    color=f"C{i}",
+                    label=f"{pname}, {design}",
+                )
                 continue
-            ax.plot([p["W"] for p in ps], [p["speedup_vs_1x16"] for p in ps], "o" + ls,
-                    color=f"C{i}", label=f"{pname}, {design}")
+            ax.plot(
+                [p["W"] for p in ps],
+                [p["speedup_vs_1x16"] for p in ps],
+                "o" + ls,
+                color=f"C{i}",
+                label=f"{pname}, {design}",
+            )
     ax.plot([1, 128], [1, 128], "k:", lw=0.8, label="linear")
     ax.axhline(16, color="r", lw=0.6, ls="--")
     ax.set_xscale("log", base=2)

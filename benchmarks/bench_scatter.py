@@ -61,6 +61,7 @@ N_JOBS = 2
 # toy data (Table 1)
 # ------------------------------------------------------------------------------------------------
 
+
 def checkerboard(m, per_class=20, overlap=0.1, seed=0):
     """One class per unit field of a ``ceil(sqrt(m))``-wide board; points uniform on the field
     widened by ``overlap`` on every side (neighbouring fields overlap by ``2 overlap``)."""
@@ -68,8 +69,13 @@ def checkerboard(m, per_class=20, overlap=0.1, seed=0):
     side = int(np.ceil(np.sqrt(m)))
     y = np.repeat(np.arange(m), per_class)
     cx, cy = (y % side).astype(float), (y // side).astype(float)
-    X = np.stack([cx + rng.uniform(-overlap, 1 + overlap, y.size),
-                  cy + rng.uniform(-overlap, 1 + overlap, y.size)], axis=1)
+    X = np.stack(
+        [
+            cx + rng.uniform(-overlap, 1 + overlap, y.size),
+            cy + rng.uniform(-overlap, 1 + overlap, y.size),
+        ],
+        axis=1,
+    )
     return X, y
 
 
@@ -80,8 +86,9 @@ def circle(m, per_class=10, spacing=1.0, std=0.3, seed=0):
     radius = m * spacing / (2 * np.pi)
     y = np.repeat(np.arange(m), per_class)
     ang = 2 * np.pi * y / m
-    X = np.stack([radius * np.cos(ang), radius * np.sin(ang)], axis=1) \
-        + std * rng.normal(size=(y.size, 2))
+    X = np.stack([radius * np.cos(ang), radius * np.sin(ang)], axis=1) + std * rng.normal(
+        size=(y.size, 2)
+    )
     return X, y
 
 
@@ -122,26 +129,38 @@ def grid_best(name, configs, Xtr, ytr, Xte, yte, verbose=True):
 def toy_configs(m, n_train, narrow_ovr=True):
     sig2 = (0.1, 1.0, 5.0)
     out = {
-        "knn": [({"k": k}, (lambda k=k: KNeighborsClassifier(n_neighbors=k)))
-                for k in (1, 3, 5, 7, 9)],
-        "ScatterSVC": [], "OneVsRestSVC": [], "LIBSVM-OvR": [],
+        "knn": [
+            ({"k": k}, (lambda k=k: KNeighborsClassifier(n_neighbors=k))) for k in (1, 3, 5, 7, 9)
+        ],
+        "ScatterSVC": [],
+        "OneVsRestSVC": [],
+        "LIBSVM-OvR": [],
     }
     for s2 in sig2:
         g = 1.0 / (2.0 * s2)
         for nu in (m / n_train, 0.5, 0.999):
             mu = min(1.0, m / (nu * n_train))
-            out["ScatterSVC"].append((
-                {"sigma2": s2, "nu": round(nu, 6), "mu": round(mu, 6)},
-                (lambda g=g, mu=mu: ScatterSVC(mu=mu, gamma=g, n_jobs=N_JOBS))))
+            out["ScatterSVC"].append(
+                (
+                    {"sigma2": s2, "nu": round(nu, 6), "mu": round(mu, 6)},
+                    (lambda g=g, mu=mu: ScatterSVC(mu=mu, gamma=g, n_jobs=N_JOBS)),
+                )
+            )
         if s2 == 0.1 and not narrow_ovr:
             continue
         for C in (1.0, 10.0, 100.0):
-            out["OneVsRestSVC"].append((
-                {"sigma2": s2, "C": C},
-                (lambda g=g, C=C: OneVsRestSVC(C=C, gamma=g, n_jobs=N_JOBS))))
-            out["LIBSVM-OvR"].append((
-                {"sigma2": s2, "C": C},
-                (lambda g=g, C=C: OneVsRestClassifier(SVC(C=C, gamma=g), n_jobs=N_JOBS))))
+            out["OneVsRestSVC"].append(
+                (
+                    {"sigma2": s2, "C": C},
+                    (lambda g=g, C=C: OneVsRestSVC(C=C, gamma=g, n_jobs=N_JOBS)),
+                )
+            )
+            out["LIBSVM-OvR"].append(
+                (
+                    {"sigma2": s2, "C": C},
+                    (lambda g=g, C=C: OneVsRestClassifier(SVC(C=C, gamma=g), n_jobs=N_JOBS)),
+                )
+            )
     return out
 
 
@@ -152,17 +171,24 @@ def run_toy(classes, skip_ours_ovr_above, narrow_ovr_max):
             X, y = gen(m)
             Xtr, ytr, Xte, yte = half_split(X, y)
             print(f"{kind} m={m}: N={y.size} (train {ytr.size})", flush=True)
-            entry = {"data": kind, "classes": m, "N": int(y.size), "n_train": int(ytr.size),
-                     "methods": {}}
+            entry = {
+                "data": kind,
+                "classes": m,
+                "N": int(y.size),
+                "n_train": int(ytr.size),
+                "methods": {},
+            }
             for name, configs in toy_configs(m, ytr.size, m <= narrow_ovr_max).items():
                 if name == "OneVsRestSVC" and m > skip_ours_ovr_above:
                     continue
                 entry["methods"][name] = grid_best(name, configs, Xtr, ytr, Xte, yte)
             ms = entry["methods"]
-            entry["speedup_scatter_vs_libsvm_ovr"] = ms["LIBSVM-OvR"]["best"]["time"] \
-                / ms["ScatterSVC"]["best"]["time"]
-            entry["error_gap_scatter_minus_libsvm_ovr"] = ms["ScatterSVC"]["best"]["error"] \
-                - ms["LIBSVM-OvR"]["best"]["error"]
+            entry["speedup_scatter_vs_libsvm_ovr"] = (
+                ms["LIBSVM-OvR"]["best"]["time"] / ms["ScatterSVC"]["best"]["time"]
+            )
+            entry["error_gap_scatter_minus_libsvm_ovr"] = (
+                ms["ScatterSVC"]["best"]["error"] - ms["LIBSVM-OvR"]["best"]["error"]
+            )
             table.append(entry)
     return table
 
@@ -171,8 +197,10 @@ def run_toy(classes, skip_ours_ovr_above, narrow_ovr_max):
 # real data
 # ------------------------------------------------------------------------------------------------
 
+
 def _svmlight(path, d):
     from sklearn.datasets import load_svmlight_file
+
     X, y = load_svmlight_file(str(path), n_features=d)
     return X.toarray(), y.astype(np.int64)
 
@@ -198,8 +226,9 @@ def load_real(name, data_dir):
         X = raw[:, :-1]
         return scale_minmax(X, X)[0], raw[:, -1].astype(int), None, None
     if name == "vowel":
-        rows = [re.split(r"[,\s]+", ln.strip()) for ln in open(d / "vowel-context.data")
-                if ln.strip()]
+        rows = [
+            re.split(r"[,\s]+", ln.strip()) for ln in open(d / "vowel-context.data") if ln.strip()
+        ]
         raw = np.array(rows, dtype=float)
         tr = raw[:, 0] == 0
         X, y = raw[:, 3:13], raw[:, 13].astype(int)
@@ -223,16 +252,19 @@ def real_configs(m, n_train, d):
         for nu in (0.1, 0.3, 0.6):
             mu = min(1.0, m / (nu * n_train))
             for rule in (1, 2):
-                out[f"ScatterSVC-rule{rule}"].append((
-                    {"gamma": g, "nu": nu},
-                    (lambda g=g, mu=mu, rule=rule: _Scatter(mu, g, rule))))
+                out[f"ScatterSVC-rule{rule}"].append(
+                    ({"gamma": g, "nu": nu}, (lambda g=g, mu=mu, rule=rule: _Scatter(mu, g, rule)))
+                )
         for C in (1.0, 10.0, 100.0):
-            out["MulticlassSVC"].append((
-                {"gamma": g, "C": C},
-                (lambda g=g, C=C: MulticlassSVC(C=C, gamma=g, n_jobs=N_JOBS))))
-            out["OneVsOneSVC"].append((
-                {"gamma": g, "C": C},
-                (lambda g=g, C=C: OneVsOneSVC(C=C, gamma=g, n_jobs=N_JOBS))))
+            out["MulticlassSVC"].append(
+                (
+                    {"gamma": g, "C": C},
+                    (lambda g=g, C=C: MulticlassSVC(C=C, gamma=g, n_jobs=N_JOBS)),
+                )
+            )
+            out["OneVsOneSVC"].append(
+                ({"gamma": g, "C": C}, (lambda g=g, C=C: OneVsOneSVC(C=C, gamma=g, n_jobs=N_JOBS)))
+            )
     return out
 
 
@@ -244,8 +276,12 @@ class _Scatter:
 
     def fit(self, X, y):
         n_min = np.unique(y, return_counts=True)[1].min()
-        self._inner = ScatterSVC(mu=max(self.mu_req, 1.0 / n_min), gamma=self.gamma_req,
-                                 test_rule=self.rule, n_jobs=N_JOBS).fit(X, y)
+        self._inner = ScatterSVC(
+            mu=max(self.mu_req, 1.0 / n_min),
+            gamma=self.gamma_req,
+            test_rule=self.rule,
+            n_jobs=N_JOBS,
+        ).fit(X, y)
         return self
 
     def predict(self, X):
@@ -257,13 +293,20 @@ def run_real(names, data_dir):
     for name in names:
         X, y, Xte, yte = load_real(name, data_dir)
         m, d = np.unique(y).size, X.shape[1]
-        print(f"{name}: n={y.size} d={d} m={m} {'10-fold CV' if Xte is None else 'split'}",
-              flush=True)
-        entry = {"data": name, "n_train": int(y.size), "n_test": None if Xte is None else
-                 int(yte.size), "d": int(d), "classes": int(m),
-                 "protocol": "setting chosen on a 20% hold-out, then 10-fold CV" if Xte is None else
-                 "given split; grid chosen on a 20% validation split of the training set",
-                 "methods": {}}
+        print(
+            f"{name}: n={y.size} d={d} m={m} {'10-fold CV' if Xte is None else 'split'}", flush=True
+        )
+        entry = {
+            "data": name,
+            "n_train": int(y.size),
+            "n_test": None if Xte is None else int(yte.size),
+            "d": int(d),
+            "classes": int(m),
+            "protocol": "setting chosen on a 20% hold-out, then 10-fold CV"
+            if Xte is None
+            else "given split; grid chosen on a 20% validation split of the training set",
+            "methods": {},
+        }
         n_fit = int(0.8 * y.size)
         for method, configs in real_configs(m, n_fit, d).items():
             if Xte is None:
@@ -280,8 +323,12 @@ def run_real(names, data_dir):
                     err, t = timed(configs[pick][1], X[tr], y[tr], X[te], y[te])
                     accs.append(100 - err)
                     ts.append(t)
-                best = {"params": rows[pick]["params"], "accuracy": float(np.mean(accs)),
-                        "accuracy_std": float(np.std(accs)), "time": float(np.sum(ts))}
+                best = {
+                    "params": rows[pick]["params"],
+                    "accuracy": float(np.mean(accs)),
+                    "accuracy_std": float(np.std(accs)),
+                    "time": float(np.sum(ts)),
+                }
             else:
                 Xa, Xv, ya, yv = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
                 rows = []
@@ -292,8 +339,11 @@ def run_real(names, data_dir):
                 err, t = timed(configs[pick][1], X, y, Xte, yte)
                 best = {"params": rows[pick]["params"], "accuracy": 100 - err, "time": t}
             entry["methods"][method] = {"best": best, "grid": rows}
-            print(f"    {method:18s} {best['params']}  acc {best['accuracy']:6.2f}%  "
-                  f"{best['time']:7.2f}s", flush=True)
+            print(
+                f"    {method:18s} {best['params']}  acc {best['accuracy']:6.2f}%  "
+                f"{best['time']:7.2f}s",
+                flush=True,
+            )
         table.append(entry)
     return table
 
@@ -302,21 +352,32 @@ def run_real(names, data_dir):
 # output
 # ------------------------------------------------------------------------------------------------
 
+
 def markdown(res) -> str:
-    out = ["# mScatter-SVM benchmark (bench_scatter.py)", "",
-           _report.machine_line(res) + f"  {res['machine']['cpu_affinity']} cores usable.  "
-           + _report.load_line(res) + "  Timings are noisy (the machine is shared with other "
-           "work); both sides of each comparison ran in the same process.", ""]
-    res = dict(res, **(res.get("results") or {}))      # toy / real: in the envelope's results
+    out = [
+        "# mScatter-SVM benchmark (bench_scatter.py)",
+        "",
+        _report.machine_line(res)
+        + f"  {res['machine']['cpu_affinity']} cores usable.  "
+        + _report.load_line(res)
+        + "  Timings are noisy (the machine is shared with other "
+        "work); both sides of each comparison ran in the same process.",
+        "",
+    ]
+    res = dict(res, **(res.get("results") or {}))  # toy / real: in the envelope's results
     if res.get("toy"):
-        out += ["## Table 1: toy data (error % / train+test seconds of the best model)", "",
-                "sigma^2 in {0.1, 1, 5} (gamma = 1/(2 sigma^2)); C in {1, 10, 100}; the paper's "
-                "nu in {C/N, 0.5, 0.999} mapped to mu = m/(nu N_train) (nu = C/N -> mu = 1). "
-                "Best = lowest validation error over the grid. LIBSVM one-vs-rest is "
-                "OneVsRestClassifier(SVC, n_jobs=2); dmcsvm estimators use n_jobs=2.", "",
-                "| data | classes | N | k-NN | LIBSVM OvR | OneVsRestSVC | ScatterSVC | speed-up "
-                "Scatter vs LIBSVM OvR | Scatter - OvR error |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "## Table 1: toy data (error % / train+test seconds of the best model)",
+            "",
+            "sigma^2 in {0.1, 1, 5} (gamma = 1/(2 sigma^2)); C in {1, 10, 100}; the paper's "
+            "nu in {C/N, 0.5, 0.999} mapped to mu = m/(nu N_train) (nu = C/N -> mu = 1). "
+            "Best = lowest validation error over the grid. LIBSVM one-vs-rest is "
+            "OneVsRestClassifier(SVC, n_jobs=2); dmcsvm estimators use n_jobs=2.",
+            "",
+            "| data | classes | N | k-NN | LIBSVM OvR | OneVsRestSVC | ScatterSVC | speed-up "
+            "Scatter vs LIBSVM OvR | Scatter - OvR error |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for e in res["toy"]:
             ms = e["methods"]
 
@@ -325,57 +386,87 @@ def markdown(res) -> str:
                     return "not run"
                 b = ms[k]["best"]
                 return f"{b['error']:.1f}% / {b['time']:.2f}s"
-            out.append(f"| {e['data']} | {e['classes']} | {e['N']} | {cell('knn')} | "
-                       f"{cell('LIBSVM-OvR')} | {cell('OneVsRestSVC')} | {cell('ScatterSVC')} | "
-                       f"{e['speedup_scatter_vs_libsvm_ovr']:.1f}x | "
-                       f"{e['error_gap_scatter_minus_libsvm_ovr']:+.1f} |")
+
+            out.append(
+                f"| {e['data']} | {e['classes']} | {e['N']} | {cell('knn')} | "
+                f"{cell('LIBSVM-OvR')} | {cell('OneVsRestSVC')} | {cell('ScatterSVC')} | "
+                f"{e['speedup_scatter_vs_libsvm_ovr']:.1f}x | "
+                f"{e['error_gap_scatter_minus_libsvm_ovr']:+.1f} |"
+            )
         if res.get("ours_ovr_max_classes", 1000) < max(e["classes"] for e in res["toy"]):
-            out += ["", f"OneVsRestSVC ran up to {res['ours_ovr_max_classes']} classes only: at "
-                    "1000 classes one configuration (sigma^2 = 0.1, C = 1) took 1009 s on the "
-                    "loaded machine (each of the 1000 binary problems has thousands of free "
-                    "support vectors at that kernel width)."]
+            out += [
+                "",
+                f"OneVsRestSVC ran up to {res['ours_ovr_max_classes']} classes only: at "
+                "1000 classes one configuration (sigma^2 = 0.1, C = 1) took 1009 s on the "
+                "loaded machine (each of the 1000 binary problems has thousands of free "
+                "support vectors at that kernel width).",
+            ]
         if res.get("narrow_ovr_max_classes", 1000) < max(e["classes"] for e in res["toy"]):
-            out += ["", f"Above {res['narrow_ovr_max_classes']} classes the one-vs-rest grids "
-                    "leave out sigma^2 = 0.1 (6 of 9 settings run): LIBSVM one-vs-rest ran over "
-                    "10 minutes on the first of them without finishing. That column was LIBSVM's "
-                    "best only on the 10-class circle (at 100 classes it came within 0.2 points "
-                    "of the best), so leaving it out shortens one-vs-rest's grid and may cost it "
-                    "a little error. ScatterSVC keeps its full grid."]
+            out += [
+                "",
+                f"Above {res['narrow_ovr_max_classes']} classes the one-vs-rest grids "
+                "leave out sigma^2 = 0.1 (6 of 9 settings run): LIBSVM one-vs-rest ran over "
+                "10 minutes on the first of them without finishing. That column was LIBSVM's "
+                "best only on the 10-class circle (at 100 classes it came within 0.2 points "
+                "of the best), so leaving it out shortens one-vs-rest's grid and may cost it "
+                "a little error. ScatterSVC keeps its full grid.",
+            ]
         for e in res["toy"]:
             if e["classes"] >= 1000:
-                ok = e["speedup_scatter_vs_libsvm_ovr"] >= 10 and \
-                    e["error_gap_scatter_minus_libsvm_ovr"] <= 2
-                out += ["", f"Goal at {e['classes']} classes ({e['data']}): ScatterSVC >= 10x faster "
-                        f"than LIBSVM one-vs-rest with error <= its + 2 points: "
-                        f"{'met' if ok else 'not met'} ({e['speedup_scatter_vs_libsvm_ovr']:.1f}x, "
-                        f"{e['error_gap_scatter_minus_libsvm_ovr']:+.1f} points)."]
-        out += ["", "Whole-grid times (s, every configuration run, train+test):", "",
-                "| data | classes | LIBSVM OvR | OneVsRestSVC | ScatterSVC |", "|---|---|---|---|---|"]
+                ok = (
+                    e["speedup_scatter_vs_libsvm_ovr"] >= 10
+                    and e["error_gap_scatter_minus_libsvm_ovr"] <= 2
+                )
+                out += [
+                    "",
+                    f"Goal at {e['classes']} classes ({e['data']}): ScatterSVC >= 10x faster "
+                    f"than LIBSVM one-vs-rest with error <= its + 2 points: "
+                    f"{'met' if ok else 'not met'} ({e['speedup_scatter_vs_libsvm_ovr']:.1f}x, "
+                    f"{e['error_gap_scatter_minus_libsvm_ovr']:+.1f} points).",
+                ]
+        out += [
+            "",
+            "Whole-grid times (s, every configuration run, train+test):",
+            "",
+            "| data | classes | LIBSVM OvR | OneVsRestSVC | ScatterSVC |",
+            "|---|---|---|---|---|",
+        ]
         for e in res["toy"]:
             ms = e["methods"]
-            g = {k: (f"{ms[k]['grid_time']:.1f}" if k in ms else "not run")
-                 for k in ("LIBSVM-OvR", "OneVsRestSVC", "ScatterSVC")}
-            out.append(f"| {e['data']} | {e['classes']} | {g['LIBSVM-OvR']} | "
-                       f"{g['OneVsRestSVC']} | {g['ScatterSVC']} |")
+            g = {
+                k: (f"{ms[k]['grid_time']:.1f}" if k in ms else "not run")
+                for k in ("LIBSVM-OvR", "OneVsRestSVC", "ScatterSVC")
+            }
+            out.append(
+                f"| {e['data']} | {e['classes']} | {g['LIBSVM-OvR']} | "
+                f"{g['OneVsRestSVC']} | {g['ScatterSVC']} |"
+            )
     if res.get("real"):
         out += ["", "## Real data (accuracy % / seconds)", ""]
         if res.get("real_run"):
             out += [f"Note: {res['real_run']['note']}.", ""]
         out += [
-                "gamma in {0.1, 1, 10, 100}/d, C in {1, 10, 100}, ScatterSVC nu in {0.1, 0.3, 0.6} "
-                "(mu = m/(nu N)). CV sets: setting chosen on a stratified 20 % hold-out, then mean "
-                "10-fold CV accuracy at it, time = the 10 folds. Split sets: setting chosen on a 20 % validation split of the training "
-                "set, then trained on all of it and tested; time = that final fit + predict.", "",
-                "| data | n | d | m | protocol | ScatterSVC rule 1 | ScatterSVC rule 2 | "
-                "MulticlassSVC | OneVsOneSVC |", "|---|---|---|---|---|---|---|---|---|"]
+            "gamma in {0.1, 1, 10, 100}/d, C in {1, 10, 100}, ScatterSVC nu in {0.1, 0.3, 0.6} "
+            "(mu = m/(nu N)). CV sets: setting chosen on a stratified 20 % hold-out, then mean "
+            "10-fold CV accuracy at it, time = the 10 folds. Split sets: setting chosen on a 20 % validation split of the training "
+            "set, then trained on all of it and tested; time = that final fit + predict.",
+            "",
+            "| data | n | d | m | protocol | ScatterSVC rule 1 | ScatterSVC rule 2 | "
+            "MulticlassSVC | OneVsOneSVC |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for e in res["real"]:
             ms = e["methods"]
-            cells = [f"{ms[k]['best']['accuracy']:.2f} / {ms[k]['best']['time']:.2f}s"
-                     for k in ("ScatterSVC-rule1", "ScatterSVC-rule2", "MulticlassSVC",
-                               "OneVsOneSVC")]
+            cells = [
+                f"{ms[k]['best']['accuracy']:.2f} / {ms[k]['best']['time']:.2f}s"
+                for k in ("ScatterSVC-rule1", "ScatterSVC-rule2", "MulticlassSVC", "OneVsOneSVC")
+            ]
             prot = "10-fold CV" if e["n_test"] is None else f"split ({e['n_test']} test)"
-            out.append(f"| {e['data']} | {e['n_train']} | {e['d']} | {e['classes']} | {prot} | "
-                       + " | ".join(cells) + " |")
+            out.append(
+                f"| {e['data']} | {e['n_train']} | {e['d']} | {e['classes']} | {prot} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -385,28 +476,45 @@ def main():
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-toy", action="store_true")
     ap.add_argument("--classes", type=int, nargs="*", default=None)
-    ap.add_argument("--ours-ovr-max-classes", type=int, default=1000,
-                    help="run OneVsRestSVC only up to this many classes")
-    ap.add_argument("--narrow-ovr-max-classes", type=int, default=1000,
-                    help="run the one-vs-rest grids' sigma^2 = 0.1 column only up to this many "
-                         "classes (it is the slowest by far)")
-    ap.add_argument("--out", default="scatter",
-                    help="results/<OUT>.json (and .md), or a path ending in .json")
-    ap.add_argument("--render", action="store_true",
-                    help="only rewrite the markdown from the JSON of --out")
+    ap.add_argument(
+        "--ours-ovr-max-classes",
+        type=int,
+        default=1000,
+        help="run OneVsRestSVC only up to this many classes",
+    )
+    ap.add_argument(
+        "--narrow-ovr-max-classes",
+        type=int,
+        default=1000,
+        help="run the one-vs-rest grids' sigma^2 = 0.1 column only up to this many "
+        "classes (it is the slowest by far)",
+    )
+    ap.add_argument(
+        "--out", default="scatter", help="results/<OUT>.json (and .md), or a path ending in .json"
+    )
+    ap.add_argument(
+        "--render", action="store_true", help="only rewrite the markdown from the JSON of --out"
+    )
     args = ap.parse_args()
-    out_path = Path(args.out) if args.out.endswith(".json") else \
-        _report.RESULTS_DIR / f"{args.out}.json"
+    out_path = (
+        Path(args.out) if args.out.endswith(".json") else _report.RESULTS_DIR / f"{args.out}.json"
+    )
     if args.render:
         res = json.loads(out_path.read_text())
         _report.write_text(out_path.with_suffix(".md"), markdown(res))
         print(markdown(res))
         return
-    run = _report.Run(__file__, "mScatter-SVM: toy and real data",
-                      _report.settings_of(args, ("data_dir", "out", "render")))
+    run = _report.Run(
+        __file__,
+        "mScatter-SVM: toy and real data",
+        _report.settings_of(args, ("data_dir", "out", "render")),
+    )
     classes = args.classes or ([10, 100] if args.quick else [10, 100, 1000])
-    real = ["iris", "wine", "glass", "vowel"] if args.quick else \
-        ["iris", "wine", "glass", "vowel", "segment", "dna", "satimage"]
+    real = (
+        ["iris", "wine", "glass", "vowel"]
+        if args.quick
+        else ["iris", "wine", "glass", "vowel", "segment", "dna", "satimage"]
+    )
     # warm the numba caches so that no timed fit pays for compilation
     Xw, yw = checkerboard(4)
     ScatterSVC(gamma=1.0).fit(Xw, yw)
@@ -416,9 +524,12 @@ def main():
         results["toy"] = run_toy(classes, args.ours_ovr_max_classes, args.narrow_ovr_max_classes)
     if not args.skip_real:
         results["real"] = run_real(real, args.data_dir)
-    res = run.envelope(results, quick=args.quick,
-                       ours_ovr_max_classes=args.ours_ovr_max_classes,
-                       narrow_ovr_max_classes=args.narrow_ovr_max_classes)
+    res = run.envelope(
+        results,
+        quick=args.quick,
+        ours_ovr_max_classes=args.ours_ovr_max_classes,
+        narrow_ovr_max_classes=args.narrow_ovr_max_classes,
+    )
     _report.write(res, out_path, markdown(res))
     print(markdown(res))
 

@@ -55,7 +55,7 @@ def cache_mb(n, n_parts, n_cols, itemsize=4):
     partition: dmcsvm splits ``cache_size`` evenly over its ``n_parts`` row partitions and a column
     of a partition holds its (at most ``ceil(n / n_parts)``) active rows in the data's dtype."""
     rows = math.ceil(n / n_parts)
-    return n_cols * rows * itemsize * n_parts / 2 ** 20
+    return n_cols * rows * itemsize * n_parts / 2**20
 
 
 def downsample_idx(n, k=MAX_POINTS):
@@ -64,7 +64,7 @@ def downsample_idx(n, k=MAX_POINTS):
         return np.arange(n)
     idx = np.unique(np.round(np.geomspace(1, n, k - 1)).astype(np.int64) - 1)
     idx = np.unique(np.concatenate([[0], idx, [n - 1]]))
-    while idx.shape[0] > k:                          # rounding can leave a few too many
+    while idx.shape[0] > k:  # rounding can leave a few too many
         idx = np.delete(idx, np.arange(1, idx.shape[0] - 1, 2)[: idx.shape[0] - k])
     return idx
 
@@ -78,12 +78,40 @@ def time_to(el, dual, level):
     return float(el[hit[0]]) if hit.shape[0] else None
 
 
-def run_one(X, y, Xte, yte, *, C, gamma, selection, threshold, cache, batch_size, n_jobs,
-            optimizer, gap_tol, tol, max_iter):
+def run_one(
+    X,
+    y,
+    Xte,
+    yte,
+    *,
+    C,
+    gamma,
+    selection,
+    threshold,
+    cache,
+    batch_size,
+    n_jobs,
+    optimizer,
+    gap_tol,
+    tol,
+    max_iter,
+):
     from dmcsvm import MulticlassSVC
-    m = MulticlassSVC(C=C, kernel="rbf", gamma=gamma, optimizer=optimizer, selection=selection,
-                      threshold=threshold, tol=tol, gap_tol=gap_tol, cache_size=cache,
-                      batch_size=batch_size, max_iter=max_iter, n_jobs=n_jobs)
+
+    m = MulticlassSVC(
+        C=C,
+        kernel="rbf",
+        gamma=gamma,
+        optimizer=optimizer,
+        selection=selection,
+        threshold=threshold,
+        tol=tol,
+        gap_tol=gap_tol,
+        cache_size=cache,
+        batch_size=batch_size,
+        max_iter=max_iter,
+        n_jobs=n_jobs,
+    )
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         t = time.perf_counter()
@@ -92,16 +120,25 @@ def run_one(X, y, Xte, yte, *, C, gamma, selection, threshold, cache, batch_size
     acc = float(m.score(Xte, yte))
     h = m.history_
     return m, {
-        "selection": selection, "threshold": threshold, "batch_size": batch_size,
-        "cache_size_mb": cache, "fit_time_s": fit_s, "rounds": int(m.n_iter_),
-        "converged": bool(m.converged_), "final_dual": float(h["dual"][-1]),
-        "final_gap": float(h["gap"][-1]), "max_psi": float(h["max_psi"][-1]),
-        "n_support": int(m.support_.shape[0]), "test_accuracy": acc,
+        "selection": selection,
+        "threshold": threshold,
+        "batch_size": batch_size,
+        "cache_size_mb": cache,
+        "fit_time_s": fit_s,
+        "rounds": int(m.n_iter_),
+        "converged": bool(m.converged_),
+        "final_dual": float(h["dual"][-1]),
+        "final_gap": float(h["gap"][-1]),
+        "max_psi": float(h["max_psi"][-1]),
+        "n_support": int(m.support_.shape[0]),
+        "test_accuracy": acc,
         "kernel_rows_computed": int(h["rows_computed"][-1]),
         "kernel_rows_cached": int(h["rows_cached"][-1]),
         # summed over rounds; kernel / update / select are the slowest partition's time per round
-        "time_split_s": {k: float(np.sum(h[k])) for k in ("t_kernel", "t_update", "t_select",
-                                                           "t_solve", "t_round")},
+        "time_split_s": {
+            k: float(np.sum(h[k]))
+            for k in ("t_kernel", "t_update", "t_select", "t_solve", "t_round")
+        },
         "warnings": [str(x.message)[:200] for x in w],
     }
 
@@ -110,10 +147,17 @@ def plot(runs, batch_size, caches, path, n, dstar):
     """Two columns (full cache / small cache); top: dual vs time, bottom: D* - D vs time (log)."""
     plt = _report.pyplot()
     from matplotlib.ticker import NullFormatter
+
     colors = {"kkt": "tab:red", "amg": "tab:green", "bmg": "tab:blue"}
     styles = {"mean": "-", "max": "--", "log": ":"}
-    fig, axes = plt.subplots(2, len(caches), figsize=(6.2 * len(caches), 7.6), sharex=True,
-                             sharey="row", gridspec_kw={"height_ratios": [3, 2]})
+    fig, axes = plt.subplots(
+        2,
+        len(caches),
+        figsize=(6.2 * len(caches), 7.6),
+        sharex=True,
+        sharey="row",
+        gridspec_kw={"height_ratios": [3, 2]},
+    )
     axes = np.asarray(axes).reshape(2, len(caches))
     for j, (cname, cmb) in enumerate(caches):
         top, bot = axes[0, j], axes[1, j]
@@ -122,8 +166,13 @@ def plot(runs, batch_size, caches, path, n, dstar):
                 continue
             el, du = np.maximum(np.asarray(r["_elapsed"]), 1e-5), np.asarray(r["_dual"])
             kw = dict(color=colors[r["selection"]], ls=styles[r["threshold"]], lw=1.3)
-            top.plot(el, du, label=f"{r['selection'].upper()}-{r['threshold'].upper()} "
-                                   f"({r['fit_time_s']:.1f} s)", **kw)
+            top.plot(
+                el,
+                du,
+                label=f"{r['selection'].upper()}-{r['threshold'].upper()} "
+                f"({r['fit_time_s']:.1f} s)",
+                **kw,
+            )
             bot.plot(el, np.maximum(dstar - du, 1e-4), **kw)
         for ax in (top, bot):
             ax.set_xscale("log")
@@ -136,9 +185,15 @@ def plot(runs, batch_size, caches, path, n, dstar):
         top.legend(fontsize=7, loc="lower right")
     axes[0, 0].set_ylabel("dual objective (Lagrangian) D")
     axes[1, 0].set_ylabel("D* - D  (D* = best final dual)")
-    fig.suptitle(f"USPS subset n={n}, RBF, batch_size={batch_size}"
-                 + (" (sequential; the three threshold curves of a selection are the same rounds)"
-                    if batch_size == 1 else ""), fontsize=10)
+    fig.suptitle(
+        f"USPS subset n={n}, RBF, batch_size={batch_size}"
+        + (
+            " (sequential; the three threshold curves of a selection are the same rounds)"
+            if batch_size == 1
+            else ""
+        ),
+        fontsize=10,
+    )
     fig.tight_layout()
     _report.save_figure(fig, path, dpi=100)
 
@@ -157,8 +212,11 @@ def main(argv=None):
     p.add_argument("--selections", default=",".join(SELECTIONS))
     p.add_argument("--thresholds", default=",".join(THRESHOLDS))
     a = p.parse_args(argv)
-    run = _report.Run(__file__, "pattern selection / threshold / cache (Aiolli & Sperduti 2005 "
-                      "Figs. 8-10)", _report.settings_of(a))
+    run = _report.Run(
+        __file__,
+        "pattern selection / threshold / cache (Aiolli & Sperduti 2005 Figs. 8-10)",
+        _report.settings_of(a),
+    )
     out_path = Path(a.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -168,35 +226,74 @@ def main(argv=None):
     n = X.shape[0]
     gamma = float(1.0 / (X.shape[1] * X.astype(np.float64).var()))
     n_parts = max(1, min(a.n_jobs, n))
-    caches = [("full", max(200.0, 1.05 * cache_mb(n, n_parts, n))),
-              (f"{a.cache_rows}-row", cache_mb(n, n_parts, a.cache_rows))]
+    caches = [
+        ("full", max(200.0, 1.05 * cache_mb(n, n_parts, n))),
+        (f"{a.cache_rows}-row", cache_mb(n, n_parts, a.cache_rows)),
+    ]
     batches = [int(b) for b in a.batch_sizes.split(",")]
     sels, thrs = a.selections.split(","), a.thresholds.split(",")
-    common = dict(C=a.C, gamma=gamma, n_jobs=a.n_jobs, optimizer=a.optimizer, gap_tol=a.gap_tol,
-                  tol=a.tol, max_iter=a.max_iter)
+    common = dict(
+        C=a.C,
+        gamma=gamma,
+        n_jobs=a.n_jobs,
+        optimizer=a.optimizer,
+        gap_tol=a.gap_tol,
+        tol=a.tol,
+        max_iter=a.max_iter,
+    )
 
     # warm-up: numba compilation / cache loading for every selection, outside the timings
     for sel in sels:
-        run_one(X[:300], y[:300], Xte[:50], yte[:50], selection=sel, threshold="mean",
-                cache=200.0, batch_size=1, **common)
-        run_one(X[:300], y[:300], Xte[:50], yte[:50], selection=sel, threshold="mean",
-                cache=200.0, batch_size=100, **common)
+        run_one(
+            X[:300],
+            y[:300],
+            Xte[:50],
+            yte[:50],
+            selection=sel,
+            threshold="mean",
+            cache=200.0,
+            batch_size=1,
+            **common,
+        )
+        run_one(
+            X[:300],
+            y[:300],
+            Xte[:50],
+            yte[:50],
+            selection=sel,
+            threshold="mean",
+            cache=200.0,
+            batch_size=100,
+            **common,
+        )
 
     runs = []
     for bs in batches:
         for cname, cmb in caches:
             for sel in sels:
                 for thr in thrs:
-                    m, rec = run_one(X, y, Xte, yte, selection=sel, threshold=thr, cache=cmb,
-                                     batch_size=bs, **common)
+                    m, rec = run_one(
+                        X,
+                        y,
+                        Xte,
+                        yte,
+                        selection=sel,
+                        threshold=thr,
+                        cache=cmb,
+                        batch_size=bs,
+                        **common,
+                    )
                     rec["cache"] = cname
                     rec["_elapsed"] = np.asarray(m.history_["elapsed"], dtype=np.float64)
                     rec["_dual"] = np.asarray(m.history_["dual"], dtype=np.float64)
                     runs.append(rec)
-                    print(f"bs={bs:<5d} {cname:>8s} {sel}-{thr:<4s} {rec['fit_time_s']:7.2f} s "
-                          f"rounds={rec['rounds']:<6d} dual={rec['final_dual']:.4f} "
-                          f"rows computed/cached={rec['kernel_rows_computed']}/"
-                          f"{rec['kernel_rows_cached']} acc={rec['test_accuracy']:.4f}", flush=True)
+                    print(
+                        f"bs={bs:<5d} {cname:>8s} {sel}-{thr:<4s} {rec['fit_time_s']:7.2f} s "
+                        f"rounds={rec['rounds']:<6d} dual={rec['final_dual']:.4f} "
+                        f"rows computed/cached={rec['kernel_rows_computed']}/"
+                        f"{rec['kernel_rows_cached']} acc={rec['test_accuracy']:.4f}",
+                        flush=True,
+                    )
 
     dstar = max(r["final_dual"] for r in runs)
     for r in runs:
@@ -208,10 +305,14 @@ def main(argv=None):
     for bs in batches:
         for cname, _ in caches:
             for sel in sels:
-                ds = [r["_dual"] for r in runs
-                      if r["batch_size"] == bs and r["cache"] == cname and r["selection"] == sel]
-                same[f"bs={bs} {cname} {sel}"] = bool(all(d.shape == ds[0].shape and
-                                                          np.array_equal(d, ds[0]) for d in ds))
+                ds = [
+                    r["_dual"]
+                    for r in runs
+                    if r["batch_size"] == bs and r["cache"] == cname and r["selection"] == sel
+                ]
+                same[f"bs={bs} {cname} {sel}"] = bool(
+                    all(d.shape == ds[0].shape and np.array_equal(d, ds[0]) for d in ds)
+                )
 
     pngs = []
     for bs in batches:
@@ -221,49 +322,98 @@ def main(argv=None):
 
     for r in runs:
         idx = downsample_idx(r["_dual"].shape[0])
-        r["curve"] = {"round": idx.tolist(),
-                      "elapsed_s": [_g(v, 5) for v in r["_elapsed"][idx]],
-                      "dual": [_g(v, 8) for v in r["_dual"][idx]]}
+        r["curve"] = {
+            "round": idx.tolist(),
+            "elapsed_s": [_g(v, 5) for v in r["_elapsed"][idx]],
+            "dual": [_g(v, 8) for v in r["_dual"][idx]],
+        }
         del r["_elapsed"], r["_dual"]
 
     out = run.envelope(
         runs,
-        setup={"data": f"USPS train, stratified subset of {n} (random_state=0); test: full "
-                       f"USPS test ({Xte.shape[0]})", "dtype": "float32", "kernel": "rbf",
-               "C": a.C, "gamma": gamma, "gamma_note": "'scale' on the subset",
-               "optimizer": a.optimizer, "tol": a.tol, "gap_tol": a.gap_tol,
-               "max_iter": a.max_iter, "n_jobs": a.n_jobs, "n_partitions": n_parts,
-               "caches_mb": dict(caches), "cache_note":
-                   f"small cache = {a.cache_rows} columns per partition of ceil(n/n_parts) "
-                   f"float32 rows each; full = every column (at least 200 MB)",
-               "batch_sizes": batches, "threshold_fraction": 0.5,
-               "log_cooling": "theta_t = 0.999 / log10(t + 10)"},
-        best_dual=dstar, thresholds_give_identical_dual_sequence=same, figures=pngs)
+        setup={
+            "data": f"USPS train, stratified subset of {n} (random_state=0); test: full "
+            f"USPS test ({Xte.shape[0]})",
+            "dtype": "float32",
+            "kernel": "rbf",
+            "C": a.C,
+            "gamma": gamma,
+            "gamma_note": "'scale' on the subset",
+            "optimizer": a.optimizer,
+            "tol": a.tol,
+            "gap_tol": a.gap_tol,
+            "max_iter": a.max_iter,
+            "n_jobs": a.n_jobs,
+            "n_partitions": n_parts,
+            "caches_mb": dict(caches),
+            "cache_note": f"small cache = {a.cache_rows} columns per partition of ceil(n/n_parts) "
+            f"float32 rows each; full = every column (at least 200 MB)",
+            "batch_sizes": batches,
+            "threshold_fraction": 0.5,
+            "log_cooling": "theta_t = 0.999 / log10(t + 10)",
+        },
+        best_dual=dstar,
+        thresholds_give_identical_dual_sequence=same,
+        figures=pngs,
+    )
     md = markdown(out)
     _report.write(out, out_path, md, compact=True)
     print()
     print(md)
-    print(f"wrote {out_path} ({out_path.stat().st_size / 1024:.0f} KB), {pngs}; "
-          f"{out['script_runtime_s']:.0f} s")
+    print(
+        f"wrote {out_path} ({out_path.stat().st_size / 1024:.0f} KB), {pngs}; "
+        f"{out['script_runtime_s']:.0f} s"
+    )
     return out
 
 
 def markdown(out) -> str:
     """The runs as a table: fit time, rounds, time to 99.9 / 99.99 % of the best dual."""
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    rows = [[r["batch_size"], r["cache"], f"{r['selection'].upper()}-{r['threshold'].upper()}",
-             f"{r['fit_time_s']:.2f}", r["rounds"], f(r["time_to_99.9pct_dual_s"]),
-             f(r["time_to_99.99pct_dual_s"]),
-             f"{r['kernel_rows_computed']} / {r['kernel_rows_cached']}",
-             f"{100 * r['test_accuracy']:.2f}"] for r in out["results"]]
+    rows = [
+        [
+            r["batch_size"],
+            r["cache"],
+            f"{r['selection'].upper()}-{r['threshold'].upper()}",
+            f"{r['fit_time_s']:.2f}",
+            r["rounds"],
+            f(r["time_to_99.9pct_dual_s"]),
+            f(r["time_to_99.99pct_dual_s"]),
+            f"{r['kernel_rows_computed']} / {r['kernel_rows_cached']}",
+            f"{100 * r['test_accuracy']:.2f}",
+        ]
+        for r in out["results"]
+    ]
     return "\n".join(
-        ["# Pattern selection, threshold and cache (USPS subset)", "",
-         _report.machine_line(out), _report.load_line(out), "",
-         *_report.md_table(["batch", "cache", "selection-threshold", "fit s", "rounds",
-                            "t to 99.9% D*", "t to 99.99% D*", "rows computed / cached",
-                            "test acc"], rows, "rll" + "r" * 6),
-         "", ("Identical dual sequences over thresholds: "
-              f"{out['thresholds_give_identical_dual_sequence']}"), ""])
+        [
+            "# Pattern selection, threshold and cache (USPS subset)",
+            "",
+            _report.machine_line(out),
+            _report.load_line(out),
+            "",
+            *_report.md_table(
+                [
+                    "batch",
+                    "cache",
+                    "selection-threshold",
+                    "fit s",
+                    "rounds",
+                    "t to 99.9% D*",
+                    "t to 99.99% D*",
+                    "rows computed / cached",
+                    "test acc",
+                ],
+                rows,
+                "rll" + "r" * 6,
+            ),
+            "",
+            (
+                "Identical dual sequences over thresholds: "
+                f"{out['thresholds_give_identical_dual_sequence']}"
+            ),
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

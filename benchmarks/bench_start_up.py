@@ -161,10 +161,18 @@ m.predict(Xte.astype(np.float32))
 p = make_pipeline(MinMaxScaler(feature_range=(-1, 1)), MulticlassSVC(C=10))
 save_model(p.fit(Xtr.astype(np.float32), ytr), sys.argv[4])
 """
-    store, model, scaled, svm = (tmp / "test.zarr", tmp / "model.npz", tmp / "scaled.npz",
-                                 tmp / "test.svm")
-    subprocess.run([PY, "-c", code, data_dir, str(store), str(model), str(scaled), str(svm)],
-                   env=env, check=True, cwd=tmp)
+    store, model, scaled, svm = (
+        tmp / "test.zarr",
+        tmp / "model.npz",
+        tmp / "scaled.npz",
+        tmp / "test.svm",
+    )
+    subprocess.run(
+        [PY, "-c", code, data_dir, str(store), str(model), str(scaled), str(svm)],
+        env=env,
+        check=True,
+        cwd=tmp,
+    )
     return store, model, scaled, svm
 
 
@@ -188,13 +196,21 @@ sys.meta_path.insert(0, _NotInstalled())
 def main():
     p = _report.parser(__doc__, "start_up.json", data_dir=True)
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--code", help="measure the dmcsvm package of this checkout instead "
-                                  "(put first on PYTHONPATH; e.g. an older commit exported with "
-                                  "git archive)")
-    p.add_argument("--without", action="append", default=[], metavar="MODULE",
-                   help="run as if MODULE were not installed (a sitecustomize on PYTHONPATH "
-                        "makes importing it fail), e.g. --without pandas: a base "
-                        "install has no pandas, and scikit-learn imports it when it is there")
+    p.add_argument(
+        "--code",
+        help="measure the dmcsvm package of this checkout instead "
+        "(put first on PYTHONPATH; e.g. an older commit exported with "
+        "git archive)",
+    )
+    p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="run as if MODULE were not installed (a sitecustomize on PYTHONPATH "
+        "makes importing it fail), e.g. --without pandas: a base "
+        "install has no pandas, and scikit-learn imports it when it is there",
+    )
     args = p.parse_args()
     run = _report.Run(__file__, "start_up", _report.settings_of(args))
     block = None
@@ -206,24 +222,51 @@ def main():
     res = {}
     with tempfile.TemporaryDirectory(prefix="dmcsvm-start-up-") as tmp:
         tmp = Path(tmp)
-        store, model, scaled, svm = _prepare(tmp, args.data_dir, env)   # warms numba's cache
+        store, model, scaled, svm = _prepare(tmp, args.data_dir, env)  # warms numba's cache
         # `python -m dmcsvm.cli`: what the console script runs, for any checkout on PYTHONPATH
         dmcsvm = [PY, "-m", "dmcsvm.cli"]
-        _wall(dmcsvm + ["predict", str(scaled), str(svm), "-o", str(tmp / "warm.txt"),
-                        "--no-progress"], env)          # untimed: writes the cli's bytecode
+        _wall(
+            dmcsvm
+            + ["predict", str(scaled), str(svm), "-o", str(tmp / "warm.txt"), "--no-progress"],
+            env,
+        )  # untimed: writes the cli's bytecode
         res["python_pass"] = _stats([_wall([PY, "-c", "pass"], env) for _ in range(args.repeat)])
-        res["import"] = _stats([_wall([PY, "-c", "import dmcsvm"], env)
-                                for _ in range(args.repeat)])
+        res["import"] = _stats(
+            [_wall([PY, "-c", "import dmcsvm"], env) for _ in range(args.repeat)]
+        )
         res["help"] = _stats([_wall(dmcsvm + ["--help"], env) for _ in range(args.repeat)])
-        for key, m, data in (("predict_2000", model, store), ("predict_2000_svm", model, svm),
-                             ("predict_2000_scaled", scaled, store)):
-            res[key] = _stats([_wall(dmcsvm + ["predict", str(m), str(data), "-o",
-                                               str(tmp / f"{key}-{k}.txt"), "--no-progress"],
-                                     env) for k in range(args.repeat)])
+        for key, m, data in (
+            ("predict_2000", model, store),
+            ("predict_2000_svm", model, svm),
+            ("predict_2000_scaled", scaled, store),
+        ):
+            res[key] = _stats(
+                [
+                    _wall(
+                        dmcsvm
+                        + [
+                            "predict",
+                            str(m),
+                            str(data),
+                            "-o",
+                            str(tmp / f"{key}-{k}.txt"),
+                            "--no-progress",
+                        ],
+                        env,
+                    )
+                    for k in range(args.repeat)
+                ]
+            )
         fits = []
         for _ in range(args.repeat):
-            r = subprocess.run([PY, "-c", _FITS, args.data_dir], env=env, capture_output=True,
-                               text=True, check=True, cwd=tmp)
+            r = subprocess.run(
+                [PY, "-c", _FITS, args.data_dir],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=tmp,
+            )
             fits.append(json.loads(r.stdout.strip().splitlines()[-1]))
         res["fits"] = fits
         first = [f["fits_s"][0] for f in fits]
@@ -231,8 +274,14 @@ def main():
         res["first_fit"] = _stats(first)
         res["second_fit"] = _stats(second)
         res["first_minus_second"] = _stats([a - b for a, b in zip(first, second, strict=False)])
-        r = subprocess.run([PY, "-c", _PROFILE, args.data_dir], env=env, capture_output=True,
-                           text=True, check=True, cwd=tmp)
+        r = subprocess.run(
+            [PY, "-c", _PROFILE, args.data_dir],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp,
+        )
         res["first_fit_profile"] = json.loads(r.stdout.strip().splitlines()[-1])
     out = run.envelope(res, code_measured=args.code or "this checkout")
     _report.write(out, args.out, markdown=_markdown(out))
@@ -244,43 +293,81 @@ def _markdown(out) -> str:
 
     def s(k):
         return f"{r[k]['min']:.2f} / {r[k]['median']:.2f}"
+
     prof = r["first_fit_profile"]
-    rows = [["python -c pass", s("python_pass"), "interpreter start alone"],
-            ["import dmcsvm", s("import"), "target <= 0.5 s"],
-            ["dmcsvm --help", s("help"), "target <= 0.5 s"],
-            ["dmcsvm predict (2,000 rows, store)", s("predict_2000"), "target <= 1.5 s"],
-            ["dmcsvm predict (the same rows, LIBSVM file)", s("predict_2000_svm"), ""],
-            ["dmcsvm predict (store, train --scale model)", s("predict_2000_scaled"), ""],
-            ["first fit in a process", s("first_fit"), "satimage, MulticlassSVC(C=10)"],
-            ["second fit", s("second_fit"), ""],
-            ["first - second", s("first_minus_second"), "target <= 0.3 s"]]
-    lines = ["# Start-up times", "",
-             f"Code measured: {out.get('code_measured', 'this checkout')}"
-             + (f"; run as if {', '.join(out['settings']['without'])} were not installed"
-                if out["settings"].get("without") else "") + ".", "",
-             _report.machine_line(out), _report.load_line(out), "",
-             "Fresh subprocesses, warm numba cache; seconds, min / median of "
-             f"{out['settings']['repeat']} runs (`benchmarks/bench_start_up.py`).", ""]
+    rows = [
+        ["python -c pass", s("python_pass"), "interpreter start alone"],
+        ["import dmcsvm", s("import"), "target <= 0.5 s"],
+        ["dmcsvm --help", s("help"), "target <= 0.5 s"],
+        ["dmcsvm predict (2,000 rows, store)", s("predict_2000"), "target <= 1.5 s"],
+        ["dmcsvm predict (the same rows, LIBSVM file)", s("predict_2000_svm"), ""],
+        ["dmcsvm predict (store, train --scale model)", s("predict_2000_scaled"), ""],
+        ["first fit in a process", s("first_fit"), "satimage, MulticlassSVC(C=10)"],
+        ["second fit", s("second_fit"), ""],
+        ["first - second", s("first_minus_second"), "target <= 0.3 s"],
+    ]
+    lines = [
+        "# Start-up times",
+        "",
+        f"Code measured: {out.get('code_measured', 'this checkout')}"
+        + (
+            f"; run as if {', '.join(out['settings']['without'])} were not installed"
+            if out["settings"].get("without")
+            else ""
+        )
+        + ".",
+        "",
+        _report.machine_line(out),
+        _report.load_line(out),
+        "",
+        "Fresh subprocesses, warm numba cache; seconds, min / median of "
+        f"{out['settings']['repeat']} runs (`benchmarks/bench_start_up.py`).",
+        "",
+    ]
     lines += _report.md_table(["what", "s (min / median)", "note"], rows, align="lrl")
     f, sec = prof["first"], prof["second"]
-    lines += ["", "Where the first fit's extra time goes (cProfile, one process; profiling "
-              "slows both fits):", ""]
+    lines += [
+        "",
+        "Where the first fit's extra time goes (cProfile, one process; profiling slows both fits):",
+        "",
+    ]
     lines += _report.md_table(
         ["part", "first fit s", "second fit s"],
-        [["whole fit", f"{f['total_s']:.3f}", f"{sec['total_s']:.3f}"],
-         ["numba: loading cached code", f"{f['numba_cache_load_s']:.3f}",
-          f"{sec['numba_cache_load_s']:.3f}"],
-         ["  of it: numba's typing/target registries (once per process)",
-          f"{f['numba_registry_setup_s']:.3f}", f"{sec['numba_registry_setup_s']:.3f}"],
-         ["imports during the fit", f"{f['imports_s']:.3f}", f"{sec['imports_s']:.3f}"],
-         ["numba, any thread: longest first call of a dispatcher",
-          f"{f['numba_longest_first_call_s']:.3f}", f"{sec['numba_longest_first_call_s']:.3f}"],
-         ["numba, any thread: dispatchers loaded", str(f["numba_dispatchers_loaded"]),
-          str(sec["numba_dispatchers_loaded"])]],
-        align="lrr")
-    lines += ["", "numba dispatchers loaded by the first fit (thread, s): "
-              + ", ".join(f"{n} ({'main' if main else 'worker'}, {dt:.3f})"
-                          for n, dt, main in f["numba_first_calls"]) + "."]
+        [
+            ["whole fit", f"{f['total_s']:.3f}", f"{sec['total_s']:.3f}"],
+            [
+                "numba: loading cached code",
+                f"{f['numba_cache_load_s']:.3f}",
+                f"{sec['numba_cache_load_s']:.3f}",
+            ],
+            [
+                "  of it: numba's typing/target registries (once per process)",
+                f"{f['numba_registry_setup_s']:.3f}",
+                f"{sec['numba_registry_setup_s']:.3f}",
+            ],
+            ["imports during the fit", f"{f['imports_s']:.3f}", f"{sec['imports_s']:.3f}"],
+            [
+                "numba, any thread: longest first call of a dispatcher",
+                f"{f['numba_longest_first_call_s']:.3f}",
+                f"{sec['numba_longest_first_call_s']:.3f}",
+            ],
+            [
+                "numba, any thread: dispatchers loaded",
+                str(f["numba_dispatchers_loaded"]),
+                str(sec["numba_dispatchers_loaded"]),
+            ],
+        ],
+        align="lrr",
+    )
+    lines += [
+        "",
+        "numba dispatchers loaded by the first fit (thread, s): "
+        + ", ".join(
+            f"{n} ({'main' if main else 'worker'}, {dt:.3f})"
+            for n, dt, main in f["numba_first_calls"]
+        )
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 

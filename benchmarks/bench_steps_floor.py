@@ -38,13 +38,22 @@ from dmcsvm.kernels import KernelSpec, kernel_block  # noqa: E402
 from dmcsvm.numerics import pattern as pt  # noqa: E402
 
 # C, gamma of results/vs_libsvm.md (a short SVC validation on each full training set)
-SETS = {"satimage": (10.0, 0.692936, 2000), "pendigits": (1.0, 0.523906, 2000),
-        "usps": (10.0, 0.00660017, 2000), "dna": (10.0, 0.00734082, 2000),
-        "letter": (10.0, 1.67533, 1000)}
+SETS = {
+    "satimage": (10.0, 0.692936, 2000),
+    "pendigits": (1.0, 0.523906, 2000),
+    "usps": (10.0, 0.00660017, 2000),
+    "dna": (10.0, 0.00734082, 2000),
+    "letter": (10.0, 1.67533, 1000),
+}
 GREEDY_PSI, RANDOM_ORDER, GREEDY_GAIN = 0, 1, 2
 RULES = {"greedy_psi": GREEDY_PSI, "random_order": RANDOM_ORDER, "greedy_gain": GREEDY_GAIN}
-LOADERS = {"letter": "load_letter", "usps": "load_usps_scaled", "satimage": "load_satimage",
-           "pendigits": "load_pendigits", "dna": "load_dna"}
+LOADERS = {
+    "letter": "load_letter",
+    "usps": "load_usps_scaled",
+    "satimage": "load_satimage",
+    "pendigits": "load_pendigits",
+    "dna": "load_dna",
+}
 
 
 @numba.njit(cache=True)
@@ -89,8 +98,18 @@ def sequential(G, y, C, tol, gap_tol, rule, seed, max_steps):
             f = F[j].copy()
             b0[:] = b
             kpp = G[j, j]
-            pt.optimize_pattern(pt.OPT_EXACT, b, f, y[j], y[j], pcls, kpp, C,
-                                (0.1 * tol) ** 2 / (2.0 * kpp), tol / 2.0)
+            pt.optimize_pattern(
+                pt.OPT_EXACT,
+                b,
+                f,
+                y[j],
+                y[j],
+                pcls,
+                kpp,
+                C,
+                (0.1 * tol) ** 2 / (2.0 * kpp),
+                tol / 2.0,
+            )
             steps += 1
             for r in range(P):
                 d = b[r] - b0[r]
@@ -133,45 +152,69 @@ def main():
         row = {"data": name, "n": len(y), "classes": int(y.max()) + 1, "C": C, "gamma": gamma}
         for rule in args.rules.split(","):
             t = time.perf_counter()
-            st, nsv, gap, mp = sequential(G, y, C, args.tol, args.gap_tol, RULES[rule], 0,
-                                          200 * len(y))
-            row[rule] = {"steps": int(st), "n_sv": int(nsv), "per_sv": st / max(nsv, 1),
-                         "gap": float(gap), "max_psi": float(mp),
-                         "seconds": time.perf_counter() - t}
+            st, nsv, gap, mp = sequential(
+                G, y, C, args.tol, args.gap_tol, RULES[rule], 0, 200 * len(y)
+            )
+            row[rule] = {
+                "steps": int(st),
+                "n_sv": int(nsv),
+                "per_sv": st / max(nsv, 1),
+                "gap": float(gap),
+                "max_psi": float(mp),
+                "seconds": time.perf_counter() - t,
+            }
         kw = dict(C=C, gamma=gamma, tol=args.tol, gap_tol=args.gap_tol, n_jobs=1)
-        MulticlassSVC(**kw).fit(X, y)                          # compile outside the timing
+        MulticlassSVC(**kw).fit(X, y)  # compile outside the timing
         t = time.perf_counter()
         m = MulticlassSVC(**kw).fit(X, y)
         h = m.history_
-        row["dmcsvm"] = {"steps": int(h["steps"].sum()), "n_sv": len(m.support_),
-                         "per_sv": float(h["steps"].sum()) / len(m.support_),
-                         "gap": float(h["gap"][-1]), "rounds": int(m.n_iter_),
-                         "seconds": time.perf_counter() - t}
+        row["dmcsvm"] = {
+            "steps": int(h["steps"].sum()),
+            "n_sv": len(m.support_),
+            "per_sv": float(h["steps"].sum()) / len(m.support_),
+            "gap": float(h["gap"][-1]),
+            "rounds": int(m.n_iter_),
+            "seconds": time.perf_counter() - t,
+        }
         results.append(row)
-        print(name, {k: (v["per_sv"] if isinstance(v, dict) else v) for k, v in row.items()},
-              flush=True)
+        print(
+            name,
+            {k: (v["per_sv"] if isinstance(v, dict) else v) for k, v in row.items()},
+            flush=True,
+        )
     out = run.envelope(results)
     rules = [r for r in args.rules.split(",")]
-    head = ["data", "rows", "classes"] + [f"{r} steps/SV" for r in rules] + ["dmcsvm steps/SV",
-                                                                             "dmcsvm / greedy_psi"]
+    head = (
+        ["data", "rows", "classes"]
+        + [f"{r} steps/SV" for r in rules]
+        + ["dmcsvm steps/SV", "dmcsvm / greedy_psi"]
+    )
     body = []
     for r in results:
         cells = [r["data"], r["n"], r["classes"]]
         cells += [f"{r[k]['per_sv']:.1f} (gap {r[k]['gap']:.1e})" for k in rules]
         cells += [f"{r['dmcsvm']['per_sv']:.1f} (gap {r['dmcsvm']['gap']:.1e})"]
-        cells += [f"{r['dmcsvm']['per_sv'] / r['greedy_psi']['per_sv']:.2f}"
-                  if "greedy_psi" in r else "-"]
+        cells += [
+            f"{r['dmcsvm']['per_sv'] / r['greedy_psi']['per_sv']:.2f}" if "greedy_psi" in r else "-"
+        ]
         body.append(cells)
-    md = ["# Pattern optimizations per support vector: the sequential algorithm's floor", "",
-          _report.machine_line(out), _report.load_line(out), "",
-          f"Stopping: relative duality gap <= {args.gap_tol} over every row (psi tol "
-          f"{args.tol}); RBF at vs_libsvm's C and gamma; float64; one run each.", "",
-          *_report.md_table(head, body), "",
-          "greedy_psi / greedy_gain: the papers' sequential algorithm on the full Gram matrix "
-          "(one exact per-pattern step on the most violated / highest-gain row, all scores and "
-          "selection values refreshed after it); random_order: passes in random order over the "
-          "violators (Keerthi et al. 2008's order). dmcsvm: MulticlassSVC defaults with "
-          "tol/gap_tol as above, n_jobs=1, its working-set rounds."]
+    md = [
+        "# Pattern optimizations per support vector: the sequential algorithm's floor",
+        "",
+        _report.machine_line(out),
+        _report.load_line(out),
+        "",
+        f"Stopping: relative duality gap <= {args.gap_tol} over every row (psi tol "
+        f"{args.tol}); RBF at vs_libsvm's C and gamma; float64; one run each.",
+        "",
+        *_report.md_table(head, body),
+        "",
+        "greedy_psi / greedy_gain: the papers' sequential algorithm on the full Gram matrix "
+        "(one exact per-pattern step on the most violated / highest-gain row, all scores and "
+        "selection values refreshed after it); random_order: passes in random order over the "
+        "violators (Keerthi et al. 2008's order). dmcsvm: MulticlassSVC defaults with "
+        "tol/gap_tol as above, n_jobs=1, its working-set rounds.",
+    ]
     _report.write(out, args.out, "\n".join(md))
 
 

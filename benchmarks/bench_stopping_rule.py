@@ -38,11 +38,12 @@ import _data  # noqa: E402
 
 TOLS = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3)
 GAPS = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3)
-TINY = 1e-12            # a psi tolerance that never binds before the gap rule
+TINY = 1e-12  # a psi tolerance that never binds before the gap rule
 
 
 def _split(X, y, seed=0):
     from sklearn.model_selection import train_test_split
+
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, stratify=y, random_state=seed)
     Xtr, Xte = _data.scale_minmax(Xtr, Xte)
     return Xtr, ytr, Xte, yte
@@ -61,7 +62,7 @@ def load_all(data_dir: Path) -> dict:
     sets = {}
     sets["iris"] = _split(*_csv(d / "iris" / "iris.data", 4))
     sets["wine"] = _split(*_csv(d / "wine" / "wine.data", 0))
-    X, y = _csv(d / "glass" / "glass.data", 10, skip_cols=1)        # column 0 is an id
+    X, y = _csv(d / "glass" / "glass.data", 10, skip_cols=1)  # column 0 is an id
     sets["glass"] = _split(X, y)
     seg = np.loadtxt(d / "segment" / "segment.dat")
     sets["segment"] = _split(seg[:, :-1], seg[:, -1].astype(np.int64))
@@ -82,6 +83,7 @@ def load_all(data_dir: Path) -> dict:
 
 def _fit(X, y, repeat, **kw):
     from dmcsvm import MulticlassSVC
+
     best, m = np.inf, None
     for _ in range(repeat):
         t = time.perf_counter()
@@ -95,51 +97,83 @@ def _fit(X, y, repeat, **kw):
 def run_set(name, data, C, repeat):
     Xtr, ytr, Xte, yte = data
     from dmcsvm import MulticlassSVC
+
     MulticlassSVC(C=C).fit(Xtr[:300], ytr[:300]) if len(np.unique(ytr[:300])) > 1 else None
-    t_ref, ref = _fit(Xtr, ytr, 1, C=C, tol=TINY, gap_tol=1e-6, kernel_dtype="float64",
-                      max_iter=20000)
+    t_ref, ref = _fit(
+        Xtr, ytr, 1, C=C, tol=TINY, gap_tol=1e-6, kernel_dtype="float64", max_iter=20000
+    )
     p_ref = ref.predict(Xte)
-    out = {"set": name, "C": C, "n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]),
-           "d": int(Xtr.shape[1]), "n_classes": int(len(np.unique(ytr))),
-           "reference": {"time": t_ref, "gap": float(ref.history_["gap"][-1]),
-                         "rounds": int(ref.n_iter_), "n_sv": int(ref.support_.shape[0]),
-                         "accuracy": float(np.mean(p_ref == yte))}, "rules": []}
-    rules = [("psi", t, dict(tol=t)) for t in TOLS] + \
-            [("gap", g, dict(tol=TINY, gap_tol=g)) for g in GAPS]
+    out = {
+        "set": name,
+        "C": C,
+        "n_train": int(Xtr.shape[0]),
+        "n_test": int(Xte.shape[0]),
+        "d": int(Xtr.shape[1]),
+        "n_classes": int(len(np.unique(ytr))),
+        "reference": {
+            "time": t_ref,
+            "gap": float(ref.history_["gap"][-1]),
+            "rounds": int(ref.n_iter_),
+            "n_sv": int(ref.support_.shape[0]),
+            "accuracy": float(np.mean(p_ref == yte)),
+        },
+        "rules": [],
+    }
+    rules = [("psi", t, dict(tol=t)) for t in TOLS] + [
+        ("gap", g, dict(tol=TINY, gap_tol=g)) for g in GAPS
+    ]
     for kind, value, kw in rules:
         t, m = _fit(Xtr, ytr, repeat, C=C, **kw)
         p = m.predict(Xte)
         h = m.history_
-        out["rules"].append({
-            "rule": kind, "value": value, "time": t, "rounds": int(m.n_iter_),
-            "steps": int(h["steps"].sum()), "gap": float(h["gap"][-1]),
-            "max_psi": float(h["max_psi"][-1]), "n_sv": int(m.support_.shape[0]),
-            "accuracy": float(np.mean(p == yte)), "agreement": float(np.mean(p == p_ref))})
+        out["rules"].append(
+            {
+                "rule": kind,
+                "value": value,
+                "time": t,
+                "rounds": int(m.n_iter_),
+                "steps": int(h["steps"].sum()),
+                "gap": float(h["gap"][-1]),
+                "max_psi": float(h["max_psi"][-1]),
+                "n_sv": int(m.support_.shape[0]),
+                "accuracy": float(np.mean(p == yte)),
+                "agreement": float(np.mean(p == p_ref)),
+            }
+        )
     return out
 
 
 def table(results) -> str:
-    lines = ["| set | C | n | ref gap | rule | time (s) | rounds | gap | agreement | acc - ref acc |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| set | C | n | ref gap | rule | time (s) | rounds | gap | agreement | acc - ref acc |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         for q in r["rules"]:
-            lines.append(f"| {r['set']} | {r['C']:g} | {r['n_train']} | {r['reference']['gap']:.1e} "
-                         f"| {q['rule']} <= {q['value']:g} | {q['time']:.3f} | {q['rounds']} | "
-                         f"{q['gap']:.1e} | {100 * q['agreement']:.2f} % | "
-                         f"{100 * (q['accuracy'] - r['reference']['accuracy']):+.2f} |")
+            lines.append(
+                f"| {r['set']} | {r['C']:g} | {r['n_train']} | {r['reference']['gap']:.1e} "
+                f"| {q['rule']} <= {q['value']:g} | {q['time']:.3f} | {q['rounds']} | "
+                f"{q['gap']:.1e} | {100 * q['agreement']:.2f} % | "
+                f"{100 * (q['accuracy'] - r['reference']['accuracy']):+.2f} |"
+            )
     return "\n".join(lines)
 
 
 def summary(results) -> str:
     """Per rule: the worst agreement over every set and C, and the summed time."""
     keys = [(q["rule"], q["value"]) for q in results[0]["rules"]]
-    lines = ["| rule | worst agreement | set of the worst | total time (s) |", "|---|---:|---|---:|"]
+    lines = [
+        "| rule | worst agreement | set of the worst | total time (s) |",
+        "|---|---:|---|---:|",
+    ]
     for k in keys:
         qs = [(r, next(q for q in r["rules"] if (q["rule"], q["value"]) == k)) for r in results]
         worst = min(qs, key=lambda rq: rq[1]["agreement"])
-        lines.append(f"| {k[0]} <= {k[1]:g} | {100 * worst[1]['agreement']:.2f} % | "
-                     f"{worst[0]['set']} (C={worst[0]['C']:g}) | "
-                     f"{sum(q['time'] for _, q in qs):.2f} |")
+        lines.append(
+            f"| {k[0]} <= {k[1]:g} | {100 * worst[1]['agreement']:.2f} % | "
+            f"{worst[0]['set']} (C={worst[0]['C']:g}) | "
+            f"{sum(q['time'] for _, q in qs):.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -154,8 +188,10 @@ def verdict(results, need=0.999) -> str:
     if not ok:
         return f"no rule measured reaches {100 * need:.1f} % agreement on every set"
     t, (kind, value) = min(ok)
-    return (f"the cheapest rule with >= {100 * need:.1f} % agreement on every set and C: "
-            f"{kind} <= {value:g} ({t:.1f} s summed over the runs)")
+    return (
+        f"the cheapest rule with >= {100 * need:.1f} % agreement on every set and C: "
+        f"{kind} <= {value:g} ({t:.1f} s summed over the runs)"
+    )
 
 
 def main(argv=None):
@@ -174,17 +210,27 @@ def main(argv=None):
         for name, data in sets.items():
             r = run_set(name, data, C, a.repeat)
             results.append(r)
-            print(f"{name} C={C:g}: ref gap {r['reference']['gap']:.1e} " + " ".join(
-                f"{q['rule']}{q['value']:g}:{100 * q['agreement']:.1f}%/{q['time']:.2f}s"
-                for q in r["rules"]), flush=True)
-    meta = {"machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.processor() or 'cpu'})",
-            "load_before": os.getloadavg(), "python": platform.python_version()}
+            print(
+                f"{name} C={C:g}: ref gap {r['reference']['gap']:.1e} "
+                + " ".join(
+                    f"{q['rule']}{q['value']:g}:{100 * q['agreement']:.1f}%/{q['time']:.2f}s"
+                    for q in r["rules"]
+                ),
+                flush=True,
+            )
+    meta = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.processor() or 'cpu'})",
+        "load_before": os.getloadavg(),
+        "python": platform.python_version(),
+    }
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = Path(a.out).with_suffix(".md")
-    md.write_text(f"# Stopping rule: agreement with a solve to gap 1e-6\n\n{meta}\n\n"
-                  f"**Verdict:** {verdict(results)}.\n\n"
-                  f"## Worst case over every set\n\n{summary(results)}\n\n## Every run\n\n"
-                  f"{table(results)}\n")
+    md.write_text(
+        f"# Stopping rule: agreement with a solve to gap 1e-6\n\n{meta}\n\n"
+        f"**Verdict:** {verdict(results)}.\n\n"
+        f"## Worst case over every set\n\n{summary(results)}\n\n## Every run\n\n"
+        f"{table(results)}\n"
+    )
     print(summary(results))
     print(verdict(results))
 

@@ -52,21 +52,33 @@ def kdb_numba(KT, dB, out):
 
 def arrays(rng, rows, b, d, P):
     from dmcsvm.kernels import row_norms_sq
+
     Xa = rng.standard_normal((rows, d)).astype(np.float32)
     XB = rng.standard_normal((b, d)).astype(np.float32)
     act = np.sort(rng.choice(rows, rows * 3 // 4, replace=False)).astype(np.int64)
-    return {"Xa": Xa, "XB": XB, "na": row_norms_sq(Xa), "nb": row_norms_sq(XB),
-            "KT": np.empty((b, rows), np.float32), "Kact": np.ones((b, len(act)), np.float32),
-            "dK": np.empty((len(act), P), np.float32),
-            "dB": np.where(rng.random((b, P)) < 0.15, 0.1, 0.0).astype(np.float32),
-            "F": rng.normal(0, 0.5, (rows, P)), "B": np.zeros((rows, P)),
-            "yp": rng.integers(0, P, rows).astype(np.int64), "act": act,
-            "V": np.empty(rows), "psi": np.empty(rows), "calm": np.zeros(rows, np.int64)}
+    return {
+        "Xa": Xa,
+        "XB": XB,
+        "na": row_norms_sq(Xa),
+        "nb": row_norms_sq(XB),
+        "KT": np.empty((b, rows), np.float32),
+        "Kact": np.ones((b, len(act)), np.float32),
+        "dK": np.empty((len(act), P), np.float32),
+        "dB": np.where(rng.random((b, P)) < 0.15, 0.1, 0.0).astype(np.float32),
+        "F": rng.normal(0, 0.5, (rows, P)),
+        "B": np.zeros((rows, P)),
+        "yp": rng.integers(0, P, rows).astype(np.int64),
+        "act": act,
+        "V": np.empty(rows),
+        "psi": np.empty(rows),
+        "calm": np.zeros(rows, np.int64),
+    }
 
 
 def operations(P):
     from dmcsvm.kernels import rbf_from_gram
     from dmcsvm.numerics import pattern as pt
+
     pcls = np.arange(P, dtype=np.int64)
     sel = pt.SELECTIONS["bmg"]
     return {
@@ -78,8 +90,21 @@ def operations(P):
         "K @ dB (numba axpys)": lambda s: kdb_numba(s["Kact"], s["dB"], s["dK"]),
         "F[active] += dK": lambda s: s["F"].__setitem__(s["act"], s["F"][s["act"]] + 1e-9),
         "selection scan (numba)": lambda s: pt.scan_rows(
-            sel, s["B"], s["F"], s["yp"], s["yp"], pcls, np.ones(len(s["yp"])), 10.0, 1e-3,
-            s["act"], 1.0, s["calm"], s["V"], s["psi"]),
+            sel,
+            s["B"],
+            s["F"],
+            s["yp"],
+            s["yp"],
+            pcls,
+            np.ones(len(s["yp"])),
+            10.0,
+            1e-3,
+            s["act"],
+            1.0,
+            s["calm"],
+            s["V"],
+            s["psi"],
+        ),
         "fresh block alloc+touch": lambda s: np.empty_like(s["KT"]).fill(1.0),
     }
 
@@ -95,15 +120,17 @@ def main(argv=None):
     ap.add_argument("--out", default=str(_report.RESULTS_DIR / "thread_scaling.json"))
     a = ap.parse_args(argv)
     from dmcsvm.engine.threads import one_blas_thread
+
     threads = [int(t) for t in a.threads.split(",")]
-    run = _report.Run(__file__, "weak scaling of a partition's operations over threads",
-                      _report.settings_of(a))
+    run = _report.Run(
+        __file__, "weak scaling of a partition's operations over threads", _report.settings_of(a)
+    )
     rng = np.random.default_rng(0)
     data = [arrays(rng, a.rows, a.b, a.d, a.P) for _ in range(max(threads))]
     ops = operations(a.P)
     res = []
     with one_blas_thread():
-        for s in data:                      # compile and touch every buffer once
+        for s in data:  # compile and touch every buffer once
             for op in ops.values():
                 op(s)
         for name, op in ops.items():
@@ -117,8 +144,11 @@ def main(argv=None):
             base = row["ms_per_rep"][threads[0]]
             row["slowdown"] = {T: v / base for T, v in row["ms_per_rep"].items()}
             res.append(row)
-            print(f"{name:26s} " + "  ".join(f"T={T}: {v:7.2f} ms" for T, v in
-                                             row["ms_per_rep"].items()), flush=True)
+            print(
+                f"{name:26s} "
+                + "  ".join(f"T={T}: {v:7.2f} ms" for T, v in row["ms_per_rep"].items()),
+                flush=True,
+            )
     _report.write(run.envelope({"ops": res}, threads=threads), a.out)
 
 

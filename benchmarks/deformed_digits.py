@@ -26,11 +26,13 @@ BLOCK = 5000
 def deform(imgs: np.ndarray, rng) -> np.ndarray:
     """Deformed copies (uint8, same shape) of 28 x 28 uint8 digits ``imgs`` (k, 28, 28)."""
     from scipy import ndimage
+
     yy, xx = np.meshgrid(np.arange(28.0), np.arange(28.0), indexing="ij")
     out = np.empty_like(imgs)
     for k, img in enumerate(imgs.astype(np.float64)):
-        dy, dx = (ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), SIGMA) * ALPHA
-                  for _ in range(2))
+        dy, dx = (
+            ndimage.gaussian_filter(rng.uniform(-1, 1, img.shape), SIGMA) * ALPHA for _ in range(2)
+        )
         ty, tx = rng.uniform(-SHIFT, SHIFT, 2)
         w = ndimage.map_coordinates(img, [yy + dy + ty, xx + dx + tx], order=1)
         # thickening along the stroke's normal: the image plus a multiple of its gradient
@@ -70,6 +72,7 @@ def write_store(path, n: int, data_dir, seed: int = 0, rows_per_chunk: int = BLO
     import dask.array as da
 
     from dmcsvm.store import from_dask
+
     if n % BLOCK:
         raise ValueError(f"n must be a multiple of {BLOCK}, got {n}")
     parts = [dask.delayed(block)(str(data_dir), b, seed) for b in range(n // BLOCK)]

@@ -56,15 +56,18 @@ def _digest(v) -> str | dict | None:
         return repr(v.item()) + ":" + str(v.dtype)
     if sp.issparse(v):
         v = v.tocsr()
-        return {"data": _digest(v.data), "indices": _digest(v.indices),
-                "indptr": _digest(v.indptr), "shape": repr(v.shape)}
+        return {
+            "data": _digest(v.data),
+            "indices": _digest(v.indices),
+            "indptr": _digest(v.indptr),
+            "shape": repr(v.shape),
+        }
     if isinstance(v, dict):
-        return {str(k): _digest(x) for k, x in sorted(v.items())
-                if not _TIMING.search(str(k))}
+        return {str(k): _digest(x) for k, x in sorted(v.items()) if not _TIMING.search(str(k))}
     if isinstance(v, (list, tuple)):
         try:
             v = np.asarray(v)
-        except Exception:           # noqa: BLE001 - ragged: hash every item
+        except Exception:  # noqa: BLE001 - ragged: hash every item
             return [_digest(x) for x in v]
     if isinstance(v, np.ndarray):
         if v.dtype == object:
@@ -100,45 +103,128 @@ def cases():
     out += [
         ("mc_rbf_default", M, {}, None, "digits"),
         ("mc_rbf_csr", M, {"C": 10.0}, None, "digits_csr"),
-        ("mc_rbf_gap_noshrink", M, {"gap_tol": 1e-3, "shrinking": False, "batch_size": 100,
-                                    "n_partitions": 3}, None, "digits"),
-        ("mc_rbf_one_pass", M, {"batch_size": 50, "batch_sweeps": 2, "threshold": "max",
-                                "threshold_fraction": 0.3}, {"inner_steps": 0.0}, "digits"),
-        ("mc_poly_float64", M, {"kernel": "poly", "degree": 2, "kernel_dtype": "float64"}, None,
-         "digits"),
+        (
+            "mc_rbf_gap_noshrink",
+            M,
+            {"gap_tol": 1e-3, "shrinking": False, "batch_size": 100, "n_partitions": 3},
+            None,
+            "digits",
+        ),
+        (
+            "mc_rbf_one_pass",
+            M,
+            {"batch_size": 50, "batch_sweeps": 2, "threshold": "max", "threshold_fraction": 0.3},
+            {"inner_steps": 0.0},
+            "digits",
+        ),
+        (
+            "mc_poly_float64",
+            M,
+            {"kernel": "poly", "degree": 2, "kernel_dtype": "float64"},
+            None,
+            "digits",
+        ),
         ("mc_linear", M, {"kernel": "linear", "C": 0.1}, None, "digits"),
         ("mc_linear_csr", M, {"kernel": "linear", "C": 0.1}, None, "digits_csr"),
         ("mc_precomputed", M, {"kernel": "precomputed"}, None, "iris_gram"),
-        ("mc_ovo_weighted", M, {"decision_function_shape": "ovo", "class_weight": "balanced"},
-         None, "iris"),
+        (
+            "mc_ovo_weighted",
+            M,
+            {"decision_function_shape": "ovo", "class_weight": "balanced"},
+            None,
+            "iris",
+        ),
         ("mc_probability", M, {"probability": True, "random_state": 0}, None, "iris"),
         ("mc_binary", M, {}, None, "iris2"),
-        ("mp_rbf", P, {"kernel": "rbf", "gamma": "scale", "n_prototypes": 2, "max_epochs": 5,
-                       "random_state": 0}, None, "digits"),
-        ("mp_rbf_bmg_batch", P, {"kernel": "rbf", "gamma": "scale", "n_prototypes": 2,
-                                 "max_epochs": 3, "selection": "bmg", "batch_size": 200,
-                                 "batch_sweeps": 2, "random_state": 1}, None, "digits"),
-        ("mp_linear_sequential", P, {"n_prototypes": 3, "max_epochs": 10, "random_state": 0},
-         None, "digits"),
-        ("mp_linear_rounds", P, {"n_prototypes": 2, "max_epochs": 5, "solver": "rounds",
-                                 "random_state": 0}, None, "digits"),
-        ("mp_linear_rounds_ws", P, {"n_prototypes": 2, "max_epochs": 5, "solver": "rounds",
-                                    "random_state": 0}, {"inner_steps": 20.0}, "digits"),
-        ("mp_kernel_path_linear", P, {"n_prototypes": 2, "max_epochs": 3, "fast_linear": False,
-                                      "random_state": 0}, None, "iris"),
-        ("mp_probability", P, {"n_prototypes": 2, "max_epochs": 3, "probability": True,
-                               "random_state": 0}, None, "iris"),
+        (
+            "mp_rbf",
+            P,
+            {
+                "kernel": "rbf",
+                "gamma": "scale",
+                "n_prototypes": 2,
+                "max_epochs": 5,
+                "random_state": 0,
+            },
+            None,
+            "digits",
+        ),
+        (
+            "mp_rbf_bmg_batch",
+            P,
+            {
+                "kernel": "rbf",
+                "gamma": "scale",
+                "n_prototypes": 2,
+                "max_epochs": 3,
+                "selection": "bmg",
+                "batch_size": 200,
+                "batch_sweeps": 2,
+                "random_state": 1,
+            },
+            None,
+            "digits",
+        ),
+        (
+            "mp_linear_sequential",
+            P,
+            {"n_prototypes": 3, "max_epochs": 10, "random_state": 0},
+            None,
+            "digits",
+        ),
+        (
+            "mp_linear_rounds",
+            P,
+            {"n_prototypes": 2, "max_epochs": 5, "solver": "rounds", "random_state": 0},
+            None,
+            "digits",
+        ),
+        (
+            "mp_linear_rounds_ws",
+            P,
+            {"n_prototypes": 2, "max_epochs": 5, "solver": "rounds", "random_state": 0},
+            {"inner_steps": 20.0},
+            "digits",
+        ),
+        (
+            "mp_kernel_path_linear",
+            P,
+            {"n_prototypes": 2, "max_epochs": 3, "fast_linear": False, "random_state": 0},
+            None,
+            "iris",
+        ),
+        (
+            "mp_probability",
+            P,
+            {"n_prototypes": 2, "max_epochs": 3, "probability": True, "random_state": 0},
+            None,
+            "iris",
+        ),
         ("scatter_default", dmcsvm.ScatterSVC, {}, None, "digits"),
-        ("scatter_mvp_rule2", dmcsvm.ScatterSVC, {"selection": "mvp", "test_rule": 2,
-                                                  "batch_size": 64, "class_batch": 2,
-                                                  "mu": 0.05}, None, "digits"),
-        ("scatter_probability", dmcsvm.ScatterSVC, {"probability": True, "random_state": 0},
-         None, "iris"),
+        (
+            "scatter_mvp_rule2",
+            dmcsvm.ScatterSVC,
+            {"selection": "mvp", "test_rule": 2, "batch_size": 64, "class_batch": 2, "mu": 0.05},
+            None,
+            "digits",
+        ),
+        (
+            "scatter_probability",
+            dmcsvm.ScatterSVC,
+            {"probability": True, "random_state": 0},
+            None,
+            "iris",
+        ),
         ("binary_default", dmcsvm.BinarySVC, {}, None, "iris2"),
         ("binary_mvp", dmcsvm.BinarySVC, {"selection": "mvp", "batch_size": 2}, None, "iris2"),
         ("ovr_default", dmcsvm.OneVsRestSVC, {}, None, "digits"),
-        ("ovr_probability", dmcsvm.OneVsRestSVC, {"probability": True, "random_state": 0}, None,
-         "iris"),
+        (
+            "ovr_probability",
+            dmcsvm.OneVsRestSVC,
+            {"probability": True, "random_state": 0},
+            None,
+            "iris",
+        ),
         ("ovo_default", dmcsvm.OneVsOneSVC, {"n_partitions": 2}, None, "digits"),
         ("ovo_mvp", dmcsvm.OneVsOneSVC, {"selection": "mvp", "batch_size": 16}, None, "iris"),
     ]
@@ -146,8 +232,15 @@ def cases():
 
 
 #: cases also fitted on a LocalCluster(processes=False)
-DASK_CASES = ("mc_rbf_default", "mc_rbf_gap_noshrink", "mp_rbf", "mp_linear_rounds",
-              "scatter_default", "ovr_default", "ovo_default")
+DASK_CASES = (
+    "mc_rbf_default",
+    "mc_rbf_gap_noshrink",
+    "mp_rbf",
+    "mp_linear_rounds",
+    "scatter_default",
+    "ovr_default",
+    "ovo_default",
+)
 
 
 def data():
@@ -162,10 +255,13 @@ def data():
     Xi, yi = iris.data[i], iris.target[i]
     two = yi != 0
     G = Xi[:100] @ Xi[:100].T
-    return {"digits": (Xtr, ytr, Xte), "digits_csr": (sp.csr_matrix(Xtr), ytr, sp.csr_matrix(Xte)),
-            "iris": (Xi[:100], yi[:100], Xi[100:]),
-            "iris2": (Xi[two][:70], yi[two][:70], Xi[two][70:]),
-            "iris_gram": (G, yi[:100], Xi[100:] @ Xi[:100].T)}
+    return {
+        "digits": (Xtr, ytr, Xte),
+        "digits_csr": (sp.csr_matrix(Xtr), ytr, sp.csr_matrix(Xte)),
+        "iris": (Xi[:100], yi[:100], Xi[100:]),
+        "iris2": (Xi[two][:70], yi[two][:70], Xi[two][70:]),
+        "iris_gram": (G, yi[:100], Xi[100:] @ Xi[:100].T),
+    }
 
 
 def main(with_dask: bool = True) -> dict:
@@ -180,8 +276,13 @@ def main(with_dask: bool = True) -> dict:
         print(name, file=sys.stderr, flush=True)
     if with_dask:
         from distributed import Client, LocalCluster
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             for name, cls, params, options, dname in cases():
                 if name not in DASK_CASES:
                     continue

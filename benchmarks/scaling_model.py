@@ -36,30 +36,30 @@ import numpy as np
 @dataclass
 class Costs:
     # partition, per unit (one core, one BLAS thread)
-    k_e: float = 1e-9      # kernel entry, element-wise part (s / entry)
-    k_f: float = 1e-11     # kernel entry, per feature (s / (entry * d))
-    k_c: float = 2e-10     # cached kernel entry copied into the round's block (s / entry)
-    k_u: float = 1e-10     # score update GEMM (s / (row * b * P))
-    k_s: float = 5e-9      # selection scan of an active row (s / (row * P))
-    k_o: float = 1e-9      # objective pass over every row (s / (row * P))
-    t_p0: float = 1e-4     # partition fixed cost per round (s)
+    k_e: float = 1e-9  # kernel entry, element-wise part (s / entry)
+    k_f: float = 1e-11  # kernel entry, per feature (s / (entry * d))
+    k_c: float = 2e-10  # cached kernel entry copied into the round's block (s / entry)
+    k_u: float = 1e-10  # score update GEMM (s / (row * b * P))
+    k_s: float = 5e-9  # selection scan of an active row (s / (row * P))
+    k_o: float = 1e-9  # objective pass over every row (s / (row * P))
+    t_p0: float = 1e-4  # partition fixed cost per round (s)
     # coordinator, serial
-    s0: float = 1e-4       # per round (s)
-    s1: float = 1e-6       # per batch pattern and prototype (s / (b P))
-    s2: float = 1e-9       # per b^2 P (one-pass solve: each solved pattern updates the batch's scores)
-    s_step: float = 0.0    # per inner step * b * P (a greedy working-set solve), 0 if unknown
-    m0: float = 1e-4       # merge per round (s)
-    m1: float = 1e-9       # merge per candidate number (s)
-    m2: float = 1e-9       # merge per new X value (s)
+    s0: float = 1e-4  # per round (s)
+    s1: float = 1e-6  # per batch pattern and prototype (s / (b P))
+    s2: float = 1e-9  # per b^2 P (one-pass solve: each solved pattern updates the batch's scores)
+    s_step: float = 0.0  # per inner step * b * P (a greedy working-set solve), 0 if unknown
+    m0: float = 1e-4  # merge per round (s)
+    m1: float = 1e-9  # merge per candidate number (s)
+    m2: float = 1e-9  # merge per new X value (s)
     # communication
-    th0: float = 1e-4      # in-process: thread pool hand-off per round (s)
-    c0: float = 1e-3       # Dask: fixed per round (s)
-    c_call: float = 1e-3   # Dask: per partition call, serial on the coordinator (s)
+    th0: float = 1e-4  # in-process: thread pool hand-off per round (s)
+    c0: float = 1e-3  # Dask: fixed per round (s)
+    c_call: float = 1e-3  # Dask: per partition call, serial on the coordinator (s)
     bw_local: float = 1e9  # bytes/s of the measured (loopback) transport
     # X rows as their nonzeros on the wire (engine/row_packing.py): CPU beyond the dense path's
-    k_pack: float = 0.0    # pack + pickle against pickle (s / dense entry)
+    k_pack: float = 0.0  # pack + pickle against pickle (s / dense entry)
     k_unpack: float = 0.0  # unpickle + unpack against unpickle (s / dense entry)
-    scale: dict = field(default_factory=dict)   # calibration factors applied (kernel, update, scan)
+    scale: dict = field(default_factory=dict)  # calibration factors applied (kernel, update, scan)
 
     def to_dict(self):
         return asdict(self)
@@ -73,8 +73,11 @@ def kern(c: Costs, d: float) -> float:
 def t_part(c: Costs, n, n_a, Np, b, P, d, ncomp, ncach):
     """Slowest partition's work in a round (balanced partitions)."""
     ra = n_a / Np
-    return (ra * (ncomp * kern(c, d) + ncach * c.k_c + b * P * c.k_u + P * c.k_s)
-            + n / Np * P * c.k_o + c.t_p0)
+    return (
+        ra * (ncomp * kern(c, d) + ncach * c.k_c + b * P * c.k_u + P * c.k_s)
+        + n / Np * P * c.k_o
+        + c.t_p0
+    )
 
 
 def t_solve(c: Costs, b, P, d, steps=None):
@@ -95,7 +98,7 @@ def x_entry_bytes(d, density=None, itemsize=4) -> float:
     features, and the value; :func:`dmcsvm.engine.row_packing.packed_nbytes`)."""
     if density is None:
         return float(itemsize)
-    packed = 4.0 / d + density * ((2 if d < 2 ** 16 else 4) + itemsize)
+    packed = 4.0 / d + density * ((2 if d < 2**16 else 4) + itemsize)
     return min(float(itemsize), packed)
 
 
@@ -121,8 +124,22 @@ def t_pack(c: Costs, b, d, nnew, held_frac, density):
     return (c.k_pack + c.k_unpack) * (sent + nnew * d)
 
 
-def t_comm(c: Costs, mode, calls, b, P, d, ncand, nnew, rtt=0.0, bw=None, nnz_frac=0.15,
-           tree=0, held_frac=0.0, density=None):
+def t_comm(
+    c: Costs,
+    mode,
+    calls,
+    b,
+    P,
+    d,
+    ncand,
+    nnew,
+    rtt=0.0,
+    bw=None,
+    nnz_frac=0.15,
+    tree=0,
+    held_frac=0.0,
+    density=None,
+):
     """Communication of a round, split: ``calls`` (per-call cost, serial on the coordinator),
     ``bytes`` (one message copy per call plus the replies through the coordinator's link),
     ``fixed`` (c0 + one round-trip time).  In-process: the thread hand-off only.  ``tree`` > 0:
@@ -137,36 +154,102 @@ def t_comm(c: Costs, mode, calls, b, P, d, ncand, nnew, rtt=0.0, bw=None, nnz_fr
     xb = x_entry_bytes(d, density)
     pack = t_pack(c, b, d, nnew, held_frac, density)
     if tree:
-        lvl = 2 * msg_bytes(b, P, d, nnz_frac, xb, held_frac) \
-            + 2 * reply_bytes(ncand, nnew, P, d, xb)
-        return {"calls": 2 * c.c_call * tree, "bytes": tree * lvl / bw,
-                "fixed": c.c0 + tree * rtt, "pack": pack}
-    nbytes = calls * msg_bytes(b, P, d, nnz_frac, xb, held_frac) \
-        + reply_bytes(ncand, nnew, P, d, xb)
+        lvl = 2 * msg_bytes(b, P, d, nnz_frac, xb, held_frac) + 2 * reply_bytes(
+            ncand, nnew, P, d, xb
+        )
+        return {
+            "calls": 2 * c.c_call * tree,
+            "bytes": tree * lvl / bw,
+            "fixed": c.c0 + tree * rtt,
+            "pack": pack,
+        }
+    nbytes = calls * msg_bytes(b, P, d, nnz_frac, xb, held_frac) + reply_bytes(
+        ncand, nnew, P, d, xb
+    )
     return {"calls": c.c_call * calls, "bytes": nbytes / bw, "fixed": c.c0 + rtt, "pack": pack}
 
 
-def round_parts(c: Costs, mode, n, n_a, Np, b, P, d, ncomp, ncach, ncand, nnew, rtt=0.0,
-                bw=None, steps=None, nnz_frac=0.15, calls=None, tree=0, held_frac=0.0,
-                density=None):
+def round_parts(
+    c: Costs,
+    mode,
+    n,
+    n_a,
+    Np,
+    b,
+    P,
+    d,
+    ncomp,
+    ncach,
+    ncand,
+    nnew,
+    rtt=0.0,
+    bw=None,
+    steps=None,
+    nnz_frac=0.15,
+    calls=None,
+    tree=0,
+    held_frac=0.0,
+    density=None,
+):
     """The terms of one round (seconds): coord_solve, coord_merge, comm_calls, comm_bytes,
     comm_fixed, comm_pack, part.  ``calls``: actor calls per round (default one per partition);
     ``held_frac``: the share of the batch rows the workers bank (not sent); ``density``: packed
     X rows (:func:`t_comm`)."""
-    cm = t_comm(c, mode, Np if calls is None else calls, b, P, d, ncand, nnew, rtt, bw, nnz_frac,
-                tree, held_frac, density)
-    return {"coord_solve": t_solve(c, b, P, d, steps),
-            "coord_merge": t_merge(c, ncand, nnew, P, d),
-            "comm_calls": cm["calls"], "comm_bytes": cm["bytes"], "comm_fixed": cm["fixed"],
-            "comm_pack": cm["pack"], "part": t_part(c, n, n_a, Np, b, P, d, ncomp, ncach)}
+    cm = t_comm(
+        c,
+        mode,
+        Np if calls is None else calls,
+        b,
+        P,
+        d,
+        ncand,
+        nnew,
+        rtt,
+        bw,
+        nnz_frac,
+        tree,
+        held_frac,
+        density,
+    )
+    return {
+        "coord_solve": t_solve(c, b, P, d, steps),
+        "coord_merge": t_merge(c, ncand, nnew, P, d),
+        "comm_calls": cm["calls"],
+        "comm_bytes": cm["bytes"],
+        "comm_fixed": cm["fixed"],
+        "comm_pack": cm["pack"],
+        "part": t_part(c, n, n_a, Np, b, P, d, ncomp, ncach),
+    }
 
 
-TERMS = ("coord_solve", "coord_merge", "comm_calls", "comm_bytes", "comm_fixed", "comm_pack",
-         "part")
+TERMS = (
+    "coord_solve",
+    "coord_merge",
+    "comm_calls",
+    "comm_bytes",
+    "comm_fixed",
+    "comm_pack",
+    "part",
+)
 
 
-def predict_fit(c: Costs, traj: dict, mode, Np, n, P, d, rtt=0.0, bw=None, n_scale=1.0,
-                calls=None, cand_cap=None, tree=0, bank=False, density=None):
+def predict_fit(
+    c: Costs,
+    traj: dict,
+    mode,
+    Np,
+    n,
+    P,
+    d,
+    rtt=0.0,
+    bw=None,
+    n_scale=1.0,
+    calls=None,
+    cand_cap=None,
+    tree=0,
+    bank=False,
+    density=None,
+):
     """Fit time and its split over a trajectory (arrays per round: n_active, batch, ncomp,
     ncach, n_viol, new_frac; optional ncand, steps).  ``n_scale`` multiplies row counts (n,
     n_active, violators) for a larger problem with the same normalized trajectory.  ``calls``:
@@ -186,18 +269,51 @@ def predict_fit(c: Costs, traj: dict, mode, Np, n, P, d, rtt=0.0, bw=None, n_sca
         if n_scale == 1.0 and "ncand" in traj and Np == traj.get("Np") and calls is None:
             ncand = traj["ncand"][r]
         nnew = ncand * traj["new_frac"][r]
-        parts = round_parts(c, mode, n * n_scale, traj["n_active"][r] * n_scale, Np, b, P, d,
-                            traj["ncomp"][r], traj["ncach"][r], ncand, nnew, rtt, bw,
-                            None if steps is None else steps[r], calls=calls, tree=tree,
-                            held_frac=traj["held_frac"][r] if bank else 0.0, density=density)
+        parts = round_parts(
+            c,
+            mode,
+            n * n_scale,
+            traj["n_active"][r] * n_scale,
+            Np,
+            b,
+            P,
+            d,
+            traj["ncomp"][r],
+            traj["ncach"][r],
+            ncand,
+            nnew,
+            rtt,
+            bw,
+            None if steps is None else steps[r],
+            calls=calls,
+            tree=tree,
+            held_frac=traj["held_frac"][r] if bank else 0.0,
+            density=density,
+        )
         for k, v in parts.items():
             tot[k] += v
     tot["total"] = sum(tot[k] for k in TERMS)
     return tot
 
 
-def project(c: Costs, traj: dict, W, cores, n, P, d, rounds, rtt, bw, n_meas, per_worker=False,
-            cand_cap=None, tree=False, bank=False, density=None):
+def project(
+    c: Costs,
+    traj: dict,
+    W,
+    cores,
+    n,
+    P,
+    d,
+    rounds,
+    rtt,
+    bw,
+    n_meas,
+    per_worker=False,
+    cand_cap=None,
+    tree=False,
+    bank=False,
+    density=None,
+):
     """Projected fit time on W workers x ``cores`` cores (one partition per core) for a problem of
     ``n`` rows, with the normalized trajectory of a measured run (n_meas rows) stretched to
     ``rounds`` rounds.  ``per_worker``: the design change of scaling.md (one call, one message
@@ -207,9 +323,22 @@ def project(c: Costs, traj: dict, W, cores, n, P, d, rounds, rtt, bw, n_meas, pe
     binary tree (depth ceil(log2 W) + 1), so the coordinator makes two calls per round;
     ``density``: X rows packed on the wire when smaller.  Returns the split (seconds)."""
     scale = n / n_meas
-    tot = predict_fit(c, traj, "dask", W * cores, n_meas, P, d, rtt=rtt, bw=bw, n_scale=scale,
-                      calls=W if per_worker else None, cand_cap=cand_cap,
-                      tree=int(np.ceil(np.log2(max(W, 1)))) + 1 if tree else 0, bank=bank,
-                      density=density)
+    tot = predict_fit(
+        c,
+        traj,
+        "dask",
+        W * cores,
+        n_meas,
+        P,
+        d,
+        rtt=rtt,
+        bw=bw,
+        n_scale=scale,
+        calls=W if per_worker else None,
+        cand_cap=cand_cap,
+        tree=int(np.ceil(np.log2(max(W, 1)))) + 1 if tree else 0,
+        bank=bank,
+        density=density,
+    )
     f = rounds / len(traj["batch"])
     return {k: v * f for k, v in tot.items()}

@@ -9,13 +9,29 @@ __version__ = "0.2.0"
 
 # Loaded on first use (PEP 562): `import dmcsvm` and the command line's `--help`, `--version`,
 # `info` and `convert` then skip scikit-learn, SciPy's statistics and numba (seconds per process)
-_LAZY = {"MulticlassSVC": "estimators", "MultiPrototypeSVC": "estimators",
-         "ScatterSVC": "estimators", "BinarySVC": "estimators", "OneVsRestSVC": "estimators",
-         "OneVsOneSVC": "estimators", "save": "model_io", "load": "model_io"}
+_LAZY = {
+    "MulticlassSVC": "estimators",
+    "MultiPrototypeSVC": "estimators",
+    "ScatterSVC": "estimators",
+    "BinarySVC": "estimators",
+    "OneVsRestSVC": "estimators",
+    "OneVsOneSVC": "estimators",
+    "save": "model_io",
+    "load": "model_io",
+}
 _RENAMED = {"save": "save_model", "load": "load_model"}
 
-__all__ = ["save", "load", "MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC",
-           "OneVsRestSVC", "OneVsOneSVC", "__version__"]
+__all__ = [
+    "save",
+    "load",
+    "MulticlassSVC",
+    "MultiPrototypeSVC",
+    "ScatterSVC",
+    "BinarySVC",
+    "OneVsRestSVC",
+    "OneVsOneSVC",
+    "__version__",
+]
 
 
 def __getattr__(name):

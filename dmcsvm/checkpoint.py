@@ -54,8 +54,17 @@ import scipy.sparse as sp
 
 from .file_modes import atomic_file, default_mode
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpointer", "Checkpoint",
-           "load_checkpoint", "has_checkpoint", "restore_rng", "parse_every", "data_fingerprint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "Checkpointer",
+    "Checkpoint",
+    "load_checkpoint",
+    "has_checkpoint",
+    "restore_rng",
+    "parse_every",
+    "data_fingerprint",
+]
 
 CHECKPOINT_FORMAT = "dmcsvm-checkpoint"
 CHECKPOINT_VERSION = 2
@@ -77,8 +86,9 @@ def parse_every(every):
             return None, float(m.group(1))
     elif not isinstance(every, bool) and isinstance(every, (int, np.integer)) and every >= 1:
         return int(every), None
-    raise ValueError(f"checkpoint_every must be a number of rounds >= 1 or seconds like '30s', "
-                     f"got {every!r}")
+    raise ValueError(
+        f"checkpoint_every must be a number of rounds >= 1 or seconds like '30s', got {every!r}"
+    )
 
 
 def _jsonable(v):
@@ -99,8 +109,10 @@ def _rng_state(rng):
         return {"kind": "Generator", "state": rng.bit_generator.state}
     if isinstance(rng, np.random.RandomState):
         name, keys, pos, has_gauss, cached = rng.get_state()
-        return {"kind": "RandomState", "state": [name, keys.tolist(), int(pos), int(has_gauss),
-                                                 float(cached)]}
+        return {
+            "kind": "RandomState",
+            "state": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        }
     raise ValueError(f"cannot checkpoint a random state of type {type(rng).__name__}")
 
 
@@ -117,6 +129,7 @@ def restore_rng(rng, saved):
 
 
 # ---------------------------------------------------------------------------------- writing
+
 
 class Checkpointer:
     """Writes checkpoints of a solve every ``every_rounds`` rounds and/or ``every_seconds``.
@@ -159,8 +172,19 @@ class Checkpointer:
         self._last_time = time.monotonic()
         self.n_written = 0
 
-    def bind(self, state, *, n_features, sparse, x_dtype=np.float64, assign=None, rng=None,
-             extra=None, start_rounds=None, executor=None):
+    def bind(
+        self,
+        state,
+        *,
+        n_features,
+        sparse,
+        x_dtype=np.float64,
+        assign=None,
+        rng=None,
+        extra=None,
+        start_rounds=None,
+        executor=None,
+    ):
         """Attach the coordinator state (and optionally the assignment, the RNG, and the executor
         whose partitions save their own state beside each checkpoint) to checkpoint."""
         self.state = state
@@ -176,15 +200,17 @@ class Checkpointer:
         if st is None:
             raise ValueError("Checkpointer has no CoordinatorState: call bind() or pass the state")
         last = self._last_rounds if self._last_rounds is not None else 0
-        due = (self.every_rounds is not None and rounds - last >= self.every_rounds) or \
-              (self.every_seconds is not None
-               and time.monotonic() - self._last_time >= self.every_seconds)
+        due = (self.every_rounds is not None and rounds - last >= self.every_rounds) or (
+            self.every_seconds is not None
+            and time.monotonic() - self._last_time >= self.every_seconds
+        )
         if due:
             self.write(rounds, st)
 
     def write(self, rounds, state):
         """Write one checkpoint of ``state`` after ``rounds`` rounds, atomically."""
         import zarr
+
         os.makedirs(self.directory, exist_ok=True)
         B = state.B
         ids = state.support().astype(np.int64)
@@ -193,7 +219,7 @@ class Checkpointer:
         final = os.path.join(self.directory, name)
         tmp = tempfile.mkdtemp(dir=self.directory, prefix=f".{name}.tmp-")
         try:
-            os.chmod(tmp, default_mode(directory=True))      # not mkdtemp's private 0700
+            os.chmod(tmp, default_mode(directory=True))  # not mkdtemp's private 0700
             g = zarr.open_group(tmp, mode="w", zarr_format=3)
             sums: dict = {}
             _put(g, "ids", ids, sums)
@@ -210,24 +236,40 @@ class Checkpointer:
                 self._put_rows(g, "pending_X", pending.XB, sums)
                 # every partition writes its own state into the group (in parallel, on its
                 # worker): the coordinator never holds the n x P scores
-                part_bounds = [[int(lo), int(hi)] for _, lo, hi in
-                               self.executor.call("save_state", tmp)]
+                part_bounds = [
+                    [int(lo), int(hi)] for _, lo, hi in self.executor.call("save_state", tmp)
+                ]
             hist = state.history
             keys = list(hist)
-            if keys:                       # one (rounds x keys) array: one write, not one a key
-                _put(g, "history", np.column_stack([np.asarray(hist[k], dtype=np.float64)
-                                                    for k in keys]), sums)
-            g.attrs.update({
-                "format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION,
-                "rounds": int(rounds), "n": int(B.shape[0]), "P": int(B.shape[1]),
-                "n_features": self.n_features, "sparse": self.sparse,
-                "x_dtype": np.dtype(self.x_dtype).str, "settings": self.settings,
-                "rng": _rng_state(self.rng), "history_keys": keys,
-                "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
-                "checksums": sums, "partition_bounds": part_bounds,
-                "pending_shrink_margin": _jsonable(pending.shrink_margin)
-                if part_bounds is not None else None,
-                "written_at": time.time()})
+            if keys:  # one (rounds x keys) array: one write, not one a key
+                _put(
+                    g,
+                    "history",
+                    np.column_stack([np.asarray(hist[k], dtype=np.float64) for k in keys]),
+                    sums,
+                )
+            g.attrs.update(
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "format_version": CHECKPOINT_VERSION,
+                    "rounds": int(rounds),
+                    "n": int(B.shape[0]),
+                    "P": int(B.shape[1]),
+                    "n_features": self.n_features,
+                    "sparse": self.sparse,
+                    "x_dtype": np.dtype(self.x_dtype).str,
+                    "settings": self.settings,
+                    "rng": _rng_state(self.rng),
+                    "history_keys": keys,
+                    "extra": json.loads(json.dumps(self.extra, default=_jsonable)),
+                    "checksums": sums,
+                    "partition_bounds": part_bounds,
+                    "pending_shrink_margin": _jsonable(pending.shrink_margin)
+                    if part_bounds is not None
+                    else None,
+                    "written_at": time.time(),
+                }
+            )
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -260,9 +302,13 @@ class Checkpointer:
 
 def _put(g, name, a, checksums=None):
     a = np.ascontiguousarray(a)
-    arr = g.create_array(name, shape=a.shape, dtype=a.dtype,
-                         chunks=tuple(max(1, s) for s in a.shape),
-                         config={"write_empty_chunks": True})
+    arr = g.create_array(
+        name,
+        shape=a.shape,
+        dtype=a.dtype,
+        chunks=tuple(max(1, s) for s in a.shape),
+        config={"write_empty_chunks": True},
+    )
     if a.size:
         arr[...] = a
     if checksums is not None:
@@ -275,6 +321,7 @@ def _write_text_atomic(path, text):
 
 
 # ---------------------------------------------------------------------------------- reading
+
 
 @dataclass
 class Checkpoint:
@@ -308,7 +355,7 @@ def _latest_group(directory):
         if _GROUP.match(name) and os.path.isdir(os.path.join(directory, name)):
             return os.path.join(directory, name)
     groups = sorted(f for f in os.listdir(directory) if _GROUP.match(f))
-    if groups:     # LATEST lost or stale: the newest complete group (complete ones are renamed in)
+    if groups:  # LATEST lost or stale: the newest complete group (complete ones are renamed in)
         return os.path.join(directory, groups[-1])
     return None
 
@@ -329,6 +376,7 @@ def load_checkpoint(directory) -> Checkpoint:
         arrays whose shapes disagree with the attributes.
     """
     import zarr
+
     directory = os.path.abspath(os.fspath(directory))
     if not os.path.isdir(directory):
         raise ValueError(f"{directory}: no checkpoint (the directory does not exist)")
@@ -344,8 +392,10 @@ def load_checkpoint(directory) -> Checkpoint:
         raise ValueError(f"{path} is not a dmcsvm checkpoint (format {a.get('format')!r})")
     v = a.get("format_version")
     if v not in (1, CHECKPOINT_VERSION):
-        raise ValueError(f"{path} has checkpoint format_version {v!r}; this dmcsvm reads "
-                         f"versions 1 and {CHECKPOINT_VERSION}")
+        raise ValueError(
+            f"{path} has checkpoint format_version {v!r}; this dmcsvm reads "
+            f"versions 1 and {CHECKPOINT_VERSION}"
+        )
     sums = a.get("checksums")
     if v >= 2 and not isinstance(sums, dict):
         raise ValueError(f"{path} is not a valid dmcsvm checkpoint: its checksums are missing")
@@ -358,11 +408,13 @@ def load_checkpoint(directory) -> Checkpoint:
         try:
             out = np.asarray(node[...])
         except Exception as e:  # noqa: BLE001 - codec errors of a damaged chunk
-            raise ValueError(f"{path}: array {name!r} cannot be read (damaged: "
-                             f"{type(e).__name__}: {e})") from None
+            raise ValueError(
+                f"{path}: array {name!r} cannot be read (damaged: {type(e).__name__}: {e})"
+            ) from None
         if sums is not None and int(_crc(out)) != sums.get(name):
-            raise ValueError(f"{path}: array {name!r} fails its checksum (a chunk file is "
-                             f"missing or damaged)")
+            raise ValueError(
+                f"{path}: array {name!r} fails its checksum (a chunk file is missing or damaged)"
+            )
         return out
 
     try:
@@ -377,10 +429,13 @@ def load_checkpoint(directory) -> Checkpoint:
         raise ValueError(f"{path}: B has shape {B.shape}, expected ({k}, {P})")
     if k and (ids.min() < 0 or ids.max() >= n or np.any(np.diff(ids) <= 0)):
         raise ValueError(f"{path}: support ids are not increasing ids in [0, {n})")
+
     def rows(name, count):
         if sparse:
-            return sp.csr_matrix((arr(f"{name}_data"), arr(f"{name}_indices"),
-                                  arr(f"{name}_indptr")), shape=(count, d))
+            return sp.csr_matrix(
+                (arr(f"{name}_data"), arr(f"{name}_indices"), arr(f"{name}_indptr")),
+                shape=(count, d),
+            )
         out = arr(name)
         if out.shape != (count, d):
             raise ValueError(f"{path}: {name} has shape {out.shape}, expected ({count}, {d})")
@@ -395,8 +450,12 @@ def load_checkpoint(directory) -> Checkpoint:
         if pdB.shape != (pids.shape[0], P) or (pids.size and (pids.min() < 0 or pids.max() >= n)):
             raise ValueError(f"{path}: the pending batch has ids or dB of the wrong shape")
         margin = a.get("pending_shrink_margin")
-        pending = {"ids": pids, "XB": rows("pending_X", pids.shape[0]), "dB": pdB,
-                   "shrink_margin": float(margin) if margin is not None else np.inf}
+        pending = {
+            "ids": pids,
+            "XB": rows("pending_X", pids.shape[0]),
+            "dB": pdB,
+            "shrink_margin": float(margin) if margin is not None else np.inf,
+        }
     keys = list(a.get("history_keys", []))
     history = {}
     if keys:
@@ -407,12 +466,24 @@ def load_checkpoint(directory) -> Checkpoint:
     assign = arr("assign") if "assign" in g else None
     if assign is not None and assign.shape != (n,):
         raise ValueError(f"{path}: assign has shape {assign.shape}, expected ({n},)")
-    return Checkpoint(path=path, rounds=rounds, n=n, P=P, n_features=d, sparse=sparse, ids=ids,
-                      B=B, X=X, history=history, settings=dict(a.get("settings") or {}),
-                      rng=a.get("rng"), assign=assign, extra=dict(a.get("extra") or {}),
-                      pending=pending,
-                      partition_bounds=[tuple(b) for b in bounds] if bounds else None)
-
+    return Checkpoint(
+        path=path,
+        rounds=rounds,
+        n=n,
+        P=P,
+        n_features=d,
+        sparse=sparse,
+        ids=ids,
+        B=B,
+        X=X,
+        history=history,
+        settings=dict(a.get("settings") or {}),
+        rng=a.get("rng"),
+        assign=assign,
+        extra=dict(a.get("extra") or {}),
+        pending=pending,
+        partition_bounds=[tuple(b) for b in bounds] if bounds else None,
+    )
 
 
 def data_fingerprint(X, y_idx) -> str:
@@ -423,6 +494,7 @@ def data_fingerprint(X, y_idx) -> str:
     the cluster's data).  Two data sets of the same shape but other values, other row order or
     permuted columns give different fingerprints."""
     import hashlib
+
     h = hashlib.blake2b(digest_size=16)
     for block in label_blocks(y_idx):
         h.update(block.tobytes())
@@ -439,13 +511,15 @@ def data_fingerprint(X, y_idx) -> str:
     if isinstance(X, np.ndarray) or sp.issparse(X):
         step = max(1, (16 << 20) // max(1, 8 * X.shape[1]))
         for lo in range(0, X.shape[0], step):
-            add(X[lo:lo + step])
+            add(X[lo : lo + step])
     elif hasattr(X, "url"):
         from .store import iter_chunks, open_store
+
         for _, _, Xc, _ in iter_chunks(open_store(X.url)):
             add(Xc)
     elif hasattr(X, "array"):
         from dask.base import tokenize
+
         h.update(tokenize(X.array).encode())
     else:
         raise ValueError(f"cannot fingerprint training data of type {type(X).__name__}")
@@ -454,6 +528,7 @@ def data_fingerprint(X, y_idx) -> str:
 
 def _crc(a):
     import zlib
+
     return zlib.crc32(np.ascontiguousarray(a))
 
 
@@ -461,6 +536,7 @@ def labels_crc32(y_idx) -> int:
     """CRC-32 of the int64 class index, computed block by block (the same value as over the
     whole array)."""
     import zlib
+
     crc = 0
     for block in label_blocks(y_idx):
         crc = zlib.crc32(block, crc)
@@ -475,4 +551,4 @@ def label_blocks(y_idx, rows=1 << 20):
         yield np.ascontiguousarray(y_idx, dtype=np.int64)
         return
     for a in range(0, n, rows):
-        yield np.ascontiguousarray(y_idx[a:min(a + rows, n)], dtype=np.int64)
+        yield np.ascontiguousarray(y_idx[a : min(a + rows, n)], dtype=np.int64)

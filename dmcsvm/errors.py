@@ -8,9 +8,11 @@ import numpy as np
 
 __all__ = ["NonFiniteError", "check_finite_round", "check_finite_rows", "check_sample_weight"]
 
-_CAUSE = ("the likely cause is non-finite or overflowing input (values so large that squared "
-          "norms or kernel values overflow) or an extreme kernel parameter; scale the features "
-          "to a moderate range")
+_CAUSE = (
+    "the likely cause is non-finite or overflowing input (values so large that squared "
+    "norms or kernel values overflow) or an extreme kernel parameter; scale the features "
+    "to a moderate range"
+)
 
 
 class NonFiniteError(ValueError):
@@ -27,8 +29,9 @@ def check_finite_round(round_: int, **values) -> None:
             if not math.isfinite(float(v)):
                 bad.append(f"{name} {float(v)!r}")
         elif not np.all(np.isfinite(v)):
-            bad.append(f"{name} ({int(np.size(v) - np.count_nonzero(np.isfinite(v)))} "
-                       f"non-finite entries)")
+            bad.append(
+                f"{name} ({int(np.size(v) - np.count_nonzero(np.isfinite(v)))} non-finite entries)"
+            )
     if bad:
         raise NonFiniteError(f"round {round_}: {', '.join(bad)}: {_CAUSE}")
 
@@ -50,18 +53,20 @@ def check_sample_weight(sample_weight, n: int) -> np.ndarray | None:
     negative weights (naming the row)."""
     if sample_weight is None:
         return None
-    if hasattr(sample_weight, "compute"):            # a dask array or series
+    if hasattr(sample_weight, "compute"):  # a dask array or series
         sample_weight = sample_weight.compute()
     try:
         sw = np.asarray(sample_weight, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"sample_weight must hold numbers: {exc}") from None
     if sw.ndim != 1:
-        raise ValueError(f"sample_weight must be 1-dimensional (one weight per row), got shape "
-                         f"{sw.shape}")
+        raise ValueError(
+            f"sample_weight must be 1-dimensional (one weight per row), got shape {sw.shape}"
+        )
     if sw.shape[0] != n:
-        raise ValueError(f"sample_weight has {sw.shape[0]} weights for {n} rows; it needs one per "
-                         f"row")
+        raise ValueError(
+            f"sample_weight has {sw.shape[0]} weights for {n} rows; it needs one per row"
+        )
     bad = ~np.isfinite(sw)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -47,8 +47,9 @@ def atomic_file(path, mode="w"):
     ``fsync``); on any error the temporary file is removed and ``path`` is left as it was.  The
     file gets the mode of a newly created file (0666 less the umask), not ``mkstemp``'s 0600."""
     path = os.path.abspath(os.fspath(path))
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path),
-                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, mode) as fh:
             os.fchmod(fh.fileno(), default_mode())

@@ -50,13 +50,18 @@ class KernelSpec:
             raise ValueError(f"coef0 must be finite, got {self.coef0!r}")
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "gamma": float(self.gamma), "degree": int(self.degree),
-                "coef0": float(self.coef0)}
+        return {
+            "name": self.name,
+            "gamma": float(self.gamma),
+            "degree": int(self.degree),
+            "coef0": float(self.coef0),
+        }
 
 
 # --------------------------------------------------------------------------------------------
 # numba element-wise kernels: plain functions on arrays, tested alone against NumPy references.
 # --------------------------------------------------------------------------------------------
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _rbf_arg(a, b, g, gamma):
@@ -238,6 +243,7 @@ def copy_gram(G, out):
 # orchestration
 # --------------------------------------------------------------------------------------------
 
+
 def row_norms_sq(X) -> np.ndarray:
     """Squared Euclidean row norms in float64 (dense or CSR)."""
     if sp.issparse(X):
@@ -248,16 +254,17 @@ def row_norms_sq(X) -> np.ndarray:
             # sparse fit asks this of its batch (0.3 ms of a 40-row fit's 3.7 ms rounds)
             d = X.data.astype(np.float64)
             rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-            return np.bincount(rows, weights=d * d, minlength=X.shape[0]).astype(np.float64,
-                                                                          copy=False)
-        X64 = X.astype(np.float64)      # duplicates are summed before squaring
+            return np.bincount(rows, weights=d * d, minlength=X.shape[0]).astype(
+                np.float64, copy=False
+            )
+        X64 = X.astype(np.float64)  # duplicates are summed before squaring
         return np.asarray(X64.multiply(X64).sum(axis=1)).ravel()
     X64 = np.asarray(X, dtype=np.float64)
     return np.einsum("ij,ij->i", X64, X64)
 
 
 #: a sparse ``XB`` of at most this many entries (rows x features) is made dense for ``XA @ XB.T``
-_DENSE_B_MAX = 2 ** 17
+_DENSE_B_MAX = 2**17
 
 
 def _gram(XA, XB) -> np.ndarray:
@@ -287,14 +294,23 @@ def _gram(XA, XB) -> np.ndarray:
 #: module's numba code yet computes them with NumPy: numba's first use in a process loads its
 #: typing and target registries (0.3-0.4 s measured, benchmarks/results/start_up.md) besides the
 #: cached machine code, more than NumPy's extra passes cost over 2**24 entries (~0.1 s)
-NUMPY_FIRST_MAX = 2 ** 24
+NUMPY_FIRST_MAX = 2**24
 
 
 def numba_loaded() -> bool:
     """Whether this process has already run (compiled or loaded from the cache) one of the
     element-wise numba kernels of this module."""
-    return any(f.overloads for f in (rbf_exponent, rbf_exponent_inplace, rbf_f32, poly_power,
-                                     poly_power_inplace, copy_gram))
+    return any(
+        f.overloads
+        for f in (
+            rbf_exponent,
+            rbf_exponent_inplace,
+            rbf_f32,
+            poly_power,
+            poly_power_inplace,
+            copy_gram,
+        )
+    )
 
 
 def prefer_numpy(n_entries: int) -> bool:
@@ -339,9 +355,16 @@ def sigmoid_from_gram(G, gamma, coef0, out):
     return out
 
 
-def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
-                 norms_a: np.ndarray | None = None, norms_b: np.ndarray | None = None,
-                 dtype=np.float64, jit: bool = True) -> np.ndarray:
+def kernel_block(
+    spec: KernelSpec,
+    XA,
+    XB,
+    out: np.ndarray | None = None,
+    norms_a: np.ndarray | None = None,
+    norms_b: np.ndarray | None = None,
+    dtype=np.float64,
+    jit: bool = True,
+) -> np.ndarray:
     """Evaluate ``K(XA, XB)`` (``len(XA) x len(XB)``) into ``out`` (allocated when None).
 
     Parameters
@@ -368,8 +391,13 @@ def kernel_block(spec: KernelSpec, XA, XB, out: np.ndarray | None = None,
         out = np.empty((na_rows, nb_rows), dtype=dtype)
     if na_rows == 0 or nb_rows == 0:
         return out
-    if (out is not None and not sp.issparse(XA) and not sp.issparse(XB)
-            and out.flags.c_contiguous and out.dtype == np.result_type(XA.dtype, XB.dtype)):
+    if (
+        out is not None
+        and not sp.issparse(XA)
+        and not sp.issparse(XB)
+        and out.flags.c_contiguous
+        and out.dtype == np.result_type(XA.dtype, XB.dtype)
+    ):
         # the GEMM writes straight into ``out`` and the element-wise pass runs in place: no
         # second block is allocated (fresh blocks are page-faulted in again on every call in
         # Dask workers, whose nanny makes malloc return freed memory to the OS at once)
@@ -438,7 +466,7 @@ def resolve_gamma(gamma, X) -> float:
             if sp.issparse(X):
                 Xc = X.tocsr()
                 mean = Xc.mean()
-                var = Xc.multiply(Xc).mean() - mean ** 2
+                var = Xc.multiply(Xc).mean() - mean**2
             else:
                 var = np.asarray(X, dtype=np.float64).var()
             return 1.0 / (d * var) if var > 0 else 1.0
@@ -448,7 +476,9 @@ def resolve_gamma(gamma, X) -> float:
     try:
         g = float(gamma)
     except (TypeError, ValueError):
-        raise ValueError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}") from None
+        raise ValueError(
+            f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}"
+        ) from None
     if not (np.isfinite(g) and g > 0):
         raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
     return g

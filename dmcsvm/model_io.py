@@ -64,6 +64,7 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # ------------------------------------------------------------------------------------ registry
 
+
 def estimator_registry() -> dict:
     """The estimator classes a model file may name: ``{name: class}``.
 
@@ -73,6 +74,7 @@ def estimator_registry() -> dict:
     from sklearn.base import BaseEstimator
 
     from . import estimators
+
     out = {}
     for name in getattr(estimators, "__all__", ()):
         cls = getattr(estimators, name, None)
@@ -92,6 +94,7 @@ def estimator_class(name):
     from sklearn.base import BaseEstimator
 
     from . import estimators
+
     if not isinstance(name, str) or name not in getattr(estimators, "__all__", ()):
         return None
     cls = getattr(estimators, name, None)
@@ -102,15 +105,18 @@ def transformer_registry() -> dict:
     """The scikit-learn transformers a saved ``Pipeline`` may hold before its dmcsvm estimator:
     ``{name: class}`` (the feature scalers; their fitted state is plain arrays)."""
     from sklearn import preprocessing
+
     return {name: getattr(preprocessing, name) for name in _TRANSFORMERS}
 
 
 def _dataclass_registry() -> dict:
     from .kernels import KernelSpec
+
     return {"KernelSpec": KernelSpec}
 
 
 # ------------------------------------------------------------------------------------ encoding
+
 
 class _Encoder:
     """Turns an estimator into a JSON tree plus a list of numeric arrays."""
@@ -124,20 +130,27 @@ class _Encoder:
             a = np.ascontiguousarray(a)
             key = f"a{len(self.arrays)}"
             self.arrays[key] = a
-            return {"__array__": key, "dtype": a.dtype.str, "shape": list(a.shape),
-                    "crc32": zlib.crc32(a)}
+            return {
+                "__array__": key,
+                "dtype": a.dtype.str,
+                "shape": list(a.shape),
+                "crc32": zlib.crc32(a),
+            }
         if a.dtype.kind == "U":
             return {"__strarray__": a.tolist(), "dtype": a.dtype.str, "shape": list(a.shape)}
         if a.dtype.kind == "O":
             items = a.ravel().tolist()
             if all(isinstance(v, (str, bool, int, float)) or v is None for v in items):
-                return {"__objarray__": [self.value(v, where) for v in items],
-                        "shape": list(a.shape)}
+                return {
+                    "__objarray__": [self.value(v, where) for v in items],
+                    "shape": list(a.shape),
+                }
         raise ValueError(f"cannot save {where}: arrays of dtype {a.dtype} are not supported")
 
     def value(self, v, where: str):
         from sklearn.base import BaseEstimator
-        if isinstance(v, np.generic):      # before float: np.float64 is a float subclass
+
+        if isinstance(v, np.generic):  # before float: np.float64 is a float subclass
             if v.dtype.kind in "biufc":
                 item = v.item()
                 if isinstance(item, float) and not math.isfinite(item):
@@ -157,24 +170,36 @@ class _Encoder:
         if sp.issparse(v):
             fmt = v.format if v.format in ("csr", "csc") else "csr"
             m = v.asformat(fmt)
-            return {"__sparse__": fmt, "shape": list(m.shape),
-                    "data": self.array(m.data, where), "indices": self.array(m.indices, where),
-                    "indptr": self.array(m.indptr, where)}
+            return {
+                "__sparse__": fmt,
+                "shape": list(m.shape),
+                "data": self.array(m.data, where),
+                "indices": self.array(m.indices, where),
+                "indptr": self.array(m.indptr, where),
+            }
         if isinstance(v, BaseEstimator):
             return self.estimator(v, where)
         if isinstance(v, dict):
             if all(isinstance(k, str) for k in v):
                 return {"__dict__": {k: self.value(x, f"{where}[{k!r}]") for k, x in v.items()}}
-            return {"__items__": [[self.value(k, where), self.value(x, f"{where}[{k!r}]")]
-                                  for k, x in v.items()]}
+            return {
+                "__items__": [
+                    [self.value(k, where), self.value(x, f"{where}[{k!r}]")] for k, x in v.items()
+                ]
+            }
         if isinstance(v, (list, tuple)):
             items = [self.value(x, f"{where}[{i}]") for i, x in enumerate(v)]
             return items if isinstance(v, list) else {"__tuple__": items}
-        if dataclasses.is_dataclass(v) and type(v).__name__ in _dataclass_registry() \
-                and _dataclass_registry()[type(v).__name__] is type(v):
+        if (
+            dataclasses.is_dataclass(v)
+            and type(v).__name__ in _dataclass_registry()
+            and _dataclass_registry()[type(v).__name__] is type(v)
+        ):
             fields = {f.name: self.value(getattr(v, f.name), where) for f in dataclasses.fields(v)}
             return {"__dataclass__": type(v).__name__, "fields": fields}
-        raise ValueError(f"cannot save {where}: values of type {type(v).__name__} are not supported")
+        raise ValueError(
+            f"cannot save {where}: values of type {type(v).__name__} are not supported"
+        )
 
     def pipeline(self, pipe, where="model") -> dict:
         """A ``Pipeline`` of scalers ending in a dmcsvm estimator: its steps, by name."""
@@ -188,32 +213,43 @@ class _Encoder:
             if not isinstance(name, str) or not _PARAM_NAME.match(name):
                 raise ValueError(f"cannot save {where}: step name {name!r} is not an identifier")
             if not last and tr.get(type(step).__name__) is not type(step):
-                raise ValueError(f"cannot save {where}: step {name!r} is a "
-                                 f"{type(step).__name__}; a saved Pipeline holds only "
-                                 f"{', '.join(_TRANSFORMERS)} before its dmcsvm estimator")
-            out.append([name, self.estimator(step, f"{where}.{name}", registry=None if last
-                                             else tr)])
+                raise ValueError(
+                    f"cannot save {where}: step {name!r} is a "
+                    f"{type(step).__name__}; a saved Pipeline holds only "
+                    f"{', '.join(_TRANSFORMERS)} before its dmcsvm estimator"
+                )
+            out.append(
+                [name, self.estimator(step, f"{where}.{name}", registry=None if last else tr)]
+            )
         return {"__pipeline__": out}
 
     def estimator(self, est, where="model", registry=None) -> dict:
         from sklearn.pipeline import Pipeline
+
         if registry is None and type(est) is Pipeline:
             return self.pipeline(est, where)
         name = type(est).__name__
         reg = estimator_registry() if registry is None else registry
         if reg.get(name) is not type(est):
-            raise ValueError(f"cannot save {where}: {name} is not a dmcsvm estimator "
-                             f"(known: {', '.join(sorted(reg))})")
+            raise ValueError(
+                f"cannot save {where}: {name} is not a dmcsvm estimator "
+                f"(known: {', '.join(sorted(reg))})"
+            )
         if callable(getattr(est, "kernel", None)):
-            raise ValueError(f"cannot save {where}: its kernel is a Python callable, and a model "
-                             f"file stores no code; save a model with a named kernel, or with "
-                             f"kernel='precomputed' and your kernel's values")
+            raise ValueError(
+                f"cannot save {where}: its kernel is a Python callable, and a model "
+                f"file stores no code; save a model with a named kernel, or with "
+                f"kernel='precomputed' and your kernel's values"
+            )
         # where-to-run settings (cluster, threads, caches, checkpoints) are never written: a
         # model file must not choose where the code that loads it connects (runtime_params)
         model_params, _ = split_runtime(est.get_params(deep=False))
         params = {k: self.value(v, f"{where}.{k}") for k, v in model_params.items()}
-        attrs = {k: self.value(v, f"{where}.{k}") for k, v in sorted(vars(est).items())
-                 if _ATTR_NAME.match(k)}
+        attrs = {
+            k: self.value(v, f"{where}.{k}")
+            for k, v in sorted(vars(est).items())
+            if _ATTR_NAME.match(k)
+        }
         return {"__estimator__": name, "params": params, "attrs": attrs}
 
 
@@ -236,8 +272,10 @@ class _Decoder:
             raise self.bad(f"array {key!r} is missing (truncated file?)")
         a = np.asarray(a)
         if a.dtype.str != dtype or list(a.shape) != list(shape):
-            raise self.bad(f"array {key!r} has dtype {a.dtype.str} and shape {list(a.shape)}; "
-                           f"the metadata says {dtype} and {list(shape)} (truncated file?)")
+            raise self.bad(
+                f"array {key!r} has dtype {a.dtype.str} and shape {list(a.shape)}; "
+                f"the metadata says {dtype} and {list(shape)} (truncated file?)"
+            )
         a = np.ascontiguousarray(a)
         if zlib.crc32(a) != crc:
             raise self.bad(f"array {key!r} fails its checksum (truncated or damaged file)")
@@ -272,8 +310,10 @@ class _Decoder:
             cls = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}.get(v["__sparse__"])
             if cls is None:
                 raise self.bad(f"unknown sparse format {v['__sparse__']!r}")
-            return cls((self.array(v["data"]), self.array(v["indices"]),
-                        self.array(v["indptr"])), shape=tuple(v["shape"]))
+            return cls(
+                (self.array(v["data"]), self.array(v["indices"]), self.array(v["indptr"])),
+                shape=tuple(v["shape"]),
+            )
         if "__dict__" in v:
             return {k: self.value(x) for k, x in v["__dict__"].items()}
         if "__items__" in v:
@@ -295,14 +335,20 @@ class _Decoder:
 
     def pipeline(self, node):
         from sklearn.pipeline import Pipeline
+
         steps = node.get("__pipeline__")
         if not isinstance(steps, list) or not steps:
             raise self.bad("the Pipeline entry has no steps")
         tr = transformer_registry()
         out = []
         for k, item in enumerate(steps):
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                    and _PARAM_NAME.match(item[0]) and isinstance(item[1], dict)):
+            if not (
+                isinstance(item, list)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and _PARAM_NAME.match(item[0])
+                and isinstance(item[1], dict)
+            ):
                 raise self.bad(f"Pipeline step {k} is not a [name, estimator] pair")
             last = k == len(steps) - 1
             out.append((item[0], self.estimator(item[1], registry=None if last else tr)))
@@ -318,8 +364,10 @@ class _Decoder:
             cls = registry.get(name) if isinstance(name, str) else None
         if cls is None:
             reg = estimator_registry() if registry is None else registry
-            raise ValueError(f"{self.path}: unknown estimator {name!r} in the model file "
-                             f"(this dmcsvm knows {', '.join(sorted(reg))})")
+            raise ValueError(
+                f"{self.path}: unknown estimator {name!r} in the model file "
+                f"(this dmcsvm knows {', '.join(sorted(reg))})"
+            )
         params = node.get("params")
         attrs = node.get("attrs")
         if not isinstance(params, dict) or not isinstance(attrs, dict):
@@ -330,8 +378,10 @@ class _Decoder:
         known = set(cls._get_param_names())
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ValueError(f"{self.path}: parameter(s) {', '.join(unknown)} unknown to {name} "
-                             f"(written by another dmcsvm version?)")
+            raise ValueError(
+                f"{self.path}: parameter(s) {', '.join(unknown)} unknown to {name} "
+                f"(written by another dmcsvm version?)"
+            )
         # runtime parameters in a file (written by dmcsvm <= 0.1, or edited in) are ignored: the
         # loaded model runs where its caller says, by default in this process
         kw, _ = split_runtime(params)
@@ -349,6 +399,7 @@ class _Decoder:
 
 
 # ------------------------------------------------------------------------------------ save
+
 
 def _is_npz(path: str) -> bool:
     return str(path).endswith(".npz")
@@ -381,6 +432,7 @@ def save_model(model, path) -> None:
     from sklearn.utils.validation import check_is_fitted
 
     from . import __version__
+
     check_is_fitted(model)
     path = os.path.abspath(os.fspath(path))
     parent = os.path.dirname(path)
@@ -388,9 +440,13 @@ def save_model(model, path) -> None:
         raise ValueError(f"cannot write {path}: directory {parent} does not exist")
     enc = _Encoder()
     tree = enc.estimator(model)
-    meta = {"format": MODEL_FORMAT, "format_version": MODEL_VERSION,
-            "dmcsvm_version": __version__, "estimator": tree.get("__estimator__", "Pipeline"),
-            "model": tree}
+    meta = {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_VERSION,
+        "dmcsvm_version": __version__,
+        "estimator": tree.get("__estimator__", "Pipeline"),
+        "model": tree,
+    }
     text = json.dumps(meta, allow_nan=False)
     if os.path.lexists(path):
         _check_replaceable(path)
@@ -399,13 +455,18 @@ def save_model(model, path) -> None:
             np.savez(fh, meta=np.frombuffer(text.encode(), dtype=np.uint8), **enc.arrays)
         return
     import zarr
+
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
     try:
-        os.chmod(tmp, default_mode(directory=True))          # not mkdtemp's private 0700
+        os.chmod(tmp, default_mode(directory=True))  # not mkdtemp's private 0700
         g = zarr.open_group(tmp, mode="w", zarr_format=3)
         for key, a in enc.arrays.items():
-            arr = g.create_array(key, shape=a.shape, dtype=a.dtype,
-                                 chunks=tuple(max(1, s) for s in a.shape) if a.ndim else ())
+            arr = g.create_array(
+                key,
+                shape=a.shape,
+                dtype=a.dtype,
+                chunks=tuple(max(1, s) for s in a.shape) if a.ndim else (),
+            )
             if a.size:
                 arr[...] = a
         g.attrs["dmcsvm_model"] = meta
@@ -449,12 +510,14 @@ def _replace_dir(tmp, path):
 
 # ------------------------------------------------------------------------------------ load
 
+
 def _read_meta(path):
     """``(meta, get_array, close)`` of a model file; ValueError for anything else."""
     if not os.path.exists(path):
         raise ValueError(f"{path} does not exist")
     if os.path.isdir(path):
         import zarr
+
         try:
             g = zarr.open_group(path, mode="r")
             meta = g.attrs.get("dmcsvm_model")
@@ -472,14 +535,17 @@ def _read_meta(path):
                 return node[...]
             except Exception as e:
                 raise ValueError(f"{path}: cannot read array {key!r}: {e}") from None
+
         return meta, get, lambda: None
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
         # np.load would read a .npy, or a pickle (refused: "allow_pickle=False"): neither is a
         # model, and the message should say so rather than talk about pickles
-        raise ValueError(f"{path} is not a dmcsvm model file: a model is an .npz archive or "
-                         f"a model directory written by dmcsvm train / save_model")
+        raise ValueError(
+            f"{path} is not a dmcsvm model file: a model is an .npz archive or "
+            f"a model directory written by dmcsvm train / save_model"
+        )
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
@@ -506,8 +572,10 @@ def _read_meta(path):
         try:
             return z[key]
         except Exception as e:
-            raise ValueError(f"{path}: array {key!r} cannot be read (truncated or damaged: "
-                             f"{e})") from None
+            raise ValueError(
+                f"{path}: array {key!r} cannot be read (truncated or damaged: {e})"
+            ) from None
+
     return meta, get, z.close
 
 
@@ -540,8 +608,10 @@ def load_model(path):
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ValueError(f"{path} has an invalid model format_version {version!r}")
         if version > MODEL_VERSION:
-            raise ValueError(f"{path} has model format_version {version}, written by a newer "
-                             f"dmcsvm; this dmcsvm reads versions 1 to {MODEL_VERSION}")
+            raise ValueError(
+                f"{path} has model format_version {version}, written by a newer "
+                f"dmcsvm; this dmcsvm reads versions 1 to {MODEL_VERSION}"
+            )
         if version == 1:
             return _check_consistent(path, _load_v1(path, meta, get))
         tree = meta.get("model")
@@ -558,24 +628,31 @@ def _check_consistent(path, est):
     file, instead of failing later inside predict with a bare TypeError or IndexError."""
     n = getattr(est, "n_features_in_", None)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"{path} is not a valid dmcsvm model file: n_features_in_ is {n!r}, "
-                         f"not a positive integer")
+        raise ValueError(
+            f"{path} is not a valid dmcsvm model file: n_features_in_ is {n!r}, "
+            f"not a positive integer"
+        )
     try:
         zeros = np.zeros((1, int(n)))
         k = len(est.classes_)
         D = np.asarray(est.decision_function(zeros))
         last = est.steps[-1][1] if hasattr(est, "steps") else est
-        cols = k * (k - 1) // 2 if getattr(last, "decision_function_shape", "ovr") == "ovo" \
-            else k                                      # 'ovo': one value per pair of classes
+        cols = (
+            k * (k - 1) // 2 if getattr(last, "decision_function_shape", "ovr") == "ovo" else k
+        )  # 'ovo': one value per pair of classes
         if (D.ndim == 1 and k != 2) or (D.ndim == 2 and D.shape[1] != cols):
-            raise ValueError(f"decision_function gives {1 if D.ndim == 1 else D.shape[1]} "
-                             f"score(s) per row for {k} classes_")
+            raise ValueError(
+                f"decision_function gives {1 if D.ndim == 1 else D.shape[1]} "
+                f"score(s) per row for {k} classes_"
+            )
         pred = np.asarray(est.predict(zeros))
         if pred.shape != (1,) or pred[0] not in np.asarray(est.classes_):
             raise ValueError(f"predict gave {pred!r}, not one of classes_")
     except Exception as e:  # noqa: BLE001 - any failure means the attributes are inconsistent
-        raise ValueError(f"{path} is not a valid dmcsvm model file: its fitted attributes do not "
-                         f"fit together ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"{path} is not a valid dmcsvm model file: its fitted attributes do not "
+            f"fit together ({type(e).__name__}: {e})"
+        ) from None
     return est
 
 
@@ -584,8 +661,10 @@ def _load_v1(path, meta, get):
     reg = estimator_registry()
     name = meta.get("estimator")
     if name != "MulticlassSVC" or name not in reg:
-        raise ValueError(f"{path}: unknown estimator {name!r} in the model file "
-                         f"(this dmcsvm knows {', '.join(sorted(reg))})")
+        raise ValueError(
+            f"{path}: unknown estimator {name!r} in the model file "
+            f"(this dmcsvm knows {', '.join(sorted(reg))})"
+        )
     params = upgrade_params(name, meta["params"])
     m = reg[name](**split_runtime(params)[0])
 
@@ -594,12 +673,14 @@ def _load_v1(path, meta, get):
         if a is None:
             raise ValueError(f"{path} is not a valid dmcsvm model file: array {key!r} is missing")
         return a
+
     if get("sv") is not None:
         m.support_vectors_ = get("sv")
     else:
-        m.support_vectors_ = sp.csr_matrix((need("sv_data"), need("sv_indices"),
-                                            need("sv_indptr")), shape=tuple(need("sv_shape")))
-    m.dual_coef_ = np.ascontiguousarray(need("dual_coef").T)    # 0.1 wrote (n_SV, P)
+        m.support_vectors_ = sp.csr_matrix(
+            (need("sv_data"), need("sv_indices"), need("sv_indptr")), shape=tuple(need("sv_shape"))
+        )
+    m.dual_coef_ = np.ascontiguousarray(need("dual_coef").T)  # 0.1 wrote (n_SV, P)
     m.support_ = need("support")
     m.classes_ = need("classes")
     m.gamma_ = meta["gamma_"]

@@ -13,18 +13,31 @@ before a change are read with today's names, and old constructor keywords still 
 
 from __future__ import annotations
 
-RENAMED = {"MulticlassSVC": {"mu": "threshold_fraction"},
-           "MultiPrototypeSVC": {"mu": "threshold_fraction"}}
+RENAMED = {
+    "MulticlassSVC": {"mu": "threshold_fraction"},
+    "MultiPrototypeSVC": {"mu": "threshold_fraction"},
+}
 
-_CS = {"optimizer": "optimizer", "selection": "pattern_selection", "threshold": "threshold",
-       "threshold_fraction": "threshold_fraction", "gap_tol": "gap_tol",
-       "batch_size": "batch_size", "batch_sweeps": "batch_sweeps", "n_partitions": "n_partitions"}
+_CS = {
+    "optimizer": "optimizer",
+    "selection": "pattern_selection",
+    "threshold": "threshold",
+    "threshold_fraction": "threshold_fraction",
+    "gap_tol": "gap_tol",
+    "batch_size": "batch_size",
+    "batch_sweeps": "batch_sweeps",
+    "n_partitions": "n_partitions",
+}
 _SMO = {"selection": "pair_selection", "batch_size": "batch_size", "n_partitions": "n_partitions"}
 
 #: estimator -> {former constructor parameter: its key in ``solver_options``} (0.3.0)
 MOVED = {
-    "MulticlassSVC": {**_CS, "data_in_memory": "data_in_memory",
-                      "disk_cache_size": "disk_cache_size", "cache_dir": "cache_dir"},
+    "MulticlassSVC": {
+        **_CS,
+        "data_in_memory": "data_in_memory",
+        "disk_cache_size": "disk_cache_size",
+        "cache_dir": "cache_dir",
+    },
     "MultiPrototypeSVC": {**_CS, "fast_linear": "fast_linear", "solver": "linear_solver"},
     "ScatterSVC": {**_SMO, "class_batch": "class_batch"},
     "BinarySVC": dict(_SMO),
@@ -41,8 +54,10 @@ def moved_message(estimator: str, old: str) -> str:
     new = MOVED[estimator][old]
     what = f"solver_options={{'{new}': ...}}"
     renamed = "" if new == old else f" (renamed {new!r})"
-    return (f"{estimator}({old}=...) is deprecated since 0.3.0 and will be removed in "
-            f"{REMOVED_IN}: pass {what} instead{renamed}")
+    return (
+        f"{estimator}({old}=...) is deprecated since 0.3.0 and will be removed in "
+        f"{REMOVED_IN}: pass {what} instead{renamed}"
+    )
 
 
 def move_options(estimator: str, params: dict) -> tuple[dict, dict]:
@@ -63,7 +78,7 @@ def upgrade_params(estimator: str, params: dict) -> dict:
     for k, v in params.items():
         new = renamed.get(k, k)
         if new != k and new in params:
-            continue                    # both names present: today's wins
+            continue  # both names present: today's wins
         out[new] = v
     out, options = move_options(estimator, out)
     if options:

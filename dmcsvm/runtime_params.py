@@ -15,8 +15,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["CLI_OPTIONS", "PARAMS", "RESUMABLE_MODEL_PARAMS", "RESUME_MAY_CHANGE",
-           "RUNTIME_PARAMS", "RuntimeParam", "split_runtime"]
+__all__ = [
+    "CLI_OPTIONS",
+    "PARAMS",
+    "RESUMABLE_MODEL_PARAMS",
+    "RESUME_MAY_CHANGE",
+    "RUNTIME_PARAMS",
+    "RuntimeParam",
+    "split_runtime",
+]
 
 
 class RuntimeParam(NamedTuple):
@@ -29,14 +36,20 @@ class RuntimeParam(NamedTuple):
 
 
 PARAMS = (
-    RuntimeParam("client", "where training runs: in-process, a Dask cluster, or a LocalCluster "
-                 "started for the fit", "--scheduler / --local-workers"),
-    RuntimeParam("n_workers", "workers of the LocalCluster started for client='local'",
-                 "--local-workers"),
-    RuntimeParam("threads_per_worker", "threads of each worker of that LocalCluster",
-                 "--threads-per-worker"),
-    RuntimeParam("memory_limit", "memory limit of each worker of that LocalCluster",
-                 "--memory-limit"),
+    RuntimeParam(
+        "client",
+        "where training runs: in-process, a Dask cluster, or a LocalCluster started for the fit",
+        "--scheduler / --local-workers",
+    ),
+    RuntimeParam(
+        "n_workers", "workers of the LocalCluster started for client='local'", "--local-workers"
+    ),
+    RuntimeParam(
+        "threads_per_worker", "threads of each worker of that LocalCluster", "--threads-per-worker"
+    ),
+    RuntimeParam(
+        "memory_limit", "memory limit of each worker of that LocalCluster", "--memory-limit"
+    ),
     RuntimeParam("n_jobs", "threads (and row partitions) of the in-process executor"),
     RuntimeParam("n_partitions", "row partitions of the training data"),
     RuntimeParam("verbose", "whether a progress bar shows the fit", "--progress / --no-progress"),
@@ -45,8 +58,11 @@ PARAMS = (
     RuntimeParam("cache_dir", "directory of the on-disk column cache"),
     RuntimeParam("data_in_memory", "whether partitions hold their rows of a store in memory"),
     RuntimeParam("checkpoint", "directory the solve is checkpointed to", "--checkpoint"),
-    RuntimeParam("checkpoint_every", "how often (rounds, or seconds as '30s') it is checkpointed",
-                 "--checkpoint-every"),
+    RuntimeParam(
+        "checkpoint_every",
+        "how often (rounds, or seconds as '30s') it is checkpointed",
+        "--checkpoint-every",
+    ),
     RuntimeParam("resume", "whether the fit continues from the newest checkpoint", "--resume"),
 )
 

@@ -18,8 +18,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 project = "dmcsvm"
 author = "dmcsvm developers"
 copyright = "2026, dmcsvm developers"
-release = re.search(r'^__version__ = "(.+)"', (ROOT / "dmcsvm" / "__init__.py").read_text(),
-                    flags=re.M).group(1)
+release = re.search(
+    r'^__version__ = "(.+)"', (ROOT / "dmcsvm" / "__init__.py").read_text(), flags=re.M
+).group(1)
 version = release
 
 extensions = [
@@ -32,8 +33,14 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "auto_examples/*.ipynb",
-                    "auto_examples/*.py", "auto_examples/*.zip", "auto_examples/*.json"]
+exclude_patterns = [
+    "_build",
+    "**.ipynb_checkpoints",
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "auto_examples/*.zip",
+    "auto_examples/*.json",
+]
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath"]
 
@@ -50,8 +57,10 @@ numpydoc_xref_param_type = False
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "auto_examples",
-    "filename_pattern": (r"(quickstart_digits|one_vs_rest|scatter_checkerboard"
-                         r"|plot_convergence)\.py$"),
+    "filename_pattern": (
+        r"(quickstart_digits|one_vs_rest|scatter_checkerboard"
+        r"|plot_convergence)\.py$"
+    ),
     "ignore_pattern": r"__init__\.py",
     "download_all_examples": False,
     "remove_config_comments": True,

@@ -26,20 +26,23 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     from distributed import Client, LocalCluster
+
     cluster = None
     if a.address:
         client = Client(a.address, timeout="30s")
         print(f"connected to {a.address}: {len(client.scheduler_info()['workers'])} workers")
     else:
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
         client = Client(cluster)
         print(f"no address given: started a LocalCluster at {cluster.scheduler_address}")
     try:
         X, y = load_digits(return_X_y=True)
-        Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0,
-                                              stratify=y)
-        clf = MulticlassSVC(C=a.C, client=client)   # a Client: used, never closed for us
+        Xtr, Xte, ytr, yte = train_test_split(
+            X / 16.0, y, test_size=0.25, random_state=0, stratify=y
+        )
+        clf = MulticlassSVC(C=a.C, client=client)  # a Client: used, never closed for us
         t = time.perf_counter()
         clf.fit(Xtr, ytr)
         print(f"fit on the cluster: {time.perf_counter() - t:.2f} s, {clf.n_iter_} rounds")

@@ -23,9 +23,11 @@ def main():
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
-    for name, model in (("OneVsRestSVC", OneVsRestSVC(C=10, gamma=0.05)),
-                        ("OneVsOneSVC", OneVsOneSVC(C=10, gamma=0.05)),
-                        ("sklearn SVC (LIBSVM)", SVC(C=10, gamma=0.05))):
+    for name, model in (
+        ("OneVsRestSVC", OneVsRestSVC(C=10, gamma=0.05)),
+        ("OneVsOneSVC", OneVsOneSVC(C=10, gamma=0.05)),
+        ("sklearn SVC (LIBSVM)", SVC(C=10, gamma=0.05)),
+    ):
         t = time.perf_counter()
         model.fit(Xtr, ytr)
         acc = 100 * np.mean(model.predict(Xte) == yte)
@@ -33,8 +35,10 @@ def main():
         if hasattr(model, "engine_stats_"):
             computed = sum(s["rows_computed"] for s in model.engine_stats_)
             cached = sum(s["rows_cached"] for s in model.engine_stats_)
-            line += (f"  ({len(model.intercept_)} binary problems; kernel columns computed "
-                     f"{computed}, served by the shared cache {cached})")
+            line += (
+                f"  ({len(model.intercept_)} binary problems; kernel columns computed "
+                f"{computed}, served by the shared cache {cached})"
+            )
         print(line)
 
 

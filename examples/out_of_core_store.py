@@ -23,8 +23,9 @@ import numpy as np
 from dmcsvm import MulticlassSVC
 from dmcsvm.store import from_svmlight, read_labels
 
-DEFAULT_DATA = os.environ.get("DMCSVM_DATA",
-                              str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+DEFAULT_DATA = os.environ.get(
+    "DMCSVM_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")
+)
 
 
 def _head(src, dst, rows):
@@ -51,20 +52,27 @@ def main(argv=None):
                 _head(src, os.path.join(tmp, fn), a.max_rows)
                 src = os.path.join(tmp, fn)
             # streaming conversion: two passes over the text, one chunk in memory at a time
-            info = from_svmlight(src, os.path.join(tmp, f"{name}.zarr"), n_features=36,
-                                 rows_per_chunk=a.chunk_rows)
+            info = from_svmlight(
+                src, os.path.join(tmp, f"{name}.zarr"), n_features=36, rows_per_chunk=a.chunk_rows
+            )
             paths[name] = info
-            print(f"{name}: {info.n_samples} rows in {info.n_chunks} chunks "
-                  f"({'sparse' if info.sparse else 'dense'})")
+            print(
+                f"{name}: {info.n_samples} rows in {info.n_chunks} chunks "
+                f"({'sparse' if info.sparse else 'dense'})"
+            )
 
-        clf = MulticlassSVC(C=a.C, gamma=a.gamma,
-                            solver_options={"data_in_memory": False, "cache_dir": tmp,
-                                            "disk_cache_size": 64})
+        clf = MulticlassSVC(
+            C=a.C,
+            gamma=a.gamma,
+            solver_options={"data_in_memory": False, "cache_dir": tmp, "disk_cache_size": 64},
+        )
         t = time.perf_counter()
-        clf.fit(paths["train"].url)               # rows re-read from the store chunk by chunk
-        print(f"fit: {time.perf_counter() - t:.1f} s, {clf.n_iter_} rounds, "
-              f"{len(clf.support_)} support vectors")
-        pred = clf.predict(paths["test"].url)      # chunk-parallel, never gathered
+        clf.fit(paths["train"].url)  # rows re-read from the store chunk by chunk
+        print(
+            f"fit: {time.perf_counter() - t:.1f} s, {clf.n_iter_} rounds, "
+            f"{len(clf.support_)} support vectors"
+        )
+        pred = clf.predict(paths["test"].url)  # chunk-parallel, never gathered
         acc = float(np.mean(pred == read_labels(paths["test"])))
         print(f"test accuracy: {acc:.4f}")
     return acc

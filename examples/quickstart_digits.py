@@ -28,20 +28,22 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     X, y = load_digits(return_X_y=True)
-    X = X / 16.0                                   # pixels in [0, 1]
+    X = X / 16.0  # pixels in [0, 1]
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
 
     clf = MulticlassSVC(C=a.C, kernel="rbf", gamma="scale", n_jobs=a.n_jobs)
     t = time.perf_counter()
     clf.fit(Xtr, ytr)
-    print(f"fit: {time.perf_counter() - t:.2f} s, {clf.n_iter_} rounds, "
-          f"{len(clf.support_)} support vectors of {len(ytr)}")
+    print(
+        f"fit: {time.perf_counter() - t:.2f} s, {clf.n_iter_} rounds, "
+        f"{len(clf.support_)} support vectors of {len(ytr)}"
+    )
     acc = clf.score(Xte, yte)
     print(f"test accuracy: {acc:.4f}")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "digits.npz")
-        save_model(clf, path)                       # arrays + JSON, no pickle
+        save_model(clf, path)  # arrays + JSON, no pickle
         same = np.array_equal(load_model(path).predict(Xte), clf.predict(Xte))
     print(f"reloaded model predicts the same labels: {same}")
     return acc

@@ -28,8 +28,16 @@ def dask_cli() -> str:
 def scheduler_args(scheduler_file) -> list[str]:
     """``dask scheduler`` arguments: 127.0.0.1, a port of its choosing, no dashboard, its address
     written to ``scheduler_file``."""
-    return ["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-            "--scheduler-file", str(scheduler_file)]
+    return [
+        "scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--no-dashboard",
+        "--scheduler-file",
+        str(scheduler_file),
+    ]
 
 
 def scheduler_address(scheduler_file, proc, timeout: float = 90.0) -> str:
@@ -42,9 +50,10 @@ def scheduler_address(scheduler_file, proc, timeout: float = 90.0) -> str:
             try:
                 return json.loads(path.read_text())["address"]
             except (ValueError, KeyError):
-                pass                    # being written
+                pass  # being written
         if proc.poll() is not None:
-            raise RuntimeError(f"dask scheduler exited with code {proc.returncode} before "
-                               f"writing {path}")
+            raise RuntimeError(
+                f"dask scheduler exited with code {proc.returncode} before writing {path}"
+            )
         time.sleep(0.1)
     raise TimeoutError(f"dask scheduler wrote no {path} within {timeout:.0f} s")

@@ -65,6 +65,7 @@ def cs():
 # one Dask LocalCluster for the whole session
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def _session_cluster():
     """Two single-threaded worker *processes* (nannies) and an in-process scheduler, started once
@@ -77,9 +78,11 @@ def _session_cluster():
     end the cluster is closed and its worker processes are gone."""
     import dask
     from distributed import Client, LocalCluster
+
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
     # not the default client: it would send every dask computation of the session to this
     # cluster (dask's scheduler setting), and `default_client()` would find it in every test
     with cluster, Client(cluster, set_as_default=False) as client:
@@ -93,6 +96,7 @@ def _session_cluster():
 
 def _running(pid):
     import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

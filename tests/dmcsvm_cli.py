@@ -19,12 +19,21 @@ def run_cli(*args, process=False, timeout=600) -> subprocess.CompletedProcess:
     args = [str(a) for a in args]
     if process:
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        return subprocess.run([sys.executable, "-m", "dmcsvm.cli", *args],
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "dmcsvm.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     from dmcsvm.cli import main
+
     out, err = io.StringIO(), io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         warnings.simplefilter("ignore")
         code = main(args)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())

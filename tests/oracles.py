@@ -20,6 +20,7 @@ import numpy as np
 # data
 # ------------------------------------------------------------------------------------------------
 
+
 def make_blobs_problem(seed, n, d, m, spread=1.0, scale=2.0):
     """Overlapping Gaussian blobs: ``m`` classes, every class present, labels 0..m-1 (int64)."""
     rng = np.random.default_rng(seed)
@@ -33,6 +34,7 @@ def make_blobs_problem(seed, n, d, m, spread=1.0, scale=2.0):
 # ------------------------------------------------------------------------------------------------
 # independent NumPy formulas
 # ------------------------------------------------------------------------------------------------
+
 
 def psd_factor(K):
     """``L`` with ``K = L L^T`` (eigen-decomposition; exact also for rank-deficient K)."""
@@ -55,7 +57,7 @@ def primal_from_scores(F, normM2, y, C):
     Fo = F.copy()
     Fo[np.arange(n), y] = -np.inf
     xi = np.maximum(0.0, 1.0 + Fo.max(axis=1) - F[np.arange(n), y])
-    if np.ndim(C):                       # per-pattern bounds C_i (class / sample weights)
+    if np.ndim(C):  # per-pattern bounds C_i (class / sample weights)
         return 0.5 * normM2 + float(np.dot(C, xi))
     return 0.5 * normM2 + C * xi.sum()
 
@@ -110,29 +112,36 @@ def check_feasible(B, y, C, atol=1e-10):
 # exact oracles
 # ------------------------------------------------------------------------------------------------
 
+
 def clarabel_solve(problem):
     """Solve a cvxpy problem with CLARABEL at 1e-12 tolerances; asserts it is optimal."""
     import cvxpy as cp
-    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
-                  max_iter=500)
+
+    problem.solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, max_iter=500
+    )
     assert problem.status == "optimal", problem.status
     return problem.value
 
 
-_clarabel = clarabel_solve      # the name conftest.py used
+_clarabel = clarabel_solve  # the name conftest.py used
 
 
 def cs_dual_qp(K, y, m, C):
     """Exact optimum of the Crammer-Singer dual: ``(D*, B*)``; ``C`` a scalar or one bound
     ``C_i`` per pattern (class / sample weights: ``alpha_i^{y_i} <= C_i``)."""
     import cvxpy as cp
+
     n = len(y)
     L = psd_factor(K)
     Bv = cp.Variable((n, m))
     Y = np.zeros((n, m))
     Y[np.arange(n), y] = 1.0
-    cons = [cp.sum(Bv, axis=1) == 0, cp.multiply(1.0 - Y, Bv) <= 0,
-            cp.sum(cp.multiply(Y, Bv), axis=1) <= C]
+    cons = [
+        cp.sum(Bv, axis=1) == 0,
+        cp.multiply(1.0 - Y, Bv) <= 0,
+        cp.sum(cp.multiply(Y, Bv), axis=1) <= C,
+    ]
     obj = cp.Maximize(cp.sum(cp.multiply(Y, Bv)) - 0.5 * cp.sum_squares(L.T @ Bv))
     val = clarabel_solve(cp.Problem(obj, cons))
     return val, Bv.value
@@ -143,6 +152,7 @@ def binary_svm_dual_qp(K, s, C, bias=False):
     bound per pattern), bias-free or (``bias``) with ``s'a = 0``; returns ``(value, a)`` with
     decision function ``g(x) = sum_i a_i s_i k(x_i, x) (+ b)``."""
     import cvxpy as cp
+
     n = len(s)
     L = psd_factor(K)
     a = cp.Variable(n)
@@ -159,6 +169,7 @@ def reduced_pattern_qp(b0, f, y, c, pcls, kpp, C):
     for the other positive prototypes.  Returns ``(b*, value(b*) - value(b0))`` (the Lagrangian
     gain)."""
     import cvxpy as cp
+
     P = len(b0)
     f_other = f - kpp * b0
     b = cp.Variable(P)
@@ -185,23 +196,55 @@ def reduced_value(b, f_other, y, kpp):
 # driving the solver directly
 # ------------------------------------------------------------------------------------------------
 
-def run_solver(X, y, m, spec, C, optimizer="exact", selection="bmg", threshold="mean",
-               batch_size=7, tol=1e-8, n_threads=2, n_partitions=None, max_iter=20000,
-               shrinking=True, **extra):
+
+def run_solver(
+    X,
+    y,
+    m,
+    spec,
+    C,
+    optimizer="exact",
+    selection="bmg",
+    threshold="mean",
+    batch_size=7,
+    tol=1e-8,
+    n_threads=2,
+    n_partitions=None,
+    max_iter=20000,
+    shrinking=True,
+    **extra,
+):
     """Run :func:`dmcsvm.coordinators.crammer_singer.solve` on the in-process executor; returns
     ``(B (n x m), SolveResult)``."""
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
     n, d = X.shape
-    s = SolverSettings(C=C, optimizer=optimizer, selection=selection, threshold=threshold,
-                       tol=tol, gap_tol=0.0, batch_size=batch_size, max_iter=max_iter,
-                       shrinking=shrinking, **extra).check()
-    pset = PartitionSettings(kernel=spec.to_dict(), C=C, selection=pt.SELECTIONS[selection],
-                             tol=s.tol, n_candidates=batch_size, pcls=np.arange(m),
-                             shrinking=shrinking, shrink_after=s.shrink_after, cache_bytes=10 ** 6)
+    s = SolverSettings(
+        C=C,
+        optimizer=optimizer,
+        selection=selection,
+        threshold=threshold,
+        tol=tol,
+        gap_tol=0.0,
+        batch_size=batch_size,
+        max_iter=max_iter,
+        shrinking=shrinking,
+        **extra,
+    ).check()
+    pset = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=C,
+        selection=pt.SELECTIONS[selection],
+        tol=s.tol,
+        n_candidates=batch_size,
+        pcls=np.arange(m),
+        shrinking=shrinking,
+        shrink_after=s.shrink_after,
+        cache_bytes=10**6,
+    )
     ex = InProcessExecutor(n_threads, n_partitions).start(X, y, y, pset)
     try:
         r = solve(ex, n, np.arange(m), spec, s, d, False)

@@ -29,6 +29,7 @@ def _binary(seed, n=60, d=3, noise=0.7):
 # numba kernels vs NumPy references
 # ------------------------------------------------------------------------------------------------
 
+
 def _pair_reference(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
     """Exact minimiser of the dual along ``d = e_j - y_i y_j e_i`` inside the box (FCL 2005 form):
     ``s* = clip(-(g_j - y_i y_j g_i) / (w (K_ii + K_jj - 2 K_ij)), lo, hi)``."""
@@ -86,10 +87,12 @@ def test_platt_bias_makes_the_free_variable_sit_on_the_margin():
         i, j = rng.choice(8, 2, replace=False)
         g = Q @ a - 1.0
         b = rng.normal()
-        ai_n, aj_n = platt_step(a[i], a[j], y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j], U,
-                                1.0)
-        got = platt_bias(b, a[i], a[j], ai_n, aj_n, y[i], y[j], g[i], g[j], K[i, i], K[j, j],
-                         K[i, j], U)
+        ai_n, aj_n = platt_step(
+            a[i], a[j], y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j], U, 1.0
+        )
+        got = platt_bias(
+            b, a[i], a[j], ai_n, aj_n, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j], U
+        )
         a2 = a.copy()
         a2[i], a2[j] = ai_n, aj_n
         g2 = Q @ a2 - 1.0
@@ -130,9 +133,11 @@ def test_rho_parts_match_libsvm_rule(with_free):
 # BinarySVC vs the exact QP and vs LIBSVM
 # ------------------------------------------------------------------------------------------------
 
+
 def _csvm_dual_qp(K, y, C):
     """Exact optimum of ``max sum a - 1/2 ||sum a_i y_i phi(x_i)||^2, y'a = 0, 0 <= a <= C``."""
     import cvxpy as cp
+
     L = psd_factor(K)
     a = cp.Variable(len(y))
     obj = cp.Maximize(cp.sum(a) - 0.5 * cp.sum_squares(L.T @ cp.multiply(y, a)))
@@ -146,16 +151,26 @@ def _full_coef(clf, n):
     return c
 
 
-@pytest.mark.parametrize("kernel,params,C,batch,selection", [
-    ("rbf", {"gamma": 0.5}, 1.0, 2, "wss2"),
-    ("rbf", {"gamma": 2.0}, 10.0, 8, "mvp"),
-    ("linear", {}, 0.5, 16, "wss2"),
-    ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0}, 3.0, 1000, "wss2"),
-])
+@pytest.mark.parametrize(
+    "kernel,params,C,batch,selection",
+    [
+        ("rbf", {"gamma": 0.5}, 1.0, 2, "wss2"),
+        ("rbf", {"gamma": 2.0}, 10.0, 8, "mvp"),
+        ("linear", {}, 0.5, 16, "wss2"),
+        ("poly", {"gamma": 0.5, "degree": 2, "coef0": 1.0}, 3.0, 1000, "wss2"),
+    ],
+)
 def test_binary_reaches_qp_optimum(kernel, params, C, batch, selection):
     X, y = _binary(3)
-    clf = BinarySVC(kernel_dtype="float64", C=C, kernel=kernel, tol=1e-9, n_jobs=2, **params,
-                    solver_options={"batch_size": batch, "pair_selection": selection}).fit(X, y)
+    clf = BinarySVC(
+        kernel_dtype="float64",
+        C=C,
+        kernel=kernel,
+        tol=1e-9,
+        n_jobs=2,
+        **params,
+        solver_options={"batch_size": batch, "pair_selection": selection},
+    ).fit(X, y)
     spec = KernelSpec(kernel, clf.gamma_, params.get("degree", 3), params.get("coef0", 0.0))
     K = kernel_reference(spec, X, X)
     val, a_qp = _csvm_dual_qp(K, y.astype(float), C)
@@ -172,8 +187,9 @@ def test_binary_reaches_qp_optimum(kernel, params, C, batch, selection):
 def test_binary_matches_libsvm(seed, C, gamma):
     X, y = _binary(seed, n=80)
     labels = np.array(["neg", "pos"])[(y > 0).astype(int)]
-    ours = BinarySVC(C=C, gamma=gamma, tol=1e-10, n_jobs=2,
-                     solver_options={"batch_size": 16}).fit(X, labels)
+    ours = BinarySVC(C=C, gamma=gamma, tol=1e-10, n_jobs=2, solver_options={"batch_size": 16}).fit(
+        X, labels
+    )
     ref = SVC(C=C, gamma=gamma, tol=1e-10).fit(X, labels)
     np.testing.assert_allclose(_full_coef(ours, len(y)), _full_coef(ref, len(y)), atol=1e-4)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-4)
@@ -185,18 +201,21 @@ def test_binary_matches_libsvm(seed, C, gamma):
 
 def test_binary_sparse_input_matches_dense():
     import scipy.sparse as sp
+
     X, y = _binary(7)
     X[np.abs(X) < 0.5] = 0.0
     a = BinarySVC(kernel_dtype="float64", C=2.0, tol=1e-8, n_jobs=1).fit(X, y)
     b = BinarySVC(kernel_dtype="float64", C=2.0, tol=1e-8, n_jobs=1).fit(sp.csr_matrix(X), y)
     np.testing.assert_allclose(_full_coef(a, len(y)), _full_coef(b, len(y)), atol=1e-8)
-    np.testing.assert_allclose(a.decision_function(X), b.decision_function(sp.csr_matrix(X)),
-                               atol=1e-8)
+    np.testing.assert_allclose(
+        a.decision_function(X), b.decision_function(sp.csr_matrix(X)), atol=1e-8
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # one-vs-rest and one-vs-one
 # ------------------------------------------------------------------------------------------------
+
 
 def _multi(seed=8, n=90, m=4, d=3):
     rng = np.random.default_rng(seed)
@@ -208,8 +227,9 @@ def _multi(seed=8, n=90, m=4, d=3):
 
 def test_one_vs_rest_matches_libsvm_ovr():
     X, y = _multi()
-    ours = OneVsRestSVC(C=3.0, gamma=0.4, tol=1e-10, n_jobs=2,
-                        solver_options={"batch_size": 16}).fit(X, y)
+    ours = OneVsRestSVC(
+        C=3.0, gamma=0.4, tol=1e-10, n_jobs=2, solver_options={"batch_size": 16}
+    ).fit(X, y)
     ref = OneVsRestClassifier(SVC(C=3.0, gamma=0.4, tol=1e-10)).fit(X, y)
     np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X), atol=1e-4)
     np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
@@ -219,8 +239,9 @@ def test_one_vs_rest_matches_libsvm_ovr():
 
 def test_one_vs_one_matches_libsvm_ovo():
     X, y = _multi(seed=9)
-    ours = OneVsOneSVC(C=3.0, gamma=0.4, tol=1e-10, n_jobs=2,
-                       solver_options={"batch_size": 16}).fit(X, y)
+    ours = OneVsOneSVC(
+        C=3.0, gamma=0.4, tol=1e-10, n_jobs=2, solver_options={"batch_size": 16}
+    ).fit(X, y)
     ref = SVC(C=3.0, gamma=0.4, tol=1e-10, decision_function_shape="ovo").fit(X, y)
     np.testing.assert_allclose(ours._binary_decisions(X), ref.decision_function(X), atol=1e-4)
     # votes, ties broken by the summed confidences: LIBSVM's break_ties=True
@@ -251,25 +272,32 @@ def test_two_class_decomposition_equals_binary(Est):
 # bad input
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,value,allowed", [
-    ("C", 0.0, "a float in the range (0.0, inf)"),
-    ("C", "big", "a float in the range (0.0, inf)"),
-    ("tol", -1.0, "a float in the range (0.0, inf)"),
-    ("batch_size", 1, "an int in the range [2, inf)"),
-    ("batch_size", 2.5, "an int in the range [2, inf)"),
-    ("pair_selection", "first", "a str among {'mvp', 'wss2'}"),
-    ("kernel", "laplacian", "a str among {'linear', 'poly', 'rbf', 'sigmoid'}"),
-    ("max_iter", 0, "an int in the range [1, inf) or -1"),
-    ("cache_size", -5.0, "a str among {'auto'} or a float in the range [0.0, inf)"),
-])
+
+@pytest.mark.parametrize(
+    "name,value,allowed",
+    [
+        ("C", 0.0, "a float in the range (0.0, inf)"),
+        ("C", "big", "a float in the range (0.0, inf)"),
+        ("tol", -1.0, "a float in the range (0.0, inf)"),
+        ("batch_size", 1, "an int in the range [2, inf)"),
+        ("batch_size", 2.5, "an int in the range [2, inf)"),
+        ("pair_selection", "first", "a str among {'mvp', 'wss2'}"),
+        ("kernel", "laplacian", "a str among {'linear', 'poly', 'rbf', 'sigmoid'}"),
+        ("max_iter", 0, "an int in the range [1, inf) or -1"),
+        ("cache_size", -5.0, "a str among {'auto'} or a float in the range [0.0, inf)"),
+    ],
+)
 @pytest.mark.parametrize("Est", [BinarySVC, OneVsRestSVC, OneVsOneSVC])
 def test_bad_parameters(Est, name, value, allowed):
     X, y = _binary(12, n=20)
     option = name in Est()._solver_options()
     with pytest.raises(ValueError) as e:
         Est(**({"solver_options": {name: value}} if option else {name: value})).fit(X, y)
-    what = f"{name!r} entry of {Est.__name__}'s solver_options" if option else \
-        f"{name!r} parameter of {Est.__name__}"
+    what = (
+        f"{name!r} entry of {Est.__name__}'s solver_options"
+        if option
+        else f"{name!r} parameter of {Est.__name__}"
+    )
     assert str(e.value) == f"The {what} must be {allowed}. Got {value!r} instead."
 
 
@@ -277,11 +305,15 @@ def test_binary_rejects_three_classes_and_one_class():
     X, y = _multi(n=30, m=3)
     with pytest.raises(ValueError) as e:
         BinarySVC().fit(X, y)
-    assert str(e.value) == ("Only binary classification is supported. The type of the target is "
-                            "multiclass (3 classes); use OneVsRestSVC or OneVsOneSVC for more "
-                            "than two classes")
+    assert str(e.value) == (
+        "Only binary classification is supported. The type of the target is "
+        "multiclass (3 classes); use OneVsRestSVC or OneVsOneSVC for more "
+        "than two classes"
+    )
     for Est in (BinarySVC, OneVsRestSVC, OneVsOneSVC):
         with pytest.raises(ValueError) as e:
             Est().fit(X, np.full(30, 7))
-        assert str(e.value) == (f"{Est.__name__} needs samples of at least 2 classes in the "
-                                f"data, but the data contains only one class: 7")
+        assert str(e.value) == (
+            f"{Est.__name__} needs samples of at least 2 classes in the "
+            f"data, but the data contains only one class: 7"
+        )

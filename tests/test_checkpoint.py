@@ -37,9 +37,10 @@ def full(digits):
 
 def _interrupted(X, y, directory, rounds, every=5, **extra):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")        # the ConvergenceWarning of max_iter
-        return MulticlassSVC(**{**KW, **extra}, max_iter=rounds, checkpoint=str(directory),
-                             checkpoint_every=every).fit(X, y)
+        warnings.simplefilter("ignore")  # the ConvergenceWarning of max_iter
+        return MulticlassSVC(
+            **{**KW, **extra}, max_iter=rounds, checkpoint=str(directory), checkpoint_every=every
+        ).fit(X, y)
 
 
 def _B(est, n):
@@ -75,11 +76,12 @@ def test_checkpoint_holds_the_solver_state(digits, tmp_path):
 def test_resume_gives_the_same_model(digits, full, tmp_path):
     Xtr, ytr, Xte, _ = digits
     part = _interrupted(Xtr, ytr, tmp_path, rounds=57, every=5)
-    assert load_checkpoint(tmp_path).rounds == 55         # rounds 56-57 are lost with the process
-    resumed = MulticlassSVC(**KW, checkpoint=str(tmp_path), checkpoint_every=10 ** 6,
-                            resume=True).fit(Xtr, ytr)
+    assert load_checkpoint(tmp_path).rounds == 55  # rounds 56-57 are lost with the process
+    resumed = MulticlassSVC(
+        **KW, checkpoint=str(tmp_path), checkpoint_every=10**6, resume=True
+    ).fit(Xtr, ytr)
     assert resumed.converged_ and part.n_iter_ == 57
-    assert len(resumed.history_["dual"]) == resumed.n_iter_   # history continues the old one
+    assert len(resumed.history_["dual"]) == resumed.n_iter_  # history continues the old one
     assert np.array_equal(resumed.history_["dual"][:55], part.history_["dual"][:55])
     assert_same_model(full, resumed, [Xtr, Xte], KW["C"])
 
@@ -88,6 +90,7 @@ def _store_run(digits, tmp_path):
     """A store of the digits, the model trained on it, and a checkpoint of a run of it cut
     after 40 rounds: ``(store, model, checkpoint directory)``."""
     from dmcsvm.store import write_arrays
+
     Xtr, ytr, _, _ = digits
     store = tmp_path / "d.zarr"
     write_arrays(store, Xtr, ytr, rows_per_chunk=128)
@@ -101,8 +104,9 @@ def _store_run(digits, tmp_path):
 def test_resume_from_a_store(digits, full, tmp_path):
     Xtr, _, Xte, _ = digits
     store, ref, ck = _store_run(digits, tmp_path)
-    resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10 ** 6,
-                            resume=True).fit(str(store))
+    resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10**6, resume=True).fit(
+        str(store)
+    )
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 
 
@@ -112,13 +116,22 @@ def test_resume_accepts_other_runtime_settings(digits, tmp_path):
     run resumes with another cache_dir, disk_cache_size and data_in_memory and ends as the
     uninterrupted run."""
     from dmcsvm.runtime_params import RESUME_MAY_CHANGE, RUNTIME_PARAMS
+
     assert {"cache_dir", "disk_cache_size", "data_in_memory"} <= RUNTIME_PARAMS <= RESUME_MAY_CHANGE
     Xtr, _, Xte, _ = digits
     store, ref, ck = _store_run(digits, tmp_path)
     (tmp_path / "cache").mkdir()
-    resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10 ** 6, resume=True,
-                            solver_options={"cache_dir": str(tmp_path / "cache"),
-                                            "disk_cache_size": 1.0, "data_in_memory": False}).fit(str(store))
+    resumed = MulticlassSVC(
+        **KW,
+        checkpoint=str(ck),
+        checkpoint_every=10**6,
+        resume=True,
+        solver_options={
+            "cache_dir": str(tmp_path / "cache"),
+            "disk_cache_size": 1.0,
+            "data_in_memory": False,
+        },
+    ).fit(str(store))
     assert load_checkpoint(ck).rounds == 40
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 
@@ -126,8 +139,11 @@ def test_resume_accepts_other_runtime_settings(digits, tmp_path):
 def test_resume_refuses_other_settings_or_data(digits, tmp_path):
     Xtr, ytr, _, _ = digits
     _interrupted(Xtr, ytr, tmp_path, rounds=10, every=5)
-    with pytest.raises(ValueError, match=r"was written with other settings or data: C=10.0 "
-                                         r"\(now 3.0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"was written with other settings or data: C=10.0 "
+        r"\(now 3.0\)",
+    ):
         MulticlassSVC(**{**KW, "C": 3.0}, checkpoint=str(tmp_path), resume=True).fit(Xtr, ytr)
     y2 = ytr.copy()
     y2[:2] = y2[1::-1] if y2[0] != y2[1] else (y2[:2] + 1) % 10
@@ -135,23 +151,31 @@ def test_resume_refuses_other_settings_or_data(digits, tmp_path):
         MulticlassSVC(**KW, checkpoint=str(tmp_path), resume=True).fit(Xtr, y2)
     X2 = Xtr.copy()
     X2 += 0.5
-    with pytest.raises(ValueError, match=r"was written for other training data \(data "
-                                         r"fingerprint [0-9a-f]{32}, this data [0-9a-f]{32}\): "
-                                         r"refusing to resume onto it$"):
+    with pytest.raises(
+        ValueError,
+        match=r"was written for other training data \(data "
+        r"fingerprint [0-9a-f]{32}, this data [0-9a-f]{32}\): "
+        r"refusing to resume onto it$",
+    ):
         MulticlassSVC(**KW, checkpoint=str(tmp_path), resume=True).fit(X2, ytr)
     # runtime settings (threads, cache, round limit) may change on resume
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = MulticlassSVC(**{**KW, "n_jobs": 2, "cache_size": 10}, checkpoint=str(tmp_path),
-                            resume=True, max_iter=12).fit(Xtr, ytr)
-    assert est.n_iter_ == 12          # max_iter counts the rounds before the checkpoint too
+        est = MulticlassSVC(
+            **{**KW, "n_jobs": 2, "cache_size": 10},
+            checkpoint=str(tmp_path),
+            resume=True,
+            max_iter=12,
+        ).fit(Xtr, ytr)
+    assert est.n_iter_ == 12  # max_iter counts the rounds before the checkpoint too
 
 
 def test_resume_without_checkpoint_starts_fresh(digits, full, tmp_path):
     Xtr, ytr, _, _ = digits
     with pytest.warns(UserWarning, match="no checkpoint in .*: starting from scratch"):
-        est = MulticlassSVC(**KW, checkpoint=str(tmp_path / "new"), checkpoint_every=10 ** 6,
-                            resume=True).fit(Xtr, ytr)
+        est = MulticlassSVC(
+            **KW, checkpoint=str(tmp_path / "new"), checkpoint_every=10**6, resume=True
+        ).fit(Xtr, ytr)
     assert np.array_equal(est.dual_coef_, full.dual_coef_)
     with pytest.raises(ValueError, match=r"resume=True needs checkpoint"):
         MulticlassSVC(**KW, resume=True).fit(Xtr, ytr)
@@ -185,10 +209,12 @@ def test_rng_and_assignment_survive(tmp_path):
     rng = np.random.default_rng(7)
     rng.random(3)
     assign = np.array([0, 1, 1, 0])
-    Checkpointer(tmp_path, every_rounds=1).bind(state, n_features=2, sparse=False, rng=rng,
-                                                 assign=assign)(1)
+    Checkpointer(tmp_path, every_rounds=1).bind(
+        state, n_features=2, sparse=False, rng=rng, assign=assign
+    )(1)
     expected = rng.random(4)
     from dmcsvm.checkpoint import restore_rng
+
     ck = load_checkpoint(tmp_path)
     assert np.array_equal(ck.assign, assign)
     assert np.array_equal(restore_rng(np.random.default_rng(0), ck.rng).random(4), expected)
@@ -200,12 +226,15 @@ def test_bad_checkpoints_and_settings(tmp_path):
     with pytest.raises(ValueError, match=r"no checkpoint in this directory"):
         load_checkpoint(tmp_path)
     import zarr
+
     g = zarr.open_group(str(tmp_path / "ckpt-000000001.zarr"), mode="w")
     g.attrs["format"] = "something-else"
     with pytest.raises(ValueError, match=r"is not a dmcsvm checkpoint \(format 'something-else'"):
         load_checkpoint(tmp_path)
     g.attrs.update({"format": "dmcsvm-checkpoint", "format_version": 9})
-    with pytest.raises(ValueError, match=r"checkpoint format_version 9; this dmcsvm reads versions 1 and 2$"):
+    with pytest.raises(
+        ValueError, match=r"checkpoint format_version 9; this dmcsvm reads versions 1 and 2$"
+    ):
         load_checkpoint(tmp_path)
     assert parse_every(5) == (5, None) and parse_every("2.5s") == (None, 2.5)
     for bad in (0, "soon", 1.5, True):

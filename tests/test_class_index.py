@@ -25,7 +25,7 @@ def _store(tmp_path, y, rows_per_chunk=16, name="s.zarr"):
 
 @pytest.mark.parametrize("kind", ["int", "float", "str"])
 def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
-    monkeypatch.setattr(ci, "SCAN_ROWS", 40)           # several scan blocks of 2 chunks
+    monkeypatch.setattr(ci, "SCAN_ROWS", 40)  # several scan blocks of 2 chunks
     raw = np.random.default_rng(1).integers(0, 5, 203) * 3 - 4
     y = {"int": raw, "float": raw / 2.0, "str": np.array([f"c{v}" for v in raw])}[kind]
     url, _ = _store(tmp_path, y)
@@ -37,18 +37,20 @@ def test_index_equals_numpy_unique_inverse(tmp_path, monkeypatch, kind):
     idx = StoreClassIndex(info, 0, len(y), classes, table)
     assert len(idx) == 203 and idx.shape == (203,)
     np.testing.assert_array_equal(np.asarray(idx), ref_idx)
-    np.testing.assert_array_equal(np.ascontiguousarray(idx[37:150], dtype=np.int64),
-                                  ref_idx[37:150])
+    np.testing.assert_array_equal(
+        np.ascontiguousarray(idx[37:150], dtype=np.int64), ref_idx[37:150]
+    )
     np.testing.assert_array_equal(np.asarray(idx[37:150][5:9]), ref_idx[42:46])
-    ids = np.array([202, 0, 17, 17, 99, 41, 40])         # unsorted, repeated, block edges
+    ids = np.array([202, 0, 17, 17, 99, 41, 40])  # unsorted, repeated, block edges
     np.testing.assert_array_equal(idx[ids], ref_idx[ids])
     np.testing.assert_array_equal(idx[37:150][np.array([0, 112])], ref_idx[[37, 149]])
     assert idx[np.zeros(0, dtype=np.int64)].shape == (0,)
     # class sizes, chunk by chunk (MultiPrototypeSVC's prototype counts are checked on them)
     np.testing.assert_array_equal(idx.bincount(7), np.bincount(ref_idx, minlength=7))
     np.testing.assert_array_equal(ci.class_counts(idx, 7), np.bincount(ref_idx, minlength=7))
-    np.testing.assert_array_equal(idx[37:150].bincount(),
-                                  np.bincount(ref_idx[37:150], minlength=len(classes)))
+    np.testing.assert_array_equal(
+        idx[37:150].bincount(), np.bincount(ref_idx[37:150], minlength=len(classes))
+    )
 
 
 def test_bad_indexing_is_refused(tmp_path):
@@ -58,8 +60,11 @@ def test_bad_indexing_is_refused(tmp_path):
         idx[::2]
     with pytest.raises(IndexError, match="^row index out of range for 20 rows$"):
         idx[np.array([3, 20])]
-    with pytest.raises(IndexError, match=r"^index rows with a slice or a 1-d array, got shape "
-                                         r"\(1, 2\)$"):
+    with pytest.raises(
+        IndexError,
+        match=r"^index rows with a slice or a 1-d array, got shape "
+        r"\(1, 2\)$",
+    ):
         idx[np.array([[1, 2]])]
 
 
@@ -67,6 +72,7 @@ def _digits_store(tmp_path, binary=False):
     """The first 240 scikit-learn digits (binary: >= 5) as arrays and as a store of 20-row
     chunks."""
     from sklearn.datasets import load_digits
+
     X, y = load_digits(return_X_y=True)
     X, y = (X[:240] / 16.0).astype(np.float32), y[:240]
     if binary:
@@ -116,12 +122,13 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
     import scipy.sparse as sp
 
     import dmcsvm
+
     X, y, url = _digits_store(tmp_path, binary=name == "BinarySVC")
     cls = getattr(dmcsvm, name)
     kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
     on_store, reads, replies = _fit_watched(monkeypatch, cls(**kw), url)
     ref = cls(**kw).fit(X, y)
-    assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
+    assert reads and max(hi - lo for lo, hi in reads) <= 80  # partitions: 80 rows each
     # the end-of-solve summaries carry per-group numbers, nothing per row
     summaries = [r for what, out in replies if what == "summary" for r in out]
     assert len(summaries) == (0 if name == "MulticlassSVC" else 3 * len(on_store.intercept_))
@@ -130,8 +137,9 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
     np.testing.assert_array_equal(on_store.support_, ref.support_)
     np.testing.assert_array_equal(on_store.n_support_, ref.n_support_)
     dense = (lambda c: c.toarray()) if sp.issparse(ref.dual_coef_) else np.asarray
-    np.testing.assert_allclose(dense(on_store.dual_coef_), dense(ref.dual_coef_), rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        dense(on_store.dual_coef_), dense(ref.dual_coef_), rtol=0, atol=1e-12
+    )
     if name != "MulticlassSVC":
         np.testing.assert_allclose(on_store.intercept_, ref.intercept_, rtol=0, atol=1e-12)
 
@@ -142,18 +150,31 @@ def test_multiprototype_store_fit_holds_no_per_row_array(tmp_path, monkeypatch, 
     assignment drawn by each partition, the re-assignments kept in the partitions (a redraw
     reply carries only its moved rows); the model and the assignment are the in-memory fit's."""
     from dmcsvm import MultiPrototypeSVC
+
     X, y, url = _digits_store(tmp_path)
-    kw = dict(n_prototypes=3, C=10.0, kernel=kernel, gamma=0.05, max_epochs=6, tol=1e-4,
-              n_jobs=2, n_partitions=3, random_state=0, solver="rounds")
+    kw = dict(
+        n_prototypes=3,
+        C=10.0,
+        kernel=kernel,
+        gamma=0.05,
+        max_epochs=6,
+        tol=1e-4,
+        n_jobs=2,
+        n_partitions=3,
+        random_state=0,
+        solver="rounds",
+    )
     on_store, reads, replies = _fit_watched(monkeypatch, MultiPrototypeSVC(**kw), url)
     ref = MultiPrototypeSVC(**kw).fit(X, y)
-    assert reads and max(hi - lo for lo, hi in reads) <= 80          # partitions: 80 rows each
+    assert reads and max(hi - lo for lo, hi in reads) <= 80  # partitions: 80 rows each
     redraws = [r for what, out in replies if what == "redraw" for r in out]
     assert len(redraws) == 3 * on_store.n_epochs_ > 0
     moved = [r["moved"]["ids"].shape[0] for r in redraws]
     assert sum(moved) == on_store.epoch_history_["n_moved"].sum() > 0
     assert sum(r["n_changed"] for r in redraws) == on_store.epoch_history_["n_changed"].sum()
-    assert all(v.shape[0] == m for r, m in zip(redraws, moved) for v in r["moved"].values())
+    assert all(
+        v.shape[0] == m for r, m in zip(redraws, moved, strict=False) for v in r["moved"].values()
+    )
     np.testing.assert_array_equal(on_store.assignment_, ref.assignment_)
     np.testing.assert_array_equal(on_store.support_, ref.support_)
     np.testing.assert_allclose(on_store.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-12)
@@ -161,8 +182,11 @@ def test_multiprototype_store_fit_holds_no_per_row_array(tmp_path, monkeypatch, 
 
 def test_one_class_store_is_refused_by_the_chunked_scan(tmp_path):
     url, _ = _store(tmp_path, np.full(40, 7))
-    with pytest.raises(ValueError, match="^MulticlassSVC needs samples of at least 2 classes in "
-                                         "the data, but the data contains only one class: 7$"):
+    with pytest.raises(
+        ValueError,
+        match="^MulticlassSVC needs samples of at least 2 classes in "
+        "the data, but the data contains only one class: 7$",
+    ):
         MulticlassSVC().fit(url)
 
 
@@ -172,6 +196,7 @@ def test_checkpoint_label_hashes_are_the_same_read_by_blocks(tmp_path):
     import zlib
 
     from dmcsvm.checkpoint import data_fingerprint, label_blocks, labels_crc32
+
     y = np.random.default_rng(3).integers(0, 4, 101)
     url, X = _store(tmp_path, y, rows_per_chunk=10)
     info = open_store(url)
@@ -222,14 +247,27 @@ def test_partition_rebuilt_after_a_lost_worker_reads_its_labels_again(tmp_path):
 
     def run(executor, on_round=None):
         s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()
-        ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                               n_candidates=6, pcls=np.arange(m), cache_bytes=10 ** 5,
-                               kernel_dtype="float32")
-        executor.start(StoreSource(url, n, X.shape[1], 10, 4.0 * X.shape[1]), idx, idx, ps,
-                       bounds=[(0, 50), (50, 110), (110, n)])
+        ps = PartitionSettings(
+            kernel=SPEC.to_dict(),
+            C=s.C,
+            selection=pt.SEL_BMG,
+            tol=s.tol,
+            n_candidates=6,
+            pcls=np.arange(m),
+            cache_bytes=10**5,
+            kernel_dtype="float32",
+        )
+        executor.start(
+            StoreSource(url, n, X.shape[1], 10, 4.0 * X.shape[1]),
+            idx,
+            idx,
+            ps,
+            bounds=[(0, 50), (50, 110), (110, n)],
+        )
         try:
-            r = solve(executor, n, np.arange(m), SPEC, s, X.shape[1], False, np.float32,
-                      on_round=on_round)
+            r = solve(
+                executor, n, np.arange(m), SPEC, s, X.shape[1], False, np.float32, on_round=on_round
+            )
         finally:
             executor.close()
         B = np.zeros((n, m))
@@ -246,7 +284,7 @@ def test_partition_rebuilt_after_a_lost_worker_reads_its_labels_again(tmp_path):
 
             def kill_one():
                 victim = ex.placement[1]
-                assert isinstance(ex._build[1][3], StoreClassIndex)     # no label array kept
+                assert isinstance(ex._build[1][3], StoreClassIndex)  # no label array kept
                 pid = client.run(os.getpid, workers=[victim])[victim]
                 killed.append([k for k, w in enumerate(ex.placement) if w == victim])
                 os.kill(pid, signal.SIGKILL)

@@ -42,8 +42,14 @@ def _env(**extra) -> dict:
 
 
 def _run(args, timeout=90, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                          env=_env(**env), cwd=str(ROOT))
+    return subprocess.run(
+        [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(**env),
+        cwd=str(ROOT),
+    )
 
 
 def _problem(seed=5, n=80, d=5, m=3):
@@ -72,16 +78,20 @@ def _group_alive(pgid: int) -> bool:
 
 
 # ------------------------------------------------------------------ certificates
-needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
-                                   reason="openssl is not installed: cluster/tls/make-certs.sh "
-                                          "needs it to make the CA and certificates")
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None,
+    reason="openssl is not installed: cluster/tls/make-certs.sh "
+    "needs it to make the CA and certificates",
+)
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: cluster/tls/make-certs.sh needs it to make the "
-                    "CA and certificates")
+        pytest.skip(
+            "openssl is not installed: cluster/tls/make-certs.sh needs it to make the "
+            "CA and certificates"
+        )
     out = tmp_path_factory.mktemp("certs")
     r = _run([CLUSTER / "tls" / "make-certs.sh", out, "--hosts", "node1.example.org,10.1.2.3"])
     assert r.returncode == 0, r.stderr
@@ -92,23 +102,32 @@ def certs(tmp_path_factory):
 def test_make_certs_writes_a_ca_signed_set_with_sans(certs):
     for name in ["ca", "scheduler", "worker", "client"]:
         assert (certs / f"{name}.pem").is_file() and (certs / f"{name}-key.pem").is_file()
-        assert (certs / f"{name}-key.pem").stat().st_mode & 0o077 == 0, f"{name}-key.pem readable by others"
+        assert (certs / f"{name}-key.pem").stat().st_mode & 0o077 == 0, (
+            f"{name}-key.pem readable by others"
+        )
     for role in ["scheduler", "worker", "client"]:
         r = _run(["openssl", "verify", "-CAfile", certs / "ca.pem", certs / f"{role}.pem"])
         assert r.returncode == 0 and "OK" in r.stdout, r.stderr
         text = _run(["openssl", "x509", "-in", certs / f"{role}.pem", "-noout", "-text"]).stdout
-        for san in ["DNS:localhost", "IP Address:127.0.0.1", "DNS:node1.example.org",
-                    "IP Address:10.1.2.3"]:
+        for san in [
+            "DNS:localhost",
+            "IP Address:127.0.0.1",
+            "DNS:node1.example.org",
+            "IP Address:10.1.2.3",
+        ]:
             assert san in text, (role, san)
         assert ("TLS Web Server Authentication" in text) == (role != "client")
     # the rendered Dask config points at these files
     import yaml
+
     tls = yaml.safe_load((certs / "dask-tls.yaml").read_text())["distributed"]["comm"]
     assert tls["require-encryption"] is True
     assert tls["tls"]["ca-file"] == str(certs / "ca.pem")
     for role in ["scheduler", "worker", "client"]:
-        assert tls["tls"][role] == {"cert": str(certs / f"{role}.pem"),
-                                    "key": str(certs / f"{role}-key.pem")}
+        assert tls["tls"][role] == {
+            "cert": str(certs / f"{role}.pem"),
+            "key": str(certs / f"{role}-key.pem"),
+        }
 
 
 @needs_openssl
@@ -141,16 +160,49 @@ def tls_cluster(certs, tmp_path_factory):
     # anyway ends itself (the scheduler after 10 idle minutes, the workers 60 s after it)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        r = _run([CLUSTER / "start-scheduler.sh", "--tls-dir", certs, "--port", port,
-                  "--no-dashboard", "--run-dir", run_dir, "--wait", "60",
-                  "--idle-timeout", "600"])
+        r = _run(
+            [
+                CLUSTER / "start-scheduler.sh",
+                "--tls-dir",
+                certs,
+                "--port",
+                port,
+                "--no-dashboard",
+                "--run-dir",
+                run_dir,
+                "--wait",
+                "60",
+                "--idle-timeout",
+                "600",
+            ]
+        )
         record_pids()
         assert r.returncode == 0, r.stderr + (run_dir / "scheduler.log").read_text()
         info["address"] = r.stdout.strip().splitlines()[-1]
         assert info["address"] == f"tls://127.0.0.1:{port}"
-        r = _run([CLUSTER / "start-workers.sh", info["address"], "-n", "2", "--nthreads", "1",
-                  "--memory-limit", "1GiB", "--tls-dir", certs, "--name", "w",
-                  "--run-dir", run_dir, "--wait", "90", "--death-timeout", "60"], timeout=120)
+        r = _run(
+            [
+                CLUSTER / "start-workers.sh",
+                info["address"],
+                "-n",
+                "2",
+                "--nthreads",
+                "1",
+                "--memory-limit",
+                "1GiB",
+                "--tls-dir",
+                certs,
+                "--name",
+                "w",
+                "--run-dir",
+                run_dir,
+                "--wait",
+                "90",
+                "--death-timeout",
+                "60",
+            ],
+            timeout=120,
+        )
         record_pids()
         assert r.returncode == 0, r.stderr
         assert r.stdout.count("registered") == 2, r.stdout
@@ -160,7 +212,7 @@ def tls_cluster(certs, tmp_path_factory):
         try:
             _run([CLUSTER / "stop.sh", "--run-dir", run_dir, "--timeout", "10"], timeout=60)
         finally:
-            for pgid in info["pgids"]:          # whatever stop.sh could not end
+            for pgid in info["pgids"]:  # whatever stop.sh could not end
                 if _group_alive(pgid):
                     try:
                         os.killpg(pgid, signal.SIGKILL)
@@ -189,9 +241,16 @@ def _client_attempt(address, security=None) -> dict:
     collector, and distributed's finalizer of one can deadlock the *next* Client started in the
     same process, so the refused attempts each get their own process.)"""
     import json
+
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", _ATTEMPT, address, json.dumps(security)],
-                       capture_output=True, text=True, timeout=60, env=_env(), cwd=str(ROOT))
+    r = subprocess.run(
+        [sys.executable, "-c", _ATTEMPT, address, json.dumps(security)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        cwd=str(ROOT),
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     out["seconds"] = time.monotonic() - t0
@@ -200,29 +259,38 @@ def _client_attempt(address, security=None) -> dict:
 
 def _security_kw(certs, ca_dir=None) -> dict:
     ca_dir = ca_dir or certs
-    return {"tls_ca_file": str(ca_dir / "ca.pem"), "tls_client_cert": str(certs / "client.pem"),
-            "tls_client_key": str(certs / "client-key.pem"), "require_encryption": True}
+    return {
+        "tls_ca_file": str(ca_dir / "ca.pem"),
+        "tls_client_cert": str(certs / "client.pem"),
+        "tls_client_key": str(certs / "client-key.pem"),
+        "require_encryption": True,
+    }
 
 
 def _security(certs, role_cert="client", ca_dir=None):
     from distributed.security import Security
+
     ca_dir = ca_dir or certs
-    return Security(tls_ca_file=str(ca_dir / "ca.pem"),
-                    tls_client_cert=str(certs / f"{role_cert}.pem"),
-                    tls_client_key=str(certs / f"{role_cert}-key.pem"),
-                    require_encryption=True)
+    return Security(
+        tls_ca_file=str(ca_dir / "ca.pem"),
+        tls_client_cert=str(certs / f"{role_cert}.pem"),
+        tls_client_key=str(certs / f"{role_cert}-key.pem"),
+        require_encryption=True,
+    )
 
 
 @pytest.mark.cluster
 def test_workers_have_the_requested_memory_limit_and_listen_on_tls(tls_cluster):
     from distributed import Client
-    with Client(tls_cluster["address"], security=_security(tls_cluster["certs"]),
-                timeout=20) as client:
+
+    with Client(
+        tls_cluster["address"], security=_security(tls_cluster["certs"]), timeout=20
+    ) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
     assert len(workers) == 2
     assert all(addr.startswith("tls://127.0.0.1:") for addr in workers)
     assert sorted(w["name"] for w in workers.values()) == ["w-0", "w-1"]
-    assert all(w["memory_limit"] == 2 ** 30 for w in workers.values())
+    assert all(w["memory_limit"] == 2**30 for w in workers.values())
     assert all(w["nthreads"] == 1 for w in workers.values())
 
 
@@ -232,13 +300,15 @@ def test_training_with_the_client_certificate_matches_in_process(tls_cluster):
     from distributed import Client
 
     from dmcsvm import MulticlassSVC
+
     X, y = _problem()
-    ref = MulticlassSVC(C=2.0, gamma=0.3, n_jobs=1,
-                        solver_options={"n_partitions": 2}).fit(X, y)
-    with Client(tls_cluster["address"], security=_security(tls_cluster["certs"]),
-                timeout=20) as client:
-        est = MulticlassSVC(C=2.0, gamma=0.3, client=client,
-                            solver_options={"n_partitions": 2}).fit(X, y)
+    ref = MulticlassSVC(C=2.0, gamma=0.3, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
+    with Client(
+        tls_cluster["address"], security=_security(tls_cluster["certs"]), timeout=20
+    ) as client:
+        est = MulticlassSVC(
+            C=2.0, gamma=0.3, client=client, solver_options={"n_partitions": 2}
+        ).fit(X, y)
     np.testing.assert_array_equal(est.support_, ref.support_)
     np.testing.assert_allclose(est.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(est.predict(X), ref.predict(X))
@@ -249,14 +319,29 @@ def test_training_with_the_client_certificate_matches_in_process(tls_cluster):
 def test_dmcsvm_train_with_the_rendered_tls_config(tls_cluster, tmp_path):
     """The README's recipe: DASK_CONFIG=<certs>/dask-tls.yaml, dmcsvm train --scheduler tls://..."""
     from dmcsvm.model_io import load_model
+
     X, y = _problem(seed=9, n=60)
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
-    common = [Path(VENV_BIN) / "dmcsvm", "train", tmp_path / "X.npy", "--labels",
-              tmp_path / "y.npy", "--C", "2.0", "--gamma", "0.3", "--n_partitions", "2",
-              "--no-progress"]
-    r = _run(common + ["-o", tmp_path / "tls.npz", "--scheduler", tls_cluster["address"]],
-             timeout=120, DASK_CONFIG=str(tls_cluster["certs"] / "dask-tls.yaml"))
+    common = [
+        Path(VENV_BIN) / "dmcsvm",
+        "train",
+        tmp_path / "X.npy",
+        "--labels",
+        tmp_path / "y.npy",
+        "--C",
+        "2.0",
+        "--gamma",
+        "0.3",
+        "--n_partitions",
+        "2",
+        "--no-progress",
+    ]
+    r = _run(
+        common + ["-o", tmp_path / "tls.npz", "--scheduler", tls_cluster["address"]],
+        timeout=120,
+        DASK_CONFIG=str(tls_cluster["certs"] / "dask-tls.yaml"),
+    )
     assert r.returncode == 0, r.stderr
     r = _run(common + ["-o", tmp_path / "local.npz", "--n_jobs", "1"], timeout=120)
     assert r.returncode == 0, r.stderr
@@ -264,8 +349,9 @@ def test_dmcsvm_train_with_the_rendered_tls_config(tls_cluster, tmp_path):
     np.testing.assert_array_equal(model.support_, ref.support_)
     np.testing.assert_allclose(model.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-9)
     # without the TLS config the same command cannot reach the cluster
-    r = _run(common + ["-o", tmp_path / "no.npz", "--scheduler", tls_cluster["address"]],
-             timeout=120)
+    r = _run(
+        common + ["-o", tmp_path / "no.npz", "--scheduler", tls_cluster["address"]], timeout=120
+    )
     assert r.returncode == 2
     assert "is a TLS scheduler, but no client certificate is configured" in r.stderr
     assert not (tmp_path / "no.npz").exists()
@@ -288,13 +374,12 @@ def test_client_without_certificates_is_refused(tls_cluster):
     r = _client_attempt(tls_cluster["address"], {})
     assert not r["connected"] and r["seconds"] < 30
     assert r["types"][0] == "TypeError"
-    assert r["message"].startswith("TLS expects a `ssl_context` argument of type "
-                                   "ssl.SSLContext"), r
+    assert r["message"].startswith("TLS expects a `ssl_context` argument of type ssl.SSLContext"), r
     # a TLS client that trusts the cluster's CA but shows no certificate: the scheduler
     # ends the handshake (TLS 1.3 reports it at the first read)
     ctx = ssl.create_default_context(cafile=str(tls_cluster["certs"] / "ca.pem"))
     ctx.check_hostname = False
-    host, port = tls_cluster["address"][len("tls://"):].rsplit(":", 1)
+    host, port = tls_cluster["address"][len("tls://") :].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as raw:
         _assert_refused(ctx, raw, "TLSV13_ALERT_CERTIFICATE_REQUIRED")
 
@@ -311,13 +396,14 @@ def test_certificate_of_another_ca_is_refused(tls_cluster, tmp_path):
     # observed: FatalCommClosedError(... SSLError: [SSL: TLSV1_ALERT_UNKNOWN_CA] ...), or, when
     # the scheduler's close overtakes its alert, CommClosedError(... SSLEOFError: EOF occurred
     # in violation of protocol) or a connection reset: the handshake never completes
-    assert re.search(r"TLSV1_ALERT_UNKNOWN_CA|SSLEOFError: EOF occurred|Connection reset",
-                     r["message"]), r
+    assert re.search(
+        r"TLSV1_ALERT_UNKNOWN_CA|SSLEOFError: EOF occurred|Connection reset", r["message"]
+    ), r
     # the same at the TLS level: the scheduler rejects the certificate with an 'unknown ca' alert
     ctx = ssl.create_default_context(cafile=str(tls_cluster["certs"] / "ca.pem"))
     ctx.check_hostname = False
     ctx.load_cert_chain(str(stranger / "client.pem"), str(stranger / "client-key.pem"))
-    host, port = tls_cluster["address"][len("tls://"):].rsplit(":", 1)
+    host, port = tls_cluster["address"][len("tls://") :].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as raw:
         _assert_refused(ctx, raw, "TLSV1_ALERT_UNKNOWN_CA")
 
@@ -339,8 +425,18 @@ def test_plain_tcp_to_the_tls_port_does_not_get_in(tls_cluster):
 
 @pytest.mark.cluster
 def test_starting_a_second_scheduler_in_the_same_run_dir_is_refused(tls_cluster):
-    r = _run([CLUSTER / "start-scheduler.sh", "--tls-dir", tls_cluster["certs"], "--port",
-              _free_port(), "--no-dashboard", "--run-dir", tls_cluster["run_dir"]])
+    r = _run(
+        [
+            CLUSTER / "start-scheduler.sh",
+            "--tls-dir",
+            tls_cluster["certs"],
+            "--port",
+            _free_port(),
+            "--no-dashboard",
+            "--run-dir",
+            tls_cluster["run_dir"],
+        ]
+    )
     assert r.returncode == 2
     assert "scheduler is already running" in r.stderr
 
@@ -352,8 +448,9 @@ def test_stop_sh_stops_everything(tls_cluster):
     pgids = list(tls_cluster["pgids"])
     assert len(pgids) == 3
     assert all(_group_alive(g) for g in pgids)
-    r = _run([CLUSTER / "stop.sh", "--run-dir", tls_cluster["run_dir"], "--timeout", "20"],
-             timeout=90)
+    r = _run(
+        [CLUSTER / "stop.sh", "--run-dir", tls_cluster["run_dir"], "--timeout", "20"], timeout=90
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("stopping") == 3, r.stdout
     assert not [g for g in pgids if _group_alive(g)]
@@ -364,15 +461,22 @@ def test_stop_sh_stops_everything(tls_cluster):
 
 
 # ------------------------------------------------------------------ script arguments
-@pytest.mark.parametrize("args, message", [
-    (["-n", "0", "tcp://127.0.0.1:1"], "-n must be a positive number of workers, got '0'"),
-    (["--nthreads", "x", "tcp://127.0.0.1:1"], "--nthreads must be a positive number, got 'x'"),
-    ([], "give the scheduler address (tcp://host:8786) or --scheduler-file FILE"),
-    (["--tls-dir", "/nonexistent", "tcp://127.0.0.1:1"],
-     "with --tls-dir the scheduler address must start with tls://, got 'tcp://127.0.0.1:1'"),
-    (["--tls-dir", "/nonexistent", "tls://127.0.0.1:1"],
-     "TLS: /nonexistent/ca.pem is missing or unreadable"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-n", "0", "tcp://127.0.0.1:1"], "-n must be a positive number of workers, got '0'"),
+        (["--nthreads", "x", "tcp://127.0.0.1:1"], "--nthreads must be a positive number, got 'x'"),
+        ([], "give the scheduler address (tcp://host:8786) or --scheduler-file FILE"),
+        (
+            ["--tls-dir", "/nonexistent", "tcp://127.0.0.1:1"],
+            "with --tls-dir the scheduler address must start with tls://, got 'tcp://127.0.0.1:1'",
+        ),
+        (
+            ["--tls-dir", "/nonexistent", "tls://127.0.0.1:1"],
+            "TLS: /nonexistent/ca.pem is missing or unreadable",
+        ),
+    ],
+)
 def test_start_workers_refuses_bad_arguments(args, message, tmp_path):
     r = _run([CLUSTER / "start-workers.sh", *args, "--run-dir", tmp_path])
     assert r.returncode == 2
@@ -394,12 +498,14 @@ def _yaml(path):
 def test_dask_config_is_what_the_comments_say():
     import dask
     import distributed  # noqa: F401 - loads distributed's defaults into dask.config
+
     cfg = _yaml(CLUSTER / "dask-config.yaml")["distributed"]
     mem = cfg["worker"]["memory"]
     assert mem["target"] is False and mem["spill"] is False and mem["pause"] is False
     assert 0.8 < mem["terminate"] < 1
     assert cfg["scheduler"]["allowed-failures"] == 1
     assert cfg["scheduler"]["work-stealing"] is False
+
     # every key exists in distributed's defaults (no silently ignored typo)
     def keys(d, prefix):
         for k, v in d.items():
@@ -407,9 +513,11 @@ def test_dask_config_is_what_the_comments_say():
                 yield from keys(v, prefix + k + ".")
             else:
                 yield prefix + k
+
     for key in list(keys(cfg, "distributed.")) + [
-            "distributed." + k for k in keys(_yaml(CLUSTER / "tls" / "dask-tls.yaml")
-                                             ["distributed"], "")]:
+        "distributed." + k
+        for k in keys(_yaml(CLUSTER / "tls" / "dask-tls.yaml")["distributed"], "")
+    ]:
         dask.config.get(key)  # raises KeyError for an unknown key
 
 
@@ -425,7 +533,7 @@ def _readme_install_step() -> str:
 
 def test_dockerfile_installs_with_the_readme_step():
     lines = (CLUSTER / "docker" / "Dockerfile").read_text().splitlines()
-    runs = [ln[len("RUN "):].strip() for ln in lines if ln.startswith("RUN ")]
+    runs = [ln[len("RUN ") :].strip() for ln in lines if ln.startswith("RUN ")]
     assert _readme_install_step() in runs
     code = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
     assert code[0] == "FROM python:3.11-slim"
@@ -437,6 +545,7 @@ def test_dockerfile_installs_with_the_readme_step():
 def test_compose_file():
     """What `docker compose config` would check, offline: services, build, commands, limits."""
     from dask.utils import parse_bytes
+
     compose = _yaml(CLUSTER / "docker" / "compose.yaml")
     services = compose["services"]
     assert set(services) == {"scheduler", "worker", "data", "train"}
@@ -477,12 +586,13 @@ def test_compose_file():
 
 def test_helm_values_match_the_chart_conventions():
     from dask.utils import parse_bytes
+
     values = _yaml(CLUSTER / "helm" / "values.yaml")
     worker = values["worker"]
     assert worker["replicas"] >= 1
     limits = worker["resources"]["limits"]
     # the chart passes resources.limits.memory as --memory-limit: Dask must parse it
-    assert parse_bytes(str(limits["memory"])) >= 2 ** 30
+    assert parse_bytes(str(limits["memory"])) >= 2**30
     assert worker["resources"]["requests"]["memory"] == limits["memory"]
     assert worker["image"]["repository"] == values["scheduler"]["image"]["repository"]
     env = {e["name"]: e["value"] for e in worker["env"]}
@@ -496,27 +606,49 @@ JOBQUEUE = ["slurm_example.py", "pbs_example.py"]
 @pytest.mark.parametrize("name", JOBQUEUE)
 def test_jobqueue_example_compiles_and_guards_its_import(name, tmp_path):
     path = str(CLUSTER / "jobqueue" / name)
-    r = subprocess.run([sys.executable, "-m", "py_compile", path], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "py_compile", path], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     # without dask-jobqueue (sys.modules entry None = not importable): a clear message, status 2
-    hide = ("import runpy, sys; sys.modules['dask_jobqueue'] = None; "
-            f"sys.argv = [{path!r}, '--print-job-script']; runpy.run_path({path!r}, "
-            "run_name='__main__')")
-    r = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=60,
-                       cwd=str(tmp_path))
+    hide = (
+        "import runpy, sys; sys.modules['dask_jobqueue'] = None; "
+        f"sys.argv = [{path!r}, '--print-job-script']; runpy.run_path({path!r}, "
+        "run_name='__main__')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", hide], capture_output=True, text=True, timeout=60, cwd=str(tmp_path)
+    )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == ("dask-jobqueue is not installed: pip install dask-jobqueue "
-                                "(it is not a dependency of dmcsvm)")
+    assert r.stderr.strip() == (
+        "dask-jobqueue is not installed: pip install dask-jobqueue "
+        "(it is not a dependency of dmcsvm)"
+    )
 
 
 @pytest.mark.parametrize("name", JOBQUEUE)
 def test_jobqueue_job_script_carries_the_memory_settings(name, tmp_path):
-    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is optional (pip install "
-                                                "dask-jobqueue) and not installed")
-    r = subprocess.run([sys.executable, str(CLUSTER / "jobqueue" / name), "--print-job-script",
-                        "--cores", "8", "--processes", "2", "--memory", "32GB"],
-                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    pytest.importorskip(
+        "dask_jobqueue",
+        reason="dask-jobqueue is optional (pip install dask-jobqueue) and not installed",
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(CLUSTER / "jobqueue" / name),
+            "--print-job-script",
+            "--cores",
+            "8",
+            "--processes",
+            "2",
+            "--memory",
+            "32GB",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout
     # 32 GB per job split over 2 worker processes: 16e9 bytes = 14.90 GiB each, 4 threads each
@@ -537,18 +669,19 @@ def test_dask_spec_files_name_real_classes_and_options(name):
     from dask.utils import parse_bytes
     from distributed import Worker
     from distributed.utils import import_term
+
     spec = _yaml(CLUSTER / "spec" / name)
-    if "cls" in spec:                          # one process, as `dask spec` reads it
+    if "cls" in spec:  # one process, as `dask spec` reads it
         spec = {0: spec}
     for entry in spec.values():
         cls = import_term(entry["cls"])
         params = dict(inspect.signature(cls.__init__).parameters)
-        if entry["cls"] == "distributed.Nanny":    # passes the rest on to its Worker
+        if entry["cls"] == "distributed.Nanny":  # passes the rest on to its Worker
             params.update(inspect.signature(Worker.__init__).parameters)
         for opt in entry["opts"]:
             assert opt in params, (name, entry["cls"], opt)
         if "memory_limit" in entry["opts"]:
-            assert parse_bytes(entry["opts"]["memory_limit"]) >= 2 ** 30
+            assert parse_bytes(entry["opts"]["memory_limit"]) >= 2**30
     if name.startswith("workers"):
         names = [e["opts"]["name"] for e in spec.values()]
         assert len(set(names)) == len(names) == 2

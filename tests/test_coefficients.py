@@ -18,9 +18,9 @@ def test_id_index_answers_as_a_dict():
     for _ in range(40):
         ids = rng.choice(10_000, size=rng.integers(0, 50), replace=False)
         new = np.array([g for g in ids.tolist() if g not in ref], dtype=np.int64)
-        slots = rng.integers(0, 10 ** 6, new.shape[0])
+        slots = rng.integers(0, 10**6, new.shape[0])
         index.add(new, slots)
-        ref.update(zip(new.tolist(), slots.tolist()))
+        ref.update(zip(new.tolist(), slots.tolist(), strict=False))
         probe = rng.integers(-5, 10_005, 200)
         np.testing.assert_array_equal(index.lookup(probe), [ref.get(g, -1) for g in probe.tolist()])
     assert len(index) == len(ref) and index.nbytes == 16 * len(ref)
@@ -48,11 +48,12 @@ def test_row_bank_keeps_the_first_row_of_each_id_and_what_keep_names(sparse):
 
     def rows(X):
         return sp.csr_matrix(X) if sparse else X
+
     for _ in range(30):
-        ids = rng.choice(300, size=rng.integers(1, 30))        # repeats within a call too
+        ids = rng.choice(300, size=rng.integers(1, 30))  # repeats within a call too
         X = rng.normal(size=(ids.shape[0], d)).astype(np.float32)
         bank.add(ids, rows(X))
-        for g, x in zip(ids.tolist(), X):
+        for g, x in zip(ids.tolist(), X, strict=False):
             ref.setdefault(g, x)
         held = np.array(sorted(ref), dtype=np.int64)
         assert len(bank) == held.shape[0]
@@ -62,18 +63,21 @@ def test_row_bank_keeps_the_first_row_of_each_id_and_what_keep_names(sparse):
         Xnew = rng.normal(size=(int(fresh.sum()), d)).astype(np.float32)
         xrow = np.where(fresh, np.cumsum(fresh) - 1, -1)
         got = bank.batch(pick, xrow, rows(Xnew), d, sparse, np.float32)
-        want = np.stack([Xnew[r] if r >= 0 else ref[g] for g, r in zip(pick.tolist(), xrow)])
+        want = np.stack(
+            [Xnew[r] if r >= 0 else ref[g] for g, r in zip(pick.tolist(), xrow, strict=False)]
+        )
         np.testing.assert_array_equal(got.toarray() if sparse else got, want)
         stacked = bank.stack(pick, d, sparse, np.float32)
-        np.testing.assert_array_equal(stacked.toarray() if sparse else stacked,
-                                      np.stack([ref[g] for g in pick.tolist()]))
+        np.testing.assert_array_equal(
+            stacked.toarray() if sparse else stacked, np.stack([ref[g] for g in pick.tolist()])
+        )
         if rng.random() < 0.3:
             live = rng.choice(held, size=held.shape[0] // 2, replace=False)
-            bank.keep(np.concatenate([live, [10 ** 6]]))      # an id never banked is ignored
+            bank.keep(np.concatenate([live, [10**6]]))  # an id never banked is ignored
             ref = {g: ref[g] for g in live.tolist()}
     if not sparse:
         with pytest.raises(KeyError):
-            bank.stack(np.array([10 ** 6]), d, sparse, np.float32)
+            bank.stack(np.array([10**6]), d, sparse, np.float32)
 
 
 def test_matches_a_dense_array_under_the_solvers_operations():
@@ -88,7 +92,7 @@ def test_matches_a_dense_array_under_the_solvers_operations():
         dense[ids] += dB
         store[ids] += dB
         back = rng.choice(ids, size=max(1, ids.shape[0] // 4), replace=False)
-        dense[back] = 0.0                      # rows that leave the support
+        dense[back] = 0.0  # rows that leave the support
         store[back] = 0.0
         cols = rng.integers(0, P, ids.shape[0])
         np.testing.assert_array_equal(store[ids, cols], dense[ids, cols])
@@ -101,15 +105,15 @@ def test_matches_a_dense_array_under_the_solvers_operations():
     np.testing.assert_array_equal(store[sv], dense[sv])
     np.testing.assert_array_equal(store[7], dense[7])
     store.compact()
-    assert store._used == sv.shape[0]          # only the support is stored
+    assert store._used == sv.shape[0]  # only the support is stored
     np.testing.assert_array_equal(store.toarray(), dense)
     assert store.shape == (n, P)
 
 
 def test_memory_follows_the_support_not_n():
     """A billion patterns cost nothing until they get coefficients."""
-    store = CoefficientRows(10 ** 9, 26)
-    ids = np.array([5, 10 ** 9 - 1, 123456789])
+    store = CoefficientRows(10**9, 26)
+    ids = np.array([5, 10**9 - 1, 123456789])
     store[ids] = np.ones((3, 26))
     assert store.nbytes < 10_000
     np.testing.assert_array_equal(store.support(), np.sort(ids))
@@ -120,9 +124,10 @@ def test_one_entry_per_row_reads_no_full_rows():
     """``B[ids, cols]`` over many patterns (the re-assignment asks it of every changed one)
     allocates O(len(ids)), not a len(ids) x P gather of their rows."""
     import tracemalloc
-    store = CoefficientRows(10 ** 6, 100)
+
+    store = CoefficientRows(10**6, 100)
     store[np.array([3, 7])] = np.arange(200.0).reshape(2, 100)
-    ids = np.arange(0, 10 ** 6, 2)
+    ids = np.arange(0, 10**6, 2)
     cols = np.full(ids.shape[0], 5)
     tracemalloc.start()
     try:
@@ -130,10 +135,11 @@ def test_one_entry_per_row_reads_no_full_rows():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 20 * ids.shape[0] * 8          # a few O(len(ids)) arrays; the rows: 100x that
+    assert peak < 20 * ids.shape[0] * 8  # a few O(len(ids)) arrays; the rows: 100x that
     assert got.shape == ids.shape and np.count_nonzero(got) == 0
-    np.testing.assert_array_equal(store[np.array([3, 4, 7]), np.array([5, 5, 99])],
-                                  [5.0, 0.0, 199.0])
+    np.testing.assert_array_equal(
+        store[np.array([3, 4, 7]), np.array([5, 5, 99])], [5.0, 0.0, 199.0]
+    )
 
 
 def test_ids_out_of_range_are_refused():
@@ -159,9 +165,17 @@ def test_row_bank_and_coefficients_follow_the_support_during_a_solve(cs):
     spec = KernelSpec("rbf", gamma=0.5)
     # one pass in order over each batch (inner_steps=0): many small batches of new patterns
     s = SolverSettings(C=C, tol=1e-7, batch_size=4, max_iter=50000, inner_steps=0.0).check()
-    pset = PartitionSettings(kernel=spec.to_dict(), C=C, selection=pt.SELECTIONS["bmg"],
-                             tol=s.tol, n_candidates=4, pcls=np.arange(m), shrinking=True,
-                             shrink_after=s.shrink_after, cache_bytes=10 ** 6)
+    pset = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=C,
+        selection=pt.SELECTIONS["bmg"],
+        tol=s.tol,
+        n_candidates=4,
+        pcls=np.arange(m),
+        shrinking=True,
+        shrink_after=s.shrink_after,
+        cache_bytes=10**6,
+    )
     state = CoordinatorState.fresh(n, m)
     entered = set()
 
@@ -170,8 +184,7 @@ def test_row_bank_and_coefficients_follow_the_support_during_a_solve(cs):
 
     ex = InProcessExecutor(2, 3).start(X, y, y, pset)
     try:
-        res = solve(ex, n, np.arange(m), spec, s, X.shape[1], False, state=state,
-                    on_round=on_round)
+        res = solve(ex, n, np.arange(m), spec, s, X.shape[1], False, state=state, on_round=on_round)
     finally:
         ex.close()
     assert res.converged and res.n_iter > 100

@@ -22,13 +22,14 @@ def test_dask_extra_brings_bokeh():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = meta["optional-dependencies"]
     assert any(re.match(r"bokeh\b", d) for d in extras["dask"])
-    assert any(re.match(r"bokeh\b", d) for d in extras["test"])    # the report test below
+    assert any(re.match(r"bokeh\b", d) for d in extras["test"])  # the report test below
 
 
 @pytest.mark.parametrize("script", ["start-scheduler.sh", "start-workers.sh", "stop.sh"])
 def test_cluster_script_help_is_its_header_only(script):
-    r = subprocess.run(["bash", str(CLUSTER / script), "--help"], capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        ["bash", str(CLUSTER / script), "--help"], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = []
@@ -52,9 +53,14 @@ def test_performance_report_of_a_fit(tmp_path):
     from sklearn.datasets import load_iris
 
     from dmcsvm import MulticlassSVC
+
     X, y = load_iris(return_X_y=True)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with performance_report(filename=str(tmp_path / "fit.html")):
             est = MulticlassSVC(C=10, client=client).fit(X, y)
     assert est.score(X, y) > 0.9
@@ -66,6 +72,7 @@ def test_performance_report_of_a_fit(tmp_path):
 def test_start_scheduler_prints_the_dashboard_url(tmp_path):
     pytest.importorskip("bokeh")
     import socket
+
     ports = []
     for _ in range(2):
         with socket.socket() as s:
@@ -73,14 +80,30 @@ def test_start_scheduler_prints_the_dashboard_url(tmp_path):
             ports.append(s.getsockname()[1])
     run = tmp_path / "run"
     env_path = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    r = subprocess.run(["bash", str(CLUSTER / "start-scheduler.sh"), "--run-dir", str(run),
-                        "--port", str(ports[0]), "--dashboard", f"127.0.0.1:{ports[1]}"],
-                       capture_output=True, text=True, timeout=90, env={"PATH": env_path,
-                                                                         "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [
+            "bash",
+            str(CLUSTER / "start-scheduler.sh"),
+            "--run-dir",
+            str(run),
+            "--port",
+            str(ports[0]),
+            "--dashboard",
+            f"127.0.0.1:{ports[1]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={"PATH": env_path, "HOME": str(tmp_path)},
+    )
     try:
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip().splitlines()[-1] == f"tcp://127.0.0.1:{ports[0]}"
         assert f"dashboard: http://127.0.0.1:{ports[1]}/status" in r.stderr.splitlines()
     finally:
-        subprocess.run(["bash", str(CLUSTER / "stop.sh"), "--run-dir", str(run)],
-                       capture_output=True, timeout=60, env={"PATH": env_path})
+        subprocess.run(
+            ["bash", str(CLUSTER / "stop.sh"), "--run-dir", str(run)],
+            capture_output=True,
+            timeout=60,
+            env={"PATH": env_path},
+        )

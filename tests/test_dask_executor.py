@@ -38,10 +38,18 @@ def _problem(seed=3, n=90, d=6, m=4):
 def _run(executor, X, y, optimizer, selection="bmg", batch=8, n_parts=3):
     m = int(y.max()) + 1
     spec = KernelSpec("rbf", 0.2)
-    s = SolverSettings(C=2.0, optimizer=optimizer, selection=selection, tol=1e-6, gap_tol=0.0,
-                       batch_size=batch).check()
-    ps = PartitionSettings(kernel=spec.to_dict(), C=s.C, selection=pt.SELECTIONS[selection],
-                           tol=s.tol, n_candidates=batch, pcls=np.arange(m), cache_bytes=10 ** 6)
+    s = SolverSettings(
+        C=2.0, optimizer=optimizer, selection=selection, tol=1e-6, gap_tol=0.0, batch_size=batch
+    ).check()
+    ps = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=s.C,
+        selection=pt.SELECTIONS[selection],
+        tol=s.tol,
+        n_candidates=batch,
+        pcls=np.arange(m),
+        cache_bytes=10**6,
+    )
     executor.n_partitions = n_parts
     executor.start(X, y, y, ps)
     try:
@@ -72,8 +80,14 @@ def test_localcluster_matches_inprocess(local_client, reference, optimizer):
 def _started(client, X, y, n_partitions) -> DaskExecutor:
     """An executor with its partitions built (no rounds run)."""
     ex = DaskExecutor(client, n_partitions=n_partitions)
-    ps = PartitionSettings(kernel=KernelSpec("rbf", 0.2).to_dict(), C=1.0, selection=0, tol=1e-3,
-                           n_candidates=4, pcls=np.arange(int(y.max()) + 1))
+    ps = PartitionSettings(
+        kernel=KernelSpec("rbf", 0.2).to_dict(),
+        C=1.0,
+        selection=0,
+        tol=1e-3,
+        n_candidates=4,
+        pcls=np.arange(int(y.max()) + 1),
+    )
     return ex.start(X, y, y, ps)
 
 
@@ -94,6 +108,7 @@ def test_rebuilt_rows_get_a_key_of_their_own(local_client, reference):
     worker and cancel the new partition for 'lost dependencies' (seen in CI).  And a cancelled
     build is waited on like any other (distributed's ``wait`` raises for it)."""
     from dmcsvm.engine.dask import liveness
+
     X, y, _ = reference
     ex = _started(local_client, X, y, 2)
     try:
@@ -157,8 +172,9 @@ def test_packed_message_round_trip_is_exact():
     dB = np.zeros((500, 26))
     nz = rng.random(dB.shape) < 0.1
     dB[nz] = rng.normal(size=int(nz.sum()))
-    msg = RoundMessage(ids=np.arange(500), XB=rng.random((500, 16)).astype(np.float32), dB=dB,
-                       shrink_margin=0.25)
+    msg = RoundMessage(
+        ids=np.arange(500), XB=rng.random((500, 16)).astype(np.float32), dB=dB, shrink_margin=0.25
+    )
     blob = pack_message(msg)
     out = unpack_message(blob)
     assert type(out) is RoundMessage
@@ -174,26 +190,31 @@ def test_packed_message_round_trip_is_exact():
     blob = pack_message(RoundMessage(ids=msg.ids, XB=msg.XB, dB=dense["dB"], shrink_margin=0.25))
     np.testing.assert_array_equal(unpack_message(blob).dB, dense["dB"])
     assert len(blob) == len(pickle.dumps(dense, protocol=5))
-    assert unpack_message(pack_message(RoundMessage(shrink_margin=1.0))) == \
-        RoundMessage(shrink_margin=1.0)
+    assert unpack_message(pack_message(RoundMessage(shrink_margin=1.0))) == RoundMessage(
+        shrink_margin=1.0
+    )
 
 
 def test_estimator_client_switch(local_client):
     X, y = _problem(seed=5, n=120)
-    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2,
-                      solver_options={"n_partitions": 2}).fit(X, y)
-    b = MulticlassSVC(C=3.0, gamma=0.3, client=local_client,
-                      solver_options={"n_partitions": 2}).fit(X, y)
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2, solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(
+        C=3.0, gamma=0.3, client=local_client, solver_options={"n_partitions": 2}
+    ).fit(X, y)
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
-    assert local_client.status == "running"      # a user's client is never closed for them
+    assert local_client.status == "running"  # a user's client is never closed for them
 
 
 def test_bad_client_value():
     X, y = _problem(seed=6, n=30, m=3)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "The 'client' parameter of MulticlassSVC must be None, an instance of 'str' or an "
-            "object implementing 'submit' and 'gather'. Got 42 instead.")):
+            "object implementing 'submit' and 'gather'. Got 42 instead."
+        ),
+    ):
         MulticlassSVC(client=42).fit(X, y)
 
 
@@ -208,15 +229,36 @@ def real_cluster(tmp_path_factory):
     def spawn(args, name):
         log = open(logdir / f"{name}.log", "w")
         # a session of its own: the teardown kills it with every process it started
-        procs.append(subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=str(logdir), start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [cli, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(logdir),
+                start_new_session=True,
+            )
+        )
 
     spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
     try:
         addr = scheduler_address(logdir / "scheduler.json", procs[0])
         for k in range(2):
-            spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
-                   "--host", "127.0.0.1", "--memory-limit", "2GiB"], f"worker{k}")
+            spawn(
+                [
+                    "worker",
+                    addr,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--memory-limit",
+                    "2GiB",
+                ],
+                f"worker{k}",
+            )
         deadline = time.time() + 60
         client = None
         while time.time() < deadline:
@@ -257,8 +299,7 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
     a = MulticlassSVC(C=2.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
-    b = MulticlassSVC(C=2.0, client=real_cluster,
-                      solver_options={"n_partitions": 2}).fit(X, y)
+    b = MulticlassSVC(C=2.0, client=real_cluster, solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
@@ -269,22 +310,34 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
     """An actor call to a worker that died never returns; the executor notices the worker left
     the cluster and raises a clear error within a few polling periods."""
     from dmcsvm.engine.dask import limits
+
     monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     X, y = _problem()
     spec = KernelSpec("rbf", 0.2)
-    ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,
-                           n_candidates=8, pcls=np.arange(4))
+    ps = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=1e-3,
+        n_candidates=8,
+        pcls=np.arange(4),
+    )
     # a cluster of its own, not the session's: this test kills one of its workers
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         ex = DaskExecutor(client, n_partitions=2, recover=False).start(X, y, y, ps)
         assert len(ex.step(RoundMessage())) == 2
         victim = ex.placement[1]
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
         t = time.perf_counter()
-        with pytest.raises(RuntimeError, match=f"the Dask worker {victim} holding partition 1 "
-                                               f"has left the cluster"):
+        with pytest.raises(
+            RuntimeError, match=f"the Dask worker {victim} holding partition 1 has left the cluster"
+        ):
             ex.step(RoundMessage())
         assert time.perf_counter() - t < 60
         ex.parts = []

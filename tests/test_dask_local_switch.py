@@ -21,11 +21,16 @@ def _problem(seed=6, n=60, d=6, m=3):
 @pytest.mark.cluster
 def test_client_local_starts_and_closes_cluster():
     X, y = _problem()
-    clf = MulticlassSVC(C=1.0, client="local", n_workers=2, threads_per_worker=1,
-                        memory_limit="1GiB", solver_options={"n_partitions": 2}).fit(X, y)
+    clf = MulticlassSVC(
+        C=1.0,
+        client="local",
+        n_workers=2,
+        threads_per_worker=1,
+        memory_limit="1GiB",
+        solver_options={"n_partitions": 2},
+    ).fit(X, y)
     ref = MulticlassSVC(C=1.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
     np.testing.assert_allclose(clf.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-9)
-
 
     try:
         default_client()

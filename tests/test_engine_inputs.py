@@ -55,19 +55,21 @@ def test_store_path_trains_like_the_arrays(store):
 
 
 def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path):
-    mem = MulticlassSVC(n_jobs=1, **PARAMS,
-                        solver_options={"data_in_memory": True}).fit(store)
+    mem = MulticlassSVC(n_jobs=1, **PARAMS, solver_options={"data_in_memory": True}).fit(store)
     # cache_size=0: no memory LRU, so every repeated column comes from the zarr tier on disk
-    stream = MulticlassSVC(n_jobs=1, cache_size=0, **PARAMS,
-                           solver_options={"data_in_memory": False, "disk_cache_size": 8,
-                                           "cache_dir": str(tmp_path)}).fit(store)
+    stream = MulticlassSVC(
+        n_jobs=1,
+        cache_size=0,
+        **PARAMS,
+        solver_options={"data_in_memory": False, "disk_cache_size": 8, "cache_dir": str(tmp_path)},
+    ).fit(store)
     _same_model(mem, stream, atol=1e-6)
     st = stream.engine_stats_
     assert not any(p["in_memory"] for p in st) and all(p["in_memory"] for p in mem.engine_stats_)
-    assert sum(p["x_bytes_read"] for p in st) > 3 * 300 * 8 * 4       # X re-read several times
+    assert sum(p["x_bytes_read"] for p in st) > 3 * 300 * 8 * 4  # X re-read several times
     assert sum(p["disk_hits"] for p in st) > 0 and sum(p["rows_disk"] for p in st) > 0
     assert stream.history_["rows_disk"][-1] == sum(p["rows_disk"] for p in st)
-    assert list(tmp_path.iterdir()) == []                             # the disk tier is removed
+    assert list(tmp_path.iterdir()) == []  # the disk tier is removed
 
 
 def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, monkeypatch):
@@ -75,12 +77,24 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
     round's pass over X (engine.partition.CandidateHint), so the report reads no chunk again:
     far fewer bytes read than without the hint, and the same model bit for bit."""
     from dmcsvm.engine import partition as part_mod
+
     X, y = _data(seed=4, n=1200, d=8, m=5)
     url = str(tmp_path / "s.zarr")
     write_arrays(url, X, y, rows_per_chunk=100)
     # no column cache: every round applies its batch in one pass over the partition's chunks
-    kw = dict(C=2.0, gamma=0.3, tol=1e-4, gap_tol=0.0, batch_size=24, n_partitions=2, n_jobs=1,
-              data_in_memory=False, cache_size=0, shrinking=False, max_iter=15)
+    kw = dict(
+        C=2.0,
+        gamma=0.3,
+        tol=1e-4,
+        gap_tol=0.0,
+        batch_size=24,
+        n_partitions=2,
+        n_jobs=1,
+        data_in_memory=False,
+        cache_size=0,
+        shrinking=False,
+        max_iter=15,
+    )
     with pytest.warns(Warning, match="max_iter=15"):
         hinted = MulticlassSVC(**kw).fit(url)
     monkeypatch.setattr(part_mod.CandidateHint, "offer", lambda self, rows, Xa: None)
@@ -91,15 +105,15 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
     passes = [sum(p["x_bytes_read"] for p in e.engine_stats_) / X.nbytes for e in (hinted, plain)]
     # 15 rounds: one pass each to apply the batch (plus the first reads), and without the
     # hint most rounds' candidates are read again from their chunks
-    assert passes[0] <= 15 + 2 < 1.3 * 15 <= passes[1], passes   # measured: 16.3, 28.8
+    assert passes[0] <= 15 + 2 < 1.3 * 15 <= passes[1], passes  # measured: 16.3, 28.8
 
 
 @pytest.mark.slow
 def test_store_on_dask_equals_in_process(store, local_client):
-    ref = MulticlassSVC(n_jobs=2, **PARAMS,
-                        solver_options={"data_in_memory": False}).fit(store)
-    est = MulticlassSVC(client=local_client, **PARAMS,
-                        solver_options={"data_in_memory": False}).fit(store)
+    ref = MulticlassSVC(n_jobs=2, **PARAMS, solver_options={"data_in_memory": False}).fit(store)
+    est = MulticlassSVC(
+        client=local_client, **PARAMS, solver_options={"data_in_memory": False}
+    ).fit(store)
     _same_model(ref, est, atol=1e-9)
     assert not any(p["in_memory"] for p in est.engine_stats_)
     np.testing.assert_array_equal(est.predict(store), ref.predict(store))
@@ -107,7 +121,7 @@ def test_store_on_dask_equals_in_process(store, local_client):
 
 def test_dask_array_fit_and_lazy_predict(local_client):
     X, y = _data(1)
-    Xd = da.from_array(X, chunks=(70, 4))                      # chunks split features too
+    Xd = da.from_array(X, chunks=(70, 4))  # chunks split features too
     ref = MulticlassSVC(n_jobs=2, **PARAMS).fit(X, y)
     est = MulticlassSVC(client=local_client, **PARAMS).fit(Xd, da.from_array(y, chunks=70))
     _same_model(ref, est, atol=1e-9)
@@ -119,8 +133,9 @@ def test_dask_array_fit_and_lazy_predict(local_client):
     np.testing.assert_array_equal(local_client.compute(pred).result(), ref.predict(X))
     dec = est.decision_function(Xd)
     # float32 kernels of 70-row blocks vs one 300-row block: equal to float32 precision
-    np.testing.assert_allclose(local_client.compute(dec).result(), ref.decision_function(X),
-                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        local_client.compute(dec).result(), ref.decision_function(X), rtol=0, atol=1e-5
+    )
     inproc = MulticlassSVC(n_jobs=2, **PARAMS).fit(Xd, y)
     _same_model(ref, inproc, atol=1e-9)
 
@@ -138,6 +153,7 @@ def test_store_predict_runs_on_the_estimators_cluster(store, local_client):
 
 def test_broken_store_fails_before_any_worker_starts(tmp_path, monkeypatch):
     import zarr
+
     url = str(tmp_path / "bad.zarr")
     write_arrays(url, np.zeros((20, 3), np.float32), np.arange(20) % 2, rows_per_chunk=10)
     g = zarr.open_group(url, mode="r+")
@@ -147,28 +163,44 @@ def test_broken_store_fails_before_any_worker_starts(tmp_path, monkeypatch):
         raise AssertionError("a cluster was started")
 
     monkeypatch.setattr(dask_engine, "resolve_client", no_cluster)
-    with pytest.raises(ValueError, match=re.escape("has format_version 9; this dmcsvm reads version 1")):
+    with pytest.raises(
+        ValueError, match=re.escape("has format_version 9; this dmcsvm reads version 1")
+    ):
         MulticlassSVC(client="local").fit(url)
     with pytest.raises(ValueError, match="is not a zarr store"):
         MulticlassSVC(client="local").fit(str(tmp_path))
 
 
 def test_store_input_errors(store):
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             f"y must be None when X is a data store ({store!r}): the labels are read from the "
-            f"store's 'y' array")):
+            f"store's 'y' array"
+        ),
+    ):
         MulticlassSVC().fit(store, np.zeros(300))
     est = MulticlassSVC(n_jobs=1, **PARAMS).fit(*_data(2, n=60, d=5))
-    with pytest.raises(ValueError, match=re.escape(
-            "X has 8 features, but MulticlassSVC is expecting 5 features as input.")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("X has 8 features, but MulticlassSVC is expecting 5 features as input."),
+    ):
         est.predict(store)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "The 'data_in_memory' entry of MulticlassSVC's solver_options must be a str among {'auto'} or an "
-            "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead.")):
+            "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead."
+        ),
+    ):
         MulticlassSVC(solver_options={"data_in_memory": "yes"}).fit(store)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "The 'disk_cache_size' entry of MulticlassSVC's solver_options must be a str among {'auto'} or a "
-            "float in the range [0.0, inf). Got -1 instead.")):
+            "float in the range [0.0, inf). Got -1 instead."
+        ),
+    ):
         MulticlassSVC(solver_options={"disk_cache_size": -1}).fit(store)
 
 
@@ -178,8 +210,10 @@ def test_dask_input_errors():
     Xn[5, 2] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN or infinity."):
         MulticlassSVC().fit(da.from_array(Xn, chunks=10), y)
-    with pytest.raises(ValueError, match=re.escape(
-            "Found input variables with inconsistent numbers of samples: [40, 39]")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("Found input variables with inconsistent numbers of samples: [40, 39]"),
+    ):
         MulticlassSVC().fit(da.from_array(X, chunks=10), y[:-1])
     with pytest.raises(ValueError, match="y is required when X is a dask array"):
         MulticlassSVC().fit(da.from_array(X, chunks=10))
@@ -195,11 +229,11 @@ def test_streaming_rows_read_only_needed_chunks(store):
     rows.chunks_read = 0
     idx = np.array([150, 3, 151, 12])
     np.testing.assert_array_equal(rows.take(idx), X[40 + idx])
-    assert rows.chunks_read == 3                                # chunks 0, 1 and 3 only
+    assert rows.chunks_read == 3  # chunks 0, 1 and 3 only
     np.testing.assert_array_equal(rows.take(idx[[2, 0]]), X[40 + idx[[2, 0]]])
-    assert rows.chunks_read == 3                                # served by the row LRU
+    assert rows.chunks_read == 3  # served by the row LRU
     np.testing.assert_array_equal(rows.take(np.array([3, 200])), X[40 + np.array([3, 200])])
-    assert rows.chunks_read == 4                                # only the missing row's chunk
+    assert rows.chunks_read == 4  # only the missing row's chunk
     # an LRU holding two rows: the fresh rows of a call evict the hits of the same call
     rows.ROW_CACHE_BYTES = 2 * 8 * 4
     rows._row_cache.clear()
@@ -217,7 +251,7 @@ def test_zarr_column_cache_lru_and_rows(tmp_path):
     c.put(2, np.array([1.0, 2.0]), rows=np.array([0, 5]))
     np.testing.assert_array_equal(c.get(2), [1, 0, 0, 0, 0, 2])
     np.testing.assert_array_equal(c.get(1, np.array([1, 4])), [1.0, 4.0])
-    c.put(3, np.ones(6))                                        # evicts 2, the least recent
+    c.put(3, np.ones(6))  # evicts 2, the least recent
     assert 2 not in c and 1 in c and 3 in c
     assert c.hits == 2 and c.writes == 3
     c.clear()
@@ -231,31 +265,32 @@ def test_memory_column_cache_lru_pins_and_compaction():
     """The slab LRU: eviction order, columns read this round kept, shrinking re-packs every
     column (against masking each by hand) and frees room for more, a new width starts over."""
     from dmcsvm.engine.cache import ColumnCache, compact_slots
+
     rng = np.random.default_rng(0)
-    c = ColumnCache(budget_bytes=3 * 8 * 4)                     # three float32 columns of 8
+    c = ColumnCache(budget_bytes=3 * 8 * 4)  # three float32 columns of 8
     cols = {k: rng.random(8, dtype=np.float32) for k in range(6)}
     for k in (0, 1, 2):
         c.put(k, cols[k])
     assert len(c) == 3 and c.nbytes == 3 * 8 * 4
     c.start_round()
-    np.testing.assert_array_equal(c.get(0), cols[0])            # 0 is now the most recent
-    c.put(3, cols[3])                                           # evicts 1, the least recent
+    np.testing.assert_array_equal(c.get(0), cols[0])  # 0 is now the most recent
+    c.put(3, cols[3])  # evicts 1, the least recent
     assert 1 not in c and {0, 2, 3} <= set(c._slot)
     c.start_round()
-    held = c.get(2), c.get(3), c.get(0)                         # every column read this round
-    c.put(4, cols[4])                                           # nothing may be evicted: skipped
+    held = c.get(2), c.get(3), c.get(0)  # every column read this round
+    c.put(4, cols[4])  # nothing may be evicted: skipped
     assert 4 not in c
-    for k, v in zip((2, 3, 0), held):
+    for k, v in zip((2, 3, 0), held, strict=False):
         np.testing.assert_array_equal(v, cols[k])
     keep = np.array([1, 0, 1, 1, 0, 0, 1, 0], dtype=bool)
     c.compact(keep)
     for k in (0, 2, 3):
         np.testing.assert_array_equal(c.get(k), cols[k][keep])
     assert c.nbytes == 3 * 4 * 4
-    for k in (4, 5, 1):                                         # half-width slots: room for 6
+    for k in (4, 5, 1):  # half-width slots: room for 6
         c.put(k, cols[k][keep])
     assert len(c) == 6
-    c.put(9, np.ones(5, dtype=np.float32))                      # another active set
+    c.put(9, np.ones(5, dtype=np.float32))  # another active set
     assert len(c) == 1 and c.get(9).shape == (5,)
     c.clear()
     assert c.get(9) is None and c.nbytes == 0
@@ -265,26 +300,27 @@ def test_memory_column_cache_lru_pins_and_compaction():
     # process's resident size within a few MB of where it was
     import os
 
-    def rss():                                                  # resident bytes now
+    def rss():  # resident bytes now
         if not os.path.exists("/proc/self/statm"):
             return 0
         return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
     rss0 = rss()
-    big = ColumnCache(budget_bytes=10 ** 9)
+    big = ColumnCache(budget_bytes=10**9)
     many = rng.random((200, 8), dtype=np.float32)
     for k in range(200):
         big.put(k, many[k])
-    assert big._buf.nbytes == 10 ** 9 // 4 * 4 and len(big) == 200
-    if os.path.exists("/proc/self/statm"):                       # Linux
-        assert rss() - rss0 < 50 * 2 ** 20
+    assert big._buf.nbytes == 10**9 // 4 * 4 and len(big) == 200
+    if os.path.exists("/proc/self/statm"):  # Linux
+        assert rss() - rss0 < 50 * 2**20
     assert all(np.array_equal(big.get(k), many[k]) for k in range(200))
     # the numba pass alone, in place, against the masked copies
     buf = rng.random(4 * 10)
-    kept = np.flatnonzero(np.arange(10) % 3 != 1)               # 7 of 10 entries
-    ref = [buf[s * 10:(s + 1) * 10][kept].copy() for s in range(4)]
+    kept = np.flatnonzero(np.arange(10) % 3 != 1)  # 7 of 10 entries
+    ref = [buf[s * 10 : (s + 1) * 10][kept].copy() for s in range(4)]
     compact_slots(buf, np.array([0, 2, 3]), 10, kept)
-    for q, s in enumerate((0, 2, 3)):                           # the q-th used slot -> slot q
-        np.testing.assert_array_equal(buf[q * 7:(q + 1) * 7], ref[s])
+    for q, s in enumerate((0, 2, 3)):  # the q-th used slot -> slot q
+        np.testing.assert_array_equal(buf[q * 7 : (q + 1) * 7], ref[s])
 
 
 @pytest.mark.parametrize("capacity", [3, 7, 40])
@@ -294,16 +330,17 @@ def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
     through evictions (keys evicted by a later key of the same call), skipped puts when
     everything is pinned, growth, compaction and a width change."""
     from dmcsvm.engine.cache import ColumnCache
+
     rng = np.random.default_rng(capacity)
     one, many = ColumnCache(capacity * 8 * 4), ColumnCache(capacity * 8 * 4)
     width = 8
     for step in range(300):
-        if step == 150:                                   # shrinking: both re-pack
+        if step == 150:  # shrinking: both re-pack
             keep = np.arange(width) % 3 != 1
             one.compact(keep)
             many.compact(keep)
             width = int(keep.sum())
-        if step == 250:                                   # the active set grew: emptied
+        if step == 250:  # the active set grew: emptied
             one.clear()
             many.clear()
             width = 6
@@ -323,7 +360,7 @@ def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
         assert miss_many == miss_one
         np.testing.assert_array_equal(out_many, out_one)
         new = rng.random((len(miss_one), width), dtype=np.float32)
-        for k, col in zip(keys[miss_one], new):
+        for k, col in zip(keys[miss_one], new, strict=False):
             one.put(int(k), col)
         many.put_many(keys[miss_one], new)
         assert list(many._slot.items()) == list(one._slot.items())
@@ -337,17 +374,22 @@ def test_compact_block_moves_the_kept_block_to_the_corner_in_place(dtype):
     """The Gram cache's eviction: ``G[keep][:, keep]`` to ``G[:k, :k]`` without a temporary,
     against NumPy's fancy-indexed copy; keep sets that start at 0, keep the last row, or all."""
     from dmcsvm.engine.cache import compact_block
+
     rng = np.random.default_rng(5)
-    for keep in (np.array([0, 1, 4, 5, 8, 10]), np.array([2, 3, 7, 11]), np.arange(12),
-                 np.array([11])):
+    for keep in (
+        np.array([0, 1, 4, 5, 8, 10]),
+        np.array([2, 3, 7, 11]),
+        np.arange(12),
+        np.array([11]),
+    ):
         G = rng.normal(size=(12, 12)).astype(dtype)
         want = G[np.ix_(keep, keep)].copy()
         rest = G.copy()
         compact_block(G, keep)
         k = keep.shape[0]
         np.testing.assert_array_equal(G[:k, :k], want)
-        np.testing.assert_array_equal(G[k:, :], rest[k:, :])      # below the block: untouched
-        np.testing.assert_array_equal(G[:k, k:], rest[:k, k:])    # right of it too
+        np.testing.assert_array_equal(G[k:, :], rest[k:, :])  # below the block: untouched
+        np.testing.assert_array_equal(G[:k, k:], rest[:k, k:])  # right of it too
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -355,6 +397,7 @@ def test_add_rows_equals_numpy_fancy_index_add(dtype):
     """The nogil score scatter gives NumPy's ``F[rows] += dK`` bit for bit, and touches no
     other row."""
     from dmcsvm.numerics.scores import add_rows
+
     rng = np.random.default_rng(3)
     F = rng.normal(size=(50, 7)) * 1e3
     rows = np.sort(rng.choice(50, 31, replace=False)).astype(np.int64)
@@ -371,15 +414,16 @@ def test_small_memory_cache_reaches_the_optimum_of_an_ample_one():
     where a fit without a cache does, up to the stopping tolerance (a kernel column computed in
     another block can differ in its last bits, which changes the path a little)."""
     from sklearn.datasets import load_digits
+
     X, y = load_digits(return_X_y=True)
     X = (X[:600] / 16.0).astype(np.float32)
     y = y[:600]
     kw = dict(C=5.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100, n_jobs=2)
     plain = MulticlassSVC(cache_size=0, **kw).fit(X, y)
-    small = MulticlassSVC(cache_size=0.03, **kw).fit(X, y)      # ~25 columns per partition
+    small = MulticlassSVC(cache_size=0.03, **kw).fit(X, y)  # ~25 columns per partition
     ample = MulticlassSVC(cache_size=200, **kw).fit(X, y)
     hits = [m.history_["rows_cached"][-1] for m in (small, ample)]
-    assert 0 < hits[0] < hits[1]                                 # the small one evicted
+    assert 0 < hits[0] < hits[1]  # the small one evicted
     d0, d1, d2 = (m.history_["dual"][-1] for m in (plain, small, ample))
     assert abs(d1 - d2) <= 1e-12 * abs(d2)
     assert abs(d0 - d2) <= 1e-7 * abs(d2)

@@ -15,8 +15,18 @@ from sklearn.svm import SVC
 from dmcsvm import MulticlassSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
 
-HISTORY_REQUIRED = {"dual", "primal", "gap", "max_V", "max_psi", "n_active", "elapsed",
-                    "threshold", "batch", "round"}
+HISTORY_REQUIRED = {
+    "dual",
+    "primal",
+    "gap",
+    "max_V",
+    "max_psi",
+    "n_active",
+    "elapsed",
+    "threshold",
+    "batch",
+    "round",
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +61,7 @@ def _dual_from_model(model, X, y_idx):
 # accuracy sanity
 # ------------------------------------------------------------------------------------------------
 
+
 def test_iris_fit_predict_score(iris, iris_model):
     X, y = iris
     m = iris_model
@@ -72,9 +83,14 @@ def test_digits_test_accuracy():
     assert m.score(Xte, yte) >= 0.95
 
 
-@pytest.mark.parametrize("kernel,params", [
-    pytest.param("linear", {}, marks=pytest.mark.slow),     # the default tol takes a while here
-    ("poly", {"degree": 2, "coef0": 1.0}), ("rbf", {"gamma": 0.5})])
+@pytest.mark.parametrize(
+    "kernel,params",
+    [
+        pytest.param("linear", {}, marks=pytest.mark.slow),  # the default tol takes a while here
+        ("poly", {"degree": 2, "coef0": 1.0}),
+        ("rbf", {"gamma": 0.5}),
+    ],
+)
 def test_every_kernel_learns_iris(iris, kernel, params):
     X, y = iris
     m = MulticlassSVC(kernel=kernel, C=1.0, n_jobs=1, **params).fit(X, y)
@@ -84,6 +100,7 @@ def test_every_kernel_learns_iris(iris, kernel, params):
 # ------------------------------------------------------------------------------------------------
 # fitted attributes
 # ------------------------------------------------------------------------------------------------
+
 
 def test_fitted_attributes(iris, iris_model):
     X, y = iris
@@ -137,8 +154,7 @@ def test_converged_by_gap_tol(iris):
     gap_tol = 1e-2
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        m = MulticlassSVC(C=2.0, tol=1e-12, n_jobs=2,
-                          solver_options={"gap_tol": gap_tol}).fit(X, y)
+        m = MulticlassSVC(C=2.0, tol=1e-12, n_jobs=2, solver_options={"gap_tol": gap_tol}).fit(X, y)
     assert m.converged_
     h = m.history_
     assert h["gap"][-1] <= gap_tol
@@ -149,8 +165,9 @@ def test_converged_by_gap_tol(iris):
 
 def test_tight_fit_reaches_qp_optimum(cs):
     X, y = cs.make_blobs_problem(41, 45, 3, 3, spread=1.3, scale=1.5)
-    m = MulticlassSVC(C=1.0, kernel="rbf", gamma=0.5, tol=1e-8, n_jobs=2,
-                      solver_options={"gap_tol": 0.0}).fit(X, y)
+    m = MulticlassSVC(
+        C=1.0, kernel="rbf", gamma=0.5, tol=1e-8, n_jobs=2, solver_options={"gap_tol": 0.0}
+    ).fit(X, y)
     assert m.converged_
     K = kernel_reference(KernelSpec("rbf", 0.5), X, X)
     D_star, _ = cs.cs_dual_qp(K, y, 3, 1.0)
@@ -185,14 +202,16 @@ def test_batch_size_same_optimum_as_default(iris, batch_size):
     X, y = iris
     kw = dict(C=1.0, tol=1e-7, gap_tol=0.0, n_jobs=2)
     ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
-    m = MulticlassSVC(kernel_dtype="float64", **kw,
-                      solver_options={"batch_size": batch_size}).fit(X, y)
+    m = MulticlassSVC(kernel_dtype="float64", **kw, solver_options={"batch_size": batch_size}).fit(
+        X, y
+    )
     assert m.history_["dual"][-1] == pytest.approx(ref.history_["dual"][-1], rel=1e-7)
 
 
 # ------------------------------------------------------------------------------------------------
 # labels and input formats
 # ------------------------------------------------------------------------------------------------
+
 
 def test_string_labels(iris, iris_model):
     X, y = iris
@@ -226,8 +245,9 @@ def test_sparse_csr_gives_the_same_model(digits_small):
     assert sp.issparse(ms.support_vectors_)
     np.testing.assert_array_equal(ms.support_vectors_.toarray(), X[ms.support_])
     assert ms.gamma_ == pytest.approx(md.gamma_, rel=1e-12)
-    np.testing.assert_allclose(ms.decision_function(sp.csr_matrix(X)), md.decision_function(X),
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        ms.decision_function(sp.csr_matrix(X)), md.decision_function(X), atol=1e-9
+    )
     np.testing.assert_allclose(ms.decision_function(X), md.decision_function(X), atol=1e-9)
     np.testing.assert_array_equal(ms.predict(sp.csr_matrix(X)), md.predict(X))
 
@@ -244,12 +264,15 @@ def test_sparse_csc_and_coo_accepted(digits_small):
 def test_float32_input(digits_small):
     X, y = digits_small
     md = MulticlassSVC(n_jobs=2, tol=1e-6, solver_options={"gap_tol": 0.0}).fit(X, y)
-    m32 = MulticlassSVC(n_jobs=2, tol=1e-6, solver_options={"gap_tol": 0.0}).fit(X.astype(np.float32), y)
+    m32 = MulticlassSVC(n_jobs=2, tol=1e-6, solver_options={"gap_tol": 0.0}).fit(
+        X.astype(np.float32), y
+    )
     assert m32.converged_
     assert m32.support_vectors_.dtype == np.float32
     assert m32.history_["dual"][-1] == pytest.approx(md.history_["dual"][-1], rel=1e-6)
-    np.testing.assert_allclose(m32.decision_function(X.astype(np.float32)),
-                               md.decision_function(X), atol=1e-4)
+    np.testing.assert_allclose(
+        m32.decision_function(X.astype(np.float32)), md.decision_function(X), atol=1e-4
+    )
     np.testing.assert_array_equal(m32.predict(X), md.predict(X))
 
 
@@ -262,6 +285,7 @@ def test_list_input(iris):
 # ------------------------------------------------------------------------------------------------
 # binary problems
 # ------------------------------------------------------------------------------------------------
+
 
 def test_binary_decision_function(iris):
     X, y = iris
@@ -283,6 +307,7 @@ def test_binary_decision_function(iris):
 # ------------------------------------------------------------------------------------------------
 # progress bar and warnings
 # ------------------------------------------------------------------------------------------------
+
 
 def test_verbose_shows_progress_bar(iris, capfd):
     X, y = iris
@@ -319,6 +344,7 @@ def test_converged_fit_emits_no_warning(iris):
 
 def test_unfitted_model_raises(iris):
     from sklearn.exceptions import NotFittedError
+
     X, _ = iris
     with pytest.raises(NotFittedError):
         MulticlassSVC().predict(X)

@@ -20,8 +20,14 @@ EXAMPLES = ROOT / "examples"
 
 def run_example(name, *args, timeout=600):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run([sys.executable, str(EXAMPLES / name), *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(ROOT),
+    )
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     return r.stdout
 
@@ -41,7 +47,7 @@ def test_every_example_is_run_by_some_test():
 
 def test_quickstart_digits():
     out = run_example("quickstart_digits.py", "--n-jobs", 1)
-    assert accuracy(out) > 0.97          # scikit-learn's SVC reaches ~0.99 on this split
+    assert accuracy(out) > 0.97  # scikit-learn's SVC reaches ~0.99 on this split
     assert "reloaded model predicts the same labels: True" in out
 
 
@@ -52,8 +58,9 @@ def test_plot_convergence(tmp_path):
 
 
 def test_out_of_core_store():
-    out = run_example("out_of_core_store.py", "--data-dir", DATA, "--max-rows", 400,
-                      "--chunk-rows", 128)
+    out = run_example(
+        "out_of_core_store.py", "--data-dir", DATA, "--max-rows", 400, "--chunk-rows", 128
+    )
     assert "train: 400 rows in 4 chunks" in out
     assert accuracy(out) > 0.8
 
@@ -61,11 +68,20 @@ def test_out_of_core_store():
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_letter_localcluster():
-    out = run_example("letter_localcluster.py", "--data-dir", DATA, "--n-train", 800,
-                      "--n-test", 300, "--workers", 2)
+    out = run_example(
+        "letter_localcluster.py",
+        "--data-dir",
+        DATA,
+        "--n-train",
+        800,
+        "--n-test",
+        300,
+        "--workers",
+        2,
+    )
     assert "LocalCluster: 2 workers" in out
     assert "800 train, 300 test rows" in out
-    assert accuracy(out) > 0.5           # 26 classes from 800 rows
+    assert accuracy(out) > 0.5  # 26 classes from 800 rows
 
 
 @pytest.mark.slow
@@ -74,7 +90,7 @@ def test_scatter_checkerboard():
     m = re.search(r"ScatterSVC \(mScatter\)\s+100 classes: error\s+([0-9.]+)%", out)
     lib = re.search(r"LIBSVM one-vs-rest\s+100 classes: error\s+([0-9.]+)%", out)
     assert m and lib, out
-    assert float(m.group(1)) <= float(lib.group(1)) + 2.0      # the issue's bar vs one-vs-rest
+    assert float(m.group(1)) <= float(lib.group(1)) + 2.0  # the issue's bar vs one-vs-rest
 
 
 @pytest.mark.slow
@@ -96,24 +112,41 @@ def test_existing_scheduler_without_address_starts_a_stand_in():
 
 # ------------------------------------------------------------------ a real cluster
 
+
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     """`dask scheduler` and one `dask worker` process on 127.0.0.1, shut down after."""
     from distributed import Client
+
     cli = dask_cli()
     logdir = tmp_path_factory.mktemp("cluster")
     procs = []
 
     def spawn(args, name):
         log = open(logdir / f"{name}.log", "w")
-        procs.append(subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
-                                      cwd=str(logdir)))
+        procs.append(
+            subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT, cwd=str(logdir))
+        )
 
     spawn(scheduler_args(logdir / "scheduler.json"), "scheduler")
     try:
         addr = scheduler_address(logdir / "scheduler.json", procs[0])
-        spawn(["worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
-               "--host", "127.0.0.1", "--memory-limit", "2GiB"], "worker")
+        spawn(
+            [
+                "worker",
+                addr,
+                "--nthreads",
+                "1",
+                "--nworkers",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+                "--memory-limit",
+                "2GiB",
+            ],
+            "worker",
+        )
         deadline = time.time() + 60
         ok = False
         while time.time() < deadline and not ok:
@@ -138,6 +171,7 @@ def scheduler(tmp_path_factory):
 
 def _worker_names(addr):
     from distributed import Client
+
     with Client(addr, timeout=10) as c:
         return sorted(c.scheduler_info()["workers"])
 
@@ -161,9 +195,10 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     import numpy as np
     from sklearn.datasets import load_iris
 
+    from dmcsvm import MulticlassSVC
     from dmcsvm.model_io import load_model
     from dmcsvm.store import write_arrays
-    from dmcsvm import MulticlassSVC
+
     X, y = load_iris(return_X_y=True)
     url = str(tmp_path / "iris.zarr")
     write_arrays(url, X, y)
@@ -171,16 +206,44 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
     # the in-process side through the API (the CLI equals the API: test_cli), the cluster side
     # through the CLI, one process each for train and predict
     a = MulticlassSVC(C=3, solver_options={"n_partitions": 2}).fit(url)
-    r = subprocess.run(cli + ["train", url, "-o", str(tmp_path / "cluster.npz"), "--C", "3",
-                              "--n-partitions", "2", "--no-progress", "--scheduler", scheduler],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        cli
+        + [
+            "train",
+            url,
+            "-o",
+            str(tmp_path / "cluster.npz"),
+            "--C",
+            "3",
+            "--n-partitions",
+            "2",
+            "--no-progress",
+            "--scheduler",
+            scheduler,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(cli + ["predict", str(tmp_path / "cluster.npz"), url, "-o",
-                              str(tmp_path / "cluster.txt"), "--scheduler", scheduler],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        cli
+        + [
+            "predict",
+            str(tmp_path / "cluster.npz"),
+            url,
+            "-o",
+            str(tmp_path / "cluster.txt"),
+            "--scheduler",
+            scheduler,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     b = load_model(tmp_path / "cluster.npz")
-    assert b.client is None                       # where it trained is not part of the model
+    assert b.client is None  # where it trained is not part of the model
     assert np.array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     assert (tmp_path / "cluster.txt").read_text().split() == [str(v) for v in a.predict(url)]

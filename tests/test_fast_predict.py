@@ -52,6 +52,7 @@ def _both(monkeypatch, model, store, out, *flags, fast=True):
     def spy(self, *a, **k):
         used.append(self.name)
         return real(self, *a, **k)
+
     with monkeypatch.context() as m:
         m.setattr(_fast_predict.FastModel, "predictions", spy)
         a = _cli(model, store, out, *flags)
@@ -63,7 +64,7 @@ def _both(monkeypatch, model, store, out, *flags, fast=True):
 
 
 def _labels(text: bytes, header: bool):
-    lines = text.decode().splitlines()[1 if header else 0:]
+    lines = text.decode().splitlines()[1 if header else 0 :]
     return np.array([ln.split()[0] for ln in lines])
 
 
@@ -71,12 +72,12 @@ KINDS = {
     "multiclass": lambda: MulticlassSVC(C=10, gamma=2.0),
     "multiclass-ovo": lambda: MulticlassSVC(C=10, gamma=2.0, decision_function_shape="ovo"),
     "multiclass-poly": lambda: MulticlassSVC(C=1, kernel="poly", degree=2, gamma=0.5),
-    "multiprototype": lambda: MultiPrototypeSVC(n_prototypes=2, C=1, max_epochs=5,
-                                                random_state=0),
+    "multiprototype": lambda: MultiPrototypeSVC(n_prototypes=2, C=1, max_epochs=5, random_state=0),
     "ovr": lambda: OneVsRestSVC(C=10, gamma=2.0),
     "ovo": lambda: OneVsOneSVC(C=10, gamma=2.0),
-    "scaled": lambda: make_pipeline(MinMaxScaler(feature_range=(-1, 1)),
-                                    MulticlassSVC(C=10, gamma=0.5)),
+    "scaled": lambda: make_pipeline(
+        MinMaxScaler(feature_range=(-1, 1)), MulticlassSVC(C=10, gamma=0.5)
+    ),
 }
 
 
@@ -105,8 +106,11 @@ def test_fast_predict_of_a_model_directory(digits, tmp_path, monkeypatch):
     assert a == b
 
 
-@pytest.mark.parametrize("est", [BinarySVC(C=10, gamma=2.0), MulticlassSVC(C=10, gamma=2.0),
-                                 OneVsOneSVC(C=10, gamma=2.0)], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "est",
+    [BinarySVC(C=10, gamma=2.0), MulticlassSVC(C=10, gamma=2.0), OneVsOneSVC(C=10, gamma=2.0)],
+    ids=lambda e: type(e).__name__,
+)
 def test_fast_predict_of_two_classes_with_text_labels(est, digits, tmp_path, monkeypatch):
     d, X, y = digits
     keep = y < 2
@@ -133,12 +137,15 @@ def test_fast_predict_probabilities(digits, tmp_path, monkeypatch):
     np.testing.assert_array_equal(P, load_model(path).predict_proba(Xt))
 
 
-def test_fast_predict_leaves_other_models_and_inputs_to_the_estimator(digits, tmp_path,
-                                                                      monkeypatch):
+def test_fast_predict_leaves_other_models_and_inputs_to_the_estimator(
+    digits, tmp_path, monkeypatch
+):
     d, X, y = digits
     # a scaler it does not compute, and an estimator it does not compute: not taken
-    for model in (make_pipeline(StandardScaler(), MulticlassSVC(C=10, gamma=0.5)),
-                  ScatterSVC(gamma=2.0)):
+    for model in (
+        make_pipeline(StandardScaler(), MulticlassSVC(C=10, gamma=0.5)),
+        ScatterSVC(gamma=2.0),
+    ):
         path = tmp_path / "m.npz"
         save_model(model.fit(X, y), path)
         assert _fast_predict.fast_model(str(path)) is None
@@ -152,8 +159,11 @@ def test_fast_predict_leaves_other_models_and_inputs_to_the_estimator(digits, tm
     assert r.returncode == 2 and "not a dmcsvm model file" in r.stderr
 
 
-@pytest.mark.parametrize("est", [MulticlassSVC(C=10, gamma=2.0), OneVsRestSVC(C=10, gamma=2.0)],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "est",
+    [MulticlassSVC(C=10, gamma=2.0), OneVsRestSVC(C=10, gamma=2.0)],
+    ids=lambda e: type(e).__name__,
+)
 def test_fast_predict_of_a_sparse_store(est, digits, tmp_path, monkeypatch):
     d, X, y = digits
     path = tmp_path / "m.npz"
@@ -171,6 +181,7 @@ def test_the_thread_count_does_not_change_the_scores():
     may not."""
     from dmcsvm.estimators._scoring import prototype_scores
     from dmcsvm.kernels import KernelSpec
+
     rng = np.random.default_rng(0)
     X, SV = rng.normal(size=(5000, 30)), rng.normal(size=(300, 30))
     coef = rng.normal(size=(4, 300))
@@ -179,17 +190,20 @@ def test_the_thread_count_does_not_change_the_scores():
         np.testing.assert_array_equal(r, runs[0])
 
 
-@pytest.mark.slow          # a fresh interpreter
+@pytest.mark.slow  # a fresh interpreter
 def test_fast_predict_imports_no_scikit_learn(digits, tmp_path):
     d, X, y = digits
     path = tmp_path / "m.npz"
     save_model(MulticlassSVC(C=10, gamma=2.0).fit(X, y), path)
-    code = ("import sys; from dmcsvm.cli import main; "
-            f"assert main(['predict', {str(path)!r}, {str(d / 'test.zarr')!r}, '-o', "
-            f"{str(tmp_path / 'p.txt')!r}, '--no-progress']) == 0; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'dask', "
-            "'distributed', 'pandas'}))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       check=False)
+    code = (
+        "import sys; from dmcsvm.cli import main; "
+        f"assert main(['predict', {str(path)!r}, {str(d / 'test.zarr')!r}, '-o', "
+        f"{str(tmp_path / 'p.txt')!r}, '--no-progress']) == 0; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'dask', "
+        "'distributed', 'pandas'}))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"

@@ -24,6 +24,7 @@ import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from distributed import Client
 
+from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 from dmcsvm.engine.dask import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
 from dmcsvm.engine.messages import GradientMessage, RoundMessage
@@ -31,7 +32,6 @@ from dmcsvm.engine.partition import Partition, PartitionSettings
 from dmcsvm.kernels import KernelSpec, kernel_block
 from dmcsvm.numerics import linear_prototypes as lp
 from dmcsvm.numerics import pattern as pt
-from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
 
 #: predictions on held-out data that may differ after a recovery (the scores differ by rounding)
 MAX_DIFFERING = 0.01
@@ -50,14 +50,21 @@ SPEC = KernelSpec("rbf", 0.2)
 def _solve(executor, X, y, on_round=None, partition_cls=Partition, extra=None):
     m = int(y.max()) + 1
     s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()
-    ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                           n_candidates=6, pcls=np.arange(m), cache_bytes=10 ** 5,
-                           extra=dict(extra or {}))
-    executor.start(X, y, y, ps, bounds=[(0, 50), (50, 110), (110, X.shape[0])],
-                   partition_cls=partition_cls)
+    ps = PartitionSettings(
+        kernel=SPEC.to_dict(),
+        C=s.C,
+        selection=pt.SEL_BMG,
+        tol=s.tol,
+        n_candidates=6,
+        pcls=np.arange(m),
+        cache_bytes=10**5,
+        extra=dict(extra or {}),
+    )
+    executor.start(
+        X, y, y, ps, bounds=[(0, 50), (50, 110), (110, X.shape[0])], partition_cls=partition_cls
+    )
     try:
-        r = solve(executor, X.shape[0], np.arange(m), SPEC, s, X.shape[1], False,
-                  on_round=on_round)
+        r = solve(executor, X.shape[0], np.arange(m), SPEC, s, X.shape[1], False, on_round=on_round)
     finally:
         executor.close()
     B = np.zeros((X.shape[0], m))
@@ -76,8 +83,10 @@ def _assert_same_optimum(B, r, B_ref, r_ref, X):
     assert abs(d - d_ref) <= 1e-6 * abs(d_ref), (d, d_ref)
     X_test, _ = _problem(seed=99, n=2000)
     diff = np.mean(_predict(X, B, X_test) != _predict(X, B_ref, X_test))
-    print(f"after a recovery: dual {d!r} vs {d_ref!r} (relative {abs(d - d_ref) / abs(d_ref):.2e}),"
-          f" {r.n_iter} vs {r_ref.n_iter} rounds, held-out predictions differing {diff:.4f}")
+    print(
+        f"after a recovery: dual {d!r} vs {d_ref!r} (relative {abs(d - d_ref) / abs(d_ref):.2e}),"
+        f" {r.n_iter} vs {r_ref.n_iter} rounds, held-out predictions differing {diff:.4f}"
+    )
     assert diff <= MAX_DIFFERING, diff
 
 
@@ -89,8 +98,7 @@ class _Cluster:
         self.procs = []
         self.logs = tmp_path
         self.nanny = nanny
-        self.scheduler = self._spawn(cli, scheduler_args(tmp_path / "scheduler.json"),
-                                     "scheduler")
+        self.scheduler = self._spawn(cli, scheduler_args(tmp_path / "scheduler.json"), "scheduler")
         try:
             self.addr = scheduler_address(tmp_path / "scheduler.json", self.scheduler)
         except Exception:
@@ -111,19 +119,38 @@ class _Cluster:
 
     def start_worker(self):
         k = sum(1 for p in self.procs) - 1
-        return self._spawn(dask_cli(), ["worker", self.addr, "--nthreads", "1", "--no-dashboard",
-                                         "--host", "127.0.0.1", "--memory-limit", "2GiB",
-                                         *([] if self.nanny else ["--no-nanny"])], f"worker{k}")
+        return self._spawn(
+            dask_cli(),
+            [
+                "worker",
+                self.addr,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+                "--memory-limit",
+                "2GiB",
+                *([] if self.nanny else ["--no-nanny"]),
+            ],
+            f"worker{k}",
+        )
 
     def _spawn(self, cli, args, name):
         log = open(self.logs / f"{name}.log", "w")
         # this module importable in the cluster's processes (_DieInRound)
-        path = os.pathsep.join(filter(None, [os.path.dirname(__file__),
-                                             os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(
+            filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")])
+        )
         # a session of its own: close() kills it with every worker its nanny started
-        p = subprocess.Popen([cli, *args], stdout=log, stderr=subprocess.STDOUT,
-                             cwd=str(self.logs), env=dict(os.environ, PYTHONPATH=path),
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [cli, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(self.logs),
+            env=dict(os.environ, PYTHONPATH=path),
+            start_new_session=True,
+        )
         self.procs.append(p)
         return p
 
@@ -184,8 +211,11 @@ class _DieInRound(Partition):
     def step(self, msg):
         self._steps = getattr(self, "_steps", 0) + 1
         reply = super().step(msg)
-        if (self.part_id == self.s.extra.get("die_part") and self._steps == self.s.extra["die_at"]
-                and not getattr(self, "_restored", False)):
+        if (
+            self.part_id == self.s.extra.get("die_part")
+            and self._steps == self.s.extra["die_at"]
+            and not getattr(self, "_restored", False)
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
         return reply
 
@@ -203,12 +233,19 @@ def test_worker_killed_mid_round_recovers(cluster, reference):
     with Client(cluster.addr) as client:
         ex = DaskExecutor(client)
         placed = []
-        B, r = _solve(ex, X, y, partition_cls=_DieInRound, extra={"die_at": 8, "die_part": 1},
-                      on_round=_once_at(1, lambda: placed.extend(ex.placement)))
+        B, r = _solve(
+            ex,
+            X,
+            y,
+            partition_cls=_DieInRound,
+            extra={"die_at": 8, "die_part": 1},
+            on_round=_once_at(1, lambda: placed.extend(ex.placement)),
+        )
     # partition 1 and every other partition of its worker were rebuilt, once
     dead = placed[1]
-    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == \
-        [(k, dead) for k, w in enumerate(placed) if w == dead]
+    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == [
+        (k, dead) for k, w in enumerate(placed) if w == dead
+    ]
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
@@ -225,7 +262,7 @@ def test_worker_killed_between_rounds_recovers(cluster, reference):
             victim = ex.placement[1]
             pid = client.run(os.getpid, workers=[victim])[victim]
             killed.append((victim, [k for k, w in enumerate(ex.placement) if w == victim]))
-            os.kill(pid, signal.SIGKILL)          # the nanny restarts it, empty
+            os.kill(pid, signal.SIGKILL)  # the nanny restarts it, empty
             _wait_removed(client, victim)
 
         B, r = _solve(ex, X, y, on_round=_once_at(8, kill_one))
@@ -247,14 +284,21 @@ def test_worker_killed_mid_round_on_the_tree_recovers(cluster, reference, die_pa
     with Client(cluster.addr) as client:
         ex = DaskExecutor(client, tree=True)
         placed, tree = [], []
-        B, r = _solve(ex, X, y, partition_cls=_DieInRound,
-                      extra={"die_at": 8, "die_part": die_part},
-                      on_round=_once_at(1, lambda: (placed.extend(ex.placement),
-                                                    tree.append(ex.uses_tree()))))
+        B, r = _solve(
+            ex,
+            X,
+            y,
+            partition_cls=_DieInRound,
+            extra={"die_at": 8, "die_part": die_part},
+            on_round=_once_at(
+                1, lambda: (placed.extend(ex.placement), tree.append(ex.uses_tree()))
+            ),
+        )
     assert tree == [True] and ex.groups == [[0, 1], [2]]
     dead = placed[die_part]
-    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == \
-        [(k, dead) for k, w in enumerate(placed) if w == dead]
+    assert sorted((k, w) for k, w, _, _ in ex.recoveries) == [
+        (k, dead) for k, w in enumerate(placed) if w == dead
+    ]
     _assert_same_optimum(B, r, B_ref, r_ref, X)
 
 
@@ -273,19 +317,38 @@ def test_multiprototype_worker_killed_between_draw_and_install_recovers(cluster)
         prototype_classes,
     )
     from dmcsvm.engine.prototype_partition import PrototypePartition
+
     X, y = _problem()
     n, m = len(y), int(y.max()) + 1
     pcls = prototype_classes([2] * m)
     s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=6).check()
 
     def run(ex, yp0, epochs, progress=None):
-        ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                               n_candidates=6, pcls=pcls, cache_bytes=10 ** 5)
-        ex.start(X, yp0, y, ps, bounds=[(0, 50), (50, 110), (110, n)],
-                 partition_cls=PrototypePartition)
+        ps = PartitionSettings(
+            kernel=SPEC.to_dict(),
+            C=s.C,
+            selection=pt.SEL_BMG,
+            tol=s.tol,
+            n_candidates=6,
+            pcls=pcls,
+            cache_bytes=10**5,
+        )
+        ex.start(
+            X, yp0, y, ps, bounds=[(0, 50), (50, 110), (110, n)], partition_cls=PrototypePartition
+        )
         try:
-            return anneal(ex, n, pcls, SPEC, s, AnnealSettings(max_epochs=epochs), X.shape[1],
-                          False, np.random.RandomState(0), progress=progress)
+            return anneal(
+                ex,
+                n,
+                pcls,
+                SPEC,
+                s,
+                AnnealSettings(max_epochs=epochs),
+                X.shape[1],
+                False,
+                np.random.RandomState(0),
+                progress=progress,
+            )
         finally:
             ex.close()
 
@@ -298,15 +361,16 @@ def test_multiprototype_worker_killed_between_draw_and_install_recovers(cluster)
             if row["n_moved"] >= 7 and not killed:
                 victim = ex.placement[1]
                 pid = client.run(os.getpid, workers=[victim])[victim]
-                killed.append(([k for k, w in enumerate(ex.placement) if w == victim],
-                               row["epoch"]))
+                killed.append(
+                    ([k for k, w in enumerate(ex.placement) if w == victim], row["epoch"])
+                )
                 os.kill(pid, signal.SIGKILL)
                 _wait_removed(client, victim)
 
         res = run(ex, RandomAssignment(5, pcls, 0, n), 12, progress)
         assert killed and sorted(k for k, _, _, _ in ex.recoveries) == killed[0][0]
     print("killed after epoch", killed[0][1], "of", res.n_epochs, res.epochs["n_moved"])
-    assert res.n_epochs > killed[0][1] and res.final.converged    # the search went on
+    assert res.n_epochs > killed[0][1] and res.final.converged  # the search went on
     yp = res.yp
     assert yp.shape == (n,) and np.all(pcls[yp] == y)
     B = np.zeros((n, pcls.shape[0]))
@@ -343,7 +407,7 @@ def test_all_workers_killed_then_one_joins(tmp_path, reference):
 
             def kill_all_then_start_one():
                 _kill_all_workers(c, client)
-                c.workers.append(c.start_worker())      # joins while the next round waits
+                c.workers.append(c.start_worker())  # joins while the next round waits
 
             B, r = _solve(ex, X, y, on_round=_once_at(4, kill_all_then_start_one))
         assert sorted(k for k, *_ in ex.recoveries) == [0, 1, 2]
@@ -360,6 +424,7 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
     with an error that says so (the replaying executor failed at once, with "Worker holding
     Actor was lost")."""
     from dmcsvm.engine.dask import limits
+
     monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
@@ -367,9 +432,12 @@ def test_no_worker_left_fails_after_the_timeout(tmp_path, monkeypatch):
         with Client(c.addr) as client:
             ex = DaskExecutor(client, recover_timeout=8)
             kill_all = _once_at(4, lambda: _kill_all_workers(c, client))
-            with pytest.raises(RuntimeError, match=r"no Dask worker is left to take over "
-                                                   r"partition \d \(its worker tcp://127\.0\.0\.1:"
-                                                   r"\d+ died\); waited 8 s for one to join"):
+            with pytest.raises(
+                RuntimeError,
+                match=r"no Dask worker is left to take over "
+                r"partition \d \(its worker tcp://127\.0\.0\.1:"
+                r"\d+ died\); waited 8 s for one to join",
+            ):
                 _solve(ex, X, y, on_round=kill_all)
             waited = time.perf_counter() - kill_all.done[0]
             assert 8 <= waited < 8 + 30, waited
@@ -382,6 +450,7 @@ def test_scheduler_lost_says_so(tmp_path, monkeypatch):
     """The scheduler dies between rounds: the fit ends with an error naming the scheduler, in
     bounded time (the replaying executor said "Worker holding Actor was lost")."""
     from dmcsvm.engine.dask import limits
+
     monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     c = _Cluster(tmp_path, nanny=False)
     try:
@@ -397,8 +466,11 @@ def test_scheduler_lost_says_so(tmp_path, monkeypatch):
                     time.sleep(0.1)
 
             kill_scheduler = _once_at(4, kill_the_scheduler)
-            with pytest.raises(RuntimeError, match=r"the Dask scheduler tcp://127\.0\.0\.1:\d+ "
-                                                   r"is lost"):
+            with pytest.raises(
+                RuntimeError,
+                match=r"the Dask scheduler tcp://127\.0\.0\.1:\d+ "
+                r"is lost",
+            ):
                 _solve(ex, X, y, on_round=kill_scheduler)
             assert time.perf_counter() - kill_scheduler.done[0] < 30
     finally:
@@ -417,10 +489,28 @@ def test_memory_limit_too_small_fails_clearly_and_cleans_up(tmp_path):
     tmp.mkdir()
     env = dict(os.environ, TMPDIR=str(tmp))
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "dmcsvm.cli", "train", str(tmp_path / "X.npy"),
-                        "--labels", str(tmp_path / "y.npy"), "-o", str(tmp_path / "m.npz"),
-                        "--local-workers", "2", "--memory-limit", "1MiB"],
-                       capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmcsvm.cli",
+            "train",
+            str(tmp_path / "X.npy"),
+            "--labels",
+            str(tmp_path / "y.npy"),
+            "-o",
+            str(tmp_path / "m.npz"),
+            "--local-workers",
+            "2",
+            "--memory-limit",
+            "1MiB",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(tmp_path),
+    )
     took = time.perf_counter() - t
     err = r.stderr.strip().splitlines()
     last = [line for line in err if line.startswith("dmcsvm: error")]
@@ -432,28 +522,35 @@ def test_memory_limit_too_small_fails_clearly_and_cleans_up(tmp_path):
 
 
 def test_memory_plan_fits_partitions_to_the_worker_limit():
-    from dmcsvm.engine.memory import (PLAN_FRACTION, WORKER_BASELINE_BYTES, PartitionPlan,
-                                      plan_partition)
-    MiB = 2 ** 20
+    from dmcsvm.engine.memory import (
+        PLAN_FRACTION,
+        WORKER_BASELINE_BYTES,
+        PartitionPlan,
+        plan_partition,
+    )
+
+    MiB = 2**20
     # 1 GiB worker, 2 partitions of 500k rows x 10 prototypes, 4 GB of rows each: stream, and the
     # column cache gets what the state and one kernel block leave
-    p = plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2 ** 30, True, 100 * MiB, 64 * MiB)
+    p = plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2**30, True, 100 * MiB, 64 * MiB)
     budget = (PLAN_FRACTION * 1024 * MiB - WORKER_BASELINE_BYTES) / 2
     assert p.stream and p.budget_bytes == int(budget)
     assert p.state_bytes == 500_000 * (49 + 160)
-    assert p.cache_bytes == int(max(0, min(100 * MiB, budget - p.state_bytes - 64 * MiB
-                                            - 16 * MiB)))
+    assert p.cache_bytes == int(
+        max(0, min(100 * MiB, budget - p.state_bytes - 64 * MiB - 16 * MiB))
+    )
     # rows that fit stay in memory; no limit keeps the requested cache
-    q = plan_partition(8 * 2 ** 30, 1, 10_000, 10, 10 * MiB, True, 100 * MiB, 64 * MiB)
+    q = plan_partition(8 * 2**30, 1, 10_000, 10, 10 * MiB, True, 100 * MiB, 64 * MiB)
     assert not q.stream and q.cache_bytes == 100 * MiB
     assert plan_partition(0, 1, 10, 2, 10, True, 5, 1) == PartitionPlan(False, 5, 0, 10 * (49 + 32))
     # in-memory arrays cannot stream: the cache shrinks to fit instead (here to nothing)
     r = plan_partition(512 * MiB, 1, 1_000_000, 26, 400 * MiB, False, 200 * MiB, 64 * MiB)
     assert not r.stream and r.cache_bytes == 0
     # data_in_memory=True (stream=False) never streams, False always does
-    assert not plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2 ** 30, True, 0, 0,
-                              stream=False).stream
-    assert plan_partition(8 * 2 ** 30, 1, 10, 2, 10, True, 0, 0, stream=True).stream
+    assert not plan_partition(
+        1024 * MiB, 2, 500_000, 10, 4 * 2**30, True, 0, 0, stream=False
+    ).stream
+    assert plan_partition(8 * 2**30, 1, 10, 2, 10, True, 0, 0, stream=True).stream
 
 
 def _wide_block(lo, hi, d, seed):
@@ -483,33 +580,60 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
 
     from dmcsvm import MulticlassSVC
     from dmcsvm.store import from_dask
+
     n, d, rows = 500_000, 1024, 4096
     labels = np.random.default_rng(1).integers(0, 10, n)
-    blocks = [da.from_delayed(dask.delayed(lambda a, b: _wide_block(a, b, d, 0)[0])(a, min(a + rows, n)),
-                              shape=(min(a + rows, n) - a, d), dtype=np.float32)
-              for a in range(0, n, rows)]
+    blocks = [
+        da.from_delayed(
+            dask.delayed(lambda a, b: _wide_block(a, b, d, 0)[0])(a, min(a + rows, n)),
+            shape=(min(a + rows, n) - a, d),
+            dtype=np.float32,
+        )
+        for a in range(0, n, rows)
+    ]
     url = str(tmp_path / "wide.zarr")
     with dask.config.set(scheduler="threads"):
         info = from_dask(da.concatenate(blocks), labels, url, rows_per_chunk=rows)
-    assert info.n_samples * info.n_features * 4 > 1.5 * 2 * 600 * 2 ** 20
+    assert info.n_samples * info.n_features * 4 > 1.5 * 2 * 600 * 2**20
     # a cluster of its own, not the session's: its workers have a 600 MiB memory limit
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="600MiB",
-                      dashboard_address=None) as lc, Client(lc) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="600MiB",
+            dashboard_address=None,
+        ) as lc,
+        Client(lc) as client,
+    ):
         pids = client.run(os.getpid)
         # two rounds: the first selects a batch from every row, the second streams every
         # partition's rows to apply it (each further round repeats the second)
-        est = MulticlassSVC(client=client, C=1.0, gamma=1 / 16, max_iter=2,
-                            tol=1e-2, solver_options={"batch_size": 32})
+        est = MulticlassSVC(
+            client=client,
+            C=1.0,
+            gamma=1 / 16,
+            max_iter=2,
+            tol=1e-2,
+            solver_options={"batch_size": 32},
+        )
         with pytest.warns(Warning, match="max_iter=2"):
             est.fit(url)
         assert client.run(os.getpid) == pids
-        logs = [msg for logs in (client.get_worker_logs(), client.get_worker_logs(nanny=True))
-                for lines in logs.values() for _, msg in lines]
+        logs = [
+            msg
+            for logs in (client.get_worker_logs(), client.get_worker_logs(nanny=True))
+            for lines in logs.values()
+            for _, msg in lines
+        ]
         logs += [msg for _, msg in client.get_scheduler_logs()]
     # Dask's "unmanaged memory use is high" note (above its 60 % target) is allowed; what is not:
     # a pause (80 %), a restart or kill by the nanny (95 %)
-    trouble = [m for m in logs if any(w in m.lower() for w in
-                                      ("pausing", "restarting", "exceeded", "killed", "terminat"))]
+    trouble = [
+        m
+        for m in logs
+        if any(w in m.lower() for w in ("pausing", "restarting", "exceeded", "killed", "terminat"))
+    ]
     assert trouble == []
     assert all(not p["in_memory"] and p["x_bytes_read"] > 0 for p in est.engine_stats_)
     assert est.n_iter_ == 2 and len(est.support_) > 0
@@ -519,6 +643,7 @@ def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
 # restore(): a partition rebuilt from the coordinator's snapshot holds the live partition's state
 # (in-process, no cluster: the same methods the Dask recovery calls)
 # ------------------------------------------------------------------------------------------------
+
 
 class _Recorder(InProcessExecutor):
     """An in-process executor that keeps the coordinator's snapshot providers and, after the
@@ -537,7 +662,7 @@ class _Recorder(InProcessExecutor):
             out.update(fn(lo, hi))
         return out
 
-    def close(self):          # keep the partitions for the comparison
+    def close(self):  # keep the partitions for the comparison
         pass
 
 
@@ -551,18 +676,33 @@ def _fit_recorded(monkeypatch, module, est, X, y):
 @pytest.mark.parametrize("kind", ["multiclass", "prototypes-kernel", "prototypes-linear"])
 def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
     from dmcsvm import MulticlassSVC, MultiPrototypeSVC
-    from dmcsvm.estimators import multiclass as emc, multiprototype as emp
+    from dmcsvm.estimators import multiclass as emc
+    from dmcsvm.estimators import multiprototype as emp
+
     X, y = _problem(n=150)
     if kind == "multiclass":
-        est = MulticlassSVC(kernel_dtype="float64", C=2.0, gamma=0.2, tol=1e-4, shrinking=False,
-                            solver_options={"batch_size": 6})
+        est = MulticlassSVC(
+            kernel_dtype="float64",
+            C=2.0,
+            gamma=0.2,
+            tol=1e-4,
+            shrinking=False,
+            solver_options={"batch_size": 6},
+        )
         rec = _fit_recorded(monkeypatch, emc, est, X, y)
     else:
         linear = kind.endswith("linear")
-        est = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=2, C=2.0, kernel="poly" if linear else "rbf",
-                                gamma=0.2 if not linear else 1.0, max_epochs=3, shrinking=False, random_state=0,
-                                solver_options={"batch_size": 6, "fast_linear": linear,
-                                                "linear_solver": "rounds"})    # the partitions, not the in-memory solver
+        est = MultiPrototypeSVC(
+            kernel_dtype="float64",
+            n_prototypes=2,
+            C=2.0,
+            kernel="poly" if linear else "rbf",
+            gamma=0.2 if not linear else 1.0,
+            max_epochs=3,
+            shrinking=False,
+            random_state=0,
+            solver_options={"batch_size": 6, "fast_linear": linear, "linear_solver": "rounds"},
+        )  # the partitions, not the in-memory solver
         rec = _fit_recorded(monkeypatch, emp, est, X, y)
     assert rec.providers
     for part in rec.parts:
@@ -570,8 +710,9 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
         # a prototype partition derives its assignment (the coordinator holds none): the
         # prototype its coefficients name, else its class's best-scoring one
         yp0 = part.yp.copy() if kind == "multiclass" else np.zeros_like(part.yp)
-        fresh = type(part)(part.part_id, part.lo, part.hi, X[part.lo:part.hi], yp0, part.cls,
-                           part.s)
+        fresh = type(part)(
+            part.part_id, part.lo, part.hi, X[part.lo : part.hi], yp0, part.cls, part.s
+        )
         fresh.restore(snap)
         np.testing.assert_array_equal(fresh.B, part.B)
         if kind == "multiclass":
@@ -585,20 +726,22 @@ def test_restore_rebuilds_scores_coefficients_and_marks(monkeypatch, kind):
             best = part.first[part.cls] + np.argmin(xi, axis=1)
             np.testing.assert_array_equal(fresh.yp[~has], best[~has])
             assert np.all(part.pcls[fresh.yp] == part.cls)
-            part.yp = fresh.yp.copy()      # the rest of the state must match the live one's
+            part.yp = fresh.yp.copy()  # the rest of the state must match the live one's
         # shipped: every row whose X the coordinator holds (a superset of the rows the live
         # partition saw in a batch: a batch dropped by the epoch's stop rule is banked too)
         assert np.all(fresh.shipped >= part.shipped)
         assert fresh.active.shape[0] == part.hi - part.lo
         np.testing.assert_allclose(fresh.F, part.F, rtol=0, atol=1e-9 * max(1, abs(part.F).max()))
-        np.testing.assert_array_equal(fresh.step(RoundMessage()).cand_ids,
-                                      part.step(RoundMessage()).cand_ids)
+        np.testing.assert_array_equal(
+            fresh.step(RoundMessage()).cand_ids, part.step(RoundMessage()).cand_ids
+        )
 
 
 @pytest.mark.parametrize("est_name", ["BinarySVC", "ScatterSVC"])
 def test_gradient_partition_restore_rebuilds_tot_and_own(monkeypatch, est_name):
     import dmcsvm
     from dmcsvm.estimators import binary as eb
+
     X, y = _problem(n=150)
     if est_name == "BinarySVC":
         y = (y % 2).astype(np.int64)
@@ -607,8 +750,15 @@ def test_gradient_partition_restore_rebuilds_tot_and_own(monkeypatch, est_name):
     assert rec.providers
     for part in rec.parts:
         snap = rec.snapshot(part.lo, part.hi)
-        fresh = type(part)(part.part_id, part.lo, part.hi, X[part.lo:part.hi],
-                           np.zeros(part.hi - part.lo, dtype=np.int64), part.grp, part.s)
+        fresh = type(part)(
+            part.part_id,
+            part.lo,
+            part.hi,
+            X[part.lo : part.hi],
+            np.zeros(part.hi - part.lo, dtype=np.int64),
+            part.grp,
+            part.s,
+        )
         fresh.restore(snap)
         np.testing.assert_array_equal(fresh.alpha, part.alpha)
         np.testing.assert_array_equal(fresh.y, part.y)

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from oracles import check_feasible, cs_dual_qp, dual_value, kkt_violation
 from sklearn.datasets import dump_svmlight_file, load_iris
 from sklearn.metrics.pairwise import rbf_kernel, sigmoid_kernel
 from sklearn.pipeline import Pipeline
@@ -24,7 +25,6 @@ from dmcsvm.cli._params import estimator_params
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_diag
 from dmcsvm.model_io import load_model, save_model
 from dmcsvm.store import write_arrays
-from oracles import check_feasible, cs_dual_qp, dual_value, kkt_violation
 
 
 def run(capsys, *args):
@@ -56,6 +56,7 @@ def iris_svm(tmp_path_factory):
 
 # ------------------------------------------------------------------------------- 2. the CLI
 
+
 def test_bare_command_prints_help(capsys):
     out = ok(capsys)
     assert out.startswith("usage: dmcsvm [-h] [--version] COMMAND ...")
@@ -63,29 +64,44 @@ def test_bare_command_prints_help(capsys):
 
 
 def test_python_dash_m_dmcsvm_runs_the_command():
-    r = subprocess.run([sys.executable, "-m", "dmcsvm", "--version"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "dmcsvm", "--version"], capture_output=True, text=True, timeout=60
+    )
     from dmcsvm import __version__
+
     assert (r.returncode, r.stdout, r.stderr) == (0, f"dmcsvm {__version__}\n", "")
 
 
-@pytest.mark.slow          # a fresh interpreter runs the command: ~3 s quiet, 7 s at load 3.7
+@pytest.mark.slow  # a fresh interpreter runs the command: ~3 s quiet, 7 s at load 3.7
 def test_closed_pipe_exits_quietly(iris_svm, tmp_path):
     model = tmp_path / "m.npz"
     assert main(["train", str(iris_svm), "-o", str(model), "-g", "0.05", "-c", "1"]) == 0
     # the reader takes one line and goes away: no traceback, status 0
-    cmd = (f"{sys.executable} -m dmcsvm evaluate {model} {iris_svm} | head -1; "
-           f"echo \"status ${{PIPESTATUS[0]}}\"")
-    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    cmd = (
+        f"{sys.executable} -m dmcsvm evaluate {model} {iris_svm} | head -1; "
+        f'echo "status ${{PIPESTATUS[0]}}"'
+    )
+    r = subprocess.run(
+        ["bash", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert r.stdout.splitlines() == ["accuracy 0.9933 (149 of 150)", "status 0"], r.stdout
     assert r.stderr == ""
 
 
 def test_libsvm_short_flags_and_kernel_numbers():
     p = build_parser(["train"])
-    for t, name in [("0", "linear"), ("1", "poly"), ("2", "rbf"), ("3", "sigmoid"),
-                    ("4", "precomputed"), ("sigmoid", "sigmoid")]:
+    for t, name in [
+        ("0", "linear"),
+        ("1", "poly"),
+        ("2", "rbf"),
+        ("3", "sigmoid"),
+        ("4", "precomputed"),
+        ("sigmoid", "sigmoid"),
+    ]:
         a = p.parse_args(["train", "d.svm", "-o", "m.npz", "-c", "10", "-g", "0.5", "-t", t])
         assert (a.est__C, a.est__gamma, a.est__kernel) == (10, 0.5, name)
     # the underscore spelling is still accepted
@@ -97,10 +113,14 @@ def test_libsvm_short_flags_and_kernel_numbers():
 
 
 def test_no_abbreviated_options(capsys, iris_svm, tmp_path):
-    assert usage_error(capsys, "train", iris_svm, "-o", tmp_path / "m.npz", "--c", "1") == \
-        "dmcsvm: error: unrecognized arguments: --c 1"
-    assert usage_error(capsys, "predict", "m.npz", iris_svm, "-o", tmp_path / "p", "--dec") \
+    assert (
+        usage_error(capsys, "train", iris_svm, "-o", tmp_path / "m.npz", "--c", "1")
+        == "dmcsvm: error: unrecognized arguments: --c 1"
+    )
+    assert (
+        usage_error(capsys, "predict", "m.npz", iris_svm, "-o", tmp_path / "p", "--dec")
         == "dmcsvm: error: unrecognized arguments: --dec"
+    )
     assert os.listdir(tmp_path) == []
 
 
@@ -114,14 +134,18 @@ def test_one_overwrite_rule_for_every_output(capsys, iris_svm, tmp_path):
     ok(capsys, "train", iris_svm, "-o", model, "-c", "3", "-g", "0.05", "--overwrite")
     assert model.read_bytes() != before
     pred.write_text("keep\n")
-    assert usage_error(capsys, "predict", model, iris_svm, "-o", pred) == \
-        f"dmcsvm: error: {pred} already exists; pass --overwrite to replace it"
+    assert (
+        usage_error(capsys, "predict", model, iris_svm, "-o", pred)
+        == f"dmcsvm: error: {pred} already exists; pass --overwrite to replace it"
+    )
     assert pred.read_text() == "keep\n"
     ok(capsys, "predict", model, iris_svm, "-o", pred, "--overwrite")
     assert len(pred.read_text().splitlines()) == 150
     png.write_bytes(b"keep")
-    assert usage_error(capsys, "plot", log, "-o", png) == \
-        f"dmcsvm: error: {png} already exists; pass --overwrite to replace it"
+    assert (
+        usage_error(capsys, "plot", log, "-o", png)
+        == f"dmcsvm: error: {png} already exists; pass --overwrite to replace it"
+    )
     assert png.read_bytes() == b"keep"
     # nothing half-written: no temporary left beside the outputs
     assert sorted(os.listdir(tmp_path)) == ["c.png", "log.jsonl", "m.npz", "p.txt"]
@@ -132,16 +156,18 @@ def test_help_is_plain_text_and_about_a_screen(capsys, monkeypatch):
     for cmd in ("convert", "info", "scale", "train", "predict", "evaluate", "plot", "demo"):
         out = ok(capsys, cmd, "--help")
         assert "``" not in out and ":func:" not in out and ":mod:" not in out, cmd
-        assert "Fig." not in out and "Eq." not in out, cmd       # paper references stay in Python
+        assert "Fig." not in out and "Eq." not in out, cmd  # paper references stay in Python
         assert len(out.splitlines()) <= 95, (cmd, len(out.splitlines()))
 
 
 def test_a_file_that_is_not_a_model(capsys, iris_svm, tmp_path):
     png = tmp_path / "x.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
-    assert usage_error(capsys, "predict", png, iris_svm, "-o", tmp_path / "p.txt") == \
-        f"dmcsvm: error: {png} is not a dmcsvm model file: a model is an .npz archive or a " \
+    assert (
+        usage_error(capsys, "predict", png, iris_svm, "-o", tmp_path / "p.txt")
+        == f"dmcsvm: error: {png} is not a dmcsvm model file: a model is an .npz archive or a "
         f"model directory written by dmcsvm train / save_model"
+    )
     np.save(tmp_path / "a.npy", np.zeros(3))
     with pytest.raises(ValueError, match=r"a\.npy is not a dmcsvm model file: a model is"):
         load_model(tmp_path / "a.npy")
@@ -159,6 +185,7 @@ def test_info_shows_text_labels_as_text(capsys, tmp_path):
 
 # ------------------------------------------------------------------------------- scaling
 
+
 def test_scale_matches_minmaxscaler_and_round_trips(capsys, iris_svm, tmp_path):
     X, y = load_iris(return_X_y=True)
     X = (X * 10).astype(np.float32)
@@ -167,6 +194,7 @@ def test_scale_matches_minmaxscaler_and_round_trips(capsys, iris_svm, tmp_path):
     lines = rng_file.read_text().splitlines()
     assert lines[:2] == ["x", "-1.0 1.0"] and len(lines) == 2 + 4
     from sklearn.datasets import load_svmlight_file
+
     Xs, ys = load_svmlight_file(str(out), n_features=4)
     ref = MinMaxScaler(feature_range=(-1, 1)).fit_transform(X)
     np.testing.assert_allclose(Xs.toarray(), ref, atol=1e-7)
@@ -174,18 +202,23 @@ def test_scale_matches_minmaxscaler_and_round_trips(capsys, iris_svm, tmp_path):
     # -r: the training ranges again, here into a store; -l/-u with -r is refused
     ok(capsys, "scale", iris_svm, "-o", tmp_path / "s.zarr", "-r", rng_file)
     from dmcsvm.store import read_all
+
     np.testing.assert_allclose(read_all(str(tmp_path / "s.zarr"))[0], ref, atol=1e-6)
-    assert usage_error(capsys, "scale", iris_svm, "-o", tmp_path / "t.svm", "-r", rng_file,
-                       "-l", "0") == \
-        "dmcsvm: error: -r takes lower and upper from its file: give either -r or -l/-u"
-    assert usage_error(capsys, "scale", iris_svm, "-o", out) == \
-        f"dmcsvm: error: {out} already exists; pass --overwrite to replace it"
+    assert (
+        usage_error(capsys, "scale", iris_svm, "-o", tmp_path / "t.svm", "-r", rng_file, "-l", "0")
+        == "dmcsvm: error: -r takes lower and upper from its file: give either -r or -l/-u"
+    )
+    assert (
+        usage_error(capsys, "scale", iris_svm, "-o", out)
+        == f"dmcsvm: error: {out} already exists; pass --overwrite to replace it"
+    )
     ok(capsys, "scale", iris_svm, "-o", tmp_path / "u.svm", "-l", "0", "-u", "1")
     Xu, _ = load_svmlight_file(str(tmp_path / "u.svm"), n_features=4)
     np.testing.assert_allclose(Xu.toarray(), MinMaxScaler().fit_transform(X), atol=1e-7)
     (tmp_path / "bad.txt").write_text("y\n0 1\n")
     assert "is not a feature range file" in usage_error(
-        capsys, "scale", iris_svm, "-o", tmp_path / "v.svm", "-r", tmp_path / "bad.txt")
+        capsys, "scale", iris_svm, "-o", tmp_path / "v.svm", "-r", tmp_path / "bad.txt"
+    )
 
 
 def test_train_scale_keeps_the_scaler_in_the_model(capsys, iris_svm, tmp_path):
@@ -198,13 +231,19 @@ def test_train_scale_keeps_the_scaler_in_the_model(capsys, iris_svm, tmp_path):
     X, y = load_iris(return_X_y=True)
     X = (X * 10).astype(np.float32)
     ref = MulticlassSVC(kernel="linear", C=10).fit(
-        MinMaxScaler(feature_range=(-1, 1)).fit_transform(X), y)
+        MinMaxScaler(feature_range=(-1, 1)).fit_transform(X), y
+    )
     ok(capsys, "predict", model, iris_svm, "-o", tmp_path / "p.txt", "--decision-values")
     got = np.loadtxt(tmp_path / "p.txt", skiprows=1)
-    np.testing.assert_allclose(got[:, 1:], ref.decision_function(
-        MinMaxScaler(feature_range=(-1, 1)).fit(X).transform(X)), rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(got[:, 0], ref.predict(
-        MinMaxScaler(feature_range=(-1, 1)).fit(X).transform(X)))
+    np.testing.assert_allclose(
+        got[:, 1:],
+        ref.decision_function(MinMaxScaler(feature_range=(-1, 1)).fit(X).transform(X)),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    np.testing.assert_array_equal(
+        got[:, 0], ref.predict(MinMaxScaler(feature_range=(-1, 1)).fit(X).transform(X))
+    )
 
 
 @pytest.mark.parametrize("scaler", [MinMaxScaler(feature_range=(-1, 1)), StandardScaler()])
@@ -217,26 +256,31 @@ def test_pipeline_saves_and_loads_without_pickle(scaler, tmp_path):
         assert [n for n, _ in back.steps] == ["scale", "svm"]
         assert type(back.steps[0][1]) is type(scaler)
         np.testing.assert_array_equal(back.decision_function(X), pipe.decision_function(X))
-    with np.load(tmp_path / "p.npz", allow_pickle=False) as z:      # plain arrays only
+    with np.load(tmp_path / "p.npz", allow_pickle=False) as z:  # plain arrays only
         assert all(z[k].dtype != object for k in z.files)
 
 
 def test_pipeline_of_other_steps_is_refused(tmp_path):
     from sklearn.decomposition import PCA
+
     X, y = load_iris(return_X_y=True)
     pipe = Pipeline([("pca", PCA(2)), ("svm", MulticlassSVC())]).fit(X, y)
-    with pytest.raises(ValueError, match=r"cannot save model: step 'pca' is a PCA; a saved "
-                                         r"Pipeline holds only MinMaxScaler, StandardScaler, "
-                                         r"MaxAbsScaler before its dmcsvm estimator"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot save model: step 'pca' is a PCA; a saved "
+        r"Pipeline holds only MinMaxScaler, StandardScaler, "
+        r"MaxAbsScaler before its dmcsvm estimator",
+    ):
         save_model(pipe, tmp_path / "p.npz")
     assert not os.listdir(tmp_path)
 
 
 # ------------------------------------------------------------------------------- the warning
 
+
 def test_store_with_many_classes_gives_no_false_regression_warning(tmp_path):
     rng = np.random.default_rng(0)
-    y = np.repeat(np.arange(26), 8)                       # 26 classes, 208 rows
+    y = np.repeat(np.arange(26), 8)  # 26 classes, 208 rows
     X = rng.normal(size=(208, 4)) + y[:, None] * 0.5
     write_arrays(tmp_path / "d.zarr", X, y)
     with warnings.catch_warnings():
@@ -245,14 +289,19 @@ def test_store_with_many_classes_gives_no_false_regression_warning(tmp_path):
     # the warning is kept where it is true: 30 rows of 25 classes
     y2 = np.concatenate([np.arange(25), np.arange(5)])
     write_arrays(tmp_path / "e.zarr", rng.normal(size=(30, 2)), y2)
-    with pytest.warns(UserWarning, match="The number of unique classes is greater than 50% of "
-                                         "the number of samples"), \
-            warnings.catch_warnings():
+    with (
+        pytest.warns(
+            UserWarning,
+            match="The number of unique classes is greater than 50% of the number of samples",
+        ),
+        warnings.catch_warnings(),
+    ):
         warnings.filterwarnings("ignore", message="dmcsvm solver stopped")
         MulticlassSVC(max_iter=3).fit(str(tmp_path / "e.zarr"))
 
 
 # ------------------------------------------------------------------------------- 3. SVC surface
+
 
 def _iris_scaled():
     X, y = load_iris(return_X_y=True)
@@ -263,11 +312,14 @@ def test_sigmoid_kernel_block_is_sklearns():
     rng = np.random.default_rng(1)
     A, B = rng.normal(size=(7, 5)), rng.normal(size=(4, 5))
     spec = KernelSpec("sigmoid", 0.3, 3, -0.5)
-    np.testing.assert_allclose(kernel_block(spec, A, B), sigmoid_kernel(A, B, 0.3, -0.5),
-                               rtol=1e-12)
-    np.testing.assert_allclose(kernel_block(spec, A.astype(np.float32), B.astype(np.float32),
-                                            dtype=np.float32),
-                               sigmoid_kernel(A, B, 0.3, -0.5), atol=1e-6)
+    np.testing.assert_allclose(
+        kernel_block(spec, A, B), sigmoid_kernel(A, B, 0.3, -0.5), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        kernel_block(spec, A.astype(np.float32), B.astype(np.float32), dtype=np.float32),
+        sigmoid_kernel(A, B, 0.3, -0.5),
+        atol=1e-6,
+    )
     np.testing.assert_allclose(kernel_diag(spec, A), np.diag(sigmoid_kernel(A, A, 0.3, -0.5)))
 
 
@@ -322,10 +374,14 @@ def test_precomputed_and_callable_equal_the_named_kernel(tmp_path):
     save_model(pre, tmp_path / "pre.npz")
     back = load_model(tmp_path / "pre.npz")
     np.testing.assert_array_equal(back.support_, pre.support_)
-    np.testing.assert_array_equal(back.decision_function(rbf_kernel(Xte, X, 0.5)),
-                                  pre.decision_function(rbf_kernel(Xte, X, 0.5)))
-    with pytest.raises(ValueError, match="cannot save model: its kernel is a Python callable, "
-                                         "and a model file stores no code"):
+    np.testing.assert_array_equal(
+        back.decision_function(rbf_kernel(Xte, X, 0.5)),
+        pre.decision_function(rbf_kernel(Xte, X, 0.5)),
+    )
+    with pytest.raises(
+        ValueError,
+        match="cannot save model: its kernel is a Python callable, and a model file stores no code",
+    ):
         save_model(fn, tmp_path / "fn.npz")
     assert sorted(os.listdir(tmp_path)) == ["pre.npz"]
 
@@ -346,20 +402,30 @@ def test_precomputed_binary_reaches_the_qp_optimum():
 def test_gram_kernels_refuse_clusters_stores_and_dask(tmp_path):
     X, y = _iris_scaled()
     K = X @ X.T
-    with pytest.raises(ValueError, match=r"^MulticlassSVC with kernel='precomputed' runs in "
-                                         r"this process only and cannot go to a Dask cluster: "
-                                         r"set client=None$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^MulticlassSVC with kernel='precomputed' runs in "
+        r"this process only and cannot go to a Dask cluster: "
+        r"set client=None$",
+    ):
         MulticlassSVC(kernel="precomputed", client="tcp://127.0.0.1:1").fit(K, y)
     write_arrays(tmp_path / "k.zarr", K, y)
-    with pytest.raises(ValueError, match=r"^MulticlassSVC with a callable kernel takes X in "
-                                         r"memory \(a NumPy array\) in this process only; it "
-                                         r"cannot go to a cluster, and X is a zarr store$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^MulticlassSVC with a callable kernel takes X in "
+        r"memory \(a NumPy array\) in this process only; it "
+        r"cannot go to a cluster, and X is a zarr store$",
+    ):
         MulticlassSVC(kernel=np.dot).fit(str(tmp_path / "k.zarr"))
     import dask.array as da
+
     with pytest.raises(ValueError, match=r"cannot go to a cluster, and X is a dask array$"):
         MulticlassSVC(kernel="precomputed").fit(da.from_array(K), y)
-    with pytest.raises(ValueError, match=r"must be the square Gram matrix of the training "
-                                         r"rows, got shape \(150, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"must be the square Gram matrix of the training "
+        r"rows, got shape \(150, 4\)",
+    ):
         MulticlassSVC(kernel="precomputed").fit(X, y)
 
 
@@ -369,10 +435,11 @@ def test_decision_function_shape_ovo():
     ovo = MulticlassSVC(C=10, decision_function_shape="ovo").fit(X, y)
     S = ovr.decision_function(X)
     D = ovo.decision_function(X)
-    np.testing.assert_array_equal(D, np.stack([S[:, 0] - S[:, 1], S[:, 0] - S[:, 2],
-                                               S[:, 1] - S[:, 2]], axis=1))
+    np.testing.assert_array_equal(
+        D, np.stack([S[:, 0] - S[:, 1], S[:, 0] - S[:, 2], S[:, 1] - S[:, 2]], axis=1)
+    )
     svc = SVC(C=10, decision_function_shape="ovo").fit(X, y)
-    assert svc.decision_function(X).shape == D.shape          # SVC's shape and pair order
+    assert svc.decision_function(X).shape == D.shape  # SVC's shape and pair order
     # the sign is SVC's: a positive (i, j) value votes for class i
     votes = np.zeros_like(S)
     for c, (i, j) in enumerate([(0, 1), (0, 2), (1, 2)]):
@@ -386,8 +453,9 @@ def test_decision_function_shape_ovo():
 
 def test_ovo_model_and_probabilities_save_and_load(tmp_path):
     X, y = _iris_scaled()
-    est = MulticlassSVC(C=10, decision_function_shape="ovo", probability=True,
-                        random_state=0).fit(X, y)
+    est = MulticlassSVC(C=10, decision_function_shape="ovo", probability=True, random_state=0).fit(
+        X, y
+    )
     save_model(est, tmp_path / "m.npz")
     back = load_model(tmp_path / "m.npz")
     assert back.decision_function_shape == "ovo"
@@ -399,26 +467,36 @@ def test_ovo_model_and_probabilities_save_and_load(tmp_path):
     save_model(est4, tmp_path / "m4.npz")
     assert load_model(tmp_path / "m4.npz").decision_function(X[:2]).shape == (2, 6)
     pre = MulticlassSVC(kernel="precomputed", C=10, probability=True, random_state=0).fit(
-        X @ X.T, y)
+        X @ X.T, y
+    )
     assert pre.predict_proba(X @ X.T).shape == (150, 3)
 
 
 # ------------------------------------------------------------------------------- 1. fast start
 
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("spec", [KernelSpec("rbf", 0.3), KernelSpec("poly", 0.5, 3, 1.0),
-                                  KernelSpec("poly", 0.2, 7, -0.5), KernelSpec("linear"),
-                                  KernelSpec("sigmoid", 0.1, 3, 0.2)])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        KernelSpec("rbf", 0.3),
+        KernelSpec("poly", 0.5, 3, 1.0),
+        KernelSpec("poly", 0.2, 7, -0.5),
+        KernelSpec("linear"),
+        KernelSpec("sigmoid", 0.1, 3, 0.2),
+    ],
+)
 def test_numpy_pass_equals_numba_bit_for_bit(spec, dtype):
     rng = np.random.default_rng(3)
     A, B = rng.normal(size=(300, 20)).astype(dtype), rng.normal(size=(77, 20)).astype(dtype)
     jit = kernel_block(spec, A, B, dtype=np.float64)
     plain = kernel_block(spec, A, B, dtype=np.float64, jit=False)
     np.testing.assert_array_equal(plain, jit)
-    out = np.empty((300, 77))                 # in place on the GEMM's output, as training does
-    np.testing.assert_array_equal(kernel_block(spec, A.astype(np.float64), B.astype(np.float64),
-                                               out=out, jit=False),
-                                  kernel_block(spec, A.astype(np.float64), B.astype(np.float64)))
+    out = np.empty((300, 77))  # in place on the GEMM's output, as training does
+    np.testing.assert_array_equal(
+        kernel_block(spec, A.astype(np.float64), B.astype(np.float64), out=out, jit=False),
+        kernel_block(spec, A.astype(np.float64), B.astype(np.float64)),
+    )
 
 
 _FRESH_PREDICT = r"""
@@ -436,40 +514,55 @@ np.save(sys.argv[3], D)
 """
 
 
-@pytest.mark.slow          # a fresh interpreter: ~3 s quiet, 6 s at load 3.7
+@pytest.mark.slow  # a fresh interpreter: ~3 s quiet, 6 s at load 3.7
 def test_a_small_prediction_in_a_fresh_process_skips_numba_and_gives_the_same_values(tmp_path):
     X, y = _iris_scaled()
     m = MulticlassSVC(C=10, gamma=0.7).fit(X, y)
     save_model(m, tmp_path / "m.npz")
     np.save(tmp_path / "X.npy", X)
-    r = subprocess.run([sys.executable, "-c", _FRESH_PREDICT, str(tmp_path / "m.npz"),
-                        str(tmp_path / "X.npy"), str(tmp_path / "D.npy")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _FRESH_PREDICT,
+            str(tmp_path / "m.npz"),
+            str(tmp_path / "X.npy"),
+            str(tmp_path / "D.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "D.npy"), m.decision_function(X))
 
 
 def test_prefer_numpy_only_for_small_jobs_before_numba():
     from dmcsvm import kernels
-    kernel_block(KernelSpec("rbf", 1.0), np.ones((2, 2)), np.ones((2, 2)))   # numba now loaded
+
+    kernel_block(KernelSpec("rbf", 1.0), np.ones((2, 2)), np.ones((2, 2)))  # numba now loaded
     assert kernels.numba_loaded()
     assert not kernels.prefer_numpy(10)
-    assert kernels.NUMPY_FIRST_MAX == 2 ** 24
+    assert kernels.NUMPY_FIRST_MAX == 2**24
 
 
 # ------------------------------------------------------------------------------- 6. libraries
 
+
 def test_evaluate_reports_through_sklearns_classification_report(capsys, iris_svm, tmp_path):
     from sklearn.metrics import classification_report
+
     model = tmp_path / "m.npz"
     ok(capsys, "train", iris_svm, "-o", model, "-g", "0.05")
     out = ok(capsys, "evaluate", model, iris_svm, "--json", tmp_path / "e.json")
     X, y = load_iris(return_X_y=True)
     pred = load_model(model).predict((X * 10).astype(np.float32))
-    text = classification_report(y, pred, labels=[0, 1, 2], target_names=["0", "1", "2"],
-                                 digits=4, zero_division=0)
+    text = classification_report(
+        y, pred, labels=[0, 1, 2], target_names=["0", "1", "2"], digits=4, zero_division=0
+    )
     assert text.rstrip("\n") in out
     import json
+
     ev = json.loads((tmp_path / "e.json").read_text())
     rep = classification_report(y, pred, output_dict=True, zero_division=0)
     assert ev["macro_avg"]["f1"] == rep["macro avg"]["f1-score"]
@@ -478,15 +571,16 @@ def test_evaluate_reports_through_sklearns_classification_report(capsys, iris_sv
 
 def test_status_messages_go_to_stderr_through_logging(capsys):
     import logging
+
     log = logging.getLogger("dmcsvm.cli.demo")
     before = logging.getLogger("dmcsvm").handlers[:]
     code = main(["demo", "--in-process", "--max-iter", "2", "--help"])
     assert code == 0
-    assert logging.getLogger("dmcsvm").handlers == before     # main leaves logging as it was
+    assert logging.getLogger("dmcsvm").handlers == before  # main leaves logging as it was
     from dmcsvm.cli import _status_handler
+
     h = _status_handler()
-    rec = log.makeRecord("dmcsvm.cli.demo", logging.INFO, __file__, 1, "started %s", ("x",),
-                         None)
+    rec = log.makeRecord("dmcsvm.cli.demo", logging.INFO, __file__, 1, "started %s", ("x",), None)
     assert h.format(rec) == "dmcsvm: started x"
 
 
@@ -497,18 +591,23 @@ _CSVS = {
     "weights.csv": "1,0.5,2,1.0\n0,1.5,-3,2.5\n1,2,4,0\n",
     "spaces.txt.gz": "  1 0.5 2  \n2\t1.5 -3\n1 2 4\n",
 }
-_CSV_ARGS = {"numbers.csv": {}, "text_labels.csv": {"label_column": 1, "skip_header": 1,
-                                                     "drop_columns": (0,)},
-             "quoted.csv": {}, "weights.csv": {"weight_column": -1},
-             "spaces.txt.gz": {"delimiter": "whitespace"}}
+_CSV_ARGS = {
+    "numbers.csv": {},
+    "text_labels.csv": {"label_column": 1, "skip_header": 1, "drop_columns": (0,)},
+    "quoted.csv": {},
+    "weights.csv": {"weight_column": -1},
+    "spaces.txt.gz": {"delimiter": "whitespace"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(_CSVS))
 def test_csv_through_pandas_equals_the_exact_reader(name, tmp_path, monkeypatch):
     import gzip
-    pytest.importorskip("pandas")          # the csv extra; the test extra installs it
+
+    pytest.importorskip("pandas")  # the csv extra; the test extra installs it
 
     from dmcsvm.store import delimited, from_csv, read_all, read_sample_weight
+
     src = tmp_path / name
     data = _CSVS[name].encode()
     src.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
@@ -517,27 +616,35 @@ def test_csv_through_pandas_equals_the_exact_reader(name, tmp_path, monkeypatch)
 
     def refuse(*a, **k):
         raise AssertionError("the exact reader ran for a well-formed file")
+
     monkeypatch.setattr(delimited, "_from_csv_exact", refuse)
     fast = from_csv(src, tmp_path / "fast.zarr", **kw)
-    monkeypatch.setattr(delimited, "_from_csv_pandas",
-                        lambda *a, **k: (_ for _ in ()).throw(delimited._Fallback("off")))
+    monkeypatch.setattr(
+        delimited,
+        "_from_csv_pandas",
+        lambda *a, **k: (_ for _ in ()).throw(delimited._Fallback("off")),
+    )
     monkeypatch.setattr(delimited, "_from_csv_exact", exact)
     slow = from_csv(src, tmp_path / "slow.zarr", **kw)
-    for a, b in zip(read_all(fast), read_all(slow)):
+    for a, b in zip(read_all(fast), read_all(slow), strict=False):
         np.testing.assert_array_equal(a, b)
     assert fast.classes == slow.classes
     wa, wb = read_sample_weight(fast), read_sample_weight(slow)
     assert (wa is None and wb is None) or np.array_equal(wa, wb)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("1,2,3\n1,2\n", "line 2: 2 fields, expected 3"),
-    ("1,2,3\n1,x,3\n", "line 2: column 1 is not a number: 'x'"),
-    ("1,2,3\n1,nan,3\n", "contains NaN or infinity at row 1 (line 2)"),
-    ("1,2,3\n1,2,3,4\n", "line 2: 4 fields, expected 3"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("1,2,3\n1,2\n", "line 2: 2 fields, expected 3"),
+        ("1,2,3\n1,x,3\n", "line 2: column 1 is not a number: 'x'"),
+        ("1,2,3\n1,nan,3\n", "contains NaN or infinity at row 1 (line 2)"),
+        ("1,2,3\n1,2,3,4\n", "line 2: 4 fields, expected 3"),
+    ],
+)
 def test_csv_errors_still_name_the_line(text, message, tmp_path):
     from dmcsvm.store import from_csv
+
     (tmp_path / "bad.csv").write_text(text)
     with pytest.raises(ValueError, match=re.escape(message)):
         from_csv(tmp_path / "bad.csv", tmp_path / "bad.zarr")
@@ -548,8 +655,11 @@ def _write_precomputed(path, K, y, serial=True):
     with open(path, "w") as f:
         for i in range(len(y)):
             s = i + 1 if serial else 1
-            f.write(f"{y[i]} 0:{s} " + " ".join(f"{j + 1}:{float(v)!r}"
-                                                for j, v in enumerate(K[i])) + "\n")
+            f.write(
+                f"{y[i]} 0:{s} "
+                + " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(K[i]))
+                + "\n"
+            )
 
 
 def test_cli_precomputed_kernel_in_libsvms_format(capsys, tmp_path):
@@ -558,37 +668,58 @@ def test_cli_precomputed_kernel_in_libsvms_format(capsys, tmp_path):
     _write_precomputed(tmp_path / "k.train", K, y)
     _write_precomputed(tmp_path / "k.test", Kt, y[::5], serial=False)
     ok(capsys, "train", tmp_path / "k.train", "-o", tmp_path / "m.npz", "-t", "4", "-c", "10")
-    ok(capsys, "predict", tmp_path / "m.npz", tmp_path / "k.test", "-o", tmp_path / "p.txt",
-       "--decision-values")
+    ok(
+        capsys,
+        "predict",
+        tmp_path / "m.npz",
+        tmp_path / "k.test",
+        "-o",
+        tmp_path / "p.txt",
+        "--decision-values",
+    )
     got = np.loadtxt(tmp_path / "p.txt", skiprows=1)
     api = MulticlassSVC(kernel="precomputed", C=10).fit(K.astype(np.float32), y)
-    np.testing.assert_allclose(got[:, 1:], api.decision_function(Kt.astype(np.float32)),
-                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        got[:, 1:], api.decision_function(Kt.astype(np.float32)), rtol=1e-9, atol=1e-12
+    )
     _write_precomputed(tmp_path / "bad.train", K, y, serial=False)
-    assert usage_error(capsys, "train", tmp_path / "bad.train", "-o", tmp_path / "n.npz",
-                       "-t", "4") == \
-        f"dmcsvm: error: {tmp_path / 'bad.train'}: with a precomputed kernel (-t 4) column 0 " \
+    assert (
+        usage_error(capsys, "train", tmp_path / "bad.train", "-o", tmp_path / "n.npz", "-t", "4")
+        == f"dmcsvm: error: {tmp_path / 'bad.train'}: with a precomputed kernel (-t 4) column 0 "
         f"must hold the serial numbers 1 to 150 (LIBSVM's format: 0:i)"
-    assert usage_error(capsys, "train", tmp_path / "k.train", "-o", tmp_path / "n.npz",
-                       "-t", "4", "--scale") == \
-        "dmcsvm: error: --scale does not apply to a precomputed kernel (-t 4): the data are " \
+    )
+    assert (
+        usage_error(
+            capsys, "train", tmp_path / "k.train", "-o", tmp_path / "n.npz", "-t", "4", "--scale"
+        )
+        == "dmcsvm: error: --scale does not apply to a precomputed kernel (-t 4): the data are "
         "kernel values, not features"
+    )
 
 
 def test_ovo_decision_values_on_the_command_line_and_dask(capsys, tmp_path):
     import dask.array as da
+
     X, y = _iris_scaled()
     y4 = np.where(X[:, 0] > 0.5, 3, y)
     est = MulticlassSVC(C=10, decision_function_shape="ovo").fit(X, y4)
     save_model(est, tmp_path / "m.npz")
     write_arrays(tmp_path / "d.zarr", X, y4)
-    ok(capsys, "predict", tmp_path / "m.npz", tmp_path / "d.zarr", "-o", tmp_path / "p.txt",
-       "--decision-values")
+    ok(
+        capsys,
+        "predict",
+        tmp_path / "m.npz",
+        tmp_path / "d.zarr",
+        "-o",
+        tmp_path / "p.txt",
+        "--decision-values",
+    )
     lines = (tmp_path / "p.txt").read_text().splitlines()
     assert lines[0] == "label 0/1 0/2 0/3 1/2 1/3 2/3"
     got = np.array([[float(v) for v in ln.split()] for ln in lines[1:]])
-    np.testing.assert_allclose(got[:, 1:], est.decision_function(X.astype(np.float32)),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        got[:, 1:], est.decision_function(X.astype(np.float32)), rtol=1e-6, atol=1e-6
+    )
     Xd = da.from_array(X, chunks=(40, 4))
     np.testing.assert_array_equal(est.decision_function(Xd).compute(), est.decision_function(X))
     np.testing.assert_array_equal(est.predict(Xd).compute(), est.predict(X))

@@ -22,8 +22,8 @@ def test_warmup_thread_compiles_without_touching_the_model():
     assert model.get_params() == before and not hasattr(model, "classes_")
     # the code the warm-up compiled is what the real fit uses: no new specialization
     from dmcsvm.numerics import pattern, working_set
-    funcs = {"_working_set_passes": working_set._working_set_passes,
-             "scan_rows": pattern.scan_rows}
+
+    funcs = {"_working_set_passes": working_set._working_set_passes, "scan_rows": pattern.scan_rows}
     sigs = {name: len(f.signatures) for name, f in funcs.items()}
     MulticlassSVC(C=10.0, n_jobs=1).fit(X[:300], y[:300])
     assert {n: len(f.signatures) for n, f in funcs.items()} == sigs
@@ -39,8 +39,9 @@ def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, m
 
     from dmcsvm.cli import _warmup, main
     from dmcsvm.store import write_arrays
+
     X, y = load_digits(return_X_y=True)
-    order = np.argsort(y, kind="stable")          # the first 200 rows are all of class 0
+    order = np.argsort(y, kind="stable")  # the first 200 rows are all of class 0
     write_arrays(tmp_path / "d.zarr", X[order] / 16.0, y[order])
     events, seen = [], {}
 
@@ -52,10 +53,22 @@ def test_train_with_local_workers_compiles_before_the_cluster_starts(tmp_path, m
         def __init__(self, **kw):
             events.append("cluster")
             raise RuntimeError("no cluster in this test")
+
     monkeypatch.setattr(_warmup, "warm_up", warmup)
     monkeypatch.setattr(distributed, "LocalCluster", NoCluster)
-    assert main(["train", str(tmp_path / "d.zarr"), "-o", str(tmp_path / "m.npz"),
-                 "--local-workers", "2"]) == 1
+    assert (
+        main(
+            [
+                "train",
+                str(tmp_path / "d.zarr"),
+                "-o",
+                str(tmp_path / "m.npz"),
+                "--local-workers",
+                "2",
+            ]
+        )
+        == 1
+    )
     assert events == ["warm-up", "cluster"]
     assert seen["n"] == 200 and seen["classes"] == [0, 1]
     assert not (tmp_path / "m.npz").exists()

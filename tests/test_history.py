@@ -30,11 +30,11 @@ def test_thinning_keeps_the_first_and_newest_rows_within_the_limit():
     for r in range(57):
         h.append({"round": r, "x": 2.0 * r, "ignored": 1})
         assert h.n_rows <= 10
-        assert h["round"][0] == 0 and h["round"][-1] == r      # first and newest always kept
+        assert h["round"][0] == 0 and h["round"][-1] == r  # first and newest always kept
         assert np.all(np.diff(h["round"]) > 0)
     assert h.n_rows + h.dropped == 57
-    assert h["x"] == [2.0 * r for r in h["round"]]             # columns thinned together
-    assert len(h) == 2                                         # a dict of its columns
+    assert h["x"] == [2.0 * r for r in h["round"]]  # columns thinned together
+    assert len(h) == 2  # a dict of its columns
 
 
 def test_tags_fill_their_column():
@@ -54,7 +54,7 @@ def test_a_limit_below_two_rows_is_refused():
 def test_fit_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
     X, y = digits
     full = MulticlassSVC(**KW).fit(X, y)
-    assert full.n_iter_ > 40                       # enough rounds to thin several times
+    assert full.n_iter_ > 40  # enough rounds to thin several times
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 16)
     bounded = MulticlassSVC(**KW).fit(X, y)
     h = bounded.history_
@@ -69,26 +69,35 @@ def test_fit_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
 def test_resumed_history_stays_bounded(digits, monkeypatch, tmp_path):
     X, y = digits
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")             # max_iter's ConvergenceWarning
+        warnings.simplefilter("ignore")  # max_iter's ConvergenceWarning
         MulticlassSVC(**KW, max_iter=30, checkpoint=str(tmp_path), checkpoint_every=30).fit(X, y)
     assert len(load_checkpoint(tmp_path).history["dual"]) == 30
-    monkeypatch.setattr(hmod, "HISTORY_LIMIT", 8)   # a checkpoint longer than the limit
+    monkeypatch.setattr(hmod, "HISTORY_LIMIT", 8)  # a checkpoint longer than the limit
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")             # to 50 rounds in all, not to convergence
-        resumed = MulticlassSVC(**KW, max_iter=50, checkpoint=str(tmp_path),
-                                resume=True).fit(X, y)
+        warnings.simplefilter("ignore")  # to 50 rounds in all, not to convergence
+        resumed = MulticlassSVC(**KW, max_iter=50, checkpoint=str(tmp_path), resume=True).fit(X, y)
     assert resumed.n_iter_ == 50
     h = resumed.history_
     assert len(h["round"]) <= 8 and h["round"][0] == 0
     assert h["round"][-1] == resumed.n_iter_ - 1
 
 
-@pytest.mark.parametrize("kernel", ["rbf", "linear"])     # the rounds and the sequential path
+@pytest.mark.parametrize("kernel", ["rbf", "linear"])  # the rounds and the sequential path
 def test_multiprototype_epochs_are_thinned_with_their_rounds(kernel, monkeypatch):
     X, y = load_digits(return_X_y=True)
     X, y = X[:200] / 16.0, y[:200]
-    kw = dict(n_prototypes=2, C=1.0, kernel=kernel, gamma=0.05, T0=2.0, tau=0.2, max_epochs=5,
-              random_state=1, n_jobs=1, batch_size=10)
+    kw = dict(
+        n_prototypes=2,
+        C=1.0,
+        kernel=kernel,
+        gamma=0.05,
+        T0=2.0,
+        tau=0.2,
+        max_epochs=5,
+        random_state=1,
+        n_jobs=1,
+        batch_size=10,
+    )
     full = MultiPrototypeSVC(**kw).fit(X, y)
     assert len(full.history_["round"]) > 12
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 12)
@@ -106,6 +115,7 @@ def test_multiprototype_epochs_are_thinned_with_their_rounds(kernel, monkeypatch
 
 def test_smo_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
     from dmcsvm import BinarySVC
+
     X, y = digits
     yb = (y >= 5).astype(int)
     kw = dict(C=10.0, gamma=0.05, tol=1e-4, batch_size=4, n_jobs=1)

@@ -17,14 +17,13 @@ import gzip
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from data_dir import DATA
+from oracles import make_blobs_problem
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from dmcsvm import BinarySVC, MulticlassSVC, OneVsOneSVC
 from dmcsvm.kernels import KernelSpec, kernel_reference
-
-from data_dir import DATA
-from oracles import make_blobs_problem
 
 GAMMA = 0.4
 
@@ -82,8 +81,9 @@ def _real_sets():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,data", list(_real_sets()), ids=lambda v: v if isinstance(v, str)
-                         else "")
+@pytest.mark.parametrize(
+    "name,data", list(_real_sets()), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_float32_kernels_predict_as_float64_on_real_data(name, data):
     """Accuracy unchanged (within 0.3 points; measured: equal) and at most 0.5 % of the test
     predictions different, on digits, satimage and usps, for the direct and the pairwise model."""
@@ -105,8 +105,8 @@ def test_support_vectors_are_the_rows_as_given(sparse):
     m = MulticlassSVC(C=10.0).fit(Xin, y)
     sv = m.support_vectors_.toarray() if sparse else m.support_vectors_
     assert sv.dtype == np.float64
-    np.testing.assert_array_equal(sv, X[m.support_])       # not their float32 copies
-    np.testing.assert_array_equal(Xin.toarray() if sparse else Xin, X)   # input untouched
+    np.testing.assert_array_equal(sv, X[m.support_])  # not their float32 copies
+    np.testing.assert_array_equal(Xin.toarray() if sparse else Xin, X)  # input untouched
 
 
 def test_float32_input_stays_float32():
@@ -115,7 +115,7 @@ def test_float32_input_stays_float32():
     m = MulticlassSVC().fit(X, y[:200])
     assert m.support_vectors_.dtype == np.float32
     m64 = MulticlassSVC(kernel_dtype="float64").fit(X, y[:200])
-    np.testing.assert_array_equal(m64.dual_coef_, m.dual_coef_)    # float32 rows either way
+    np.testing.assert_array_equal(m64.dual_coef_, m.dual_coef_)  # float32 rows either way
 
 
 def test_bad_kernel_dtype_names_the_choices():

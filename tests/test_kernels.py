@@ -31,7 +31,7 @@ def data():
     rng = np.random.default_rng(0)
     XA = rng.normal(size=(23, 7))
     XB = rng.normal(size=(17, 7))
-    XB[3] = XA[5]                      # an exact duplicate: RBF distance 0, kernel exactly 1
+    XB[3] = XA[5]  # an exact duplicate: RBF distance 0, kernel exactly 1
     return XA, XB
 
 
@@ -44,6 +44,7 @@ def _sparsify(X, rng, frac=0.5):
 # ------------------------------------------------------------------------------------------------
 # numba element-wise kernels vs NumPy
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("gdtype", [np.float64, np.float32])
 def test_rbf_exponent_and_from_gram_match_numpy(data, gdtype):
@@ -99,6 +100,7 @@ def test_exp32_matches_numpy_exp_over_its_range():
     """The float32 exp of the RBF pass: relative error <= 2.5e-7 against float64 exp wherever the
     result is a normal float32, exactly 1 at 0 (K(x, x) = 1), 0 below the normal range, and
     monotone (a larger distance never gives a larger kernel value)."""
+
     @numba.njit
     def apply(x):
         out = np.empty_like(x)
@@ -106,8 +108,9 @@ def test_exp32_matches_numpy_exp_over_its_range():
             out[i] = kn.exp32(x[i])
         return out
 
-    x = -np.concatenate([np.linspace(0, 1, 200001), np.linspace(1, 87.3, 400001),
-                         np.geomspace(1e-30, 1e-3, 1000)]).astype(np.float32)
+    x = -np.concatenate(
+        [np.linspace(0, 1, 200001), np.linspace(1, 87.3, 400001), np.geomspace(1e-30, 1e-3, 1000)]
+    ).astype(np.float32)
     x = np.sort(x)
     got = apply(x)
     assert got.dtype == np.float32
@@ -130,11 +133,11 @@ def test_float32_rbf_pass_matches_float64_reference(data):
     # the exponent x is rounded to float32 before exp32 (as numpy's exp pass did): that adds up
     # to |x| * 2^-24 to exp32's own 2.5e-7
     x = 0.37 * np.maximum(na[:, None] + nb[None, :] - 2.0 * G.astype(np.float64), 0)
-    assert np.all(np.abs(out / ref - 1.0) <= 2.5e-7 + x * 2.0 ** -24)
+    assert np.all(np.abs(out / ref - 1.0) <= 2.5e-7 + x * 2.0**-24)
     inplace = G.copy()
     kn.rbf_from_gram(inplace, na, nb, 0.37, inplace)
     np.testing.assert_array_equal(inplace, out)
-    assert 1.0 - 1e-6 < out[5, 3] <= 1.0      # the float32 Gram entry's rounding, not exp32's
+    assert 1.0 - 1e-6 < out[5, 3] <= 1.0  # the float32 Gram entry's rounding, not exp32's
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -146,7 +149,7 @@ def test_in_place_passes_equal_the_two_array_passes_bit_for_bit(data, dtype, deg
     XA, XB = data
     G = (XA @ XB.T).astype(dtype)
     na, nb = row_norms_sq(XA), row_norms_sq(XB)
-    G[5, 3] *= 1 + 1e-5            # the duplicate pair (fixture): na + nb - 2G < 0, clipped to 0
+    G[5, 3] *= 1 + 1e-5  # the duplicate pair (fixture): na + nb - 2G < 0, clipped to 0
     assert na[5] + nb[3] - 2.0 * np.float64(G[5, 3]) < 0
     two = kn.rbf_exponent(G, na, nb, 0.37, np.empty_like(G))
     one = G.copy()
@@ -162,8 +165,15 @@ def test_in_place_passes_equal_the_two_array_passes_bit_for_bit(data, dtype, deg
         np.testing.assert_array_equal(one, two)
 
 
-@pytest.mark.parametrize("src,dst", [(np.float64, np.float64), (np.float64, np.float32),
-                                     (np.float32, np.float64), (np.float32, np.float32)])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (np.float64, np.float64),
+        (np.float64, np.float32),
+        (np.float32, np.float64),
+        (np.float32, np.float32),
+    ],
+)
 def test_copy_gram_casts_into_out(data, src, dst):
     XA, XB = data
     G = (XA @ XB.T).astype(src)
@@ -176,6 +186,7 @@ def test_copy_gram_casts_into_out(data, src, dst):
 # ------------------------------------------------------------------------------------------------
 # kernel_block vs reference
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_kernel_block_float64_matches_reference(data, spec):
@@ -193,7 +204,8 @@ def test_kernel_reference_rbf_is_the_textbook_formula(data):
     spec = KernelSpec("rbf", gamma=0.25)
     i, j = 4, 9
     assert kernel_reference(spec, XA, XB)[i, j] == pytest.approx(
-        np.exp(-0.25 * np.sum((XA[i] - XB[j]) ** 2)), rel=1e-14)
+        np.exp(-0.25 * np.sum((XA[i] - XB[j]) ** 2)), rel=1e-14
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
@@ -201,7 +213,7 @@ def test_kernel_reference_rbf_is_the_textbook_formula(data):
 def test_kernel_block_float32_inputs(data, spec, out_dtype):
     XA, XB = data
     A32, B32 = XA.astype(np.float32), XB.astype(np.float32)
-    ref = kernel_reference(spec, A32, B32)          # exact kernel of the float32 points
+    ref = kernel_reference(spec, A32, B32)  # exact kernel of the float32 points
     K = kernel_block(spec, A32, B32, dtype=out_dtype)
     assert K.dtype == out_dtype
     scale = np.abs(ref).max()
@@ -241,11 +253,16 @@ def test_kernel_block_uses_given_norms(data):
     XA, XB = data
     spec = KernelSpec("rbf", gamma=0.25)
     na, nb = row_norms_sq(XA), row_norms_sq(XB)
-    np.testing.assert_allclose(kernel_block(spec, XA, XB, norms_a=na, norms_b=nb),
-                               kernel_reference(spec, XA, XB), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        kernel_block(spec, XA, XB, norms_a=na, norms_b=nb),
+        kernel_reference(spec, XA, XB),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     shifted = kernel_block(spec, XA, XB, norms_a=na + 1.0, norms_b=nb)
-    np.testing.assert_allclose(shifted, kernel_reference(spec, XA, XB) * np.exp(-0.25),
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        shifted, kernel_reference(spec, XA, XB) * np.exp(-0.25), rtol=1e-12, atol=1e-14
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
@@ -259,13 +276,14 @@ def test_kernel_block_empty(spec):
 def test_row_norms_sq_dense_sparse_float32():
     rng = np.random.default_rng(2)
     X = _sparsify(rng.normal(size=(9, 5)), rng)
-    ref = (X ** 2).sum(axis=1)
+    ref = (X**2).sum(axis=1)
     np.testing.assert_allclose(row_norms_sq(X), ref, rtol=1e-14)
     np.testing.assert_allclose(row_norms_sq(sp.csr_matrix(X)), ref, rtol=1e-14)
     r32 = row_norms_sq(X.astype(np.float32))
     assert r32.dtype == np.float64
-    np.testing.assert_allclose(r32, (X.astype(np.float32).astype(np.float64) ** 2).sum(1),
-                               rtol=1e-14)
+    np.testing.assert_allclose(
+        r32, (X.astype(np.float32).astype(np.float64) ** 2).sum(1), rtol=1e-14
+    )
 
 
 def test_row_norms_sq_of_csr_rows_sums_each_rows_squares_in_order():
@@ -277,25 +295,32 @@ def test_row_norms_sq_of_csr_rows_sums_each_rows_squares_in_order():
     X.data = (X.data * rng.normal(size=X.nnz) * 1e3).astype(np.float32)
     keep = np.ones(X.shape[0], dtype=np.float32)
     keep[3] = 0.0
-    X = (sp.diags(keep) @ X).tocsr()             # row 3 empty
+    X = (sp.diags(keep) @ X).tocsr()  # row 3 empty
     X.eliminate_zeros()
-    X.sum_duplicates()                           # (sorts the indices: the canonical form)
+    X.sum_duplicates()  # (sorts the indices: the canonical form)
     assert X.has_canonical_format and X.indptr[3] == X.indptr[4]
     got = row_norms_sq(X)
-    want = np.array([sum(float(v) * float(v) for v in X.data[X.indptr[i]:X.indptr[i + 1]])
-                     for i in range(X.shape[0])])
+    want = np.array(
+        [
+            sum(float(v) * float(v) for v in X.data[X.indptr[i] : X.indptr[i + 1]])
+            for i in range(X.shape[0])
+        ]
+    )
     assert got.dtype == np.float64 and got[3] == 0.0
     np.testing.assert_array_equal(got, want)
-    dup = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), np.array([1, 1, 0, 2]),
-                         np.array([0, 3, 3, 4])), shape=(3, 3))
+    dup = sp.csr_matrix(
+        (np.array([1.0, 2.0, 3.0, 4.0]), np.array([1, 1, 0, 2]), np.array([0, 3, 3, 4])),
+        shape=(3, 3),
+    )
     assert not dup.has_canonical_format
-    np.testing.assert_array_equal(row_norms_sq(dup), [3.0 ** 2 + 3.0 ** 2, 0.0, 16.0])
+    np.testing.assert_array_equal(row_norms_sq(dup), [3.0**2 + 3.0**2, 0.0, 16.0])
     assert row_norms_sq(sp.csr_matrix((0, 4))).dtype == np.float64
 
 
 # ------------------------------------------------------------------------------------------------
 # kernel_diag
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 @pytest.mark.parametrize("sparse", [False, True])
@@ -312,6 +337,7 @@ def test_kernel_diag_is_reference_diagonal(data, spec, sparse):
 # gamma and KernelSpec
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_resolve_gamma_scale_matches_sklearn_svc(sparse):
     rng = np.random.default_rng(3)
@@ -326,7 +352,7 @@ def test_resolve_gamma_scale_matches_sklearn_svc(sparse):
 
 def test_resolve_gamma_numbers_and_constant_data():
     X = np.ones((5, 4))
-    assert resolve_gamma("scale", X) == 1.0      # zero variance: sklearn's fallback
+    assert resolve_gamma("scale", X) == 1.0  # zero variance: sklearn's fallback
     assert resolve_gamma(0.5, X) == 0.5
     assert resolve_gamma(np.float32(2.0), X) == 2.0
     assert resolve_gamma(3, X) == 3.0
@@ -345,8 +371,11 @@ def test_resolve_gamma_rejects_other_types(bad):
 
 
 def test_kernelspec_errors():
-    with pytest.raises(ValueError, match=r"kernel must be one of \('linear', 'poly', 'rbf', "
-                                         r"'sigmoid'\), got 'laplacian'"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel must be one of \('linear', 'poly', 'rbf', "
+        r"'sigmoid'\), got 'laplacian'",
+    ):
         KernelSpec("laplacian")
     for g in (0.0, -2.0, np.nan, np.inf):
         with pytest.raises(ValueError, match="gamma must be a positive finite number"):
@@ -371,13 +400,14 @@ def test_sparse_gram_with_a_dense_made_batch_equals_the_sparse_product(monkeypat
     """A small sparse ``XB`` is made dense for ``XA @ XB.T`` (``_DENSE_B_MAX``): the same values
     bit for bit as the sparse product, so the threshold never changes a model."""
     from dmcsvm import kernels
+
     rng = np.random.default_rng(7)
     XA = sp.random(120, 300, density=0.05, format="csr", random_state=1, dtype=dtype)
     XB = sp.random(9, 300, density=0.2, format="csr", random_state=2, dtype=dtype)
     XA.data = ((XA.data - 0.5) * 10.0 ** rng.integers(-3, 3, XA.nnz)).astype(dtype)
     XB.data = (XB.data - 0.5).astype(dtype)
     want = (XA @ XB.T).toarray()
-    for limit in (0, XB.shape[0] * XB.shape[1]):        # the sparse product, the dense batch
+    for limit in (0, XB.shape[0] * XB.shape[1]):  # the sparse product, the dense batch
         monkeypatch.setattr(kernels, "_DENSE_B_MAX", limit)
         got = kernels._gram(XA, XB)
         assert got.dtype == want.dtype and got.flags.c_contiguous

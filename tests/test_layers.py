@@ -19,29 +19,49 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dmcsvm"
 
 #: modules every layer may import: no imports of their own from dmcsvm
-FOUNDATION = ("errors", "file_modes", "runtime_params", "param_history", "solver_options",
-              "kernels")
+FOUNDATION = (
+    "errors",
+    "file_modes",
+    "runtime_params",
+    "param_history",
+    "solver_options",
+    "kernels",
+)
 
 #: top-down: package or top-level module -> (what it holds, the layers it may import besides
 #: itself and FOUNDATION)
 LAYERS = {
-    "cli": ("the `dmcsvm` command (train, predict, data, demo, plot)",
-            ("model_io", "estimators", "store")),
-    "model_io": ("save_model / load_model: npz or zarr plus JSON, an estimator registry",
-                 ("estimators",)),
-    "estimators": ("scikit-learn estimators, their inputs, weights, calibration, checkpoint "
-                   "parameters",
-                   ("coordinators", "engine", "numerics", "checkpoint", "store")),
-    "coordinators": ("the loops above the engine: Crammer-Singer rounds, SMO decomposition, "
-                     "MProtSVM annealing, the sequential dual method, resuming a solve",
-                     ("engine", "numerics", "checkpoint", "store")),
-    "engine": ("partitions and executors (in-process, Dask), row sources, column caches, "
-               "BLAS threads", ("numerics", "store")),
-    "numerics": ("numba functions on arrays: per-pattern optimizers, selection, the "
-                 "coordinator's working-set solve, binary and grouped SMO, linear prototypes, "
-                 "sequential dual passes", ()),
-    "checkpoint": ("the checkpoint file format: arrays, checksums, data fingerprint, "
-                   "metadata", ("store",)),
+    "cli": (
+        "the `dmcsvm` command (train, predict, data, demo, plot)",
+        ("model_io", "estimators", "store"),
+    ),
+    "model_io": (
+        "save_model / load_model: npz or zarr plus JSON, an estimator registry",
+        ("estimators",),
+    ),
+    "estimators": (
+        "scikit-learn estimators, their inputs, weights, calibration, checkpoint parameters",
+        ("coordinators", "engine", "numerics", "checkpoint", "store"),
+    ),
+    "coordinators": (
+        "the loops above the engine: Crammer-Singer rounds, SMO decomposition, "
+        "MProtSVM annealing, the sequential dual method, resuming a solve",
+        ("engine", "numerics", "checkpoint", "store"),
+    ),
+    "engine": (
+        "partitions and executors (in-process, Dask), row sources, column caches, BLAS threads",
+        ("numerics", "store"),
+    ),
+    "numerics": (
+        "numba functions on arrays: per-pattern optimizers, selection, the "
+        "coordinator's working-set solve, binary and grouped SMO, linear prototypes, "
+        "sequential dual passes",
+        (),
+    ),
+    "checkpoint": (
+        "the checkpoint file format: arrays, checksums, data fingerprint, metadata",
+        ("store",),
+    ),
     "store": ("the zarr row store: layout, readers, converters (CSV, svmlight, arrays)", ()),
     "errors": ("foundation: error types and finiteness checks", ()),
     "file_modes": ("foundation: permissions of the files written", ()),
@@ -84,13 +104,13 @@ def imports_of(path: pathlib.Path):
                     yield node.lineno, a.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
             if not (mod == "dmcsvm" or mod.startswith("dmcsvm.")):
                 continue
-            for a in node.names:           # ``from pkg import module`` imports that module
+            for a in node.names:  # ``from pkg import module`` imports that module
                 sub = f"{mod}.{a.name}"
                 if _is_module(sub):
                     yield node.lineno, sub, ()
@@ -104,25 +124,30 @@ def violations():
         name = _module_name(path)
         own = _layer(name)
         if own is None:
-            continue                       # the package root: the public API, above every layer
+            continue  # the package root: the public API, above every layer
         allowed = {own, *FOUNDATION, *LAYERS[own][1]}
         for lineno, target, names in imports_of(path):
             layer = _layer(target)
             if layer is None:
                 if not set(names) <= ROOT_NAMES:
-                    bad.append(f"{path.relative_to(ROOT)}:{lineno}: {own} imports "
-                               f"{', '.join(names)} from the package root")
+                    bad.append(
+                        f"{path.relative_to(ROOT)}:{lineno}: {own} imports "
+                        f"{', '.join(names)} from the package root"
+                    )
             elif layer not in allowed:
-                bad.append(f"{path.relative_to(ROOT)}:{lineno}: {own} imports {target} "
-                           f"(layer {layer}; {own} may import "
-                           f"{', '.join(sorted(allowed - {own})) or 'only itself'})")
+                bad.append(
+                    f"{path.relative_to(ROOT)}:{lineno}: {own} imports {target} "
+                    f"(layer {layer}; {own} may import "
+                    f"{', '.join(sorted(allowed - {own})) or 'only itself'})"
+                )
     return bad
 
 
 def test_every_module_is_in_a_layer():
     layers = {_layer(_module_name(p)) for p in PACKAGE.rglob("*.py")} - {None}
-    assert layers <= set(LAYERS), \
+    assert layers <= set(LAYERS), (
         f"add to LAYERS (and CONTRIBUTING.md): {sorted(layers - set(LAYERS))}"
+    )
     assert set(FOUNDATION) <= set(LAYERS)
     for layer, (_, below) in LAYERS.items():
         assert set(below) <= set(LAYERS), layer
@@ -152,13 +177,18 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not bad, "imports against the layering (tests/test_layers.py LAYERS):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("src, expect", [
-    ("from ..engine import threads\n", "numerics imports dmcsvm.engine.threads"),
-    ("def f():\n    import dmcsvm.coordinators.crammer_singer\n",
-     "numerics imports dmcsvm.coordinators.crammer_singer"),
-    ("from dmcsvm.estimators import MulticlassSVC\n", "numerics imports dmcsvm.estimators"),
-    ("from .. import save\n", "numerics imports save from the package root"),
-])
+@pytest.mark.parametrize(
+    "src, expect",
+    [
+        ("from ..engine import threads\n", "numerics imports dmcsvm.engine.threads"),
+        (
+            "def f():\n    import dmcsvm.coordinators.crammer_singer\n",
+            "numerics imports dmcsvm.coordinators.crammer_singer",
+        ),
+        ("from dmcsvm.estimators import MulticlassSVC\n", "numerics imports dmcsvm.estimators"),
+        ("from .. import save\n", "numerics imports save from the package root"),
+    ],
+)
 def test_the_walk_sees_every_form(tmp_path, monkeypatch, src, expect):
     """A module of numerics importing upward, in each form, is reported."""
     pkg = tmp_path / "dmcsvm"
@@ -234,8 +264,10 @@ def sibling_violations():
                 if target.rpartition(".")[0] == package and target != package:
                     sib = target.rpartition(".")[2]
                     if sib not in table[stem] and sib in table:
-                        bad.append(f"{package}.{stem}:{lineno} imports {sib}; it may import "
-                                   f"{', '.join(table[stem]) or 'no sibling'}")
+                        bad.append(
+                            f"{package}.{stem}:{lineno} imports {sib}; it may import "
+                            f"{', '.join(table[stem]) or 'no sibling'}"
+                        )
                     elif sib not in table:
                         bad.append(f"{package}.{stem}:{lineno} imports {sib}, not a helper")
     return bad

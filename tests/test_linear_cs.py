@@ -50,8 +50,11 @@ def test_slacks_equal_numpy_scores(sparse):
     n, d = 40, 7
     X, count, pcls, first, cls, W, s = _slack_problem(np.random.default_rng(5), n, d)
     a, c0 = 0.7, 1.3
-    rows = (sp.csr_matrix(X).indptr, sp.csr_matrix(X).indices, sp.csr_matrix(X).data) \
-        if sparse else (X,)
+    rows = (
+        (sp.csr_matrix(X).indptr, sp.csr_matrix(X).indices, sp.csr_matrix(X).data)
+        if sparse
+        else (X,)
+    )
     out = SD.slacks(rows, a, c0, W, s, cls, pcls, first, count, np.empty((n, 3)))
     F = a * X @ W.T + c0 * s
     for i in range(n):
@@ -59,7 +62,6 @@ def test_slacks_equal_numpy_scores(sparse):
         for q in range(3):
             want = max(0.0, th + 1.0 - F[i, first[cls[i]] + q]) if q < count[cls[i]] else np.inf
             assert out[i, q] == pytest.approx(want, rel=1e-12, abs=1e-12)
-
 
 
 def test_slacks_of_scores_equal_the_row_by_row_slacks():
@@ -91,8 +93,17 @@ def _two_share_state(seed, d):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(3000, d))
     cls = rng.integers(0, 3, 3000).astype(np.int64)
-    return L.SequentialState(L.LinearProblem.of(X, 1.0, 0.0), cls, cls,
-                             np.arange(3, dtype=np.int64), 1.0, 1e-3, True, 0, threads=2)
+    return L.SequentialState(
+        L.LinearProblem.of(X, 1.0, 0.0),
+        cls,
+        cls,
+        np.arange(3, dtype=np.int64),
+        1.0,
+        1e-3,
+        True,
+        0,
+        threads=2,
+    )
 
 
 def test_range_max_equals_numpy():
@@ -124,9 +135,9 @@ def test_slacks_of_scores_with_many_prototypes_equal_numpy():
     F = 0.7 * G + 1.3 * s
     for i in range(n):
         th = F[i, pcls != cls[i]].max()
-        own = F[i, first[cls[i]]:first[cls[i]] + count[cls[i]]]
+        own = F[i, first[cls[i]] : first[cls[i]] + count[cls[i]]]
         want = np.full(7, np.inf)
-        want[:own.shape[0]] = np.maximum(0.0, th + 1.0 - own)
+        want[: own.shape[0]] = np.maximum(0.0, th + 1.0 - own)
         assert np.array_equal(got[i], want)
 
 
@@ -143,7 +154,7 @@ def test_primal_checks_share_one_pool_closed_at_the_end():
     assert st._pool.started and len(check_threads()) == 1
     thread = check_threads()[0]
     again = st.objective()
-    assert check_threads() == [thread]       # the same thread: one pool, not one per check
+    assert check_threads() == [thread]  # the same thread: one pool, not one per check
     assert np.array_equal(first[0], again[0])
     st.close()
     assert not st._pool.started and check_threads() == []
@@ -153,8 +164,10 @@ def test_primal_checks_share_one_pool_closed_at_the_end():
     Xd = np.vstack([Xd, Xd]) / 16.0
     MulticlassSVC(kernel="linear", C=0.1, n_jobs=2).fit(Xd, np.concatenate([yd, yd]))
     from dmcsvm import MultiPrototypeSVC
-    MultiPrototypeSVC(n_prototypes=2, kernel="linear", C=0.1, max_epochs=3, n_jobs=2,
-                      random_state=0).fit(Xd, np.concatenate([yd, yd]))
+
+    MultiPrototypeSVC(
+        n_prototypes=2, kernel="linear", C=0.1, max_epochs=3, n_jobs=2, random_state=0
+    ).fit(Xd, np.concatenate([yd, yd]))
     assert check_threads() == []
 
 
@@ -189,9 +202,11 @@ def test_primal_check_raises_an_error_of_another_thread(monkeypatch):
         if lo > 0:
             raise FloatingPointError("share failed")
         return real(st, xi, lo, hi, WT)
+
     monkeypatch.setattr(L, "_check_rows", flaky)
     with pytest.raises(FloatingPointError, match="share failed"):
         st.objective()
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_subproblem_equals_exact_pattern_optimizer(seed):
@@ -235,12 +250,15 @@ def _problem(seed, n=40, d=3, m=3, q=1, sparse=False):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.parametrize("q,a,c0,shrinking", [(1, 1.0, 0.0, True), (1, 1.0, 0.0, False),
-                                              (2, 1.0, 1.0, True), (3, 0.5, 2.0, True)])
+@pytest.mark.parametrize(
+    "q,a,c0,shrinking",
+    [(1, 1.0, 0.0, True), (1, 1.0, 0.0, False), (2, 1.0, 1.0, True), (3, 0.5, 2.0, True)],
+)
 def test_passes_reach_the_exact_qp_optimum(sparse, q, a, c0, shrinking):
     """W = B^T X and s = B^T 1 stay in step with B, and the solve ends at the exact optimum of
     the fixed-assignment dual (cvxpy + CLARABEL), whatever the layout, kernel and shrinking."""
     from test_multiprototype import dual_reference, mprot_dual_qp, primal_reference
+
     Xi, X, y, pcls, yp = _problem(2 + q, q=q, sparse=sparse)
     C = 0.8
     st = L.SequentialState(L.LinearProblem.of(Xi, a, c0), yp, y, pcls, C, 1e-9, shrinking, 3)
@@ -262,7 +280,7 @@ def test_passes_reach_the_exact_qp_optimum(sparse, q, a, c0, shrinking):
 def test_linear_path_equals_kernel_path(cs, sparse):
     """MulticlassSVC(kernel='linear') on the sequential path reaches the optimum of the batched
     kernel-column path: same dual and primal (1e-6 relative), same scores and predictions."""
-    X, y = cs.make_blobs_problem(11, 45, 4, 3, spread=1.2, scale=1.5)   # test_solver_optimality's
+    X, y = cs.make_blobs_problem(11, 45, 4, 3, spread=1.2, scale=1.5)  # test_solver_optimality's
     if sparse:
         X[np.abs(X) < 0.3] = 0.0
     Xi = sp.csr_matrix(X) if sparse else X
@@ -303,11 +321,13 @@ def test_primal_within_0_1_percent_of_liblinear(sparse):
     X, y = X[:500] / 16.0, y[:500]
     Xi = sp.csr_matrix(X) if sparse else X
     C = 0.1
-    ours = MulticlassSVC(kernel="linear", C=C).fit(Xi, y)          # defaults: tol=1e-3
-    ll = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-5,
-                   max_iter=100000).fit(X, y)
-    W = ours.dual_coef_ @ np.asarray(ours.support_vectors_.todense() if sparse
-                                       else ours.support_vectors_)
+    ours = MulticlassSVC(kernel="linear", C=C).fit(Xi, y)  # defaults: tol=1e-3
+    ll = LinearSVC(
+        multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-5, max_iter=100000
+    ).fit(X, y)
+    W = ours.dual_coef_ @ np.asarray(
+        ours.support_vectors_.todense() if sparse else ours.support_vectors_
+    )
     p_ours, p_ll = _cs_primal(W, X, y, C), _cs_primal(ll.coef_, X, y, C)
     assert abs(p_ours - p_ll) <= 1e-3 * p_ll, (p_ours, p_ll)
     assert ours.history_["primal"][-1] == pytest.approx(p_ours, rel=1e-9)
@@ -339,6 +359,7 @@ def test_fitted_attributes_and_model_file(tmp_path):
 
 def test_max_iter_warns_and_random_state_sets_the_order():
     from sklearn.exceptions import ConvergenceWarning
+
     X, y = load_digits(return_X_y=True)
     X, y = X[:300] / 16.0, y[:300]
     with pytest.warns(ConvergenceWarning, match="max_iter=2 passes"):

@@ -23,17 +23,35 @@ def test_every_reply_field_declares_a_merge_rule(cls):
 def _cs_reply(rng, part, nc, P, d, weighted):
     new = rng.random(nc) < 0.5
     return m.CSReply(
-        part=part, cand_ids=rng.integers(0, 100, nc), cand_V=rng.random(nc),
-        cand_psi=rng.random(nc), cand_F=rng.random((nc, P)),
-        cand_X=rng.random((int(new.sum()), d)), cand_new=new, cand_kdiag=rng.random(nc),
-        cand_yp=rng.integers(0, P, nc), cand_cls=rng.integers(0, P, nc),
-        cand_C=rng.random(nc) if weighted else None, max_V=rng.random(), sum_V=rng.random(),
-        max_psi=rng.random(), n_viol=int(rng.integers(0, 9)), n_active=int(rng.integers(9, 20)),
-        n_rows=20, sum_alpha=rng.random(), sum_BF=rng.random(), sum_xi=rng.random(),
-        sum_Cxi=rng.random() if weighted else None, rows_computed=int(rng.integers(0, 50)),
-        rows_cached=int(rng.integers(0, 50)), rows_disk=int(rng.integers(0, 50)),
-        t_kernel=rng.random(), t_update=rng.random(), t_select=rng.random(),
-        t_total=rng.random())
+        part=part,
+        cand_ids=rng.integers(0, 100, nc),
+        cand_V=rng.random(nc),
+        cand_psi=rng.random(nc),
+        cand_F=rng.random((nc, P)),
+        cand_X=rng.random((int(new.sum()), d)),
+        cand_new=new,
+        cand_kdiag=rng.random(nc),
+        cand_yp=rng.integers(0, P, nc),
+        cand_cls=rng.integers(0, P, nc),
+        cand_C=rng.random(nc) if weighted else None,
+        max_V=rng.random(),
+        sum_V=rng.random(),
+        max_psi=rng.random(),
+        n_viol=int(rng.integers(0, 9)),
+        n_active=int(rng.integers(9, 20)),
+        n_rows=20,
+        sum_alpha=rng.random(),
+        sum_BF=rng.random(),
+        sum_xi=rng.random(),
+        sum_Cxi=rng.random() if weighted else None,
+        rows_computed=int(rng.integers(0, 50)),
+        rows_cached=int(rng.integers(0, 50)),
+        rows_disk=int(rng.integers(0, 50)),
+        t_kernel=rng.random(),
+        t_update=rng.random(),
+        t_select=rng.random(),
+        t_total=rng.random(),
+    )
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -42,12 +60,32 @@ def test_merge_of_crammer_singer_replies(weighted):
     a, b = _cs_reply(rng, 0, 5, 3, 4, weighted), _cs_reply(rng, 1, 7, 3, 4, weighted)
     out = m.merge([a, b])
     assert type(out) is m.CSReply and out.part == [0, 1]
-    for k in ("cand_ids", "cand_V", "cand_psi", "cand_F", "cand_X", "cand_new", "cand_kdiag",
-              "cand_yp", "cand_cls"):
-        np.testing.assert_array_equal(getattr(out, k),
-                                      np.concatenate([getattr(a, k), getattr(b, k)]))
-    for k in ("sum_V", "n_viol", "n_active", "n_rows", "sum_alpha", "sum_BF", "sum_xi",
-              "rows_computed", "rows_cached", "rows_disk"):
+    for k in (
+        "cand_ids",
+        "cand_V",
+        "cand_psi",
+        "cand_F",
+        "cand_X",
+        "cand_new",
+        "cand_kdiag",
+        "cand_yp",
+        "cand_cls",
+    ):
+        np.testing.assert_array_equal(
+            getattr(out, k), np.concatenate([getattr(a, k), getattr(b, k)])
+        )
+    for k in (
+        "sum_V",
+        "n_viol",
+        "n_active",
+        "n_rows",
+        "sum_alpha",
+        "sum_BF",
+        "sum_xi",
+        "rows_computed",
+        "rows_cached",
+        "rows_disk",
+    ):
         assert getattr(out, k) == getattr(a, k) + getattr(b, k)
     for k in ("max_V", "max_psi", "t_kernel", "t_update", "t_select", "t_total"):
         assert getattr(out, k) == max(getattr(a, k), getattr(b, k))
@@ -68,12 +106,22 @@ def test_merge_of_gradient_replies_and_sparse_rows():
 
     def reply(part, nc, weighted=True):
         return m.GradientReply(
-            part=part, cand_ids=rng.integers(0, 50, nc), cand_g=rng.random(nc),
-            cand_vup=rng.random(nc), cand_vlow=rng.random(nc), cand_grp=rng.integers(0, 3, nc),
-            cand_y=np.sign(rng.random(nc) - 0.5), cand_X=sp.random(nc, 6, 0.3, format="csr",
-                                                                  random_state=part),
-            cand_U=rng.random(nc), gmax=rng.random(3), gmin=rng.random(3), obj2=rng.random(),
-            rows_computed=3, rows_cached=4, t_total=rng.random())
+            part=part,
+            cand_ids=rng.integers(0, 50, nc),
+            cand_g=rng.random(nc),
+            cand_vup=rng.random(nc),
+            cand_vlow=rng.random(nc),
+            cand_grp=rng.integers(0, 3, nc),
+            cand_y=np.sign(rng.random(nc) - 0.5),
+            cand_X=sp.random(nc, 6, 0.3, format="csr", random_state=part),
+            cand_U=rng.random(nc),
+            gmax=rng.random(3),
+            gmin=rng.random(3),
+            obj2=rng.random(),
+            rows_computed=3,
+            rows_cached=4,
+            t_total=rng.random(),
+        )
 
     a, b = reply(0, 4), reply(1, 6)
     out = m.merge([a, b])
@@ -82,11 +130,13 @@ def test_merge_of_gradient_replies_and_sparse_rows():
     assert out.obj2 == a.obj2 + b.obj2 and out.rows_computed == 6 and out.rows_cached == 8
     assert out.t_total == max(a.t_total, b.t_total)
     assert sp.issparse(out.cand_X) and out.cand_X.format == "csr"
-    np.testing.assert_array_equal(out.cand_X.toarray(),
-                                  np.vstack([a.cand_X.toarray(), b.cand_X.toarray()]))
+    np.testing.assert_array_equal(
+        out.cand_X.toarray(), np.vstack([a.cand_X.toarray(), b.cand_X.toarray()])
+    )
     for k in ("cand_ids", "cand_g", "cand_vup", "cand_vlow", "cand_grp", "cand_y", "cand_U"):
-        np.testing.assert_array_equal(getattr(out, k),
-                                      np.concatenate([getattr(a, k), getattr(b, k)]))
+        np.testing.assert_array_equal(
+            getattr(out, k), np.concatenate([getattr(a, k), getattr(b, k)])
+        )
 
 
 def test_first_and_list_rules():
@@ -96,14 +146,23 @@ def test_first_and_list_rules():
 
 def _example(cls, rng):
     """A message of type ``cls`` with every field set to a value off its default."""
-    values = {"ids": np.arange(6), "XB": rng.random((6, 4)).astype(np.float32),
-              "dB": np.where(rng.random((6, 5)) < 0.2, rng.normal(size=(6, 5)), 0.0),
-              "shrink_margin": 0.125, "reship": True, "bank_ids": np.array([0, 3, 5]),
-              "unshrink": {"ids": np.arange(2), "X": rng.random((2, 4)), "B": rng.random((2, 5))},
-              "assign": {"ids": np.arange(2), "yp": np.array([1, 0])},
-              "dW": rng.random((5, 4)), "ds": rng.random(5), "da": rng.random(6),
-              "a_new": rng.random(6), "yB": np.sign(rng.random(6) - 0.5),
-              "grpB": rng.integers(0, 2, 6), "pick": (7, 1e-3)}
+    values = {
+        "ids": np.arange(6),
+        "XB": rng.random((6, 4)).astype(np.float32),
+        "dB": np.where(rng.random((6, 5)) < 0.2, rng.normal(size=(6, 5)), 0.0),
+        "shrink_margin": 0.125,
+        "reship": True,
+        "bank_ids": np.array([0, 3, 5]),
+        "unshrink": {"ids": np.arange(2), "X": rng.random((2, 4)), "B": rng.random((2, 5))},
+        "assign": {"ids": np.arange(2), "yp": np.array([1, 0])},
+        "dW": rng.random((5, 4)),
+        "ds": rng.random(5),
+        "da": rng.random(6),
+        "a_new": rng.random(6),
+        "yB": np.sign(rng.random(6) - 0.5),
+        "grpB": rng.integers(0, 2, 6),
+        "pick": (7, 1e-3),
+    }
     return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
@@ -129,6 +188,7 @@ def test_banked_rows_are_left_out_and_restored_from_the_receivers_bank():
     """Rows every receiver banks leave the wire and come back from the bank bit for bit; a
     receiver without a bank refuses such a message, a rebuilt one (``rows=False``) skips them."""
     from dmcsvm.engine.row_bank import RowBank
+
     rng = np.random.default_rng(4)
     XB = rng.normal(size=(6, 200)).astype(np.float32)
     msg = m.RoundMessage(ids=np.array([7, 2, 9, 4, 11, 3]), XB=XB, dB=rng.normal(size=(6, 3)))
@@ -139,7 +199,7 @@ def test_banked_rows_are_left_out_and_restored_from_the_receivers_bank():
     have = held.rows(msg)
     assert have.tolist() == [True, False, True, False, False, True]
     blob = m.pack_message(msg, have)
-    assert len(blob) < len(m.pack_message(msg)) - 3 * 200 * 4 + 200   # 3 rows fewer
+    assert len(blob) < len(m.pack_message(msg)) - 3 * 200 * 4 + 200  # 3 rows fewer
     out = m.unpack_message(blob, bank)
     assert out.XB.dtype == np.float32 and np.array_equal(out.XB, XB)
     assert np.array_equal(out.dB, msg.dB) and np.array_equal(out.ids, msg.ids)
@@ -153,9 +213,13 @@ def test_banked_rows_are_left_out_and_restored_from_the_receivers_bank():
 
 
 def test_report_only_keeps_the_marked_fields():
-    msg = m.LinearMessage(ids=np.arange(3), dB=np.ones((3, 2)), shrink_margin=0.5,
-                          assign={"ids": np.arange(1), "yp": np.zeros(1, np.int64)},
-                          pick=(4, 1e-3))
+    msg = m.LinearMessage(
+        ids=np.arange(3),
+        dB=np.ones((3, 2)),
+        shrink_margin=0.5,
+        assign={"ids": np.arange(1), "yp": np.zeros(1, np.int64)},
+        pick=(4, 1e-3),
+    )
     out = m.report_only(msg)
     # a rebuilt group still prunes its candidates as the coordinator picks them
     assert type(out) is m.LinearMessage

@@ -14,8 +14,8 @@ import scipy.sparse as sp
 from sklearn.datasets import load_iris
 
 from dmcsvm import MulticlassSVC
-from dmcsvm.runtime_params import RUNTIME_PARAMS
 from dmcsvm.model_io import MODEL_VERSION, estimator_registry, load_model, save_model
+from dmcsvm.runtime_params import RUNTIME_PARAMS
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def _fit(name, X, y):
     cls = estimator_registry()[name]
     params = {"n_jobs": 1} if "n_jobs" in cls._get_param_names() else {}
     if name == "MultiPrototypeSVC":
-        params.update(max_epochs=5, random_state=0)   # a few epochs: the file is what is tested
+        params.update(max_epochs=5, random_state=0)  # a few epochs: the file is what is tested
     if name == "BinarySVC":
         y = (y > 0).astype(int)
     return cls(**params).fit(X, y), y
@@ -40,6 +40,7 @@ def _fitted_attrs(est):
 
 def _assert_same(a, b, where="value"):
     from sklearn.base import BaseEstimator
+
     if isinstance(a, BaseEstimator):
         assert type(a) is type(b), where
         assert a.get_params(deep=False).keys() == b.get_params(deep=False).keys()
@@ -57,7 +58,7 @@ def _assert_same(a, b, where="value"):
             _assert_same(a[k], b[k], f"{where}[{k!r}]")
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b), where
-        for i, (u, v) in enumerate(zip(a, b)):
+        for i, (u, v) in enumerate(zip(a, b, strict=False)):
             _assert_same(u, v, f"{where}[{i}]")
     elif isinstance(a, float) and np.isnan(a):
         assert np.isnan(b), where
@@ -76,8 +77,9 @@ def test_every_registered_estimator_round_trips(iris, tmp_path, name, ext):
     assert type(back) is type(est)
     # the model's parameters come back; where it ran (runtime_params) is not part of the file
     defaults = type(est)().get_params(deep=False)
-    assert back.get_params(deep=False) == {k: defaults[k] if k in RUNTIME_PARAMS else v
-                                           for k, v in est.get_params(deep=False).items()}
+    assert back.get_params(deep=False) == {
+        k: defaults[k] if k in RUNTIME_PARAMS else v for k, v in est.get_params(deep=False).items()
+    }
     _assert_same(est, back, name)
     assert np.array_equal(back.predict(X), est.predict(X))
     assert np.array_equal(back.decision_function(X), est.decision_function(X))
@@ -90,7 +92,7 @@ def test_npz_needs_no_pickle(iris, tmp_path):
     est = MulticlassSVC(C=2.0, n_jobs=1).fit(X, np.array(["setosa", "versi", "virg"])[y])
     path = tmp_path / "m.npz"
     save_model(est, path)
-    with np.load(path, allow_pickle=False) as z:        # every member loads without pickle
+    with np.load(path, allow_pickle=False) as z:  # every member loads without pickle
         for k in z.files:
             assert z[k].dtype != object
     back = load_model(path)
@@ -112,7 +114,7 @@ def test_sparse_support_vectors_and_history(iris, tmp_path):
 def test_live_client_is_not_saved(iris, tmp_path):
     X, y = iris
     est = MulticlassSVC(n_jobs=1).fit(X, y)
-    est.client = object()           # stands for a distributed.Client that trained the model
+    est.client = object()  # stands for a distributed.Client that trained the model
     save_model(est, tmp_path / "m.npz")
     assert load_model(tmp_path / "m.npz").client is None
 
@@ -136,14 +138,18 @@ def saved(iris, tmp_path):
 
 def test_refuses_newer_version(saved):
     _rewrite_meta(saved, lambda m: m.update(format_version=MODEL_VERSION + 97))
-    with pytest.raises(ValueError, match=rf"format_version {MODEL_VERSION + 97}, written by a "
-                                         r"newer dmcsvm; this dmcsvm reads versions 1 to"):
+    with pytest.raises(
+        ValueError,
+        match=rf"format_version {MODEL_VERSION + 97}, written by a "
+        r"newer dmcsvm; this dmcsvm reads versions 1 to",
+    ):
         load_model(saved)
 
 
 def test_refuses_unknown_estimator(saved):
     def edit(m):
         m["model"]["__estimator__"] = "os.system"
+
     _rewrite_meta(saved, edit)
     with pytest.raises(ValueError, match=r"unknown estimator 'os.system' in the model file"):
         load_model(saved)
@@ -152,6 +158,7 @@ def test_refuses_unknown_estimator(saved):
 def test_refuses_unknown_parameter_and_bad_attribute(saved, tmp_path):
     def edit(m):
         m["model"]["params"]["evil"] = 1
+
     _rewrite_meta(saved, edit)
     with pytest.raises(ValueError, match=r"parameter\(s\) evil unknown to MulticlassSVC"):
         load_model(saved)
@@ -159,6 +166,7 @@ def test_refuses_unknown_parameter_and_bad_attribute(saved, tmp_path):
     def edit2(m):
         del m["model"]["params"]["evil"]
         m["model"]["attrs"]["__class__"] = None
+
     _rewrite_meta(saved, edit2)
     with pytest.raises(ValueError, match=r"attribute name '__class__' is not a fitted attribute"):
         load_model(saved)
@@ -196,6 +204,7 @@ def test_refuses_zarr_model_with_missing_array(iris, tmp_path):
     path = tmp_path / "m.zarr"
     save_model(MulticlassSVC(n_jobs=1).fit(X, y), path)
     import shutil
+
     shutil.rmtree(path / "a0")
     with pytest.raises(ValueError, match=r"array 'a0' is missing \(truncated file\?\)"):
         load_model(path)
@@ -216,11 +225,12 @@ def test_never_overwrites_other_files(iris, tmp_path):
 
 def test_unfitted_and_unsupported_values(iris, tmp_path):
     from sklearn.exceptions import NotFittedError
+
     with pytest.raises(NotFittedError):
         save_model(MulticlassSVC(), tmp_path / "m.npz")
     X, y = iris
     est = MulticlassSVC(n_jobs=1).fit(X, y)
-    est.extra_ = {1, 2}             # a set: not storable without pickle
+    est.extra_ = {1, 2}  # a set: not storable without pickle
     with pytest.raises(ValueError, match=r"cannot save model.extra_: values of type set"):
         save_model(est, tmp_path / "m.npz")
     assert os.listdir(tmp_path) == []
@@ -230,12 +240,25 @@ def test_reads_version_1_files(iris, tmp_path):
     """dmcsvm 0.1 wrote MulticlassSVC as fixed npz members and a JSON meta of version 1."""
     X, y = iris
     est = MulticlassSVC(n_jobs=1).fit(X, y)
-    meta = {"format": "dmcsvm-model", "format_version": 1, "estimator": "MulticlassSVC",
-            "params": {"C": est.C, "kernel": est.kernel, "gamma": est.gamma}, "gamma_": est.gamma_,
-            "n_features_in_": est.n_features_in_, "n_iter_": est.n_iter_, "classes_kind": "i"}
+    meta = {
+        "format": "dmcsvm-model",
+        "format_version": 1,
+        "estimator": "MulticlassSVC",
+        "params": {"C": est.C, "kernel": est.kernel, "gamma": est.gamma},
+        "gamma_": est.gamma_,
+        "n_features_in_": est.n_features_in_,
+        "n_iter_": est.n_iter_,
+        "classes_kind": "i",
+    }
     path = tmp_path / "v1.npz"
-    np.savez(path, dual_coef=est.dual_coef_.T, support=est.support_, classes=est.classes_,
-             sv=est.support_vectors_, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    np.savez(
+        path,
+        dual_coef=est.dual_coef_.T,
+        support=est.support_,
+        classes=est.classes_,
+        sv=est.support_vectors_,
+        meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+    )
     assert zipfile.is_zipfile(path)
     back = load_model(path)
     assert np.array_equal(back.decision_function(X), est.decision_function(X))
@@ -245,6 +268,7 @@ def _as_format_2(path, rename):
     """Rewrite a model file as format 2 wrote it: ``dual_coef_`` one row per support vector
     (1-D for ScatterSVC) and the renamed parameters by their old names."""
     import zlib
+
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(bytes(arrays["meta"]).decode())
@@ -269,11 +293,13 @@ def test_reads_format_2_files(iris, tmp_path, name):
     path = tmp_path / "m.npz"
     save_model(est, path)
     _as_format_2(path, {})
-    if name != "ScatterSVC":       # 0.1 wrote threshold_fraction, a parameter then, as mu
+    if name != "ScatterSVC":  # 0.1 wrote threshold_fraction, a parameter then, as mu
         _rewrite_meta(path, lambda m: m["model"]["params"].update(mu=0.25))
     back = load_model(path)
-    want = {k: type(est)().get_params()[k] if k in RUNTIME_PARAMS else v
-            for k, v in est.get_params(deep=False).items()}
+    want = {
+        k: type(est)().get_params()[k] if k in RUNTIME_PARAMS else v
+        for k, v in est.get_params(deep=False).items()
+    }
     if name != "ScatterSVC":
         want["solver_options"] = {"threshold_fraction": 0.25}
     assert back.get_params(deep=False) == want

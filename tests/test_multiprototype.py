@@ -24,12 +24,13 @@ from dmcsvm.numerics import linear_prototypes as lp
 from dmcsvm.numerics import pattern as pt
 from dmcsvm.numerics.working_set import solve_working_set
 
-PAPER_KERNEL = KernelSpec("poly", gamma=1.0, degree=1, coef0=1.0)     # <x, z> + 1
+PAPER_KERNEL = KernelSpec("poly", gamma=1.0, degree=1, coef0=1.0)  # <x, z> + 1
 
 
 # ------------------------------------------------------------------------------------------------
 # data and independent NumPy formulas
 # ------------------------------------------------------------------------------------------------
+
 
 def multimodal(seed, n_per_mode=12, m=3, modes=2, d=2, spread=0.35, circle=True):
     """``m * modes`` blobs, blob ``k`` of class ``k mod m``.  ``circle``: the blobs lie on a circle
@@ -89,6 +90,7 @@ def mprot_dual_qp(K, yp, cls, pcls, C):
     ``B[i, r] <= 0`` on negative prototypes and ``B[i, r] = 0`` on the other positive ones.
     ``C`` is a scalar or one bound per pattern (class / sample weights)."""
     import cvxpy as cp
+
     n, P = len(yp), len(pcls)
     w, V = np.linalg.eigh(0.5 * (K + K.T))
     keep = w > w.max() * 1e-14
@@ -96,14 +98,20 @@ def mprot_dual_qp(K, yp, cls, pcls, C):
     Y = np.zeros((n, P))
     Y[np.arange(n), yp] = 1.0
     NEG = (pcls[None, :] != cls[:, None]).astype(float)
-    OTHER = 1.0 - Y - NEG                     # positive prototypes not assigned to the row
+    OTHER = 1.0 - Y - NEG  # positive prototypes not assigned to the row
     Bv = cp.Variable((n, P))
-    cons = [cp.sum(Bv, axis=1) == 0, cp.multiply(NEG, Bv) <= 0, cp.multiply(OTHER, Bv) == 0,
-            cp.sum(cp.multiply(Y, Bv), axis=1) >= 0, cp.sum(cp.multiply(Y, Bv), axis=1) <= C]
+    cons = [
+        cp.sum(Bv, axis=1) == 0,
+        cp.multiply(NEG, Bv) <= 0,
+        cp.multiply(OTHER, Bv) == 0,
+        cp.sum(cp.multiply(Y, Bv), axis=1) >= 0,
+        cp.sum(cp.multiply(Y, Bv), axis=1) <= C,
+    ]
     obj = cp.Maximize(cp.sum(cp.multiply(Y, Bv)) - 0.5 * cp.sum_squares(L.T @ Bv))
     prob = cp.Problem(obj, cons)
-    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
-               max_iter=500)
+    prob.solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, max_iter=500
+    )
     assert prob.status == "optimal", prob.status
     return prob.value, Bv.value
 
@@ -111,6 +119,7 @@ def mprot_dual_qp(K, yp, cls, pcls, C):
 # ------------------------------------------------------------------------------------------------
 # array kernels
 # ------------------------------------------------------------------------------------------------
+
 
 def test_positive_slacks_matches_reference():
     rng = np.random.default_rng(0)
@@ -135,8 +144,10 @@ def draw_reference(xi, cur, u, T, C):
             continue
         p = np.where(np.isfinite(x), np.exp(-C * (x - x.min()) / T), 0.0)
         cdf = np.cumsum(p)
-        out[i] = min(int(np.searchsorted(cdf, u[i] * cdf[-1], side="right")),
-                     int(np.flatnonzero(np.isfinite(x))[-1]))
+        out[i] = min(
+            int(np.searchsorted(cdf, u[i] * cdf[-1], side="right")),
+            int(np.flatnonzero(np.isfinite(x))[-1]),
+        )
     return out
 
 
@@ -145,8 +156,8 @@ def test_draw_assignment_matches_reference(T):
     rng = np.random.default_rng(1)
     n, q = 300, 4
     xi = np.maximum(rng.normal(0.5, 1.0, size=(n, q)), 0.0)
-    xi[::7, 3] = np.inf                      # a class with 3 prototypes only
-    xi[::5, 1] = xi[::5, 0]                  # ties
+    xi[::7, 3] = np.inf  # a class with 3 prototypes only
+    xi[::5, 1] = xi[::5, 0]  # ties
     cur = rng.integers(0, 3, n).astype(np.int64)
     u = rng.random(n)
     got = lp.draw_assignment(xi, cur, u, T, 2.0, np.empty(n, dtype=np.int64))
@@ -160,8 +171,9 @@ def test_draw_assignment_frequencies_follow_eq17():
     xi_row = np.array([0.0, 0.3, 1.0, np.inf])
     n = 200000
     xi = np.tile(xi_row, (n, 1))
-    got = lp.draw_assignment(xi, np.zeros(n, dtype=np.int64), rng.random(n), 0.5, 1.5,
-                             np.empty(n, dtype=np.int64))
+    got = lp.draw_assignment(
+        xi, np.zeros(n, dtype=np.int64), rng.random(n), 0.5, 1.5, np.empty(n, dtype=np.int64)
+    )
     p = np.exp(-1.5 * xi_row[:3] / 0.5)
     p /= p.sum()
     freq = np.bincount(got, minlength=4) / n
@@ -204,8 +216,9 @@ def test_linear_batch_solve_matches_kernel_batch_solve(sparse, optimizer, sweeps
     code = pt.OPTIMIZERS[optimizer]
     dB_k, g_k = pt.solve_batch(code, Bb, Fb, K, yb, cb, pcls, kdiag, C, 1e-6, 1e-8, sweeps)
     XBs = sp.csr_matrix(XB) if sparse else XB
-    dB_l, g_l, _ = lp.solve_batch_linear(code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, 1e-6, 1e-8,
-                                         sweeps, a, c0)
+    dB_l, g_l, _ = lp.solve_batch_linear(
+        code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, 1e-6, 1e-8, sweeps, a, c0
+    )
     assert np.abs(dB_k).max() > 0.1
     # OptKKT iterates until a step gains <= phi ~ 1e-14: whether its last tiny step (~1e-8) is
     # taken can flip with the last bits of the scores; the other optimizers agree to rounding
@@ -234,12 +247,28 @@ def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     kdiag = np.diag(K).copy()
     code = pt.OPTIMIZERS["exact"]
     tol, inner_tol, max_steps = 1e-6, 1e-3, 20 * nb
-    dB_k, g_k, st_k = solve_working_set(code, Bb, Fb, K, np.arange(nb), yb, cb, pcls, kdiag,
-                                           C, tol, 1e-8, max_steps, inner_tol, relax)
+    dB_k, g_k, st_k = solve_working_set(
+        code,
+        Bb,
+        Fb,
+        K,
+        np.arange(nb),
+        yb,
+        cb,
+        pcls,
+        kdiag,
+        C,
+        tol,
+        1e-8,
+        max_steps,
+        inner_tol,
+        relax,
+    )
     XBs = sp.csr_matrix(XB) if sparse else XB
     dB_l, g_l, st_l = lp.LinearBatchSolver(a, c0).working_set(
-        code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, tol, 1e-8, max_steps, inner_tol, relax)
-    assert st_k.sum() > nb and st_k.sum() < max_steps       # re-selection took extra steps
+        code, Bb, Fb, XBs, yb, cb, pcls, kdiag, C, tol, 1e-8, max_steps, inner_tol, relax
+    )
+    assert st_k.sum() > nb and st_k.sum() < max_steps  # re-selection took extra steps
     np.testing.assert_array_equal(st_l, st_k)
     np.testing.assert_allclose(dB_l, dB_k, rtol=0, atol=1e-10)
     np.testing.assert_allclose(g_l, g_k, rtol=1e-9, atol=1e-12)
@@ -276,11 +305,19 @@ def test_prototype_step_scores_and_encoding(sparse):
     np.testing.assert_allclose(dW, dB.T @ X, atol=1e-13)
     np.testing.assert_allclose(ds, dB.sum(0), atol=1e-13)
     W, s = rng.normal(size=(7, 5)), rng.normal(size=7)
-    np.testing.assert_allclose(lp.linear_scores(Xs, W, s, 0.5, 2.0), 0.5 * X @ W.T + 2.0 * s,
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        lp.linear_scores(Xs, W, s, 0.5, 2.0), 0.5 * X @ W.T + 2.0 * s, atol=1e-13
+    )
     ids = np.arange(30)
-    msg = encode_linear(PrototypeMessage(ids=ids, XB=Xs, dB=dB, unshrink={"ids": ids, "X": Xs},
-                                         assign={"ids": ids[:2], "yp": ids[:2]}))
+    msg = encode_linear(
+        PrototypeMessage(
+            ids=ids,
+            XB=Xs,
+            dB=dB,
+            unshrink={"ids": ids, "X": Xs},
+            assign={"ids": ids[:2], "yp": ids[:2]},
+        )
+    )
     assert msg.XB is None and msg.unshrink == {} and msg.assign["ids"].shape == (2,)
     np.testing.assert_allclose(msg.dW, dB.T @ X, atol=1e-13)
     assert lp.linear_coefficients(KernelSpec("linear")) == (1.0, 0.0)
@@ -304,9 +341,11 @@ def test_initial_assignment_is_random_and_the_same_for_any_partitioning():
         np.testing.assert_allclose(freq, 1.0 / q, atol=0.02)
     ra = RandomAssignment(12345, pcls, 0, n)
     cuts = [0, 1, 977, 20000, n]
-    parts = [ra[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    parts = [ra[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=False)]
     assert [len(p) for p in parts] == [1, 976, 19023, 10000]
-    got = np.concatenate([p.draw(cls[a:b]) for p, a, b in zip(parts, cuts[:-1], cuts[1:])])
+    got = np.concatenate(
+        [p.draw(cls[a:b]) for p, a, b in zip(parts, cuts[:-1], cuts[1:], strict=False)]
+    )
     np.testing.assert_array_equal(got, yp)
     assert not np.array_equal(initial_assignment(cls, pcls, 54321), yp)
     with pytest.raises(ValueError, match="^3 class indices for 1 rows$"):
@@ -321,8 +360,9 @@ def test_initial_assignment_is_random_and_the_same_for_any_partitioning():
 
 FIXED_CASES = {
     "linear-seq": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, solver="sequential"),
-    "linear-fast": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True,
-                        solver="rounds"),
+    "linear-fast": dict(
+        kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True, solver="rounds"
+    ),
     "linear-kernel": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=False),
     "rbf": dict(kernel="rbf", gamma=0.4),
 }
@@ -337,8 +377,17 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
     # batch_size 30 of 60 rows: rounds that leave violators out, and rounds that hold them all
     # (with batch_size 7 the weighted problem, whose bounds C_i span 0 to 4.8 on a rank-3 linear
     # kernel, takes ~10k rounds on every path, the sequential one too: slow coordinate descent)
-    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=[2, 3, 2], C=C, max_epochs=0, tol=1e-9, random_state=0, n_jobs=2, **FIXED_CASES[case],
-                              solver_options={"gap_tol": 0.0, "batch_size": 30})
+    model = MultiPrototypeSVC(
+        kernel_dtype="float64",
+        n_prototypes=[2, 3, 2],
+        C=C,
+        max_epochs=0,
+        tol=1e-9,
+        random_state=0,
+        n_jobs=2,
+        **FIXED_CASES[case],
+        solver_options={"gap_tol": 0.0, "batch_size": 30},
+    )
     sw = None
     if weighted and case == "linear-fast":
         # the fast path's default one pass in order needs ~50k rounds (60 s) on this degenerate
@@ -354,8 +403,9 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
     pcls = np.searchsorted(model.classes_, model.prototype_class_)
     cls = np.searchsorted(model.classes_, y)
     yp = model.assignment_
-    assert np.array_equal(yp, initial_assignment(cls, pcls,
-                                                 lp.epoch_seed(np.random.RandomState(0))))
+    assert np.array_equal(
+        yp, initial_assignment(cls, pcls, lp.epoch_seed(np.random.RandomState(0)))
+    )
     assert model.converged_ and model.n_epochs_ == 0
     spec = model._spec
     K = kernel_reference(spec, X, X)
@@ -382,18 +432,27 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
 # the search
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fast_linear,solver", [(True, "sequential"), (True, "rounds"),
-                                                (False, "auto")])
+
+@pytest.mark.parametrize(
+    "fast_linear,solver", [(True, "sequential"), (True, "rounds"), (False, "auto")]
+)
 def test_greedy_energy_never_increases(fast_linear, solver):
     """T0 = 0 is the greedy search of §6.1: every epoch lowers the energy E(t)."""
     # random blob centers: the class means differ, so the random initial assignment is not the
     # degenerate M = 0 optimum that equal class means give
     X, y = multimodal(6, n_per_mode=15, modes=3, circle=False)
-    model = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=3, C=2.0, T0=0.0, max_epochs=40, random_state=1, n_jobs=2,
-                              solver_options={"batch_size": 20, "fast_linear": fast_linear,
-                                              "linear_solver": solver}).fit(X, y)
+    model = MultiPrototypeSVC(
+        kernel_dtype="float64",
+        n_prototypes=3,
+        C=2.0,
+        T0=0.0,
+        max_epochs=40,
+        random_state=1,
+        n_jobs=2,
+        solver_options={"batch_size": 20, "fast_linear": fast_linear, "linear_solver": solver},
+    ).fit(X, y)
     h = model.epoch_history_
-    E = np.concatenate([[2.0 * len(y)], h["energy"]])       # E(1) = C n
+    E = np.concatenate([[2.0 * len(y)], h["energy"]])  # E(1) = C n
     assert len(h["energy"]) >= 3
     assert np.all(np.diff(E) <= 0.0), np.diff(E)
     assert np.all(h["temperature"] == 0.0)
@@ -408,8 +467,9 @@ def test_greedy_energy_never_increases(fast_linear, solver):
     pcls = np.searchsorted(model.classes_, model.prototype_class_)
     K = kernel_reference(model._spec, X, X)
     B = full_coef(model, len(y))
-    assert model.energy_ == pytest.approx(primal_reference(B, K, model.assignment_, cls, pcls,
-                                                           2.0), rel=1e-9)
+    assert model.energy_ == pytest.approx(
+        primal_reference(B, K, model.assignment_, cls, pcls, 2.0), rel=1e-9
+    )
     assert model.energy_ <= E[-1] * (1 + 1e-2)
 
 
@@ -421,11 +481,19 @@ def test_annealed_history_and_multimodal_fit():
     # a fast schedule (tau=0.1, 60 epochs) from a random start: about half the starts end in the
     # symmetric local optimum (both prototypes of a class alike, patterns flipping between them);
     # this one (the epochs' uniforms of linear_prototypes.epoch_uniforms) finds the blobs
-    model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=60,
-                              random_state=1, n_jobs=2, solver_options={"batch_size": 50}).fit(X, y)
+    model = MultiPrototypeSVC(
+        n_prototypes=2,
+        C=1.0,
+        T0=2.0,
+        tau=0.1,
+        max_epochs=60,
+        random_state=1,
+        n_jobs=2,
+        solver_options={"batch_size": 50},
+    ).fit(X, y)
     h = model.epoch_history_
     t = h["epoch"]
-    np.testing.assert_allclose(h["temperature"], 2.0 * 0.9 ** t, rtol=1e-12)
+    np.testing.assert_allclose(h["temperature"], 2.0 * 0.9**t, rtol=1e-12)
     assert h["n_changed"][:5].mean() > h["n_changed"][-5:].mean()
     assert model.score(X, y) >= 0.97 > one.score(X, y) + 0.1
     assert model.energy_ < one.energy_
@@ -445,16 +513,36 @@ def test_single_prototype_equals_multiclass_svc():
     solves each round's working set to a tolerance, where MultiPrototypeSVC's rounds take one
     pass: other rounds, the same scores at tol=1e-8)."""
     X, y = multimodal(8, n_per_mode=12, circle=False)
-    kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, gap_tol=0.0,
-              selection="bmg", batch_size=9, n_jobs=2)
+    kw = dict(
+        C=0.5,
+        kernel="poly",
+        degree=1,
+        gamma=1.0,
+        coef0=1.0,
+        tol=1e-8,
+        gap_tol=0.0,
+        selection="bmg",
+        batch_size=9,
+        n_jobs=2,
+    )
     ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
-    kern = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, random_state=0, **kw,
-                             solver_options={"fast_linear": False}).fit(X, y)
+    kern = MultiPrototypeSVC(
+        kernel_dtype="float64",
+        n_prototypes=1,
+        random_state=0,
+        **kw,
+        solver_options={"fast_linear": False},
+    ).fit(X, y)
     np.testing.assert_allclose(kern.decision_function(X), ref.decision_function(X), atol=1e-6)
     np.testing.assert_array_equal(kern.predict(X), ref.predict(X))
     assert kern.n_epochs_ == 0
-    fast = MultiPrototypeSVC(kernel_dtype="float64", n_prototypes=1, random_state=0, **kw,
-                             solver_options={"fast_linear": True}).fit(X, y)
+    fast = MultiPrototypeSVC(
+        kernel_dtype="float64",
+        n_prototypes=1,
+        random_state=0,
+        **kw,
+        solver_options={"fast_linear": True},
+    ).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
     W_ref = ref.dual_coef_ @ ref.support_vectors_
     np.testing.assert_allclose(fast.prototypes_, W_ref, atol=1e-6)
@@ -472,23 +560,35 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     Xi = sp.csr_matrix(X) if sparse else X
     # default tolerances: the search and the final solve stay clear of the floating-point end
     # game (selection values ~1e-13) where the last bits of the scores decide the next batch
-    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=12, batch_size=15,
-              batch_sweeps=1, random_state=3, n_jobs=2, solver="rounds")
+    kw = dict(
+        n_prototypes=2,
+        C=1.0,
+        T0=1.0,
+        tau=0.2,
+        max_epochs=12,
+        batch_size=15,
+        batch_sweeps=1,
+        random_state=3,
+        n_jobs=2,
+        solver="rounds",
+    )
     # the same batch solve on both: the working set by re-selection (the kernel path's default;
     # the fast path's default is one pass in order, the same as the kernel path's with
     # inner_steps=0)
-    fast = MultiPrototypeSVC(kernel_dtype="float64", **kw,
-                             solver_options={"fast_linear": True})
-    kern = MultiPrototypeSVC(kernel_dtype="float64", **kw,
-                             solver_options={"fast_linear": False})
+    fast = MultiPrototypeSVC(kernel_dtype="float64", **kw, solver_options={"fast_linear": True})
+    kern = MultiPrototypeSVC(kernel_dtype="float64", **kw, solver_options={"fast_linear": False})
     for m in (fast, kern):
         m.set_params(solver_options={**m.solver_options, "inner_steps": 20.0})
     fast.fit(Xi, y)
     kern.fit(Xi, y)
     assert fast.n_epochs_ == kern.n_epochs_ == 12
-    np.testing.assert_array_equal(fast.epoch_history_["n_changed"], kern.epoch_history_["n_changed"])
+    np.testing.assert_array_equal(
+        fast.epoch_history_["n_changed"], kern.epoch_history_["n_changed"]
+    )
     np.testing.assert_array_equal(fast.epoch_history_["rounds"], kern.epoch_history_["rounds"])
-    np.testing.assert_allclose(fast.epoch_history_["energy"], kern.epoch_history_["energy"], rtol=1e-9)
+    np.testing.assert_allclose(
+        fast.epoch_history_["energy"], kern.epoch_history_["energy"], rtol=1e-9
+    )
     np.testing.assert_array_equal(fast.assignment_, kern.assignment_)
     assert fast.n_iter_ == kern.n_iter_
     np.testing.assert_allclose(full_coef(fast, len(y)), full_coef(kern, len(y)), atol=1e-10)
@@ -500,11 +600,20 @@ def test_fast_linear_path_equals_kernel_path(sparse):
 # Dask
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
 def test_dask_localcluster_equals_inprocess(local_client, kernel):
     X, y = multimodal(10, n_per_mode=15, modes=2, circle=False)
-    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=8, batch_size=12,
-              random_state=4, n_partitions=2)
+    kw = dict(
+        n_prototypes=2,
+        C=1.0,
+        T0=1.0,
+        tau=0.2,
+        max_epochs=8,
+        batch_size=12,
+        random_state=4,
+        n_partitions=2,
+    )
     kw.update(FIXED_CASES[kernel])
     ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
     dsk = MultiPrototypeSVC(client=local_client, **kw).fit(X, y)
@@ -512,29 +621,38 @@ def test_dask_localcluster_equals_inprocess(local_client, kernel):
     np.testing.assert_array_equal(dsk.assignment_, ref.assignment_)
     np.testing.assert_array_equal(dsk.epoch_history_["n_changed"], ref.epoch_history_["n_changed"])
     assert dsk.n_iter_ == ref.n_iter_
-    np.testing.assert_allclose(full_coef(dsk, len(y)), full_coef(ref, len(y)), rtol=0,
-                               atol=1e-9)
+    np.testing.assert_allclose(full_coef(dsk, len(y)), full_coef(ref, len(y)), rtol=0, atol=1e-9)
     np.testing.assert_array_equal(dsk.predict(X), ref.predict(X))
 
 
 @pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
-def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_client, kernel,
-                                                                      tmp_path):
+def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(
+    local_client, kernel, tmp_path
+):
     """A zarr store path (and a dask array) trains on the workers, each partition reading its
     own rows, to the model of the same rows as a numpy array in-process; predicting a store or
     a dask array runs per chunk and equals predicting the array."""
     import dask.array as da
 
     from dmcsvm.store import write_arrays
-    X, y = multimodal(11, n_per_mode=20, modes=2, d=3, circle=False)     # 120 rows
+
+    X, y = multimodal(11, n_per_mode=20, modes=2, d=3, circle=False)  # 120 rows
     X = X.astype(np.float32)
     url = str(tmp_path / "train.zarr")
-    write_arrays(url, X, y, rows_per_chunk=30)          # partition edges 0/60/120 either way
+    write_arrays(url, X, y, rows_per_chunk=30)  # partition edges 0/60/120 either way
     # a batch of all 120 rows: 124 rounds on the linear path (676 with batches of 40, each round
     # a Dask actor round trip on the two cluster fits); 3 epochs: 54 and 41 rows are re-assigned
     # after the first and second (the equality of assignments below covers them)
-    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=3, batch_size=120,
-              random_state=4, n_partitions=2)
+    kw = dict(
+        n_prototypes=2,
+        C=1.0,
+        T0=1.0,
+        tau=0.2,
+        max_epochs=3,
+        batch_size=120,
+        random_state=4,
+        n_partitions=2,
+    )
     kw.update(FIXED_CASES[kernel])
     ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
     on_store = MultiPrototypeSVC(client=local_client, **kw).fit(url)
@@ -542,22 +660,25 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(local_clien
     for est in (on_store, on_dask):
         assert est.n_features_in_ == 3 and est.n_epochs_ == ref.n_epochs_
         np.testing.assert_array_equal(est.assignment_, ref.assignment_)
-        np.testing.assert_allclose(full_coef(est, len(y)), full_coef(ref, len(y)), rtol=0,
-                                   atol=1e-9)
+        np.testing.assert_allclose(
+            full_coef(est, len(y)), full_coef(ref, len(y)), rtol=0, atol=1e-9
+        )
     expected = ref.predict(X)
-    assert ref.score(X, y) > 0.7                        # chance: 1/3
+    assert ref.score(X, y) > 0.7  # chance: 1/3
     np.testing.assert_array_equal(on_store.predict(url), expected)
     assert on_store.score(url) == pytest.approx(ref.score(X, y))
     lazy = on_store.predict(da.from_array(X, chunks=25))
     assert isinstance(lazy, da.Array)
     # the session client is not the default one: compute on the cluster explicitly
     np.testing.assert_array_equal(local_client.compute(lazy).result(), expected)
-    np.testing.assert_allclose(on_store.decision_function(url), ref.decision_function(X),
-                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        on_store.decision_function(url), ref.decision_function(X), rtol=0, atol=1e-5
+    )
 
 
 def test_store_with_labels_given_is_refused(tmp_path):
     from dmcsvm.store import write_arrays
+
     X, y = multimodal(12, n_per_mode=5)
     url = str(tmp_path / "s.zarr")
     write_arrays(url, X.astype(np.float32), y)
@@ -568,6 +689,7 @@ def test_store_with_labels_given_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # bad input
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def small():
@@ -580,31 +702,44 @@ def small():
 @pytest.mark.parametrize("q", [0, -2, [2, 0, 1], 1.5, "3", True])
 def test_bad_prototype_count(small, q):
     X, y = small
-    if isinstance(q, list):     # the entries are checked against the classes in fit
-        msg = (f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
-               f"class), got {q!r}")
+    if isinstance(q, list):  # the entries are checked against the classes in fit
+        msg = (
+            f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
+            f"class), got {q!r}"
+        )
     else:
-        msg = (f"The 'n_prototypes' parameter of MultiPrototypeSVC must be an int in the range "
-               f"[1, inf), an instance of 'list', an instance of 'tuple' or an instance of "
-               f"'numpy.ndarray'. Got {q!r} instead.")
+        msg = (
+            f"The 'n_prototypes' parameter of MultiPrototypeSVC must be an int in the range "
+            f"[1, inf), an instance of 'list', an instance of 'tuple' or an instance of "
+            f"'numpy.ndarray'. Got {q!r} instead."
+        )
     with pytest.raises(ValueError, match=re.escape(msg)):
         MultiPrototypeSVC(n_prototypes=q).fit(X, y)
 
 
 def test_prototype_list_length(small):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
-            "n_prototypes has 2 entries but the data has 3 classes")):
+    with pytest.raises(
+        ValueError, match=re.escape("n_prototypes has 2 entries but the data has 3 classes")
+    ):
         MultiPrototypeSVC(n_prototypes=[1, 2]).fit(X, y)
 
 
 def test_class_smaller_than_its_prototypes(small):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
-            "class 'c' has 3 training patterns, fewer than its 4 prototypes (n_prototypes)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "class 'c' has 3 training patterns, fewer than its 4 prototypes (n_prototypes)"
+        ),
+    ):
         MultiPrototypeSVC(n_prototypes=4).fit(X, y)
-    with pytest.raises(ValueError, match=re.escape(
-            "class 'a' has 8 training patterns, fewer than its 9 prototypes (n_prototypes)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "class 'a' has 8 training patterns, fewer than its 9 prototypes (n_prototypes)"
+        ),
+    ):
         MultiPrototypeSVC(n_prototypes=[9, 1, 1]).fit(X, y)
     MultiPrototypeSVC(n_prototypes=[8, 2, 3], max_epochs=2, n_jobs=1).fit(X, y)
 
@@ -612,27 +747,39 @@ def test_class_smaller_than_its_prototypes(small):
 @pytest.mark.parametrize("tau", [0.0, 1.0, -0.1, 1.5, "0.1"])
 def test_tau_outside_unit_interval(small, tau):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             f"The 'tau' parameter of MultiPrototypeSVC must be a float in the range "
-            f"(0.0, 1.0). Got {tau!r} instead.")):
+            f"(0.0, 1.0). Got {tau!r} instead."
+        ),
+    ):
         MultiPrototypeSVC(tau=tau).fit(X, y)
 
 
 @pytest.mark.parametrize("T0", [-1.0, -1e-9, float("nan"), None])
 def test_negative_T0(small, T0):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             f"The 'T0' parameter of MultiPrototypeSVC must be a float in the range "
-            f"[0.0, inf). Got {T0!r} instead.")):
+            f"[0.0, inf). Got {T0!r} instead."
+        ),
+    ):
         MultiPrototypeSVC(T0=T0).fit(X, y)
 
 
 @pytest.mark.parametrize("epochs", [-1, 2.5])
 def test_bad_max_epochs(small, epochs):
     X, y = small
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             f"The 'max_epochs' parameter of MultiPrototypeSVC must be an int in the range "
-            f"[0, inf). Got {epochs!r} instead.")):
+            f"[0, inf). Got {epochs!r} instead."
+        ),
+    ):
         MultiPrototypeSVC(max_epochs=epochs).fit(X, y)
 
 
@@ -641,19 +788,27 @@ def test_history_is_per_round_with_its_epoch(solver):
     """history_ has one row per solver round (per pass on the sequential path), as every other
     estimator's, tagged with its epoch; the per-epoch summary is epoch_history_."""
     X, y = multimodal(7, n_per_mode=20, modes=2)
-    model = MultiPrototypeSVC(n_prototypes=2, C=1.0, T0=2.0, tau=0.1, max_epochs=6,
-                              kernel="linear", random_state=0, n_jobs=1,
-                              solver_options={"linear_solver": solver, "batch_size": 50}).fit(X, y)
+    model = MultiPrototypeSVC(
+        n_prototypes=2,
+        C=1.0,
+        T0=2.0,
+        tau=0.1,
+        max_epochs=6,
+        kernel="linear",
+        random_state=0,
+        n_jobs=1,
+        solver_options={"linear_solver": solver, "batch_size": 50},
+    ).fit(X, y)
     h, e = model.history_, model.epoch_history_
     assert len(h["round"]) == len(h["dual"]) == len(h["epoch"])
     if solver == "rounds":
         assert len(h["round"]) == model.n_iter_
     ep = h["epoch"]
     searched = ep[ep > 0]
-    assert np.all(np.diff(searched) >= 0) and np.all(ep[len(searched):] == 0)
+    assert np.all(np.diff(searched) >= 0) and np.all(ep[len(searched) :] == 0)
     # every epoch of epoch_history_ has its rounds in history_ (the sequential path: at least
     # the primal check that ended it; its epoch_history_ counts passes, not checks)
-    for t, r in zip(e["epoch"], e["rounds"]):
+    for t, r in zip(e["epoch"], e["rounds"], strict=False):
         if solver == "rounds":
             assert np.count_nonzero(ep == t) == r
         else:
@@ -666,11 +821,12 @@ def test_history_is_per_round_with_its_epoch(solver):
 # slacks never leave them
 # ------------------------------------------------------------------------------------------------
 
+
 def test_epoch_uniforms_do_not_depend_on_the_partitioning():
     u = lp.epoch_uniforms(2024, 0, 1000)
     assert u.shape == (1000,) and 0.0 <= u.min() and u.max() < 1.0
     for edges in ([0, 1000], [0, 317, 318, 1000], [0, 1, 500, 999, 1000]):
-        parts = [lp.epoch_uniforms(2024, a, b) for a, b in zip(edges[:-1], edges[1:])]
+        parts = [lp.epoch_uniforms(2024, a, b) for a, b in zip(edges[:-1], edges[1:], strict=False)]
         np.testing.assert_array_equal(np.concatenate(parts), u)
     assert not np.array_equal(lp.epoch_uniforms(2025, 0, 1000), u)
 
@@ -722,15 +878,23 @@ def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
     B[held] = Bd[held]
     draws = []
     for n_parts in (1, 3):
-        pset = PartitionSettings(kernel=KernelSpec("rbf", gamma=0.5).to_dict(), C=1.5,
-                                 selection=pt.SEL_KKT, tol=1e-3, n_candidates=8, pcls=pcls,
-                                 shrinking=False)
-        ex = _Recording(InProcessExecutor(1, n_parts).start(X, yp, cls, pset,
-                                                            partition_cls=PrototypePartition,
-                                                            row_C=row_C))
+        pset = PartitionSettings(
+            kernel=KernelSpec("rbf", gamma=0.5).to_dict(),
+            C=1.5,
+            selection=pt.SEL_KKT,
+            tol=1e-3,
+            n_candidates=8,
+            pcls=pcls,
+            shrinking=False,
+        )
+        ex = _Recording(
+            InProcessExecutor(1, n_parts).start(
+                X, yp, cls, pset, partition_cls=PrototypePartition, row_C=row_C
+            )
+        )
         for p in ex.ex.parts:
-            p.F[:] = F[p.lo:p.hi]
-            p.B[:] = Bd[p.lo:p.hi]
+            p.F[:] = F[p.lo : p.hi]
+            p.B[:] = Bd[p.lo : p.hi]
         slack, mM, _ = _slacks(ex, None, False, False, 4, False, np.float64)
         n_changed, E_new, moved = _redraw_parts(ex, 77, T, mM)
         # a partition without kept slacks (rebuilt after a lost worker) computes them: same draw
@@ -738,10 +902,14 @@ def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
             p._xi = None
         again = _redraw_parts(ex, 77, T, mM)
         assert again[:2] == (n_changed, E_new)
-        for a, b in zip(again[2], moved):
+        for a, b in zip(again[2], moved, strict=False):
             np.testing.assert_array_equal(a, b)
-        assert all(v.shape[0] <= moved[0].shape[0] for _, reps in ex.replies for rep in reps
-                   for v in rep.get("moved", {}).values())
+        assert all(
+            v.shape[0] <= moved[0].shape[0]
+            for _, reps in ex.replies
+            for rep in reps
+            for v in rep.get("moved", {}).values()
+        )
         # nothing installed until a message names the draw's seed
         np.testing.assert_array_equal(np.concatenate(ex.call("assignment")), yp)
         ex.ex.step(PrototypeMessage(assign=77))
@@ -749,8 +917,7 @@ def test_partitions_draw_what_the_in_memory_redraw_draws(weighted, T):
         ex.close()
     xi = np.empty((n, q))
     lp.positive_slacks(F, cls, pcls, first, np.full(m, q), xi)
-    new_yp, E_ref, changed_ref, moved_ref = _redraw(xi, yp, cls, first, 77, T, 1.5, mM, B,
-                                                    row_C)
+    new_yp, E_ref, changed_ref, moved_ref = _redraw(xi, yp, cls, first, 77, T, 1.5, mM, B, row_C)
     assert moved_ref.size == np.intersect1d(changed_ref, held).size > 0
     assert np.array_equal(moved_ref, _moved(B, changed_ref, yp))
     own = xi[np.arange(n), yp - first[cls]]

@@ -37,7 +37,7 @@ def test_none_means_the_usable_cores():
 def test_joblib_context_sets_the_default():
     with parallel_config(n_jobs=3):
         assert n_threads(None) == 3
-        assert n_threads(2) == 2                  # an explicit value wins
+        assert n_threads(2) == 2  # an explicit value wins
     with parallel_backend("threading", n_jobs=2):
         assert n_threads(None) == 2
     assert n_threads(None) == available_threads()
@@ -45,13 +45,15 @@ def test_joblib_context_sets_the_default():
 
 def test_threadpool_limits_bound_the_default():
     from threadpoolctl import threadpool_limits
+
     with threadpool_limits(1):
         assert n_threads(None) == 1
-        assert n_threads(2) == 2                  # an explicit value is the user's choice
+        assert n_threads(2) == 2  # an explicit value is the user's choice
 
 
 def _threads_in_worker(_):
     from dmcsvm.estimators._engine import n_threads
+
     return n_threads(None)
 
 
@@ -70,8 +72,9 @@ def test_omp_num_threads_bounds_the_default_in_a_fresh_process():
         print(n_threads(None))
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "1"
 
 
@@ -80,6 +83,7 @@ def test_a_default_fit_runs_its_rounds_on_every_usable_core(monkeypatch):
     import threading
 
     from dmcsvm.engine import partition as part_mod
+
     seen = set()
     real = part_mod.Partition.step
 
@@ -107,13 +111,15 @@ def test_gridsearch_parallel_and_pipeline():
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+
     X, y = load_iris(return_X_y=True)
     grid = {"onevsrestsvc__C": [0.1, 10.0]}
     pipe = make_pipeline(StandardScaler(), OneVsRestSVC())
     seq = GridSearchCV(pipe, grid, cv=3).fit(X, y)
     par = GridSearchCV(pipe, grid, cv=3, n_jobs=2).fit(X, y)
-    np.testing.assert_array_equal(seq.cv_results_["mean_test_score"],
-                                  par.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(
+        seq.cv_results_["mean_test_score"], par.cv_results_["mean_test_score"]
+    )
     assert par.best_params_ == seq.best_params_
     assert par.score(X, y) > 0.9
 
@@ -121,6 +127,7 @@ def test_gridsearch_parallel_and_pipeline():
 def test_docstrings_share_the_thread_policy():
     from dmcsvm import BinarySVC, OneVsOneSVC, ScatterSVC
     from dmcsvm.estimators._engine import THREAD_POLICY
+
     for cls in (MulticlassSVC, ScatterSVC, BinarySVC, OneVsRestSVC, OneVsOneSVC):
         assert THREAD_POLICY in cls.__doc__, cls.__name__
         assert "None`` uses the\n        cores this process may use" in cls.__doc__

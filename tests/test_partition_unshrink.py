@@ -22,13 +22,20 @@ def test_unshrink_rebuilds_the_shrunk_rows_scores(dtype, monkeypatch):
     X = rng.normal(size=(n, d)).astype(dtype)
     y = rng.integers(0, P, n)
     spec = KernelSpec("rbf", gamma=0.3)
-    ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=1e-3,
-                           n_candidates=5, pcls=np.arange(P), kernel_dtype=np.dtype(dtype).name,
-                           kernel_block_bytes=8 * nsv * 20)       # 20 rows per kernel block
+    ps = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=1e-3,
+        n_candidates=5,
+        pcls=np.arange(P),
+        kernel_dtype=np.dtype(dtype).name,
+        kernel_block_bytes=8 * nsv * 20,
+    )  # 20 rows per kernel block
     part = Partition(0, 0, n, X, y, y, ps)
     active = np.sort(rng.choice(n, 30, replace=False))
     part.active = active.copy()
-    part.F[:] = -7.0                                   # stale scores everywhere
+    part.F[:] = -7.0  # stale scores everywhere
     Xsv = rng.normal(size=(nsv, d)).astype(dtype)
     Bsv = rng.normal(size=(nsv, P))
     part._unshrink({"ids": np.arange(nsv), "X": Xsv, "B": Bsv})
@@ -37,5 +44,5 @@ def test_unshrink_rebuilds_the_shrunk_rows_scores(dtype, monkeypatch):
     # the kernel values are the kernel dtype's (float32: ~1e-7 relative), their sum float64
     atol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(part.F[shrunk], want, rtol=0, atol=atol)
-    np.testing.assert_array_equal(part.F[active], -7.0)   # active rows keep their scores
+    np.testing.assert_array_equal(part.F[active], -7.0)  # active rows keep their scores
     np.testing.assert_array_equal(part.active, np.arange(n))

@@ -43,7 +43,7 @@ def _make_state(rng, kind, k):
         if sub.shape[0] == 0:
             sub = neg[:1]
         b[sub] = -ay * rng.dirichlet(np.ones(sub.shape[0]))
-        b[y] = -b[neg].sum()          # exact row sum 0
+        b[y] = -b[neg].sum()  # exact row sum 0
     kpp = 0.0 if kind == "zero_kpp" else float(rng.uniform(0.2, 3.0))
     f_other = rng.normal(scale=1.5, size=P)
     f_other[y] += rng.uniform(-1.0, 2.0)
@@ -60,7 +60,7 @@ CS_STATES = _states(0, "cs", 24)
 MULTI_STATES = _states(1, "multi", 12)
 ZERO_STATES = _states(2, "zero_kpp", 8)
 ALL_STATES = CS_STATES + MULTI_STATES + ZERO_STATES
-POS_STATES = CS_STATES + MULTI_STATES        # kpp > 0: unique optimum
+POS_STATES = CS_STATES + MULTI_STATES  # kpp > 0: unique optimum
 
 
 def _args(s):
@@ -120,13 +120,16 @@ def _line_interval(s, ra, rb):
 @pytest.fixture(scope="module")
 def qp_solutions(cs):
     """Exact reduced optimum (cvxpy) of every state with kpp > 0: list of ``(b*, gain*)``."""
-    return [cs.reduced_pattern_qp(s["b"], s["f"], s["y"], s["c"], s["pcls"], s["kpp"], s["C"])
-            for s in POS_STATES]
+    return [
+        cs.reduced_pattern_qp(s["b"], s["f"], s["y"], s["c"], s["pcls"], s["kpp"], s["C"])
+        for s in POS_STATES
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
 # the basic step
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("k", range(len(ALL_STATES)))
 def test_pair_step_is_the_best_step_on_the_line(k):
@@ -135,7 +138,7 @@ def test_pair_step_is_the_best_step_on_the_line(k):
     for ra, rb in _pairs(s):
         b, f = _copy(s)
         v, g = pt.pair_step(b, f, y, ra, rb, kpp, C)
-        np.testing.assert_array_equal(b, s["b"])          # pair_step does not move anything
+        np.testing.assert_array_equal(b, s["b"])  # pair_step does not move anything
         np.testing.assert_array_equal(f, s["f"])
         lo, hi = _line_interval(s, ra, rb)
         assert lo - 1e-12 <= v <= hi + 1e-12, (ra, rb, v, lo, hi)
@@ -155,8 +158,9 @@ def test_pair_step_is_the_best_step_on_the_line(k):
             continue
         grid = np.linspace(lo, hi, 2001)
         vals = [gain_at(t) for t in grid]
-        res = minimize_scalar(lambda t: -gain_at(t), bounds=(lo, hi), method="bounded",
-                              options={"xatol": 1e-13})
+        res = minimize_scalar(
+            lambda t: -gain_at(t), bounds=(lo, hi), method="bounded", options={"xatol": 1e-13}
+        )
         cands = [(vals[j], grid[j]) for j in range(len(grid))] + [(-res.fun, res.x)]
         best, t_best = max(cands)
         assert g >= best - 1e-9 * max(1.0, abs(best)), (ra, rb, g, best)
@@ -176,11 +180,11 @@ def test_pair_step_closed_form_case1_and_case2():
     v, g = pt.pair_step(b, f, 0, 0, 1, 2.0, 1.0)
     assert v == pytest.approx((1 - 0.2 + 0.5) / 4.0)
     assert g == pytest.approx(2 * v * (1.3 - 2.0 * v))
-    v, g = pt.pair_step(b, f, 0, 0, 1, 0.5, 1.0)          # unclipped 1.3 > C - b_y = 0.6
+    v, g = pt.pair_step(b, f, 0, 0, 1, 0.5, 1.0)  # unclipped 1.3 > C - b_y = 0.6
     assert v == pytest.approx(0.6)
     # Case 2 (both in N_p, Eq. 13): v = (f_rb - f_ra) / (2 kpp), clipped to [b_rb, -b_ra]
     v, g = pt.pair_step(b, f, 0, 1, 2, 1.0, 1.0)
-    assert v == pytest.approx(max(-0.45, -0.3))          # (f2 - f1)/2 = -0.45 clipped to b_2
+    assert v == pytest.approx(max(-0.45, -0.3))  # (f2 - f1)/2 = -0.45 clipped to b_2
     assert g == pytest.approx(2 * v * ((-0.4 - 0.5) - v))
 
 
@@ -202,6 +206,7 @@ def test_apply_step_updates_row_and_own_scores():
 # ------------------------------------------------------------------------------------------------
 # optimizers
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("k", range(len(POS_STATES)))
 def test_opt_exact_solves_reduced_problem(k, qp_solutions):
@@ -231,7 +236,7 @@ def test_opt_exact_equals_the_full_sort(seed):
     c = int(rng.integers(m))
     y = c * q + int(rng.integers(q))
     kpp, C = float(rng.uniform(0.5, 3.0)), float(10.0 ** rng.uniform(-1, 1))
-    part = (pcls != c)
+    part = pcls != c
     part[y] = True
     b = np.zeros(P)
     f = rng.normal(-1.0, 0.6, P) if seed % 2 else rng.normal(0.0, 0.05, P)
@@ -240,10 +245,10 @@ def test_opt_exact_equals_the_full_sort(seed):
     # values exactly at, just below and just above the cut max D - 1
     neg = np.flatnonzero(part & (np.arange(P) != y))[:6]
     cut = D[part].max() - 1.0
-    for r, dv in zip(neg, (0.0, 0.0, -1e-12, 1e-12, -1e-6, 1e-6)):
+    for r, dv in zip(neg, (0.0, 0.0, -1e-12, 1e-12, -1e-6, 1e-6), strict=False):
         f[r] = (cut + dv) * C * kpp
     D = np.where(np.arange(P) == y, (f - 1.0) / (C * kpp) + 1.0, f / (C * kpp))
-    theta = pt.theta_sorted(np.sort(D[part])[::-1])          # over ALL participating D_r
+    theta = pt.theta_sorted(np.sort(D[part])[::-1])  # over ALL participating D_r
     tau = np.where(part, np.minimum(theta, D) - (D - (np.arange(P) == y)), 0.0)
     b_ref = np.where(part, C * tau, 0.0)
     b_ref[y] = min(b_ref[y], C)
@@ -254,8 +259,9 @@ def test_opt_exact_equals_the_full_sort(seed):
 
 
 OPTIMIZERS_TIGHT = {
-    "fixed_point": lambda b, f, y, c, pcls, kpp, C: pt.opt_fixed_point(b, f, y, c, pcls, kpp, C,
-                                                                       1e-15),
+    "fixed_point": lambda b, f, y, c, pcls, kpp, C: pt.opt_fixed_point(
+        b, f, y, c, pcls, kpp, C, 1e-15
+    ),
     "all_pairs": lambda b, f, y, c, pcls, kpp, C: pt.opt_all_pairs(b, f, y, c, pcls, kpp, C, 1e-20),
     "opt_kkt": lambda b, f, y, c, pcls, kpp, C: pt.opt_kkt(b, f, y, c, pcls, kpp, C, 1e-20),
 }
@@ -346,6 +352,7 @@ def test_opt_basic_takes_the_amg_step_only():
 # selection values
 # ------------------------------------------------------------------------------------------------
 
+
 def _psi_reference(s, b, f):
     """CS 2001 Eq. 32 in margin units: max_r (f_r - d_ry) - min_{r free} (f_r - d_ry), where
     free = (r = y and b_y < C) or (r in N and b_r < 0); other positive prototypes take no part."""
@@ -419,7 +426,7 @@ def test_amg_is_best_pair_and_lower_bound_of_bmg(k):
     b, f = _copy(s)
     amg = pt.amg_value(b, f, y, c, pcls, kpp, C)
     bmg = pt.bmg_value(b, f, y, c, pcls, kpp, C)
-    np.testing.assert_array_equal(b, s["b"])         # both work on copies
+    np.testing.assert_array_equal(b, s["b"])  # both work on copies
     np.testing.assert_array_equal(f, s["f"])
     best_pair = max([0.0] + [pt.pair_step(b, f, y, ra, rb, kpp, C)[1] for ra, rb in _pairs(s)])
     assert amg == pytest.approx(best_pair, rel=1e-14, abs=0)
@@ -433,8 +440,9 @@ def test_bmg_is_the_exact_gain(k, qp_solutions):
     s = POS_STATES[k]
     y, c, pcls, kpp, C = _args(s)
     b, f = _copy(s)
-    assert pt.bmg_value(b, f, y, c, pcls, kpp, C) == pytest.approx(qp_solutions[k][1],
-                                                                   rel=1e-7, abs=1e-9)
+    assert pt.bmg_value(b, f, y, c, pcls, kpp, C) == pytest.approx(
+        qp_solutions[k][1], rel=1e-7, abs=1e-9
+    )
 
 
 def test_selection_values_codes():
@@ -443,7 +451,7 @@ def test_selection_values_codes():
     rng = np.random.default_rng(11)
     sub = []
     k = 0
-    while len(sub) < 8:             # k % 3 == 0 gives C = 1; keep the states with P = 4
+    while len(sub) < 8:  # k % 3 == 0 gives C = 1; keep the states with P = 4
         st = _make_state(rng, "cs", 3 * k)
         k += 1
         if st["pcls"].shape[0] == P:
@@ -473,6 +481,7 @@ def test_selection_values_codes():
 # ------------------------------------------------------------------------------------------------
 # batch solve and objective pieces
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("code", list(pt.OPTIMIZERS.values()), ids=list(pt.OPTIMIZERS))
 def test_solve_batch_is_sequential_pattern_optimization(code):
@@ -520,8 +529,9 @@ def test_objective_parts_matches_numpy(cs):
     assert sbf == pytest.approx(np.sum(B * F), rel=1e-12)
     assert sa - 0.5 * sbf == pytest.approx(cs.dual_value(B, K, y), rel=1e-12)
     C = 0.7
-    assert 0.5 * sbf + C * sxi == pytest.approx(cs.primal_from_scores(F, np.sum(B * F), y, C),
-                                                rel=1e-12)
+    assert 0.5 * sbf + C * sxi == pytest.approx(
+        cs.primal_from_scores(F, np.sum(B * F), y, C), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 5, 16, 17, 40, 301])
@@ -529,6 +539,6 @@ def test_sort_descending_equals_numpy(k):
     """The exact optimizer's own sort (insertion sort up to 16 values, heapsort beyond) orders
     like NumPy, ties and repeated values included."""
     rng = np.random.default_rng(k)
-    v = np.round(rng.normal(size=k), 1)          # rounding makes ties
+    v = np.round(rng.normal(size=k), 1)  # rounding makes ties
     got = pt.sort_descending(v.copy())
     np.testing.assert_array_equal(got, np.sort(v)[::-1])

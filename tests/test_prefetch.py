@@ -46,8 +46,9 @@ def test_prefetched_row_dots_equal_numpy(d):
     order = rng.permutation(50)
     C = sp.csr_matrix(X)
     for rows in ((X,), (C.indptr.astype(np.int64), C.indices.astype(np.int64), C.data)):
-        np.testing.assert_allclose(_dots_in_order(rows, w, order), X[order] @ w[0],
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            _dots_in_order(rows, w, order), X[order] @ w[0], rtol=1e-12, atol=1e-12
+        )
 
 
 def test_prefetch_hints_change_no_value():

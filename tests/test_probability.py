@@ -16,20 +16,29 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import pytest
+from data_dir import DATA
+from dmcsvm_cli import run_cli
 from sklearn.datasets import load_iris
 from sklearn.metrics import log_loss
 
-from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC,
-                    ScatterSVC, load, save)
+from dmcsvm import (
+    BinarySVC,
+    MulticlassSVC,
+    MultiPrototypeSVC,
+    OneVsOneSVC,
+    OneVsRestSVC,
+    ScatterSVC,
+    load,
+    save,
+)
 from dmcsvm.estimators._calibration import apply_calibration, platt_sigmoid
 from dmcsvm.store import write_arrays
-from data_dir import DATA
-from dmcsvm_cli import run_cli
 
 ALL = [
     lambda: MulticlassSVC(n_jobs=1, probability=True),
-    lambda: MultiPrototypeSVC(n_prototypes=2, max_epochs=2, n_jobs=1, probability=True,
-                              random_state=0),
+    lambda: MultiPrototypeSVC(
+        n_prototypes=2, max_epochs=2, n_jobs=1, probability=True, random_state=0
+    ),
     lambda: ScatterSVC(n_jobs=1, probability=True),
     lambda: OneVsRestSVC(n_jobs=1, probability=True),
     lambda: OneVsOneSVC(n_jobs=1, probability=True),
@@ -85,9 +94,13 @@ def test_not_available_without_probability(iris):
     assert hasattr(est, "calibration_coef_")
     est.set_params(probability=False).fit(X, y)
     assert not hasattr(est, "calibration_coef_")
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "The 'probability' parameter of MulticlassSVC must be an instance of 'bool' or an "
-            "instance of 'numpy.bool'. Got 'yes' instead.")):
+            "instance of 'numpy.bool'. Got 'yes' instead."
+        ),
+    ):
         MulticlassSVC(probability="yes").fit(X, y)
 
 
@@ -107,12 +120,14 @@ def test_platt_matches_a_direct_likelihood_fit():
     pos = rng.random(400) < 1 / (1 + np.exp(-2.0 * f + 0.5))
     A, B = platt_sigmoid(f, pos)
     from scipy.optimize import minimize
+
     n1, n0 = pos.sum(), (~pos).sum()
     t = np.where(pos, (n1 + 1) / (n1 + 2), 1 / (n0 + 2))
 
     def nll(ab):
         z = ab[0] * f + ab[1]
         return np.sum(t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z))
+
     ref = minimize(nll, [0.0, 0.0], method="BFGS", options={"gtol": 1e-10}).x
     np.testing.assert_allclose([A, B], ref, rtol=1e-4, atol=1e-5)
     P = apply_calibration("sigmoid", np.array([A]), np.array([B]), f)
@@ -120,6 +135,7 @@ def test_platt_matches_a_direct_likelihood_fit():
 
 
 # ------------------------------------------------------------------ stores, dask, save/load
+
 
 def _blobs(seed=0, n=240, d=6, m=4):
     rng = np.random.default_rng(seed)
@@ -158,7 +174,8 @@ def test_fit_on_a_store_calibrates_like_the_arrays(blob_store):
     np.testing.assert_allclose(est.calibration_coef_, ref.calibration_coef_, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(est.predict_proba(url), ref.predict_proba(X), atol=1e-5)
     dk = MulticlassSVC(n_jobs=1, probability=True, random_state=1).fit(
-        da.from_array(X, chunks=(70, 6)), y)
+        da.from_array(X, chunks=(70, 6)), y
+    )
     np.testing.assert_allclose(dk.calibration_coef_, ref.calibration_coef_, rtol=1e-5, atol=1e-6)
 
 
@@ -180,10 +197,12 @@ def test_save_load_keeps_probabilities_bit_for_bit(iris, tmp_path, suffix, cls):
 
 # ------------------------------------------------------------------ sklearn composition
 
+
 def test_gridsearch_and_pipeline_with_log_loss(iris):
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+
     X, y = iris
     pipe = make_pipeline(StandardScaler(), MulticlassSVC(n_jobs=1, probability=True))
     gs = GridSearchCV(pipe, {"multiclasssvc__C": [0.5, 5.0]}, cv=2, scoring="neg_log_loss")
@@ -194,7 +213,6 @@ def test_gridsearch_and_pipeline_with_log_loss(iris):
 
 
 # ------------------------------------------------------------------ calibration quality
-
 
 
 def _load(name):
@@ -216,16 +234,19 @@ def _load(name):
 def test_log_loss_within_5_percent_of_calibrated_svc(name):
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.svm import SVC
+
     Xtr, ytr, Xte, yte = _load(name)
     ref = CalibratedClassifierCV(SVC(C=10.0), cv=5).fit(Xtr, ytr)
     ours = MulticlassSVC(C=10.0, n_jobs=2, probability=True, random_state=0).fit(
-        Xtr.astype(np.float32), ytr)
+        Xtr.astype(np.float32), ytr
+    )
     ll_ref = log_loss(yte, ref.predict_proba(Xte), labels=ref.classes_)
     ll = log_loss(yte, ours.predict_proba(Xte.astype(np.float32)), labels=ours.classes_)
     assert ll <= 1.05 * ll_ref, (ll, ll_ref)
 
 
 # ------------------------------------------------------------------ command line
+
 
 @pytest.mark.slow
 def test_cli_predict_probability(blob_store, tmp_path):
@@ -237,13 +258,15 @@ def test_cli_predict_probability(blob_store, tmp_path):
     def cli(*args):
         r = run_cli(*args)
         return r.returncode, r.stderr
+
     code, err = cli("predict", tmp_path / "m.npz", url, "-o", tmp_path / "p.txt", "--probability")
     assert code == 0, err
     lines = (tmp_path / "p.txt").read_text().splitlines()
     assert lines[0].split() == ["label"] + [str(c) for c in est.classes_]
     P = np.array([[float(v) for v in ln.split()[1:]] for ln in lines[1:]])
-    np.testing.assert_array_equal(P, est.predict_proba(url))      # repr round-trips exactly
+    np.testing.assert_array_equal(P, est.predict_proba(url))  # repr round-trips exactly
     assert [ln.split()[0] for ln in lines[1:]] == [str(v) for v in est.predict(url)]
-    code, err = cli("predict", tmp_path / "plain.npz", url, "-o", tmp_path / "q.txt",
-                    "--probability")
+    code, err = cli(
+        "predict", tmp_path / "plain.npz", url, "-o", tmp_path / "q.txt", "--probability"
+    )
     assert code == 2 and "--probability" in err and not (tmp_path / "q.txt").exists()

@@ -67,8 +67,9 @@ def test_pair_signs_of_a_store_slice_travel_without_labels(tmp_path):
     """A store-backed partition slice pickles to a few hundred bytes: no label array inside."""
     part = PairSigns(_store_index(tmp_path), 1, -1)[16:157]
     assert len(pickle.dumps(part)) < 2000
-    np.testing.assert_array_equal(np.asarray(pickle.loads(pickle.dumps(part))),
-                                  _reference(_labels()[1], 1, -1)[16:157])
+    np.testing.assert_array_equal(
+        np.asarray(pickle.loads(pickle.dumps(part))), _reference(_labels()[1], 1, -1)[16:157]
+    )
 
 
 def test_constant_rows():

@@ -44,8 +44,7 @@ def dotted_names(text: str) -> set[str]:
     names = set(re.findall(r"(?<![\w/.\[-])dmcsvm(?:\.[A-Za-z_]\w*)+", text))
     for mod, what in re.findall(r"from (dmcsvm(?:\.\w+)*) import ([\w, ]+)", text):
         names |= {f"{mod}.{n.strip()}" for n in what.split(",") if n.strip()}
-    names |= {f"dmcsvm.{n}" for n in re.findall(r"\b(\w+SVC)\b", text)
-              if n not in SKLEARN_SVC}
+    names |= {f"dmcsvm.{n}" for n in re.findall(r"\b(\w+SVC)\b", text) if n not in SKLEARN_SVC}
     return {n for n in names if not n.endswith((".py", ".md", ".zarr", ".npz"))}
 
 
@@ -66,6 +65,7 @@ def command_lines(text: str) -> list[str]:
 def help_text(*argv: str) -> str:
     """``dmcsvm ARGV --help`` run in this process, unwrapped."""
     from dmcsvm.cli import main
+
     buf = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf):
         mp.setenv("COLUMNS", "1000")
@@ -84,10 +84,10 @@ def commands() -> set[str]:
 
 def options(cmd: str) -> set[str]:
     texts = [help_text(cmd)]
-    if cmd in ("train", "demo"):          # options made from each estimator's parameters
+    if cmd in ("train", "demo"):  # options made from each estimator's parameters
         from dmcsvm.model_io import estimator_registry
-        texts += [help_text(cmd, "--estimator", e) for e in estimator_registry()
-                  if cmd == "train"]
+
+        texts += [help_text(cmd, "--estimator", e) for e in estimator_registry() if cmd == "train"]
     return {o for t in texts for o in re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", t)}
 
 
@@ -100,10 +100,14 @@ def missing_in(text: str) -> list[str]:
             bad.append(f"dmcsvm {cmd} (no such command)")
             continue
         opts = options(cmd)
-        bad += [f"dmcsvm {cmd} {tok}" for tok in (t.split("=")[0] for t in rest)
-                if re.fullmatch(r"--?[A-Za-z][\w-]*", tok) and tok not in opts]
+        bad += [
+            f"dmcsvm {cmd} {tok}"
+            for tok in (t.split("=")[0] for t in rest)
+            if re.fullmatch(r"--?[A-Za-z][\w-]*", tok) and tok not in opts
+        ]
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     for group in re.findall(r"(?:dmcsvm|\.)\[([\w,]+)\]", text):
         bad += [f"extra [{e}]" for e in group.split(",") if e not in extras]
     return bad
@@ -126,8 +130,13 @@ def test_the_check_catches_wrong_names():
     `dmcsvm predict model.npz test.zarr --decision-values`; pip install ".[plot,plots]"
     """
     assert missing_in(text) == [
-        "dmcsvm.MultiClassSVC", "dmcsvm.model_io.save", "dmcsvm.store.from_libsvm",
-        "dmcsvm train --no-such-flag", "dmcsvm fit (no such command)", "extra [plots]"]
+        "dmcsvm.MultiClassSVC",
+        "dmcsvm.model_io.save",
+        "dmcsvm.store.from_libsvm",
+        "dmcsvm train --no-such-flag",
+        "dmcsvm fit (no such command)",
+        "extra [plots]",
+    ]
 
 
 def test_readme_keeps_the_two_commands_and_ci_runs_the_test_one():
@@ -136,5 +145,6 @@ def test_readme_keeps_the_two_commands_and_ci_runs_the_test_one():
     assert blocks == [
         "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/dmcsvm demo",
         'python3 -m venv .venv && .venv/bin/pip install -q ".[test]" && '
-        ".venv/bin/python -m pytest -q -n 3"]
+        ".venv/bin/python -m pytest -q -n 3",
+    ]
     assert blocks[1] in (ROOT / ".ci" / "run").read_text().splitlines()

@@ -47,8 +47,8 @@ def test_kernels_match_numpy(dtype, d):
     NumPy, on widths around the eight-entry runs of the gather."""
     rng = np.random.default_rng(d)
     X = _zero_rich(rng, 50, d, 0.3, dtype)
-    X[3] = 0.0                                      # an empty row
-    X[4, 0] = -0.0                                  # a signed zero is a value
+    X[3] = 0.0  # an empty row
+    X[4, 0] = -0.0  # a signed zero is a value
     bits = _bits(X)
     counts = np.empty(50, dtype=np.int64)
     nonzero_counts(bits, counts)
@@ -60,7 +60,7 @@ def test_kernels_match_numpy(dtype, d):
     r, c = np.nonzero(bits)
     np.testing.assert_array_equal(cols[:-1], c)
     np.testing.assert_array_equal(_bits(vals[:-1]), bits[r, c])
-    out = np.full_like(X, 7.0)                      # the scatter writes the zeros too
+    out = np.full_like(X, 7.0)  # the scatter writes the zeros too
     scatter_rows(indptr, cols[:-1], vals[:-1], out)
     np.testing.assert_array_equal(_bits(out), bits)
 
@@ -90,17 +90,23 @@ def test_wide_rows_use_32_bit_columns():
 
 def test_what_is_not_smaller_or_not_dense_passes_through():
     rng = np.random.default_rng(2)
-    dense = rng.normal(size=(40, 30)).astype(np.float32)      # no zeros: packing costs more
+    dense = rng.normal(size=(40, 30)).astype(np.float32)  # no zeros: packing costs more
     assert pack_rows(dense) is dense
-    half = _zero_rich(rng, 40, 30, 0.7)                       # 6 bytes a nonzero vs 4 an entry
+    half = _zero_rich(rng, 40, 30, 0.7)  # 6 bytes a nonzero vs 4 an entry
     assert pack_rows(half) is half
     import scipy.sparse as sp
+
     csr = sp.random(10, 20, density=0.1, format="csr")
-    for v in (None, csr, np.zeros((0, 5), np.float32), np.zeros(5, np.float32),
-              np.zeros((4, 4), np.int64)):
+    for v in (
+        None,
+        csr,
+        np.zeros((0, 5), np.float32),
+        np.zeros(5, np.float32),
+        np.zeros((4, 4), np.int64),
+    ):
         assert pack_rows(v) is v
         assert unpack_rows(v) is v
-    empty = pack_rows(np.zeros((6, 40), np.float32))          # all zeros: pointers only
+    empty = pack_rows(np.zeros((6, 40), np.float32))  # all zeros: pointers only
     assert isinstance(empty, PackedRows) and empty.vals.size == 0
     np.testing.assert_array_equal(unpack_rows(empty), np.zeros((6, 40), np.float32))
 
@@ -124,8 +130,12 @@ def test_round_message_packs_batch_and_unshrink_rows():
     rng = np.random.default_rng(4)
     X = _zero_rich(rng, 30, 64, 0.15)
     ids = np.arange(0, 60, 2)
-    msg = RoundMessage(ids=ids, XB=X, dB=rng.normal(size=(30, 3)),
-                       unshrink={"ids": ids[:5], "X": X[:5], "B": np.ones((5, 3))})
+    msg = RoundMessage(
+        ids=ids,
+        XB=X,
+        dB=rng.normal(size=(30, 3)),
+        unshrink={"ids": ids[:5], "X": X[:5], "B": np.ones((5, 3))},
+    )
     dense = X.nbytes + X[:5].nbytes
     blob = pack_message(msg)
     assert len(blob) < dense
@@ -149,17 +159,29 @@ def test_reply_rows_packed_pruned_and_unpacked_as_dense():
     for k in range(3):
         n = 12
         new = rng.random(n) < 0.6
-        replies.append((k, CSReply(
-            part=k, cand_ids=k * 100 + np.arange(n), cand_V=rng.random(n),
-            cand_psi=tol + rng.random(n), cand_F=rng.normal(size=(n, 3)),
-            cand_X=_zero_rich(rng, int(new.sum()), d, 0.1), cand_new=new,
-            cand_kdiag=np.ones(n), cand_yp=np.zeros(n, np.int64), cand_cls=np.zeros(n, np.int64))))
+        replies.append(
+            (
+                k,
+                CSReply(
+                    part=k,
+                    cand_ids=k * 100 + np.arange(n),
+                    cand_V=rng.random(n),
+                    cand_psi=tol + rng.random(n),
+                    cand_F=rng.normal(size=(n, 3)),
+                    cand_X=_zero_rich(rng, int(new.sum()), d, 0.1),
+                    cand_new=new,
+                    cand_kdiag=np.ones(n),
+                    cand_yp=np.zeros(n, np.int64),
+                    cand_cls=np.zeros(n, np.int64),
+                ),
+            )
+        )
     packed = pack_reply_rows(replies)
     assert all(isinstance(r.cand_X, PackedRows) for _, r in packed)
-    assert replies[0][1].cand_X.__class__ is np.ndarray          # the input is left alone
+    assert replies[0][1].cand_X.__class__ is np.ndarray  # the input is left alone
     dense_cut = prune_candidates(replies, (7, tol))
     packed_cut = prune_candidates(pickle.loads(pickle.dumps(packed)), (7, tol))
-    for (k, a), (j, b) in zip(dense_cut, packed_cut):
+    for (k, a), (j, b) in zip(dense_cut, packed_cut, strict=False):
         b = unpack_reply_rows(b)
         assert k == j
         np.testing.assert_array_equal(a.cand_ids, b.cand_ids)

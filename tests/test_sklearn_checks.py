@@ -20,31 +20,70 @@ is float, as failing it).
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dmcsvm import (BinarySVC, MulticlassSVC, MultiPrototypeSVC, OneVsOneSVC, OneVsRestSVC,
-                    ScatterSVC)
+from dmcsvm import (
+    BinarySVC,
+    MulticlassSVC,
+    MultiPrototypeSVC,
+    OneVsOneSVC,
+    OneVsRestSVC,
+    ScatterSVC,
+)
 
 ESTIMATORS = [
     MulticlassSVC(),
-    MulticlassSVC(n_jobs=2, max_iter=200,
-                  solver_options={"optimizer": "all_pairs", "pattern_selection": "amg",
-                                  "threshold": "log", "batch_size": 1}),
-    MulticlassSVC(kernel="linear", n_jobs=1, max_iter=2000,
-                  solver_options={"optimizer": "fixed_point", "pattern_selection": "kkt",
-                                  "threshold": "max", "batch_size": 16}),
-    MulticlassSVC(kernel="poly", degree=3, coef0=1.0, n_jobs=2, max_iter=150,
-                  solver_options={"optimizer": "opt_kkt", "pattern_selection": "bmg",
-                                  "threshold": "exp", "batch_size": 8}),
+    MulticlassSVC(
+        n_jobs=2,
+        max_iter=200,
+        solver_options={
+            "optimizer": "all_pairs",
+            "pattern_selection": "amg",
+            "threshold": "log",
+            "batch_size": 1,
+        },
+    ),
+    MulticlassSVC(
+        kernel="linear",
+        n_jobs=1,
+        max_iter=2000,
+        solver_options={
+            "optimizer": "fixed_point",
+            "pattern_selection": "kkt",
+            "threshold": "max",
+            "batch_size": 16,
+        },
+    ),
+    MulticlassSVC(
+        kernel="poly",
+        degree=3,
+        coef0=1.0,
+        n_jobs=2,
+        max_iter=150,
+        solver_options={
+            "optimizer": "opt_kkt",
+            "pattern_selection": "bmg",
+            "threshold": "exp",
+            "batch_size": 8,
+        },
+    ),
     MultiPrototypeSVC(n_prototypes=2, max_epochs=20, n_jobs=2, max_iter=300),
     MultiPrototypeSVC(n_prototypes=1, kernel="rbf", gamma="scale", n_jobs=1),
     ScatterSVC(),
-    ScatterSVC(test_rule=2, n_jobs=2,
-               solver_options={"pair_selection": "mvp", "batch_size": 8, "class_batch": 2}),
+    ScatterSVC(
+        test_rule=2,
+        n_jobs=2,
+        solver_options={"pair_selection": "mvp", "batch_size": 8, "class_batch": 2},
+    ),
     BinarySVC(),
-    BinarySVC(kernel="linear", n_jobs=2, max_iter=2000,
-              solver_options={"batch_size": 2}),
+    BinarySVC(kernel="linear", n_jobs=2, max_iter=2000, solver_options={"batch_size": 2}),
     OneVsRestSVC(n_jobs=2),
-    OneVsOneSVC(kernel="poly", degree=2, coef0=1.0, n_jobs=1, max_iter=2000,
-                solver_options={"batch_size": 4}),
+    OneVsOneSVC(
+        kernel="poly",
+        degree=2,
+        coef0=1.0,
+        n_jobs=1,
+        max_iter=2000,
+        solver_options={"batch_size": 4},
+    ),
 ]
 
 
@@ -81,13 +120,19 @@ def _expected_failed_checks(estimator):
     per class (a convex problem) the check applies and passes.
 
     Every other check passes (strict xfail: an entry here must really fail)."""
-    why = {"check_class_weight_classifiers": "class_weight does not favour a class in this "
-                                             "model (see _expected_failed_checks)"}
+    why = {
+        "check_class_weight_classifiers": "class_weight does not favour a class in this "
+        "model (see _expected_failed_checks)"
+    }
     if isinstance(estimator, MultiPrototypeSVC) and estimator.n_prototypes != 1:
-        reason = ("repeated rows are separately assigned patterns, a weighted row is one "
-                  "(see _expected_failed_checks)")
-        return {"check_sample_weight_equivalence_on_dense_data": reason,
-                "check_sample_weight_equivalence_on_sparse_data": reason}
+        reason = (
+            "repeated rows are separately assigned patterns, a weighted row is one "
+            "(see _expected_failed_checks)"
+        )
+        return {
+            "check_sample_weight_equivalence_on_dense_data": reason,
+            "check_sample_weight_equivalence_on_sparse_data": reason,
+        }
     if isinstance(estimator, ScatterSVC):
         return why
     if isinstance(estimator, MulticlassSVC) and estimator.kernel == "linear":
@@ -104,14 +149,19 @@ def _check_name(check):
     return getattr(getattr(check, "func", check), "__name__", "")
 
 
-@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks,
-                         xfail_strict=True)
+@parametrize_with_checks(
+    ESTIMATORS, expected_failed_checks=_expected_failed_checks, xfail_strict=True
+)
 def test_sklearn_compatible(estimator, check):
     if _check_name(check).startswith("check_sample_weight_equivalence"):
         estimator = clone(estimator).set_params(
-            **{k: v for k, v in _EXACT.items() if k in estimator.get_params()})
+            **{k: v for k, v in _EXACT.items() if k in estimator.get_params()}
+        )
         options = estimator._solver_options()
-        estimator.set_params(solver_options={
-            **(estimator.solver_options or {}),
-            **{k: v for k, v in _EXACT_OPTIONS.items() if k in options}})
+        estimator.set_params(
+            solver_options={
+                **(estimator.solver_options or {}),
+                **{k: v for k, v in _EXACT_OPTIONS.items() if k in options},
+            }
+        )
     check(estimator)

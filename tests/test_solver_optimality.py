@@ -28,9 +28,9 @@ PROBLEMS = {
     "rbf": (13, 60, 5, 5, KernelSpec("rbf", gamma=0.3), 2.0),
 }
 
-SOLVER_TOL = 1e-8     # the solver stops when every psi (CS Eq. 32) is <= this
-DUAL_RTOL = 1e-8      # the oracle agrees with itself to ~1e-13 on these problems
-KKT_TOL = 2 * SOLVER_TOL   # psi bounds every Eq. 15 violation; 2x for recomputing F = K B
+SOLVER_TOL = 1e-8  # the solver stops when every psi (CS Eq. 32) is <= this
+DUAL_RTOL = 1e-8  # the oracle agrees with itself to ~1e-13 on these problems
+KKT_TOL = 2 * SOLVER_TOL  # psi bounds every Eq. 15 violation; 2x for recomputing F = K B
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +67,25 @@ def _check_optimal(cs, p, B, r, label):
 @pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("kernel", list(PROBLEMS))
-def test_every_combination_reaches_exact_optimum(cs, problems, kernel, optimizer, selection,
-                                                 threshold):
+def test_every_combination_reaches_exact_optimum(
+    cs, problems, kernel, optimizer, selection, threshold
+):
     p = problems[kernel]
     # batch 7 (< n): the threshold decides which candidates enter a batch
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
-                             selection=selection, threshold=threshold, batch_size=7, tol=SOLVER_TOL)
+        B, r = cs.run_solver(
+            p["X"],
+            p["y"],
+            p["m"],
+            p["spec"],
+            p["C"],
+            optimizer=optimizer,
+            selection=selection,
+            threshold=threshold,
+            batch_size=7,
+            tol=SOLVER_TOL,
+        )
     _check_optimal(cs, p, B, r, f"{kernel}/{optimizer}/{selection}/{threshold}")
 
 
@@ -108,9 +119,20 @@ def test_exact_step_working_set_reaches_exact_optimum(cs, problems, kernel, sele
 
 
 def _working_set_run(cs, p, optimizer, selection, threshold, **extra):
-    return cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
-                         selection=selection, threshold=threshold, batch_size=7, tol=SOLVER_TOL,
-                         inner_steps=20.0, **extra)
+    return cs.run_solver(
+        p["X"],
+        p["y"],
+        p["m"],
+        p["spec"],
+        p["C"],
+        optimizer=optimizer,
+        selection=selection,
+        threshold=threshold,
+        batch_size=7,
+        tol=SOLVER_TOL,
+        inner_steps=20.0,
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("kernel", ["poly", "rbf"])
@@ -132,8 +154,18 @@ def test_working_set_solve_does_not_depend_on_the_threshold(cs, problems, kernel
 @pytest.mark.parametrize("optimizer", ["exact", "fixed_point", "basic"])
 def test_batch_size_does_not_change_the_optimum(cs, problems, optimizer, batch_size):
     p = problems["rbf"]
-    B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
-                         selection="bmg", threshold="mean", batch_size=batch_size, tol=SOLVER_TOL)
+    B, r = cs.run_solver(
+        p["X"],
+        p["y"],
+        p["m"],
+        p["spec"],
+        p["C"],
+        optimizer=optimizer,
+        selection="bmg",
+        threshold="mean",
+        batch_size=batch_size,
+        tol=SOLVER_TOL,
+    )
     _check_optimal(cs, p, B, r, f"batch {batch_size}")
     assert r.history["batch"].__len__() == r.n_iter
     assert max(r.history["batch"]) <= batch_size
@@ -148,8 +180,8 @@ def test_shrinking_does_not_change_the_optimum(cs, problems, kernel):
     n = p["X"].shape[0]
     B1, r1 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], shrinking=True)
     B0, r0 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], shrinking=False)
-    assert min(r1.history["n_active"]) < n        # rows were shrunk ...
-    assert r1.history["n_active"][-1] == n        # ... and restored for the final check
+    assert min(r1.history["n_active"]) < n  # rows were shrunk ...
+    assert r1.history["n_active"][-1] == n  # ... and restored for the final check
     assert min(r0.history["n_active"]) == n
     _check_optimal(cs, p, B1, r1, "shrinking")
     _check_optimal(cs, p, B0, r0, "no shrinking")
@@ -157,19 +189,38 @@ def test_shrinking_does_not_change_the_optimum(cs, problems, kernel):
 
 def test_batch_sweeps_reach_the_same_optimum(cs, problems):
     p = problems["poly"]
-    B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], batch_size=16,
-                         batch_sweeps=5, tol=SOLVER_TOL)
+    B, r = cs.run_solver(
+        p["X"], p["y"], p["m"], p["spec"], p["C"], batch_size=16, batch_sweeps=5, tol=SOLVER_TOL
+    )
     _check_optimal(cs, p, B, r, "sweeps")
 
 
 @pytest.mark.parametrize("n_threads,n_partitions", [(1, None), (2, None), (2, 5), (1, 3)])
 def test_threads_and_partitions_give_the_same_optimum(cs, problems, n_threads, n_partitions):
     p = problems["rbf"]
-    B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], batch_size=7, tol=SOLVER_TOL,
-                         n_threads=n_threads, n_partitions=n_partitions)
+    B, r = cs.run_solver(
+        p["X"],
+        p["y"],
+        p["m"],
+        p["spec"],
+        p["C"],
+        batch_size=7,
+        tol=SOLVER_TOL,
+        n_threads=n_threads,
+        n_partitions=n_partitions,
+    )
     D = _check_optimal(cs, p, B, r, f"{n_threads} threads, {n_partitions} partitions")
-    B1, r1 = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], batch_size=7, tol=SOLVER_TOL,
-                           n_threads=1, n_partitions=1)
+    B1, r1 = cs.run_solver(
+        p["X"],
+        p["y"],
+        p["m"],
+        p["spec"],
+        p["C"],
+        batch_size=7,
+        tol=SOLVER_TOL,
+        n_threads=1,
+        n_partitions=1,
+    )
     assert D == pytest.approx(cs.dual_value(B1, p["K"], p["y"]), rel=1e-9)
     # the optimal scores (hence the decision function) are unique
     np.testing.assert_allclose(p["K"] @ B, p["K"] @ B1, atol=1e-5)
@@ -179,6 +230,7 @@ def test_small_partitions_run_in_turn_with_the_pool_s_result(cs, problems, monke
     """Partitions below InProcessExecutor.POOL_MIN_ROWS rows run in turn on the calling thread;
     on the thread pool (the limit lowered to 0) the solve is the same bit for bit."""
     from dmcsvm.engine import executor as ex_mod
+
     p = problems["rbf"]
     pools = []
     start = ex_mod.InProcessExecutor.start
@@ -211,6 +263,7 @@ def test_in_process_result_is_deterministic(cs, problems):
 # two classes = bias-free binary SVM
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kernel", ["linear", "rbf"])
 def test_two_classes_reproduce_bias_free_binary_svm(cs, kernel):
     """With m = 2 and ``B[i, y_i] = alpha_i = -B[i, other]`` the CS dual is
@@ -242,6 +295,7 @@ def test_two_classes_reproduce_bias_free_binary_svm(cs, kernel):
 # linear kernel = LIBLINEAR's Crammer-Singer solver
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("C", [0.05, 0.5, 3.0])
 def test_linear_kernel_matches_liblinear_crammer_singer(cs, C):
     X, y = cs.make_blobs_problem(31, 60, 5, 4, spread=1.5, scale=2.0)
@@ -253,12 +307,13 @@ def test_linear_kernel_matches_liblinear_crammer_singer(cs, C):
         So[np.arange(n), y] = -np.inf
         return 0.5 * np.sum(W * W) + C * np.maximum(0.0, 1.0 + So.max(1) - S[np.arange(n), y]).sum()
 
-    lin = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-8,
-                    max_iter=100000).fit(X, y)
+    lin = LinearSVC(
+        multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-8, max_iter=100000
+    ).fit(X, y)
     P_lib = primal(lin.coef_)
     B, r = cs.run_solver(X, y, 4, KernelSpec("linear"), C, tol=SOLVER_TOL)
     assert r.converged
-    W = B.T @ X                                   # prototypes w_r = sum_i B[i, r] x_i
+    W = B.T @ X  # prototypes w_r = sum_i B[i, r] x_i
     P_ours = primal(W)
     assert P_ours == pytest.approx(P_lib, rel=1e-3)
     assert r.history["primal"][-1] == pytest.approx(P_ours, rel=1e-9)
@@ -271,6 +326,7 @@ def test_linear_kernel_matches_liblinear_crammer_singer(cs, C):
 # ------------------------------------------------------------------------------------------------
 # degenerate data
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def degenerate(cs):
@@ -292,8 +348,17 @@ def test_degenerate_problem_reaches_exact_optimum(cs, degenerate, optimizer, sel
     p = degenerate
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        B, r = cs.run_solver(p["X"], p["y"], p["m"], p["spec"], p["C"], optimizer=optimizer,
-                             selection=selection, batch_size=4, tol=SOLVER_TOL)
+        B, r = cs.run_solver(
+            p["X"],
+            p["y"],
+            p["m"],
+            p["spec"],
+            p["C"],
+            optimizer=optimizer,
+            selection=selection,
+            batch_size=4,
+            tol=SOLVER_TOL,
+        )
     _check_optimal(cs, p, B, r, f"degenerate/{optimizer}/{selection}")
     zero = p["X"].shape[0] - 4
     assert B[zero, p["y"][zero]] == pytest.approx(p["C"], abs=1e-12)

@@ -64,8 +64,13 @@ def test_dense_round_trip(tmp_path):
     assert info.chunk_bounds == [(lo, min(lo + 7, 50)) for lo in range(0, 50, 7)]
     attrs = dict(zarr.open_group(str(tmp_path / "d.zarr"), mode="r").attrs)
     assert attrs == {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "n_samples": 50,
-        "n_features": 6, "sparse": False, "rows_per_chunk": 7, "classes": None,
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "n_samples": 50,
+        "n_features": 6,
+        "sparse": False,
+        "rows_per_chunk": 7,
+        "classes": None,
         "all_chunks_written": True,
     }
     g = zarr.open_group(str(tmp_path / "d.zarr"), mode="r")
@@ -86,7 +91,11 @@ def test_csr_round_trip(tmp_path):
     assert info.sparse and info.nnz == X.nnz and info.label_dtype == "float64"
     g = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
     assert "X" not in g
-    assert (g["indptr"].dtype, g["indices"].dtype, g["data"].dtype) == (np.int64, np.int32, np.float32)
+    assert (g["indptr"].dtype, g["indices"].dtype, g["data"].dtype) == (
+        np.int64,
+        np.int32,
+        np.float32,
+    )
     assert np.array_equal(g["indptr"][:], X.indptr) and np.array_equal(g["indices"][:], X.indices)
     X2, y2 = read_all(str(tmp_path / "s.zarr"))
     _assert_same(X2, X)
@@ -108,7 +117,9 @@ def test_default_rows_per_chunk_is_about_8_mib():
     assert default_rows_per_chunk(1024) == 2048
     assert default_rows_per_chunk(10**7) == 1
     assert default_rows_per_chunk(16, n_samples=100) == 100
-    assert default_rows_per_chunk(10**6, n_samples=10**6, sparse=True, nnz=10**8) == 8 * 2**20 // 808
+    assert (
+        default_rows_per_chunk(10**6, n_samples=10**6, sparse=True, nnz=10**8) == 8 * 2**20 // 808
+    )
 
 
 def test_read_rows_on_chunk_boundaries(tmp_path):
@@ -155,8 +166,14 @@ def test_from_svmlight_matches_sklearn(tmp_path, zero_based, sparse, density):
     src = tmp_path / "data.svm"
     dump_svmlight_file(X, y, str(src), zero_based=bool(zero_based))
     X_ref, y_ref = load_svmlight_file(str(src), dtype=np.float32, zero_based=zero_based)
-    info = from_svmlight(src, tmp_path / "out.zarr", zero_based=zero_based, sparse=sparse,
-                         buffer_rows=7, rows_per_chunk=64)
+    info = from_svmlight(
+        src,
+        tmp_path / "out.zarr",
+        zero_based=zero_based,
+        sparse=sparse,
+        buffer_rows=7,
+        rows_per_chunk=64,
+    )
     assert info.n_samples == n and info.n_features == X_ref.shape[1]
     assert info.sparse == (sparse if sparse is not None else density < 0.25)
     X2, y2 = read_all(info)
@@ -189,13 +206,18 @@ def test_svmlight_fast_and_slow_parsers_agree():
     from dmcsvm.store.svmlight import _parse_svmlight_fast, _parse_svmlight_slow
 
     lines = [
-        b"# comment only\n", b"1 qid:2 4:0.5 2:-1e-3\r\n", b"\n", b"  -3   7:+2.5\t9:1E2 # c\n",
-        b"2.5\n", b"0 1:nan 3:inf\n", b"4 0:1", 
+        b"# comment only\n",
+        b"1 qid:2 4:0.5 2:-1e-3\r\n",
+        b"\n",
+        b"  -3   7:+2.5\t9:1E2 # c\n",
+        b"2.5\n",
+        b"0 1:nan 3:inf\n",
+        b"4 0:1",
     ]
     fast = _parse_svmlight_fast(lines, 10)
     slow = _parse_svmlight_slow("f", lines, 10)
     assert fast is not None
-    for a, b in zip(fast, slow):
+    for a, b in zip(fast, slow, strict=False):
         assert a.dtype.kind == b.dtype.kind and np.array_equal(a, b, equal_nan=True)
     assert slow[4].tolist() == [11, 13, 14, 15, 16]
     for odd in ([b"1 1:1_0\n"], [b"1 1.5:2\n"], [b"1 3 1:2:3\n"], [b"1 1:2x\n"]):
@@ -239,9 +261,13 @@ def test_failed_svmlight_write_leaves_nothing(tmp_path, bad_line, message):
 def test_svmlight_index_errors(tmp_path):
     src = tmp_path / "data.svm"
     src.write_text("1 1:1\n2 0:1 4:2\n")
-    with pytest.raises(ValueError, match=r"data\.svm, line 2: feature index 0 in a file read as one-based"):
+    with pytest.raises(
+        ValueError, match=r"data\.svm, line 2: feature index 0 in a file read as one-based"
+    ):
         from_svmlight(src, tmp_path / "o.zarr", zero_based=False)
-    with pytest.raises(ValueError, match=r"data\.svm, line 2: feature index 4 is beyond n_features=3"):
+    with pytest.raises(
+        ValueError, match=r"data\.svm, line 2: feature index 4 is beyond n_features=3"
+    ):
         from_svmlight(src, tmp_path / "o.zarr", n_features=3)
     empty = tmp_path / "empty.svm"
     empty.write_text("# nothing\n\n")
@@ -288,10 +314,19 @@ def test_from_csv_label_first_and_last(tmp_path):
     rng = np.random.default_rng(6)
     X = np.round(rng.standard_normal((40, 3)), 3).astype(np.float32)
     y = rng.integers(0, 3, 40)
-    _write_csv(tmp_path / "first.csv", [[yi, *xi] for xi, yi in zip(X.tolist(), y)], header="y,a,b,c")
-    _write_csv(tmp_path / "last.csv", [[*xi, yi] for xi, yi in zip(X.tolist(), y)])
-    a = from_csv(tmp_path / "first.csv", tmp_path / "a.zarr", skip_header=True, buffer_rows=7,
-                 rows_per_chunk=9)
+    _write_csv(
+        tmp_path / "first.csv",
+        [[yi, *xi] for xi, yi in zip(X.tolist(), y, strict=False)],
+        header="y,a,b,c",
+    )
+    _write_csv(tmp_path / "last.csv", [[*xi, yi] for xi, yi in zip(X.tolist(), y, strict=False)])
+    a = from_csv(
+        tmp_path / "first.csv",
+        tmp_path / "a.zarr",
+        skip_header=True,
+        buffer_rows=7,
+        rows_per_chunk=9,
+    )
     b = from_csv(tmp_path / "last.csv", tmp_path / "b.zarr", label_column=-1, buffer_rows=7)
     for info in (a, b):
         X2, y2 = read_all(info)
@@ -305,8 +340,9 @@ def test_from_csv_string_labels_and_dropped_columns(tmp_path):
     rows.insert(10, [])  # a blank line is skipped
     path = tmp_path / "letters.csv"
     path.write_text("\n".join(";".join(map(str, r)) for r in rows) + "\n")
-    info = from_csv(path, tmp_path / "l.zarr", label_column=2, delimiter=";", drop_columns=(0,),
-                    buffer_rows=8)
+    info = from_csv(
+        path, tmp_path / "l.zarr", label_column=2, delimiter=";", drop_columns=(0,), buffer_rows=8
+    )
     assert info.classes == [chr(ord("A") + i) for i in range(26)]
     assert info.n_features == 2
     X, codes = read_all(info)
@@ -342,8 +378,9 @@ def test_from_npy(tmp_path):
     X, y = rng.standard_normal((33, 4)), rng.integers(0, 5, 33)
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
-    info = from_npy(tmp_path / "X.npy", tmp_path / "y.npy", tmp_path / "n.zarr", buffer_rows=5,
-                    rows_per_chunk=8)
+    info = from_npy(
+        tmp_path / "X.npy", tmp_path / "y.npy", tmp_path / "n.zarr", buffer_rows=5, rows_per_chunk=8
+    )
     X2, y2 = read_all(info)
     _assert_same(X2, X.astype(np.float32))
     assert np.array_equal(y2, y)
@@ -412,7 +449,9 @@ def test_overwrite(tmp_path):
     other = tmp_path / "precious"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="refusing to overwrite .*precious: it is not a dmcsvm data store"):
+    with pytest.raises(
+        ValueError, match="refusing to overwrite .*precious: it is not a dmcsvm data store"
+    ):
         write_arrays(other, np.ones((5, 2)), np.zeros(5), overwrite=True)
     assert (other / "notes.txt").read_text() == "keep me"
     with pytest.raises(ValueError, match="parent directory .* does not exist"):
@@ -423,8 +462,15 @@ def test_overwrite(tmp_path):
 
 
 def _attrs(**over):
-    attrs = {"format": FORMAT_NAME, "format_version": 1, "n_samples": 100, "n_features": 16,
-             "sparse": False, "rows_per_chunk": 1000, "classes": None}
+    attrs = {
+        "format": FORMAT_NAME,
+        "format_version": 1,
+        "n_samples": 100,
+        "n_features": 16,
+        "sparse": False,
+        "rows_per_chunk": 1000,
+        "classes": None,
+    }
     attrs.update(over)
     return {k: v for k, v in attrs.items() if v is not _DROP}
 
@@ -443,7 +489,10 @@ def _store(path, attrs, **arrays):
 
 
 def _good_dense():
-    return {"X": (np.zeros((100, 16), np.float32), (1000, 16)), "y": (np.zeros(100, np.int64), (1000,))}
+    return {
+        "X": (np.zeros((100, 16), np.float32), (1000, 16)),
+        "y": (np.zeros(100, np.int64), (1000,)),
+    }
 
 
 def _good_sparse():
@@ -459,7 +508,9 @@ def _good_sparse():
 def test_open_store_accepts_hand_built_stores(tmp_path):
     info = open_store(_store(tmp_path / "d", _attrs(), **_good_dense()))
     assert info.chunk_bounds == [(0, 100)] and not info.sparse
-    info = open_store(_store(tmp_path / "s", _attrs(sparse=True, rows_per_chunk=50), **_good_sparse()))
+    info = open_store(
+        _store(tmp_path / "s", _attrs(sparse=True, rows_per_chunk=50), **_good_sparse())
+    )
     assert info.sparse and info.nnz == 200 and info.chunk_bounds == [(0, 50), (50, 100)]
     assert read_rows(info, 49, 51).toarray()[:, 0].tolist() == [2.0, 2.0]
 
@@ -471,8 +522,11 @@ def _case(name):
     if name == "no format":
         return _attrs(format=_DROP), dense, "is not a dmcsvm data store (format attribute missing)"
     if name == "foreign format":
-        return (_attrs(format="xarray"), dense,
-                "is not a dmcsvm data store (format attribute is 'xarray', expected 'dmcsvm-data')")
+        return (
+            _attrs(format="xarray"),
+            dense,
+            "is not a dmcsvm data store (format attribute is 'xarray', expected 'dmcsvm-data')",
+        )
     if name == "version":
         return _attrs(format_version=7), dense, "has format_version 7; this dmcsvm reads version 1"
     if name == "missing y":
@@ -491,11 +545,18 @@ def _case(name):
         return _attrs(n_samples=101), dense, "X has 100 rows but attribute n_samples is 101"
     if name == "feature chunks":
         dense["X"] = (np.zeros((100, 16), np.float32), (1000, 8))
-        return (_attrs(), dense,
-                "X is chunked along features (chunks (1000, 8) for 16 features); "
-                "each chunk must hold whole rows")
+        return (
+            _attrs(),
+            dense,
+            "X is chunked along features (chunks (1000, 8) for 16 features); "
+            "each chunk must hold whole rows",
+        )
     if name == "row chunks":
-        return _attrs(rows_per_chunk=10), dense, "X has chunks of 1000 rows but attribute rows_per_chunk is 10"
+        return (
+            _attrs(rows_per_chunk=10),
+            dense,
+            "X has chunks of 1000 rows but attribute rows_per_chunk is 10",
+        )
     if name == "X dtype":
         dense["X"] = (np.zeros((100, 16), np.float64), (1000, 16))
         return _attrs(), dense, "X has dtype float64; expected float32"
@@ -513,7 +574,11 @@ def _case(name):
     if name == "indptr last":
         sparse["indices"] = (np.zeros(210, np.int32), (64,))
         sparse["data"] = (np.ones(210, np.float32), (64,))
-        return sattrs, sparse, "indptr is inconsistent: indptr[-1] is 200 but indices/data hold 210 entries"
+        return (
+            sattrs,
+            sparse,
+            "indptr is inconsistent: indptr[-1] is 200 but indices/data hold 210 entries",
+        )
     if name == "missing attr":
         return _attrs(n_features=_DROP), dense, "is missing attribute 'n_features'"
     raise AssertionError(name)
@@ -521,9 +586,24 @@ def _case(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["no format", "foreign format", "version", "missing y", "missing X", "missing indices",
-     "lengths", "n_samples attr", "feature chunks", "row chunks", "X dtype", "y dtype",
-     "data dtype", "indptr monotone", "indptr last", "missing attr"],
+    [
+        "no format",
+        "foreign format",
+        "version",
+        "missing y",
+        "missing X",
+        "missing indices",
+        "lengths",
+        "n_samples attr",
+        "feature chunks",
+        "row chunks",
+        "X dtype",
+        "y dtype",
+        "data dtype",
+        "indptr monotone",
+        "indptr last",
+        "missing attr",
+    ],
 )
 def test_open_store_rejects_broken_stores(tmp_path, name):
     attrs, arrays, message = _case(name)
@@ -545,12 +625,16 @@ def test_indptr_check_streams_across_blocks(tmp_path, monkeypatch, at):
     indptr[at] = indptr[at - 1] - 1  # decrease inside a block (40) and on a block start (42)
     arrays["indptr"] = (indptr, (50,))
     url = _store(tmp_path / "bad.zarr", _attrs(sparse=True, rows_per_chunk=50), **arrays)
-    with pytest.raises(ValueError, match=re.escape(f"not monotone (indptr[{at}] < indptr[{at - 1}])")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"not monotone (indptr[{at}] < indptr[{at - 1}])")
+    ):
         open_store(url)
 
 
 def test_open_store_rejects_non_stores(tmp_path):
-    with pytest.raises(ValueError, match=r"nope\.zarr is not a zarr store: the path does not exist"):
+    with pytest.raises(
+        ValueError, match=r"nope\.zarr is not a zarr store: the path does not exist"
+    ):
         open_store(tmp_path / "nope.zarr")
     (tmp_path / "plain").mkdir()
     with pytest.raises(ValueError, match=r"plain is not a zarr store"):

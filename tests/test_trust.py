@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
 from dmcsvm_cli import run_cli
+from test_model_io import _rewrite_meta  # noqa: E402 - one helper that edits a model's JSON
 
 from dmcsvm import MulticlassSVC
 from dmcsvm.model_io import load_model, save_model
 from dmcsvm.store import open_store, write_arrays
-from test_model_io import _rewrite_meta  # noqa: E402 - one helper that edits a model's JSON
 
 
 def _blobs(n=240, d=5, m=3, seed=0):
@@ -60,6 +60,7 @@ class _Listener:
 
 # ----------------------------------------------------------------------- 1. no connection from a file
 
+
 def test_model_file_naming_a_scheduler_connects_nowhere(tmp_path):
     """A model whose JSON names a scheduler (as a malicious file, or a model saved after
     fit(client='tcp://...') by dmcsvm 0.1 would) is predicted in this process: nothing connects."""
@@ -69,18 +70,33 @@ def test_model_file_naming_a_scheduler_connects_nowhere(tmp_path):
     save_model(est, model)
     listener = _Listener()
     try:
+
         def name_scheduler(meta):
             meta["model"]["params"]["client"] = f"tcp://127.0.0.1:{listener.port}"
             meta["model"]["params"]["n_jobs"] = 64
+
         _rewrite_meta(model, name_scheduler)
         loaded = load_model(model)
         assert loaded.client is None and loaded.n_jobs is None
         store = tmp_path / "s.zarr"
         write_arrays(store, X, y)
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        r = subprocess.run([sys.executable, "-m", "dmcsvm.cli", "predict", str(model), str(store),
-                            "-o", str(tmp_path / "p.txt")], capture_output=True, text=True,
-                           timeout=300, env=env)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dmcsvm.cli",
+                "predict",
+                str(model),
+                str(store),
+                "-o",
+                str(tmp_path / "p.txt"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr
         assert np.array_equal(loaded.predict(str(store)), est.predict(X))
     finally:
@@ -90,13 +106,19 @@ def test_model_file_naming_a_scheduler_connects_nowhere(tmp_path):
 
 def test_runtime_params_are_not_written(tmp_path):
     X, y = _blobs()
-    est = MulticlassSVC(C=5, n_jobs=1, client=None, cache_size=17, verbose=False,
-                        solver_options={"cache_dir": str(tmp_path), "n_partitions": 2,
-                                        "batch_size": 99}).fit(X, y)
+    est = MulticlassSVC(
+        C=5,
+        n_jobs=1,
+        client=None,
+        cache_size=17,
+        verbose=False,
+        solver_options={"cache_dir": str(tmp_path), "n_partitions": 2, "batch_size": 99},
+    ).fit(X, y)
     save_model(est, tmp_path / "m.npz")
     with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
         params = json.loads(bytes(z["meta"]).decode())["model"]["params"]
     from dmcsvm.runtime_params import RUNTIME_PARAMS
+
     assert not set(params) & RUNTIME_PARAMS
     assert params["C"] == 5
     # the runtime solver options neither: the model's options keep the rest
@@ -114,30 +136,43 @@ from dmcsvm.errors import NonFiniteError  # noqa: E402
 def test_overflowing_row_is_an_error_naming_it():
     X, y = _blobs()
     X = X.astype(np.float64)
-    X[7, 2] = 1e308                  # finite, but its square overflows: every score would be NaN
-    with pytest.raises(NonFiniteError, match=r"^training row 7: its squared norm is inf; the "
-                                             r"likely cause is non-finite or overflowing input"):
+    X[7, 2] = 1e308  # finite, but its square overflows: every score would be NaN
+    with pytest.raises(
+        NonFiniteError,
+        match=r"^training row 7: its squared norm is inf; the "
+        r"likely cause is non-finite or overflowing input",
+    ):
         MulticlassSVC(n_jobs=1).fit(X, y)
 
 
 def test_non_finite_scores_end_the_solve_instead_of_converging():
     """A NaN score (from any cause the input checks miss) makes the round's primal NaN, which used
     to read as gap 0 and convergence: the solve now stops with an error naming the round."""
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
+
     X, y = _blobs()
     spec = KernelSpec("rbf", 0.2)
     s = SolverSettings(C=1.0).check()
-    ps = PartitionSettings(kernel=spec.to_dict(), C=1.0, selection=pt.SEL_BMG, tol=s.tol,
-                           n_candidates=50, pcls=np.arange(3))
+    ps = PartitionSettings(
+        kernel=spec.to_dict(),
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=s.tol,
+        n_candidates=50,
+        pcls=np.arange(3),
+    )
     ex = InProcessExecutor(1).start(X, y, y, ps)
     try:
         ex.parts[0].F[5, 1] = np.nan
-        with pytest.raises(NonFiniteError, match=r"^round 0: dual nan, primal nan: the likely "
-                                                 r"cause is non-finite or overflowing input"):
+        with pytest.raises(
+            NonFiniteError,
+            match=r"^round 0: dual nan, primal nan: the likely "
+            r"cause is non-finite or overflowing input",
+        ):
             solve(ex, X.shape[0], np.arange(3), spec, s, X.shape[1], False, np.float32)
     finally:
         ex.close()
@@ -156,6 +191,7 @@ def _cli(*args):
 
 def test_nan_in_a_store_is_caught_with_its_row(tmp_path):
     import zarr
+
     path, X, y = _store(tmp_path)
     zarr.open_array(path, path="X", mode="r+")[1234, 2] = np.nan
     msg = f"{path}: row 1234 of X holds nan; dmcsvm needs finite features"
@@ -163,17 +199,21 @@ def test_nan_in_a_store_is_caught_with_its_row(tmp_path):
         MulticlassSVC(n_jobs=1).fit(path)
     r = _cli("info", path, "--check")
     assert r.returncode == 2 and msg in r.stderr, r.stderr
-    assert _cli("info", path).returncode == 0        # without --check the chunks are not read
+    assert _cli("info", path).returncode == 0  # without --check the chunks are not read
 
 
-@pytest.mark.parametrize("array,key,rows", [("X", "X/c/1/0", "rows 1000 to 1999 of X"),
-                                            ("y", "y/c/2", "rows 2000 to 2999 of y")])
+@pytest.mark.parametrize(
+    "array,key,rows",
+    [("X", "X/c/1/0", "rows 1000 to 1999 of X"), ("y", "y/c/2", "rows 2000 to 2999 of y")],
+)
 def test_missing_store_chunk_is_an_error(tmp_path, array, key, rows):
     path, X, y = _store(tmp_path)
     os.remove(os.path.join(path, key))
     msg = f"{path}: chunk file {key} ({rows}) is missing"
-    with pytest.raises(ValueError, match="^" + msg.replace(".", r"\.").replace("(", r"\(")
-                       .replace(")", r"\)") + "$"):
+    with pytest.raises(
+        ValueError,
+        match="^" + msg.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)") + "$",
+    ):
         MulticlassSVC(n_jobs=1).fit(path)
     r = _cli("info", path)
     assert r.returncode == 2 and msg in r.stderr, r.stderr
@@ -196,8 +236,11 @@ def test_damaged_chunk_is_named(tmp_path):
     path, X, y = _store(tmp_path)
     with open(os.path.join(path, "X", "c", "2", "0"), "wb") as fh:
         fh.write(b"not a zstd frame" * 4)
-    with pytest.raises(ValueError, match=r"chunk file X/c/2/0 \(rows 2000 to 2999 of X\) cannot "
-                                         r"be read \("):
+    with pytest.raises(
+        ValueError,
+        match=r"chunk file X/c/2/0 \(rows 2000 to 2999 of X\) cannot "
+        r"be read \(",
+    ):
         MulticlassSVC(n_jobs=1).fit(path)
     r = _cli("info", path, "--check")
     assert r.returncode == 2 and "chunk file X/c/2/0" in r.stderr, r.stderr
@@ -210,10 +253,12 @@ CK = dict(C=10.0, gamma=0.5, tol=1e-5, gap_tol=0.0, batch_size=20, n_jobs=1)
 
 def _checkpointed(data, directory, rounds=12):
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return MulticlassSVC(**CK, max_iter=rounds, checkpoint=str(directory),
-                             checkpoint_every=4).fit(data)
+        return MulticlassSVC(
+            **CK, max_iter=rounds, checkpoint=str(directory), checkpoint_every=4
+        ).fit(data)
 
 
 def test_resume_refuses_a_store_with_permuted_columns(tmp_path):
@@ -226,9 +271,16 @@ def test_resume_refuses_a_store_with_permuted_columns(tmp_path):
     write_arrays(other, X[:, ::-1].copy(), y, rows_per_chunk=1000)
     with pytest.raises(ValueError, match=r"was written for other training data"):
         MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(str(other))
-    r = _cli("train", other, "-o", tmp_path / "m.npz", *(f"--{k}={v}" for k, v in CK.items()
-                                                          if k != "n_jobs"),
-             "--checkpoint", ck, "--resume")
+    r = _cli(
+        "train",
+        other,
+        "-o",
+        tmp_path / "m.npz",
+        *(f"--{k}={v}" for k, v in CK.items() if k != "n_jobs"),
+        "--checkpoint",
+        ck,
+        "--resume",
+    )
     assert r.returncode == 2 and "was written for other training data" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "m.npz")
 
@@ -236,6 +288,7 @@ def test_resume_refuses_a_store_with_permuted_columns(tmp_path):
 @pytest.mark.parametrize("array", ["B", "history"])
 def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
     from dmcsvm.checkpoint import load_checkpoint
+
     path, X, y = _store(tmp_path, n=600)
     ck = tmp_path / "ck"
     _checkpointed(path, ck)
@@ -243,8 +296,11 @@ def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
     chunk = ck / group / array / "c" / "0" / "0"
     assert chunk.exists()
     chunk.unlink()
-    with pytest.raises(ValueError, match=rf"{group}: array '{array}' fails its checksum \(a chunk "
-                                         rf"file is missing or damaged\)$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{group}: array '{array}' fails its checksum \(a chunk "
+        rf"file is missing or damaged\)$",
+    ):
         load_checkpoint(ck)
     with pytest.raises(ValueError, match="fails its checksum"):
         MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(path)
@@ -252,19 +308,23 @@ def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
 
 # ----------------------------------------------------------------------- 8. determinism
 
+
 def _blas_threads():
     from threadpoolctl import threadpool_info
+
     return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
 
 def _beside_scenario():
     """Fit A (a thread) ends while fit B (the main thread) runs: B keeps one BLAS thread."""
     import threading
+
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
     from dmcsvm.engine.executor import InProcessExecutor
     from dmcsvm.engine.partition import PartitionSettings
     from dmcsvm.kernels import KernelSpec
     from dmcsvm.numerics import pattern as pt
-    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
+
     before = _blas_threads()
     X, y = _blobs(n=400)
     a_running, b_running, a_done = threading.Event(), threading.Event(), threading.Event()
@@ -274,12 +334,27 @@ def _beside_scenario():
         spec = KernelSpec("rbf", 0.2)
         # 10 rounds each: B's rounds 2-5 are the ones observed
         s = SolverSettings(C=10.0, tol=1e-6, gap_tol=0.0, batch_size=5, max_iter=10).check()
-        ps = PartitionSettings(kernel=spec.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                               n_candidates=5, pcls=np.arange(3))
+        ps = PartitionSettings(
+            kernel=spec.to_dict(),
+            C=s.C,
+            selection=pt.SEL_BMG,
+            tol=s.tol,
+            n_candidates=5,
+            pcls=np.arange(3),
+        )
         ex = InProcessExecutor(1).start(X, y, y, ps)
         try:
-            solve(ex, X.shape[0], np.arange(3), spec, s, X.shape[1], False, np.float32,
-                  on_round=on_round)
+            solve(
+                ex,
+                X.shape[0],
+                np.arange(3),
+                spec,
+                s,
+                X.shape[1],
+                False,
+                np.float32,
+                on_round=on_round,
+            )
         finally:
             ex.close()
 
@@ -302,10 +377,10 @@ def _beside_scenario():
     ta = threading.Thread(target=a)
     ta.start()
     assert a_running.wait(60)
-    run(b_round)                     # starts while A runs, goes on after A has ended
+    run(b_round)  # starts while A runs, goes on after A has ended
     ta.join()
     assert seen and set(seen) == {1}
-    assert _blas_threads() == before          # the last holder restored what was there
+    assert _blas_threads() == before  # the last holder restored what was there
 
 
 def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
@@ -320,14 +395,20 @@ def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
 
 
 def _in_fresh_interpreter(name):
-    code = ("import sys; sys.path.insert(0, %r); import test_trust as t\n"
-            "if max(t._blas_threads() or [1]) < 2: print('skip')\n"
-            "else: t.%s(); print('ok')" % (os.path.dirname(__file__), name))
+    code = (
+        "import sys; sys.path.insert(0, %r); import test_trust as t\n"
+        "if max(t._blas_threads() or [1]) < 2: print('skip')\n"
+        "else: t.%s(); print('ok')" % (os.path.dirname(__file__), name)
+    )
     # a Dask nanny started earlier in this process may have left OMP_NUM_THREADS=1 in os.environ
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
     if r.returncode == 0 and r.stdout.strip().endswith("skip"):
         pytest.skip("BLAS runs on one thread here anyway")
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
@@ -339,7 +420,9 @@ def test_blas_hold_is_counted():
 
 def _hold_scenario():
     from threadpoolctl import threadpool_info
+
     from dmcsvm.engine.threads import BlasThreadHold, one_blas_thread
+
     blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
     start = blas[0]["num_threads"]
     hold = BlasThreadHold()
@@ -348,7 +431,7 @@ def _hold_scenario():
     # the inner holder's end does not restore while the outer one still holds
     assert [p for p in threadpool_info() if p["user_api"] == "blas"][0]["num_threads"] == 1
     hold.release()
-    hold.release()                       # once only
+    hold.release()  # once only
     assert [p for p in threadpool_info() if p["user_api"] == "blas"][0]["num_threads"] == start
 
 
@@ -356,13 +439,15 @@ def test_blas_controller_is_made_once_until_an_import():
     """The BLAS limits reuse one threadpoolctl controller (making one scans the process's shared
     libraries, 3 ms a fit), made again only once imports changed ``sys.modules``."""
     import types
+
     from dmcsvm.engine import threads
+
     first = threads._blas_controller()
     with threads.limit_blas(1):
         pass
     assert threads._blas_controller() is first
     name = "_dmcsvm_test_fake_module"
-    sys.modules[name] = types.ModuleType(name)   # what an import of an extension module adds
+    sys.modules[name] = types.ModuleType(name)  # what an import of an extension module adds
     try:
         again = threads._blas_controller()
         assert again is not first
@@ -377,6 +462,7 @@ def test_limit_blas_limits_and_restores():
 
 def _limit_scenario():
     from dmcsvm.engine.threads import limit_blas
+
     start = _blas_threads()
     with limit_blas(1):
         assert _blas_threads() == [1] * len(start)
@@ -393,44 +479,81 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
     thread themselves, so the model equals the in-process one bit for bit."""
     from distributed import Client
     from threadpoolctl import threadpool_info
+
     cli = dask_cli()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([cli, *scheduler_args(sched_file)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=env)]
+    procs = [
+        subprocess.Popen(
+            [cli, *scheduler_args(sched_file)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    ]
     try:
         addr = scheduler_address(sched_file, procs[0])
-        procs.append(subprocess.Popen([cli, "worker", addr, "--nthreads", "1", "--no-nanny",
-                                       "--no-dashboard", "--host", "127.0.0.1"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env=env))
+        procs.append(
+            subprocess.Popen(
+                [
+                    cli,
+                    "worker",
+                    addr,
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        )
         with Client(addr, timeout=60) as c:
             c.wait_for_workers(1, timeout=120)
 
             def worker_blas():
-                return max([p["num_threads"] for p in threadpool_info()
-                            if p["user_api"] == "blas"] or [1])
+                return max(
+                    [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] or [1]
+                )
+
             idle = list(c.run(worker_blas).values())[0]
             X, y = _blobs(n=4000, d=300, m=5, seed=5)
             kw = dict(C=10, gamma=0.01, batch_size=200, n_partitions=1)
             from dmcsvm.engine.dask import DaskExecutor
             from dmcsvm.engine.partition import PartitionSettings
             from dmcsvm.kernels import KernelSpec
+
             ex = DaskExecutor(c, 1)
-            ex.start(X, y, y, PartitionSettings(kernel=KernelSpec("rbf", 0.01).to_dict(), C=1.0,
-                                                selection=2, tol=1e-3, n_candidates=10,
-                                                pcls=np.arange(5)))
+            ex.start(
+                X,
+                y,
+                y,
+                PartitionSettings(
+                    kernel=KernelSpec("rbf", 0.01).to_dict(),
+                    C=1.0,
+                    selection=2,
+                    tol=1e-3,
+                    n_candidates=10,
+                    pcls=np.arange(5),
+                ),
+            )
             during = list(c.run(worker_blas).values())[0]
             ex.close()
             del ex
             remote = MulticlassSVC(**kw, client=c).fit(X, y)
-        local = MulticlassSVC(**kw, n_jobs=2).fit(X, y)     # in-process: one BLAS thread
+        local = MulticlassSVC(**kw, n_jobs=2).fit(X, y)  # in-process: one BLAS thread
     finally:
         for p in procs[::-1]:
             p.terminate()
             p.wait(timeout=30)
-    if idle > 1:                      # a partition holds its worker's BLAS at one thread
+    if idle > 1:  # a partition holds its worker's BLAS at one thread
         assert during == 1
     assert remote.n_iter_ == local.n_iter_
     assert np.array_equal(remote.dual_coef_, local.dual_coef_)
@@ -438,8 +561,10 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
 
 # ----------------------------------------------------------------------- 5. resume = uninterrupted
 
+
 def _digits(n=400):
     from sklearn.datasets import load_digits
+
     X, y = load_digits(return_X_y=True)
     return X[:n] / 16.0, y[:n]
 
@@ -453,19 +578,22 @@ def test_resumed_fit_is_the_uninterrupted_fit(tmp_path, n_jobs):
     coefficients and history bit for bit (partitions save their scores, active set and shrinking
     counters beside the checkpoint; the batch chosen in the checkpointed round is sent first)."""
     import warnings
+
     X, y = _digits()
     full = MulticlassSVC(**RK, n_jobs=n_jobs).fit(X, y)
     stop = int(np.flatnonzero(full.history_["n_active"] < X.shape[0])[0]) + 20
     assert stop < full.n_iter_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        part = MulticlassSVC(**RK, n_jobs=n_jobs, max_iter=stop, checkpoint=str(tmp_path),
-                             checkpoint_every=7).fit(X, y)
-    assert part.history_["n_active"][-1] < X.shape[0]         # shrinking is under way
+        part = MulticlassSVC(
+            **RK, n_jobs=n_jobs, max_iter=stop, checkpoint=str(tmp_path), checkpoint_every=7
+        ).fit(X, y)
+    assert part.history_["n_active"][-1] < X.shape[0]  # shrinking is under way
     with warnings.catch_warnings():
-        warnings.simplefilter("error")                         # no fallback warning
-        resumed = MulticlassSVC(**RK, n_jobs=n_jobs, checkpoint=str(tmp_path),
-                                checkpoint_every=10 ** 6, resume=True).fit(X, y)
+        warnings.simplefilter("error")  # no fallback warning
+        resumed = MulticlassSVC(
+            **RK, n_jobs=n_jobs, checkpoint=str(tmp_path), checkpoint_every=10**6, resume=True
+        ).fit(X, y)
     assert resumed.n_iter_ == full.n_iter_ and resumed.converged_
     assert np.array_equal(resumed.support_, full.support_)
     assert np.array_equal(resumed.dual_coef_, full.dual_coef_)
@@ -475,38 +603,56 @@ def test_resumed_fit_is_the_uninterrupted_fit(tmp_path, n_jobs):
 
 def test_resume_onto_other_partitions_rebuilds_and_says_so(tmp_path):
     import warnings
+
     X, y = _digits()
     full = MulticlassSVC(**RK, n_jobs=1).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        MulticlassSVC(**RK, n_jobs=1, max_iter=60, checkpoint=str(tmp_path),
-                      checkpoint_every=5).fit(X, y)
-    with pytest.warns(UserWarning, match=r"resuming from the support coefficients, not the "
-                                         r"partitions' saved states, because its partitions own "
-                                         r"rows \[\(0, 400\)\], this run's \[\(0, 200\), "
-                                         r"\(200, 400\)\]"):
+        MulticlassSVC(
+            **RK, n_jobs=1, max_iter=60, checkpoint=str(tmp_path), checkpoint_every=5
+        ).fit(X, y)
+    with pytest.warns(
+        UserWarning,
+        match=r"resuming from the support coefficients, not the "
+        r"partitions' saved states, because its partitions own "
+        r"rows \[\(0, 400\)\], this run's \[\(0, 200\), "
+        r"\(200, 400\)\]",
+    ):
         resumed = MulticlassSVC(**RK, n_jobs=2, checkpoint=str(tmp_path), resume=True).fit(X, y)
     assert resumed.converged_
     assert np.array_equal(resumed.predict(X), full.predict(X))
     assert abs(resumed.history_["dual"][-1] - full.history_["dual"][-1]) <= 1e-6 * abs(
-        full.history_["dual"][-1])
+        full.history_["dual"][-1]
+    )
 
 
 # ----------------------------------------------------------------------- edited model files
 
-@pytest.mark.parametrize("edit,what", [
-    (lambda m: m["model"]["attrs"].update(gamma_="wide"), "TypeError"),
-    (lambda m: m["model"]["attrs"]["classes_"].update(shape=[2], __array__=None) or
-     m["model"]["attrs"].update(classes_={"__strarray__": ["a", "b"], "dtype": "<U1",
-                                          "shape": [2]}),
-     r"ValueError: decision_function gives 3 score\(s\) per row for 2 classes_"),
-])
+
+@pytest.mark.parametrize(
+    "edit,what",
+    [
+        (lambda m: m["model"]["attrs"].update(gamma_="wide"), "TypeError"),
+        (
+            lambda m: (
+                m["model"]["attrs"]["classes_"].update(shape=[2], __array__=None)
+                or m["model"]["attrs"].update(
+                    classes_={"__strarray__": ["a", "b"], "dtype": "<U1", "shape": [2]}
+                )
+            ),
+            r"ValueError: decision_function gives 3 score\(s\) per row for 2 classes_",
+        ),
+    ],
+)
 def test_edited_model_with_inconsistent_attributes_is_refused(tmp_path, edit, what):
     X, y = _blobs()
     save_model(MulticlassSVC(n_jobs=1).fit(X, y), tmp_path / "m.npz")
     _rewrite_meta(tmp_path / "m.npz", edit)
-    with pytest.raises(ValueError, match=rf"m\.npz is not a valid dmcsvm model file: its fitted "
-                                         rf"attributes do not fit together \({what}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"m\.npz is not a valid dmcsvm model file: its fitted "
+        rf"attributes do not fit together \({what}",
+    ):
         load_model(tmp_path / "m.npz")
     r = _cli("predict", tmp_path / "m.npz", _store(tmp_path)[0], "-o", tmp_path / "p.txt")
     assert r.returncode == 2 and "its fitted attributes do not fit together" in r.stderr
@@ -516,6 +662,7 @@ def test_edited_model_with_inconsistent_attributes_is_refused(tmp_path, edit, wh
 def test_model_files_and_checkpoints_get_the_mode_of_a_new_file(tmp_path):
     """save_model and checkpoints wrote through mkstemp/mkdtemp (0600/0700) whatever the umask."""
     import stat
+
     X, y = _blobs()
     old = os.umask(0o022)
     try:
@@ -524,7 +671,7 @@ def test_model_files_and_checkpoints_get_the_mode_of_a_new_file(tmp_path):
         save_model(est, tmp_path / "m.zarr")
     finally:
         os.umask(old)
-    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)   # noqa: E731
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
     assert mode(tmp_path / "m.npz") == 0o644
     assert mode(tmp_path / "m.zarr") == 0o755
     group = (tmp_path / "ck" / "LATEST").read_text().strip()

@@ -34,7 +34,7 @@ def test_warm_start_reaches_the_cold_optimum(digits, C_from, C_to):
     top2 = np.sort(D_cold, axis=1)[:, -2:]
     differ = warm.predict(X) != cold.predict(X)
     assert np.all(top2[differ, 1] - top2[differ, 0] <= 1e-5)
-    assert warm.history_["dual"][0] > 0            # not a start from zero
+    assert warm.history_["dual"][0] > 0  # not a start from zero
     if C_to > C_from:
         # the old coefficients are feasible as they are: the first round is already well up
         assert warm.history_["dual"][0] > 0.5 * d_cold, first_rounds
@@ -44,10 +44,13 @@ def test_warm_start_on_other_data_says_why_and_starts_cold(digits):
     X, y = digits
     est = MulticlassSVC(C=1.0, warm_start=True, **KW).fit(X, y)
     X2 = X.copy()
-    X2[est.support_[0], 3] += 0.25                 # same labels, one support row changed
-    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
-                                         r"problem \(the support rows are not the rows at the "
-                                         r"same indices of this data\); starting from zero$"):
+    X2[est.support_[0], 3] += 0.25  # same labels, one support row changed
+    with pytest.warns(
+        UserWarning,
+        match=r"^warm_start: the previous solution does not fit this "
+        r"problem \(the support rows are not the rows at the "
+        r"same indices of this data\); starting from zero$",
+    ):
         est.fit(X2, y)
     cold = MulticlassSVC(C=1.0, **KW).fit(X2, y)
     assert np.array_equal(est.dual_coef_, cold.dual_coef_)
@@ -59,13 +62,16 @@ def test_warm_start_with_rows_appended(digits):
     est.fit(X, y)
     cold = MulticlassSVC(C=3.0, **KW).fit(X, y)
     assert abs(est.history_["dual"][-1] - cold.history_["dual"][-1]) <= 1e-6 * abs(
-        cold.history_["dual"][-1])
+        cold.history_["dual"][-1]
+    )
 
 
 # ------------------------------------------------------------------------ SMO estimators
 
+
 def _smo(name, **kw):
     from dmcsvm import BinarySVC, OneVsOneSVC, OneVsRestSVC
+
     cls = {"binary": BinarySVC, "ovr": OneVsRestSVC, "ovo": OneVsOneSVC}[name]
     return cls(gamma=0.05, tol=1e-6, n_jobs=1, batch_size=32, **kw)
 
@@ -93,8 +99,9 @@ def test_smo_warm_start_reaches_the_cold_optimum(digits, name, C_from, C_to):
         # started from the previous a: feasible as it is for a larger C, so the first round
         # is already at or below the previous optimum; scaled (not zero) for a smaller C
         first = warm.history_["objective"][0]
-        assert first <= before + 1e-9 * abs(before) if C_to > C_from \
-            else first < 0.1 * warm.objective_
+        assert (
+            first <= before + 1e-9 * abs(before) if C_to > C_from else first < 0.1 * warm.objective_
+        )
     assert warm.converged_
     D_cold, D_warm = cold.decision_function(X), warm.decision_function(X)
     assert np.abs(D_cold - D_warm).max() <= 1e-4
@@ -107,9 +114,12 @@ def _refit_on_moved_support_row(est, X, y):
     the previous solution does not fit and start cold.  Returns the changed ``X``."""
     X2 = X.copy()
     X2[est.support_[0], 3] += 0.25
-    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
-                                         r"problem \(the support rows are not the rows at the "
-                                         r"same indices of this data\); starting from zero$"):
+    with pytest.warns(
+        UserWarning,
+        match=r"^warm_start: the previous solution does not fit this "
+        r"problem \(the support rows are not the rows at the "
+        r"same indices of this data\); starting from zero$",
+    ):
         est.fit(X2, y)
     return X2
 
@@ -124,8 +134,11 @@ def test_smo_warm_start_on_other_data_says_why_and_starts_cold(digits, name):
     a, b = (a.toarray(), b.toarray()) if hasattr(a, "toarray") else (a, b)
     assert np.array_equal(a, b)
     y2 = y.copy()
-    y2[est.support_[0]] = y2[est.support_[1]] if y2[est.support_[1]] != y2[est.support_[0]] \
+    y2[est.support_[0]] = (
+        y2[est.support_[1]]
+        if y2[est.support_[1]] != y2[est.support_[0]]
         else (y2[est.support_[0]] + 1) % 2
+    )
     est.fit(X, y)
     with pytest.warns(UserWarning, match="the labels of the support rows changed"):
         est.fit(X, y2)
@@ -139,6 +152,7 @@ def test_scatter_warm_start_reaches_the_cold_optimum(digits, mu_from, mu_to, wei
     the cold fit's optimum; with the same ``mu`` it starts at the optimum."""
     from dmcsvm import ScatterSVC
     from dmcsvm.estimators._warm_start import scatter_start
+
     X, y = digits
     sw = np.random.default_rng(0).uniform(0.5, 2.0, len(y)) if weighted else None
     kw = dict(gamma=0.05, tol=1e-6, n_jobs=1)
@@ -146,6 +160,7 @@ def test_scatter_warm_start_reaches_the_cold_optimum(digits, mu_from, mu_to, wei
     warm = ScatterSVC(mu=mu_from, warm_start=True, **kw).fit(X, y, sample_weight=sw)
     # the start itself: inside the new boxes, every class summing to 1
     from dmcsvm.estimators._inputs import fit_inputs
+
     warm.set_params(mu=mu_to)
     td, classes, y_idx = fit_inputs(warm, X, y)
     box = mu_to * (np.ones(len(y)) if sw is None else sw)
@@ -162,6 +177,7 @@ def test_scatter_warm_start_reaches_the_cold_optimum(digits, mu_from, mu_to, wei
 
 def test_scatter_warm_start_on_other_data_says_why_and_starts_cold(digits):
     from dmcsvm import ScatterSVC
+
     X, y = digits
     est = ScatterSVC(mu=0.05, gamma=0.05, warm_start=True, n_jobs=1).fit(X, y)
     X2 = _refit_on_moved_support_row(est, X, y)
@@ -186,22 +202,27 @@ def test_linear_warm_start_reaches_the_cold_optimum(digits):
     assert warm.engine_stats_[0]["solver"] == "sequential_dual"
     d_cold, d_warm = cold.history_["dual"][-1], warm.history_["dual"][-1]
     assert abs(d_cold - d_warm) <= 1e-6 * abs(d_cold)
-    assert warm.history_["dual"][0] > 0.5 * d_cold          # not a start from zero
+    assert warm.history_["dual"][0] > 0.5 * d_cold  # not a start from zero
 
 
 # ------------------------------------------------------------------------ MultiPrototypeSVC
 
+
 def _mprot(**kw):
     from dmcsvm import MultiPrototypeSVC
-    return MultiPrototypeSVC(**{"n_prototypes": 2, "random_state": 0, "tol": 1e-6,
-                                "gap_tol": 1e-6, "n_jobs": 1, **kw})
+
+    return MultiPrototypeSVC(
+        **{"n_prototypes": 2, "random_state": 0, "tol": 1e-6, "gap_tol": 1e-6, "n_jobs": 1, **kw}
+    )
 
 
 # the linear rounds path (one pass in order per round) crawls at 1e-6: 3,817 rounds, 9 s on 300
 # rows; at 1e-5 it is within 2e-6 of the optimum in 150 rows' time
-MPROT_PATHS = {"linear-sequential": dict(kernel="linear"),
-               "linear-rounds": dict(kernel="linear", solver="rounds", tol=1e-5, gap_tol=1e-5),
-               "rbf": dict(kernel="rbf", gamma=0.05)}
+MPROT_PATHS = {
+    "linear-sequential": dict(kernel="linear"),
+    "linear-rounds": dict(kernel="linear", solver="rounds", tol=1e-5, gap_tol=1e-5),
+    "rbf": dict(kernel="rbf", gamma=0.05),
+}
 
 
 @pytest.mark.parametrize("path", list(MPROT_PATHS))
@@ -210,7 +231,7 @@ def test_mprot_warm_start_reaches_the_cold_optimum(digits, path, C_from, C_to):
     """max_epochs=0: the refit solves the convex problem of the previous assignment (the same
     random draw as the cold fit's) from the previous coefficients, to the same optimum."""
     X, y = digits
-    n = 100 if path == "linear-rounds" else 150         # the crawling path: fewer rows
+    n = 100 if path == "linear-rounds" else 150  # the crawling path: fewer rows
     X, y = X[:n], y[:n]
     cold = _mprot(C=C_to, max_epochs=0, **MPROT_PATHS[path]).fit(X, y)
     warm = _mprot(C=C_from, max_epochs=0, warm_start=True, **MPROT_PATHS[path]).fit(X, y)
@@ -241,17 +262,23 @@ def test_mprot_warm_start_says_why_and_starts_cold(digits):
     X, y = X[:300], y[:300]
     est = _mprot(C=1.0, max_epochs=2, warm_start=True, kernel="linear").fit(X, y)
     est.set_params(n_prototypes=3)
-    with pytest.warns(UserWarning, match=r"^warm_start: the previous solution does not fit this "
-                                         r"problem \(n_prototypes \[2, 2, 2, 2, 2, 2, 2, 2, 2, "
-                                         r"2\] before, \[3, 3, 3, 3, 3, 3, 3, 3, 3, 3\] now\); "
-                                         r"starting from zero$"):
+    with pytest.warns(
+        UserWarning,
+        match=r"^warm_start: the previous solution does not fit this "
+        r"problem \(n_prototypes \[2, 2, 2, 2, 2, 2, 2, 2, 2, "
+        r"2\] before, \[3, 3, 3, 3, 3, 3, 3, 3, 3, 3\] now\); "
+        r"starting from zero$",
+    ):
         est.fit(X, y)
     cold = _mprot(C=1.0, max_epochs=2, kernel="linear", n_prototypes=3).fit(X, y)
     assert np.array_equal(est.dual_coef_, cold.dual_coef_)
     X2 = X.copy()
     X2[est.support_[0], 3] += 0.25
-    with pytest.warns(UserWarning, match=r"the support rows are not the rows at the same "
-                                         r"indices of this data"):
+    with pytest.warns(
+        UserWarning,
+        match=r"the support rows are not the rows at the same "
+        r"indices of this data",
+    ):
         est.fit(X2, y)
 
 

@@ -24,15 +24,30 @@ SPEC = KernelSpec("rbf", 0.2)
 def _reply(rng, k, n, d, tol, frac=0.6):
     """A partition's reply with ``n`` candidates: ties in V, violators (a share ``frac``) and
     rows near tol, some X rows already banked by the coordinator."""
-    V = np.round(rng.random(n) * 4) / 4                    # many ties
+    V = np.round(rng.random(n) * 4) / 4  # many ties
     psi = np.where(rng.random(n) < frac, tol + rng.random(n), tol * rng.random(n))
     new = rng.random(n) < 0.5
-    return CSReply(part=k, cand_ids=k * 1000 + np.arange(n), cand_V=V, cand_psi=psi,
-                   cand_F=rng.normal(size=(n, 3)), cand_X=rng.normal(size=(int(new.sum()), d)),
-                   cand_new=new, cand_kdiag=np.ones(n), cand_yp=np.zeros(n, np.int64),
-                   cand_cls=np.zeros(n, np.int64), max_V=float(V.max(initial=0.0)), sum_V=float(V.sum()),
-                   max_psi=float(psi.max(initial=0.0)), n_viol=int((psi > tol).sum()), n_active=n,
-                   n_rows=n, sum_alpha=rng.random(), sum_BF=rng.random(), sum_xi=rng.random())
+    return CSReply(
+        part=k,
+        cand_ids=k * 1000 + np.arange(n),
+        cand_V=V,
+        cand_psi=psi,
+        cand_F=rng.normal(size=(n, 3)),
+        cand_X=rng.normal(size=(int(new.sum()), d)),
+        cand_new=new,
+        cand_kdiag=np.ones(n),
+        cand_yp=np.zeros(n, np.int64),
+        cand_cls=np.zeros(n, np.int64),
+        max_V=float(V.max(initial=0.0)),
+        sum_V=float(V.sum()),
+        max_psi=float(psi.max(initial=0.0)),
+        n_viol=int((psi > tol).sum()),
+        n_active=n,
+        n_rows=n,
+        sum_alpha=rng.random(),
+        sum_BF=rng.random(),
+        sum_xi=rng.random(),
+    )
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -98,8 +113,15 @@ def _problem(seed=3, n=120, d=6, m=4):
 
 def _settings(m, batch=6):
     s = SolverSettings(C=2.0, tol=1e-6, gap_tol=0.0, batch_size=batch).check()
-    ps = PartitionSettings(kernel=SPEC.to_dict(), C=s.C, selection=pt.SEL_BMG, tol=s.tol,
-                           n_candidates=batch, pcls=np.arange(m), cache_bytes=10 ** 5)
+    ps = PartitionSettings(
+        kernel=SPEC.to_dict(),
+        C=s.C,
+        selection=pt.SEL_BMG,
+        tol=s.tol,
+        n_candidates=batch,
+        pcls=np.arange(m),
+        cache_bytes=10**5,
+    )
     return s, ps
 
 
@@ -108,8 +130,10 @@ def test_a_round_sent_again_is_answered_from_memory():
     (a tree node died before forwarding its children's replies), bit for bit."""
     X, y = _problem()
     s, ps = _settings(4)
-    specs = [(k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
-             for k, (lo, hi) in enumerate([(0, 50), (50, 120)])]
+    specs = [
+        (k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
+        for k, (lo, hi) in enumerate([(0, 50), (50, 120)])
+    ]
     g = WorkerGroup(specs, n_threads=2)
     try:
         first = pickle.loads(g.step_packed(pack_message(RoundMessage(pick=(6, s.tol))), 1))
@@ -121,9 +145,9 @@ def test_a_round_sent_again_is_answered_from_memory():
         F = [p.F.copy() for p in g.parts.values()]
         b = g.step_packed(blob, 2)
         assert a == b
-        for p, f in zip(g.parts.values(), F):
+        for p, f in zip(g.parts.values(), F, strict=False):
             np.testing.assert_array_equal(p.F, f)
-        g.step_packed(blob, 3)                       # a new round number applies it again
+        g.step_packed(blob, 3)  # a new round number applies it again
         assert not np.array_equal(g.parts[0].F, F[0])
     finally:
         g.close()
@@ -134,10 +158,13 @@ def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
     scores exactly as the same round with the rows; ``bank_ids`` prunes the bank.  The
     sender's mirror (HeldIds) holds the same ids as the group's bank throughout."""
     from dmcsvm.engine.messages import HeldIds
+
     X, y = _problem()
     s, ps = _settings(4)
-    specs = [(k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
-             for k, (lo, hi) in enumerate([(0, 50), (50, 120)])]
+    specs = [
+        (k, Partition, (k, lo, hi, X[lo:hi], y[lo:hi], y[lo:hi], ps))
+        for k, (lo, hi) in enumerate([(0, 50), (50, 120)])
+    ]
     full, banked = WorkerGroup(specs, n_threads=1), WorkerGroup(specs, n_threads=1)
     try:
         dB = np.zeros((3, 4))
@@ -154,10 +181,10 @@ def test_a_group_banks_the_rows_it_applied_and_prunes_with_the_coordinator():
         assert have.all()
         a = pickle.loads(full.step_packed(pack_message(again), 2))
         b = pickle.loads(banked.step_packed(pack_message(again, have), 2))
-        for (k, ra), (j, rb) in zip(a, b):
+        for (k, ra), (j, rb) in zip(a, b, strict=False):
             assert k == j and np.array_equal(ra.cand_ids, rb.cand_ids)
             assert np.array_equal(ra.cand_F, rb.cand_F) and ra.sum_BF == rb.sum_BF
-        for p, q in zip(full.parts.values(), banked.parts.values()):
+        for p, q in zip(full.parts.values(), banked.parts.values(), strict=False):
             np.testing.assert_array_equal(p.F, q.F)
         prune = RoundMessage(reship=True, bank_ids=np.array([60]))
         banked.step_packed(pack_message(prune), 3)
@@ -191,8 +218,12 @@ def test_tree_of_four_workers_matches_inprocess():
     run = lambda ex: _solve_on(ex, X, y, s, ps, bounds)  # noqa: E731
 
     B_ref, r_ref = run(InProcessExecutor(2))
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         used, got, rows = {}, {}, {}
         for tree, bank in ((True, True), (False, True), (True, False)):
             ex = DaskExecutor(client, tree=tree, bank_rows=bank)
@@ -218,13 +249,18 @@ def test_zero_rich_rows_travel_packed_with_the_same_solve(monkeypatch):
     same solve bit for bit as with dense rows on the wire (the dense wire: ``pack_rows`` made
     the identity, which the in-process workers of this cluster share)."""
     from dmcsvm.engine import messages
+
     X, y = _problem(seed=5, n=120, d=48)
     X[np.random.default_rng(6).random(X.shape) < 0.85] = 0.0
     s, ps = _settings(4)
     bounds = [(0, 30), (30, 60), (60, 90), (90, 120)]
     got = {}
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         for packed in (True, False):
             if not packed:
                 monkeypatch.setattr(messages, "pack_rows", lambda rows: rows)

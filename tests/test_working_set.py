@@ -49,6 +49,7 @@ def _batch_dual(B, F, K, y):
 
     def dual(Bx):
         return Bx[rows, y].sum() - 0.5 * np.sum(Bx * (K @ Bx)) - np.sum(Bx * F_out)
+
     return dual
 
 
@@ -63,8 +64,9 @@ def test_working_set_solve_reaches_inner_tol(code, inner_tol, relax):
     B, F, K, y, kd, C = _batch_problem(3)
     pcls = np.arange(B.shape[1])
     gpos = np.arange(B.shape[0])
-    dB, gains, steps = ws.solve_working_set(code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10,
-                                            10 ** 6, inner_tol, relax)
+    dB, gains, steps = ws.solve_working_set(
+        code, B, F, K, gpos, y, y, pcls, kd, C, 1e-8, 1e-10, 10**6, inner_tol, relax
+    )
     B1 = B + dB
     F1 = F + K @ dB
     assert _psi_rows(B1, F1, y, pcls, C).max() <= inner_tol * (1 + 1e-6) + 1e-12
@@ -91,16 +93,18 @@ def test_working_set_reads_kbb_through_gram_positions():
     B, F, K, y, kd, C = _batch_problem(5)
     nb = B.shape[0]
     pcls = np.arange(B.shape[1])
-    ref = ws.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(nb), y, y, pcls, kd, C, 1e-6,
-                               1e-8, 10 ** 6, 1e-6)
+    ref = ws.solve_working_set(
+        pt.OPT_EXACT, B, F, K, np.arange(nb), y, y, pcls, kd, C, 1e-6, 1e-8, 10**6, 1e-6
+    )
     # the same K_BB inside a larger Gram matrix, rows shuffled
     perm = np.random.default_rng(0).permutation(nb + 7)
     G = np.zeros((nb + 7, nb + 7))
     pos = perm[:nb]
     G[np.ix_(pos, pos)] = K
-    out = ws.solve_working_set(pt.OPT_EXACT, B, F, G, pos, y, y, pcls, kd, C, 1e-6, 1e-8,
-                               10 ** 6, 1e-6)
-    for a, b in zip(ref, out):
+    out = ws.solve_working_set(
+        pt.OPT_EXACT, B, F, G, pos, y, y, pcls, kd, C, 1e-6, 1e-8, 10**6, 1e-6
+    )
+    for a, b in zip(ref, out, strict=False):
         np.testing.assert_array_equal(a, b)
 
 
@@ -115,6 +119,7 @@ def _full_scan_solve(code, B, F, K, y, pcls, kd, C, tol, fp_eps, max_steps, inne
 
     def psi(k):
         return pt.psi_value(Bc[k], Fc[k], y[k], y[k], pcls, bound(k))
+
     total, first = 0, True
     while True:
         cut = ws.pass_cut(max(psi(k) for k in range(nb)), tol, inner_tol, first, total, max_steps)
@@ -128,8 +133,9 @@ def _full_scan_solve(code, B, F, K, y, pcls, kd, C, tol, fp_eps, max_steps, inne
                 continue
             b0, f = Bc[j].copy(), Fc[j].copy()
             phi = (0.1 * tol) ** 2 / (2.0 * kd[j]) if kd[j] > 0.0 else 0.0
-            gains[j] += pt.optimize_pattern(code, Bc[j], f, y[j], y[j], pcls, kd[j], bound(j),
-                                            phi, fp_eps)
+            gains[j] += pt.optimize_pattern(
+                code, Bc[j], f, y[j], y[j], pcls, kd[j], bound(j), phi, fp_eps
+            )
             d = Bc[j] - b0
             for r in np.flatnonzero(d):
                 Fc[:, r] += K[:, j] * d[r]
@@ -178,12 +184,25 @@ def test_bounded_scan_takes_the_full_scans_steps_bit_for_bit(gamma, code, weight
         B = np.clip(B, -C[:, None], C[:, None])
         B[np.arange(B.shape[0]), y] = -(B.sum(1) - B[np.arange(B.shape[0]), y])
     pcls = np.arange(B.shape[1])
-    for inner_tol, max_steps in ((1e-6, 10 ** 6), (1e-3, 10 ** 6), (1e-8, 37)):
-        want = _full_scan_solve(code, B, F, K, y, pcls, kd, C, 1e-8, 1e-10, max_steps,
-                                inner_tol)
-        got = ws.solve_working_set(code, B, F, K, np.arange(B.shape[0]), y, y, pcls, kd, C,
-                                   1e-8, 1e-10, max_steps, inner_tol)
-        for a, b in zip(got, want):
+    for inner_tol, max_steps in ((1e-6, 10**6), (1e-3, 10**6), (1e-8, 37)):
+        want = _full_scan_solve(code, B, F, K, y, pcls, kd, C, 1e-8, 1e-10, max_steps, inner_tol)
+        got = ws.solve_working_set(
+            code,
+            B,
+            F,
+            K,
+            np.arange(B.shape[0]),
+            y,
+            y,
+            pcls,
+            kd,
+            C,
+            1e-8,
+            1e-10,
+            max_steps,
+            inner_tol,
+        )
+        for a, b in zip(got, want, strict=False):
             np.testing.assert_array_equal(a, b)
         assert want[2].sum() > 0
 
@@ -191,19 +210,22 @@ def test_bounded_scan_takes_the_full_scans_steps_bit_for_bit(gamma, code, weight
 def test_working_set_respects_max_steps():
     B, F, K, y, kd, C = _batch_problem(7)
     pcls = np.arange(B.shape[1])
-    _, _, steps = ws.solve_working_set(pt.OPT_EXACT, B, F, K, np.arange(B.shape[0]), y, y, pcls,
-                                       kd, C, 1e-8, 1e-10, 5, 1e-8)
+    _, _, steps = ws.solve_working_set(
+        pt.OPT_EXACT, B, F, K, np.arange(B.shape[0]), y, y, pcls, kd, C, 1e-8, 1e-10, 5, 1e-8
+    )
     assert steps.sum() == 5
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
     import dmcsvm.coordinators.crammer_singer as csmod
+
     computed = []
 
     def counting(spec, A, B, **kw):
         computed.append(A.shape[0] * B.shape[0])
         return kernel_block(spec, A, B, **kw)
+
     monkeypatch.setattr(csmod, "kernel_block", counting)
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 5)).astype(dtype)
@@ -212,22 +234,39 @@ def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
     # (30..34) stay, copied; the fourth fits beside them (5 new rows); the last batch, larger
     # than the budget alone, keeps nothing
     cache = _GramCache(spec, 40 * 40 * np.dtype(dtype).itemsize, dtype)
-    batches = [np.arange(0, 20), np.arange(10, 35), np.arange(30, 60), np.arange(25, 45),
-               np.arange(0, 45)]
+    batches = [
+        np.arange(0, 20),
+        np.arange(10, 35),
+        np.arange(30, 60),
+        np.arange(25, 45),
+        np.arange(0, 45),
+    ]
     tol = 1e-6 if dtype == np.float32 else 1e-12
     for ids in batches:
         before = len(computed)
         G, p = cache.block(ids, X[ids])
-        assert len(computed) == before and len(set(p.tolist())) == len(ids)   # placed only
+        assert len(computed) == before and len(set(p.tolist())) == len(ids)  # placed only
         cache.ensure(p)
-        np.testing.assert_allclose(G[np.ix_(p, p)], kernel_block(spec, X[ids], X[ids]),
-                                   atol=tol)
+        np.testing.assert_allclose(G[np.ix_(p, p)], kernel_block(spec, X[ids], X[ids]), atol=tol)
         assert np.all(cache.stamp[p] == cache.m)
         computed.append("|")
     # values per call: the new rows over every placed column, the rows computed before
     # completed over the columns placed since, the rows kept through the eviction not at all
-    assert computed == [20 * 20, "|", 15 * 35, 10 * 15, "|", 25 * 30, 5 * 25, "|", 5 * 35, 15 * 5,
-                        "|", 45 * 45, "|"]
+    assert computed == [
+        20 * 20,
+        "|",
+        15 * 35,
+        10 * 15,
+        "|",
+        25 * 30,
+        5 * 25,
+        "|",
+        5 * 35,
+        15 * 5,
+        "|",
+        45 * 45,
+        "|",
+    ]
 
 
 def test_gram_cache_places_rows_and_computes_only_those_asked():
@@ -239,7 +278,7 @@ def test_gram_cache_places_rows_and_computes_only_those_asked():
     X = rng.normal(size=(nb, 4))
     spec = KernelSpec("rbf", gamma=50.0)
     y = np.arange(nb) % P
-    cache = _GramCache(spec, 10 ** 7, np.float64)
+    cache = _GramCache(spec, 10**7, np.float64)
     G, p = cache.block(np.arange(nb), X)
     K = kernel_block(spec, X, X)
     pcls = np.arange(P)
@@ -249,8 +288,9 @@ def test_gram_cache_places_rows_and_computes_only_those_asked():
     F = np.zeros((nb, P))
     F[np.arange(nb), y] = 1.0
     F[3, y[3]] = -2.0
-    dB, gains, steps = ws.solve_working_set(pt.OPT_EXACT, B, F, G, p, y, y, pcls, np.ones(nb),
-                                            C, 1e-3, 5e-4, 20 * nb, 1e-3, rows=cache)
+    dB, gains, steps = ws.solve_working_set(
+        pt.OPT_EXACT, B, F, G, p, y, y, pcls, np.ones(nb), C, 1e-3, 5e-4, 20 * nb, 1e-3, rows=cache
+    )
     assert steps[3] >= 1
     stepped = p[steps > 0]
     assert np.all(cache.stamp[stepped] == nb)
@@ -259,8 +299,9 @@ def test_gram_cache_places_rows_and_computes_only_those_asked():
     assert np.flatnonzero(steps).tolist() == [3, 37]
     assert cache.rows_computed == 3 * ws.ROWS_FIRST_REQUEST
     assert np.count_nonzero(cache.stamp[:nb] == nb) == cache.rows_computed < nb
-    np.testing.assert_allclose(G[stepped][:, p], K[np.ix_(np.flatnonzero(steps > 0),
-                                                          np.arange(nb))], atol=1e-12)
+    np.testing.assert_allclose(
+        G[stepped][:, p], K[np.ix_(np.flatnonzero(steps > 0), np.arange(nb))], atol=1e-12
+    )
 
 
 class _RowsFromMatrix:
@@ -290,7 +331,7 @@ def test_working_set_on_requested_rows_equals_the_whole_block(code):
     X = rng.normal(size=(nb, d))
     y = rng.integers(0, P, nb).astype(np.int64)
     K = kernel_reference(KernelSpec("rbf", gamma=0.5), X, X)
-    gpos = rng.permutation(nb).astype(np.int64)        # the batch's places in the cache
+    gpos = rng.permutation(nb).astype(np.int64)  # the batch's places in the cache
     G = np.empty_like(K)
     G[np.ix_(gpos, gpos)] = K
     pcls = np.arange(P)
@@ -300,7 +341,7 @@ def test_working_set_on_requested_rows_equals_the_whole_block(code):
     whole = ws.solve_working_set(code, *args, G, *rest)
     rows = _RowsFromMatrix(G)
     asked = ws.solve_working_set(code, *args, rows.G, *rest, rows=rows)
-    for a, b in zip(whole, asked):
+    for a, b in zip(whole, asked, strict=False):
         np.testing.assert_array_equal(a, b)
     assert len(rows.requests) > 2 and rows.requests[0] == ws.ROWS_FIRST_REQUEST
     assert max(rows.requests) <= ws.ROWS_MOST_REQUEST
@@ -310,6 +351,7 @@ def test_working_set_on_requested_rows_equals_the_whole_block(code):
 # ------------------------------------------------------------------------------------------------
 # the stopping rule
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def qp(cs):
@@ -340,8 +382,9 @@ def test_tol_binds(cs, qp):
     for tol in (1e-1, 1e-3, 1e-5, 1e-8):
         with warnings.catch_warnings():
             warnings.simplefilter("error", ConvergenceWarning)
-            m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], tol=tol, n_jobs=2,
-                              solver_options={"batch_size": 16}).fit(qp["X"], qp["y"])
+            m = MulticlassSVC(
+                C=qp["C"], gamma=qp["gamma"], tol=tol, n_jobs=2, solver_options={"batch_size": 16}
+            ).fit(qp["X"], qp["y"])
         h = m.history_
         assert m.converged_
         assert h["max_psi"][-1] <= tol
@@ -352,7 +395,7 @@ def test_tol_binds(cs, qp):
         errs.append((qp["D"] - D) / abs(qp["D"]))
     assert errs[-1] <= 1e-9
     assert errs[1] <= 1e-2
-    assert all(b <= a for a, b in zip(errs, errs[1:])), errs
+    assert all(b <= a for a, b in zip(errs, errs[1:], strict=False)), errs
     assert errs[0] > 10 * errs[2]
 
 
@@ -364,9 +407,17 @@ def test_every_combination_with_default_stopping(cs, qp, optimizer, selection, t
     (AS 2005 Eq. 15) within 2 tol and the dual within 1e-2 relative of the QP optimum."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        m = MulticlassSVC(C=qp["C"], gamma=qp["gamma"], n_jobs=2,
-                          solver_options={"optimizer": optimizer, "pattern_selection": selection,
-                                          "threshold": threshold, "batch_size": 16}).fit(qp["X"], qp["y"])
+        m = MulticlassSVC(
+            C=qp["C"],
+            gamma=qp["gamma"],
+            n_jobs=2,
+            solver_options={
+                "optimizer": optimizer,
+                "pattern_selection": selection,
+                "threshold": threshold,
+                "batch_size": 16,
+            },
+        ).fit(qp["X"], qp["y"])
     assert m.converged_
     B = _model_B(m, qp["X"].shape[0])
     cs.check_feasible(B, qp["y"], qp["C"], atol=1e-9)
@@ -399,8 +450,8 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
     X = rng.normal(size=(900, 16)).astype(np.float32)
     spec = KernelSpec("rbf", gamma=0.05)
     batches = [np.arange(0, 500), np.arange(300, 850), np.arange(100, 700)]
-    serial = _GramCache(spec, 10 ** 6, np.float32)
-    threaded = _GramCache(spec, 10 ** 6, np.float32, threads=2)
+    serial = _GramCache(spec, 10**6, np.float32)
+    threaded = _GramCache(spec, 10**6, np.float32, threads=2)
     for ids in batches:
         G1, p1 = serial.block(ids, X[ids])
         G2, p2 = threaded.block(ids, X[ids])
@@ -408,8 +459,9 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
         serial.ensure(p1)
         threaded.ensure(p2)
         np.testing.assert_array_equal(G1[np.ix_(p1, p1)], G2[np.ix_(p2, p2)])
-        np.testing.assert_allclose(G1[np.ix_(p1, p1)], kernel_block(spec, X[ids], X[ids]),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            G1[np.ix_(p1, p1)], kernel_block(spec, X[ids], X[ids]), atol=1e-6
+        )
     assert not serial._pool.started and threaded._pool.started
     threaded.close()
 
@@ -424,6 +476,7 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
     def recording_ensure(self, rows):
         ensure(self, rows)
         pooled.append(self._pool.started)
+
     monkeypatch.setattr(_GramCache, "ensure", recording_ensure)
     X, y = cs.make_blobs_problem(7, 90, 4, 3, spread=1.4, scale=1.5)
     spec = KernelSpec("rbf", gamma=0.4)
@@ -464,7 +517,7 @@ def test_over_relaxed_step_stays_feasible_and_gains_what_it_reports():
         assert 2.0 * (dual(Bt) - dual(B)) == pytest.approx(g2, rel=1e-8)
         lengthened += t > 1.4 - 1e-9
         capped += 1.0 + 1e-9 < t < 1.4 - 1e-9
-    assert lengthened and capped          # the problem exercises both cases
+    assert lengthened and capped  # the problem exercises both cases
 
 
 def test_over_relax_holds_a_coefficient_that_rounding_moves_at_its_bound():
@@ -486,6 +539,7 @@ def test_over_relax_holds_a_coefficient_that_rounding_moves_at_its_bound():
 
 def test_inner_relax_outside_one_to_two_is_refused():
     from dmcsvm.coordinators.crammer_singer import SolverSettings
+
     for bad in (0.5, 2.0):
         with pytest.raises(ValueError, match=rf"inner_relax must be in \[1, 2\), got {bad}"):
             SolverSettings(inner_relax=bad).check()

@@ -18,16 +18,23 @@ def main(out: str) -> None:
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     X, y = load_digits(return_X_y=True)
-    X_tr, X_te, y_tr, y_te = train_test_split(X / 16.0, y, test_size=0.25, random_state=0,
-                                              stratify=y)
+    X_tr, X_te, y_tr, y_te = train_test_split(
+        X / 16.0, y, test_size=0.25, random_state=0, stratify=y
+    )
     for name, (Xp, yp) in {"train": (X_tr, y_tr), "test": (X_te, y_te)}.items():
         svm, store = out_dir / f"digits-{name}.svm", out_dir / f"digits-{name}.zarr"
         if not svm.exists():
             dump_svmlight_file(Xp, yp, str(svm), zero_based=False)
         if not store.exists():
             # 256-row chunks: a partition spans several chunks, as with real data
-            from_svmlight(str(svm), str(store), n_features=X.shape[1], sparse=False,
-                          zero_based=False, rows_per_chunk=256)
+            from_svmlight(
+                str(svm),
+                str(store),
+                n_features=X.shape[1],
+                sparse=False,
+                zero_based=False,
+                rows_per_chunk=256,
+            )
         print(f"{store}: {len(yp)} rows")
 
 

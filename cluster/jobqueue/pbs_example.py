@@ -36,11 +36,17 @@ def parse_args(argv=None):
     p.add_argument("--walltime", default="01:00:00")
     p.add_argument("--queue", default=None, help="PBS queue (-q)")
     p.add_argument("--account", default=None, help="PBS account (-A)")
-    p.add_argument("--local-directory", default="$TMPDIR",
-                   help="node-local scratch for the workers (kernel-column disk cache)")
+    p.add_argument(
+        "--local-directory",
+        default="$TMPDIR",
+        help="node-local scratch for the workers (kernel-column disk cache)",
+    )
     p.add_argument("--C", type=float, default=10.0)
-    p.add_argument("--print-job-script", action="store_true",
-                   help="print the qsub script the jobs would run, submit nothing")
+    p.add_argument(
+        "--print-job-script",
+        action="store_true",
+        help="print the qsub script the jobs would run, submit nothing",
+    )
     return p.parse_args(argv)
 
 
@@ -48,15 +54,18 @@ def make_cluster(a):
     try:
         from dask_jobqueue import PBSCluster
     except ImportError:
-        print("dask-jobqueue is not installed: pip install dask-jobqueue "
-              "(it is not a dependency of dmcsvm)", file=sys.stderr)
+        print(
+            "dask-jobqueue is not installed: pip install dask-jobqueue "
+            "(it is not a dependency of dmcsvm)",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     return PBSCluster(
         queue=a.queue,
         account=a.account,
         cores=a.cores,
         processes=a.processes,
-        memory=a.memory,                      # per job; each worker: memory / processes
+        memory=a.memory,  # per job; each worker: memory / processes
         walltime=a.walltime,
         # PBS Pro asks for chunks; Torque users: resource_spec=f"nodes=1:ppn={a.cores},mem=..."
         resource_spec=f"select=1:ncpus={a.cores}:mem={a.memory}",
@@ -83,6 +92,7 @@ def main(argv=None) -> int:
 
         from dmcsvm import MulticlassSVC
         from dmcsvm.model_io import save_model
+
         cluster.scale(jobs=a.jobs)
         with Client(cluster) as client:
             # partitions are spread over the workers present when fit starts: wait for them all

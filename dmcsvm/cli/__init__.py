@@ -61,10 +61,19 @@ def _needs_estimators(argv) -> bool:
 def build_parser(argv=None) -> argparse.ArgumentParser:
     from .. import __version__
     from . import data, demo, plot, predict, scale, train
-    p = _Parser(prog="dmcsvm", description=DESCRIPTION, epilog=EPILOG,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"dmcsvm {__version__}",
-                   help="print the version of dmcsvm and exit")
+
+    p = _Parser(
+        prog="dmcsvm",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"dmcsvm {__version__}",
+        help="print the version of dmcsvm and exit",
+    )
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser, title="commands", metavar="COMMAND")
     full = _needs_estimators(argv)
     demo.add_parser(sub, full)
@@ -100,7 +109,7 @@ def main(argv=None) -> int:
     log.setLevel(logging.INFO)
     try:
         code = _run(argv)
-        sys.stdout.flush()          # a closed pipe shows here, not in the interpreter's exit
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:
         return _pipe_closed()
@@ -128,14 +137,14 @@ def _pipe_closed() -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
-        pass                       # stdout is no real file (a test's StringIO): nothing to flush
+        pass  # stdout is no real file (a test's StringIO): nothing to flush
     return 0
 
 
 def _run(argv) -> int:
     try:
         p = build_parser(argv)
-        if not argv:                        # `dmcsvm` alone: what it does and its commands
+        if not argv:  # `dmcsvm` alone: what it does and its commands
             p.print_help()
             return 0
         a = p.parse_args(argv)
@@ -145,14 +154,20 @@ def _run(argv) -> int:
         return int(a.func(a) or 0)
     except BrokenPipeError:
         raise
-    except (UsageError, ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-            PermissionError) as e:
+    except (
+        UsageError,
+        ValueError,
+        FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+    ) as e:
         print(f"dmcsvm: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dmcsvm: interrupted", file=sys.stderr)
         return 1
-    except SystemExit as e:          # --help / --version from argparse
+    except SystemExit as e:  # --help / --version from argparse
         return int(e.code or 0) if isinstance(e.code, int) else 0
     except Exception as e:  # noqa: BLE001 - the command line reports every failure in one line
         if os.environ.get("DMCSVM_DEBUG"):

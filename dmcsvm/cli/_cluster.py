@@ -10,14 +10,28 @@ from ._usage import UsageError
 
 def add_cluster_options(p):
     g = p.add_argument_group("where it runs (default: threads in this process)")
-    g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="run on the Dask cluster of this scheduler (e.g. tcp://10.0.0.1:8786)")
-    g.add_argument("--local-workers", type=int, metavar="N",
-                   help="start a LocalCluster of N worker processes for this run")
-    g.add_argument("--threads-per-worker", type=int, metavar="T",
-                   help="threads of each LocalCluster worker (with --local-workers)")
-    g.add_argument("--memory-limit", metavar="LIMIT",
-                   help="memory limit of each LocalCluster worker, e.g. 4GB (with --local-workers)")
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on the Dask cluster of this scheduler (e.g. tcp://10.0.0.1:8786)",
+    )
+    g.add_argument(
+        "--local-workers",
+        type=int,
+        metavar="N",
+        help="start a LocalCluster of N worker processes for this run",
+    )
+    g.add_argument(
+        "--threads-per-worker",
+        type=int,
+        metavar="T",
+        help="threads of each LocalCluster worker (with --local-workers)",
+    )
+    g.add_argument(
+        "--memory-limit",
+        metavar="LIMIT",
+        help="memory limit of each LocalCluster worker, e.g. 4GB (with --local-workers)",
+    )
     return g
 
 
@@ -27,8 +41,9 @@ def check_cluster_options(a):
     if a.local_workers is not None and a.local_workers < 1:
         raise UsageError(f"--local-workers must be >= 1, got {a.local_workers}")
     if (a.threads_per_worker or a.memory_limit) and not a.local_workers:
-        raise UsageError("--threads-per-worker and --memory-limit size a LocalCluster: "
-                         "they need --local-workers")
+        raise UsageError(
+            "--threads-per-worker and --memory-limit size a LocalCluster: they need --local-workers"
+        )
     if a.threads_per_worker is not None and a.threads_per_worker < 1:
         raise UsageError(f"--threads-per-worker must be >= 1, got {a.threads_per_worker}")
     if a.scheduler:
@@ -36,11 +51,13 @@ def check_cluster_options(a):
 
 
 def _tls_hint(address) -> str:
-    return (f"{address} is a TLS scheduler, but no client certificate is configured: point "
-            "DASK_CONFIG at a Dask config that sets distributed.comm.tls.ca-file, "
-            "distributed.comm.tls.client.cert and distributed.comm.tls.client.key, such as the "
-            "dask-tls.yaml that cluster/tls/make-certs.sh writes (in Python: a Client with "
-            "security=distributed.Security(...)); see section 3, TLS, of cluster/README.md")
+    return (
+        f"{address} is a TLS scheduler, but no client certificate is configured: point "
+        "DASK_CONFIG at a Dask config that sets distributed.comm.tls.ca-file, "
+        "distributed.comm.tls.client.cert and distributed.comm.tls.client.key, such as the "
+        "dask-tls.yaml that cluster/tls/make-certs.sh writes (in Python: a Client with "
+        "security=distributed.Security(...)); see section 3, TLS, of cluster/README.md"
+    )
 
 
 def check_tls_config(address) -> None:
@@ -49,6 +66,7 @@ def check_tls_config(address) -> None:
     if not str(address).lower().startswith("tls://"):
         return
     from distributed.security import Security
+
     if Security().get_connection_args("client").get("ssl_context") is None:
         raise UsageError(_tls_hint(address))
 
@@ -62,6 +80,7 @@ def cluster_client(a):
         yield None
         return
     from distributed import Client, LocalCluster
+
     if a.scheduler:
         try:
             client = Client(a.scheduler, timeout="20s")
@@ -74,8 +93,12 @@ def cluster_client(a):
         with client:
             yield client
         return
-    kw = {"n_workers": a.local_workers, "processes": True, "dashboard_address": None,
-          "threads_per_worker": a.threads_per_worker or 1}
+    kw = {
+        "n_workers": a.local_workers,
+        "processes": True,
+        "dashboard_address": None,
+        "threads_per_worker": a.threads_per_worker or 1,
+    }
     if a.memory_limit:
         kw["memory_limit"] = a.memory_limit
     with LocalCluster(**kw) as cluster, Client(cluster) as client:

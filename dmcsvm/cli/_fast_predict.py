@@ -34,12 +34,13 @@ from ..model_io import (
 from ..param_history import upgrade_params
 
 #: the estimators a FastModel computes, and the settings each needs from its file
-_NEEDS = {"MulticlassSVC": ("kernel", "degree", "coef0", "probability",
-                            "decision_function_shape"),
-          "MultiPrototypeSVC": ("kernel", "degree", "coef0", "probability"),
-          "BinarySVC": ("kernel", "degree", "coef0", "probability"),
-          "OneVsRestSVC": ("kernel", "degree", "coef0", "probability"),
-          "OneVsOneSVC": ("kernel", "degree", "coef0", "probability")}
+_NEEDS = {
+    "MulticlassSVC": ("kernel", "degree", "coef0", "probability", "decision_function_shape"),
+    "MultiPrototypeSVC": ("kernel", "degree", "coef0", "probability"),
+    "BinarySVC": ("kernel", "degree", "coef0", "probability"),
+    "OneVsRestSVC": ("kernel", "degree", "coef0", "probability"),
+    "OneVsOneSVC": ("kernel", "degree", "coef0", "probability"),
+}
 
 
 class Unsupported(Exception):
@@ -69,9 +70,9 @@ def fast_model(path):
             model = FastModel(*_entry(dec, steps[-1][1], _NEEDS), scalers=scalers)
         else:
             return None
-        return _check_consistent(path, model)        # load_model's check of an edited file
+        return _check_consistent(path, model)  # load_model's check of an edited file
     except (Unsupported, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return None          # load_model says what is wrong with the file
+        return None  # load_model says what is wrong with the file
     finally:
         close()
 
@@ -87,8 +88,11 @@ def _entry(dec, node, kinds):
     if not isinstance(node, dict):
         raise Unsupported
     name = node.get("__estimator__")
-    if name not in kinds or not isinstance(node.get("params"), dict) \
-            or not isinstance(node.get("attrs"), dict):
+    if (
+        name not in kinds
+        or not isinstance(node.get("params"), dict)
+        or not isinstance(node.get("attrs"), dict)
+    ):
         raise Unsupported
     params = upgrade_params(name, node["params"])
     out = {}
@@ -96,7 +100,7 @@ def _entry(dec, node, kinds):
         if k not in params:
             raise Unsupported
         v = params[k]
-        if isinstance(v, dict):          # only plain JSON settings
+        if isinstance(v, dict):  # only plain JSON settings
             raise Unsupported
         out[k] = v
     attrs = {}
@@ -118,9 +122,12 @@ class FastModel:
         self.scalers = list(scalers)
         self.__dict__.update(params)
         self.__dict__.update(attrs)
-        self.n_jobs = 1             # a store's chunks are the parallelism: one thread each
-        if self.kernel not in KERNELS or self.scalers and any(
-                s["clip"] or not s["copy"] for s in self.scalers):
+        self.n_jobs = 1  # a store's chunks are the parallelism: one thread each
+        if (
+            self.kernel not in KERNELS
+            or self.scalers
+            and any(s["clip"] or not s["copy"] for s in self.scalers)
+        ):
             raise Unsupported
         self.classes_ = np.asarray(self.classes_)
         self.n_features_in_ = int(self.n_features_in_)
@@ -128,20 +135,27 @@ class FastModel:
         if self.probability and not hasattr(self, "calibration_"):
             raise Unsupported
         if self.scalers:
-            self.accepts_stores = False            # a Pipeline: the rows are read into memory
+            self.accepts_stores = False  # a Pipeline: the rows are read into memory
 
     # ------------------------------------------------------------------ one block
     def _check(self, X):
         """The estimators' ``validate_data(accept_sparse='csr', dtype=[float64, float32])`` for
         the blocks a store gives; anything it would convert or refuse is left to it."""
         if sp.issparse(X):
-            if X.format != "csr" or X.dtype not in (np.float32, np.float64) \
-                    or not np.isfinite(X.data).all():
+            if (
+                X.format != "csr"
+                or X.dtype not in (np.float32, np.float64)
+                or not np.isfinite(X.data).all()
+            ):
                 raise Unsupported
             return X
         X = np.asarray(X)
-        if X.ndim != 2 or X.dtype not in (np.float32, np.float64) or not np.isfinite(X).all() \
-                or X.shape[1] != self.n_features_in_:
+        if (
+            X.ndim != 2
+            or X.dtype not in (np.float32, np.float64)
+            or not np.isfinite(X).all()
+            or X.shape[1] != self.n_features_in_
+        ):
             raise Unsupported
         return X
 
@@ -149,8 +163,11 @@ class FastModel:
         """``MinMaxScaler.transform`` of every scaler before the estimator (dense, as scikit-
         learn computes it: a copy, ``*= scale_``, ``+= min_``)."""
         for s in self.scalers:
-            if sp.issparse(X) or X.dtype not in (np.float32, np.float64) \
-                    or not np.isfinite(X).all():
+            if (
+                sp.issparse(X)
+                or X.dtype not in (np.float32, np.float64)
+                or not np.isfinite(X).all()
+            ):
                 raise Unsupported
             X = np.array(X, copy=True)
             X *= s["scale_"]
@@ -163,18 +180,23 @@ class FastModel:
         X = self._check(X)
         m = len(self.classes_)
         if self.name == "MulticlassSVC":
-            S = sc.prototype_scores(X, self._spec, self.support_vectors_, self.dual_coef_,
-                                    self.n_jobs)
+            S = sc.prototype_scores(
+                X, self._spec, self.support_vectors_, self.dual_coef_, self.n_jobs
+            )
             return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
         if self.name == "MultiPrototypeSVC":
             with blas_limits(self.n_jobs, 1):
                 S = sc.multiprototype_scores(X, self, self._spec)
             return sc.best_prototype_per_class(S, self.n_prototypes_, m)
         if self.name == "BinarySVC":
-            return sc.kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0] \
+            return (
+                sc.kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0]
                 + self.intercept_[0]
-        D = sc.kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr()) \
+            )
+        D = (
+            sc.kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr())
             + self.intercept_[None, :]
+        )
         if self.name == "OneVsOneSVC":
             return sc.ovo_votes(D, self.pairs_, m)
         return D[:, 0] if m == 2 else D
@@ -184,8 +206,9 @@ class FastModel:
         S = self._decision_ovr(self._scaled(X))
         pred = sc.labels_of_scores(self.classes_, S)
         if proba:
-            return pred, sc.apply_calibration(self.calibration_, self.calibration_coef_,
-                                              self.calibration_intercept_, S)
+            return pred, sc.apply_calibration(
+                self.calibration_, self.calibration_coef_, self.calibration_intercept_, S
+            )
         if not decision:
             return pred, None
         if getattr(self, "decision_function_shape", "ovr") == "ovo" and S.ndim == 2:
@@ -212,7 +235,7 @@ class FastModel:
             return model._outputs(X, decision, proba)
         parts = sc.map_store_chunks(info, lambda block: self._outputs(block, decision, proba))
         if not parts:
-            raise Unsupported                # an empty store: the estimator's path says so
+            raise Unsupported  # an empty store: the estimator's path says so
         pred = np.concatenate([p for p, _ in parts], axis=0)
         D = None if parts[0][1] is None else np.concatenate([d for _, d in parts], axis=0)
         return pred, D

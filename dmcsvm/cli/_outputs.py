@@ -23,8 +23,9 @@ def check_output(path, what="output", overwrite=None):
 
 def add_overwrite_option(p, what="the output"):
     """``--overwrite``: the one switch that lets a command replace an existing output."""
-    p.add_argument("--overwrite", action="store_true",
-                   help=f"replace {what} if it exists (default: refuse)")
+    p.add_argument(
+        "--overwrite", action="store_true", help=f"replace {what} if it exists (default: refuse)"
+    )
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ def parse_value(text: str):
             return conv(t)
         except ValueError:
             pass
-    if t[:1] in "[{\"":
+    if t[:1] in '[{"':
         try:
             return json.loads(t)
         except ValueError:
@@ -39,23 +39,26 @@ def parse_value(text: str):
 def param_defaults(cls) -> dict:
     """``{parameter: default}`` of an estimator's constructor (its signature)."""
     sig = inspect.signature(cls.__init__)
-    return {k: p.default for k, p in sig.parameters.items()
-            if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return {
+        k: p.default
+        for k, p in sig.parameters.items()
+        if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
 
 # meanings of parameters whose docstring entry gives only the type
 _MEANINGS = {
     "kernel": "Kernel function: rbf exp(-gamma |x - z|^2), poly (gamma <x, z> + coef0)^degree, "
-              "linear <x, z>, sigmoid tanh(gamma <x, z> + coef0), precomputed (the data are "
-              "kernel values); -t also takes LIBSVM's numbers 0 linear, 1 poly, 2 rbf, "
-              "3 sigmoid, 4 precomputed.",
+    "linear <x, z>, sigmoid tanh(gamma <x, z> + coef0), precomputed (the data are "
+    "kernel values); -t also takes LIBSVM's numbers 0 linear, 1 poly, 2 rbf, "
+    "3 sigmoid, 4 precomputed.",
     "gamma": "Kernel coefficient of rbf, poly and sigmoid, resolved like scikit-learn's SVC "
-             "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
+    "('scale' = 1 / (n_features X.var()), 'auto' = 1 / n_features).",
     "degree": "Degree of the polynomial kernel.",
     "coef0": "Independent term of the poly and sigmoid kernels.",
     "verbose": f"Show the progress of the fit (set by {CLI_OPTIONS['verbose']}).",
     "solver_options": "The solver's options as a JSON object, e.g. '{\"batch_size\": 1000}' "
-                      "(each is also an option of its own, which wins).",
+    "(each is also an option of its own, which wins).",
 }
 
 
@@ -84,6 +87,7 @@ def param_docs(cls) -> dict:
     an estimator's docstring, read by numpydoc's own parser (``docscrape``, the copy that
     scikit-learn ships), reST markup dropped."""
     from sklearn.externals._numpydoc.docscrape import NumpyDocString
+
     doc = NumpyDocString(inspect.getdoc(cls) or "")
     plain = {}
     for entry in doc["Parameters"]:
@@ -104,15 +108,19 @@ def first_sentence(text: str) -> str:
     without paper references: the help shows that, the Python docstring the rest (a
     command's help stays about one screen)."""
     text = _CITATION.sub("", text.strip())
-    ends = ".;:" if len(text) > _LONG else ".;"     # a long sentence stops at its colon too
+    ends = ".;:" if len(text) > _LONG else ".;"  # a long sentence stops at its colon too
     depth = 0
     for i, ch in enumerate(text):
         depth += ch in "([{"
         depth -= ch in ")]}"
-        if depth == 0 and ch in ends and (i + 1 == len(text) or text[i + 1] == " ") \
-                and not text[max(0, i - 3):i + 1].endswith(("e.g.", "i.e.")):
+        if (
+            depth == 0
+            and ch in ends
+            and (i + 1 == len(text) or text[i + 1] == " ")
+            and not text[max(0, i - 3) : i + 1].endswith(("e.g.", "i.e."))
+        ):
             if ch == ":" and i < 40:
-                continue                # "Kernel function: ..." -- the colon introduces it
+                continue  # "Kernel function: ..." -- the colon introduces it
             return text[:i].rstrip() + "."
     return text
 
@@ -123,9 +131,21 @@ _LONG = 150
 
 #: solver options left out of ``train --help`` / ``demo --help`` (listed in one line there;
 #: still accepted): the solver's inner workings and the out-of-core tuning, documented in Python
-ADVANCED = ("optimizer", "pattern_selection", "pair_selection", "threshold",
-            "threshold_fraction", "batch_sweeps", "n_partitions", "data_in_memory",
-            "disk_cache_size", "cache_dir", "inner_steps", "linear_solver", "solver_options")
+ADVANCED = (
+    "optimizer",
+    "pattern_selection",
+    "pair_selection",
+    "threshold",
+    "threshold_fraction",
+    "batch_sweeps",
+    "n_partitions",
+    "data_in_memory",
+    "disk_cache_size",
+    "cache_dir",
+    "inner_steps",
+    "linear_solver",
+    "solver_options",
+)
 
 
 def solver_option_names(cls) -> dict:
@@ -191,12 +211,17 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
     defaults, notes = defaults or {}, notes or {}
     docs, fallback = param_docs(cls), param_docs(fallback_cls)
     options = solver_option_names(cls)
-    hidden = [f"--{p.replace('_', '-')}" for p in [*param_defaults(cls), *options]
-              if p in ADVANCED and p not in skip]
+    hidden = [
+        f"--{p.replace('_', '-')}"
+        for p in [*param_defaults(cls), *options]
+        if p in ADVANCED and p not in skip
+    ]
     if hidden:
-        group.description = textwrap.fill("also accepted, documented in the Python docstring: "
-                                          + ", ".join(hidden), 90,
-                                          break_on_hyphens=False)
+        group.description = textwrap.fill(
+            "also accepted, documented in the Python docstring: " + ", ".join(hidden),
+            90,
+            break_on_hyphens=False,
+        )
     for p, default in param_defaults(cls).items():
         if p not in skip:
             _add_option(group, p, f"est__{p}", default, defaults, notes, docs, fallback)
@@ -211,10 +236,18 @@ def add_param_options(group, cls, fallback_cls, skip=(), defaults=None, notes=No
         for flag in dict.fromkeys((f"--{old.replace('_', '-')}", f"--{old}")):
             if flag not in taken and new in options:
                 taken.add(flag)
-                kind = dict(action=argparse.BooleanOptionalAction) \
-                    if isinstance(options[new], bool) else dict(type=parse_value, metavar="V")
-                group.add_argument(flag, dest=f"opt__{new}", default=argparse.SUPPRESS,
-                                   help=argparse.SUPPRESS, **kind)
+                kind = (
+                    dict(action=argparse.BooleanOptionalAction)
+                    if isinstance(options[new], bool)
+                    else dict(type=parse_value, metavar="V")
+                )
+                group.add_argument(
+                    flag,
+                    dest=f"opt__{new}",
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                    **kind,
+                )
 
 
 def _add_option(group, p, dest, default, defaults, notes, docs, fallback):
@@ -230,23 +263,30 @@ def _add_option(group, p, dest, default, defaults, notes, docs, fallback):
     kind = parse_kernel if p == "kernel" else parse_value
     aliases = [f"--{p}"] if dashed != p else []
     if isinstance(default, bool):
-        group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction,
-                           default=value, help=text)
+        group.add_argument(
+            *flags, dest=dest, action=argparse.BooleanOptionalAction, default=value, help=text
+        )
         if aliases:
-            group.add_argument(*aliases, dest=dest, action=argparse.BooleanOptionalAction,
-                               default=value, help=argparse.SUPPRESS)
+            group.add_argument(
+                *aliases,
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=value,
+                help=argparse.SUPPRESS,
+            )
     else:
         group.add_argument(*flags, dest=dest, type=kind, default=value, metavar="V", help=text)
         if aliases:
-            group.add_argument(*aliases, dest=dest, type=kind, default=value, metavar="V",
-                               help=argparse.SUPPRESS)
+            group.add_argument(
+                *aliases, dest=dest, type=kind, default=value, metavar="V", help=argparse.SUPPRESS
+            )
 
 
 def estimator_params(a) -> dict:
     """The estimator parameters that the options of :func:`add_param_options` hold; the solver
     options given one by one go into ``solver_options`` (over those of ``--solver-options``)."""
-    params = {k[len("est__"):]: v for k, v in vars(a).items() if k.startswith("est__")}
-    options = {k[len("opt__"):]: v for k, v in vars(a).items() if k.startswith("opt__")}
+    params = {k[len("est__") :]: v for k, v in vars(a).items() if k.startswith("est__")}
+    options = {k[len("opt__") :]: v for k, v in vars(a).items() if k.startswith("opt__")}
     if options:
         given = params.get("solver_options")
         params["solver_options"] = {**(given if isinstance(given, dict) else {}), **options}

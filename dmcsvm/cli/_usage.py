@@ -27,4 +27,5 @@ def progress_bar(enabled, **kw):
     if not enabled:
         return None
     from tqdm.auto import tqdm
+
     return tqdm(file=sys.stderr, leave=False, **kw)

@@ -22,8 +22,9 @@ def start_warmup(model, X, y, rows=200):
     """
     import threading
 
-    t = threading.Thread(target=warm_up, args=(model, X, y, rows), name="dmcsvm-numba-warmup",
-                         daemon=True)
+    t = threading.Thread(
+        target=warm_up, args=(model, X, y, rows), name="dmcsvm-numba-warmup", daemon=True
+    )
     t.start()
     return t
 
@@ -33,7 +34,7 @@ def warm_up(model, X, y, rows=200) -> None:
     rows: what :func:`start_warmup` runs.  Any error is ignored (only a head start: the real fit
     reports any problem)."""
     params = dict(model.get_params(deep=False), client=None, n_jobs=1, verbose=False)
-    Xs, ys = X[:rows], y[:rows]                  # a shuffled split: every class is there
+    Xs, ys = X[:rows], y[:rows]  # a shuffled split: every class is there
     try:
         type(model)(**params).fit(Xs, ys).predict(Xs[:8])
     except Exception:  # noqa: BLE001 - see the docstring
@@ -46,6 +47,7 @@ def warm_up_on_store(model, info, rows=200) -> None:
     --local-workers``): see :func:`start_warmup`.  Only the code matters, not the labels: if
     those rows hold one class, every other row is relabelled so that the fit runs."""
     from ..store import read_labels, read_rows
+
     m = min(int(info.n_samples), rows)
     if m < 2:
         return

@@ -15,8 +15,12 @@ def add_parser(sub):
     p = sub.add_parser("plot", help="plot dual, primal and duality gap of a --log-json file")
     p.add_argument("log", help="the JSON-lines file written by dmcsvm train --log-json")
     p.add_argument("-o", "--output", help="PNG to write (default: LOG with .png)")
-    p.add_argument("--x", choices=["rounds", "time"], default="rounds",
-                   help="horizontal axis: rounds or elapsed seconds (default rounds)")
+    p.add_argument(
+        "--x",
+        choices=["rounds", "time"],
+        default="rounds",
+        help="horizontal axis: rounds or elapsed seconds (default rounds)",
+    )
     p.add_argument("--title", help="title of the figure")
     add_overwrite_option(p, "the PNG")
     p.set_defaults(func=run)
@@ -44,8 +48,9 @@ def read_log(path) -> list:
         raise UsageError(f"{path} holds no rounds")
     first = rows[0]
     if not ({"dual", "primal"} <= first.keys() or "objective" in first):
-        raise UsageError(f"{path}: the rounds have neither 'dual' and 'primal' nor "
-                         f"'objective' fields")
+        raise UsageError(
+            f"{path}: the rounds have neither 'dual' and 'primal' nor 'objective' fields"
+        )
     groups: dict = {}
     for r in rows:
         key = r.get("problem")
@@ -58,8 +63,9 @@ def read_log(path) -> list:
             if k in ("problem", "positive", "negative") or isinstance(v, str):
                 continue
             try:
-                cols[k] = np.array([np.nan if r.get(k) is None else r.get(k) for r in rs],
-                                   dtype=float)
+                cols[k] = np.array(
+                    [np.nan if r.get(k) is None else r.get(k) for r in rs], dtype=float
+                )
             except (TypeError, ValueError):
                 continue
         out.append((name, cols))
@@ -96,12 +102,14 @@ def run(a) -> int:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("dmcsvm plot needs matplotlib, which is not installed here: "
-                         "pip install 'dmcsvm[plot]'") from None
+        raise UsageError(
+            "dmcsvm plot needs matplotlib, which is not installed here: pip install 'dmcsvm[plot]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    for (name, cols), x in zip(groups, xs):
+    for (name, cols), x in zip(groups, xs, strict=False):
         tag = f" {name}" if name else ""
         if "primal" in cols and "dual" in cols:
             ax1.plot(x, cols["primal"], label=f"primal P{tag}")

@@ -48,6 +48,7 @@ _DEDICATED = CLI_OPTIONS
 
 def _estimator_class(name):
     from ..model_io import estimator_registry
+
     reg = estimator_registry()
     if name not in reg:
         raise UsageError(f"unknown estimator {name!r} (choose from {', '.join(sorted(reg))})")
@@ -70,6 +71,7 @@ def add_parser(sub, argv=None, full=True):
     if not full:
         return sub.add_parser("train", help=_HELP)
     from ..model_io import estimator_registry
+
     name = DEFAULT_ESTIMATOR
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--estimator", default=DEFAULT_ESTIMATOR)
@@ -77,37 +79,76 @@ def add_parser(sub, argv=None, full=True):
     reg = estimator_registry()
     if known.estimator in reg:
         name = known.estimator
-    t = sub.add_parser("train", help=_HELP, description=_DESCRIPTION,
-                       usage="dmcsvm train DATA -o MODEL [options]",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("data", help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
-                                "file (a store's optional 'sample_weight' array of per-row "
-                                "weights is used)")
-    t.add_argument("-o", "--output", "--model", dest="output", required=True, metavar="MODEL",
-                   help="model to write: NAME.npz (one file) or a directory (zarr group)")
+    t = sub.add_parser(
+        "train",
+        help=_HELP,
+        description=_DESCRIPTION,
+        usage="dmcsvm train DATA -o MODEL [options]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument(
+        "data",
+        help="training data: a dmcsvm store directory or a LIBSVM/CSV/.npy "
+        "file (a store's optional 'sample_weight' array of per-row "
+        "weights is used)",
+    )
+    t.add_argument(
+        "-o",
+        "--output",
+        "--model",
+        dest="output",
+        required=True,
+        metavar="MODEL",
+        help="model to write: NAME.npz (one file) or a directory (zarr group)",
+    )
     add_overwrite_option(t, "MODEL and the --log-json file")
-    t.add_argument("--scale", action="store_true",
-                   help="scale every feature to [-1, 1] first (as dmcsvm scale); the scaling "
-                        "is stored in the model and applied by predict (the data are read "
-                        "into memory)")
-    t.add_argument("--estimator", default=DEFAULT_ESTIMATOR, metavar="NAME",
-                   help=f"estimator to train: {', '.join(sorted(reg))} (default {DEFAULT_ESTIMATOR})")
-    t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="set any estimator parameter (repeatable)")
+    t.add_argument(
+        "--scale",
+        action="store_true",
+        help="scale every feature to [-1, 1] first (as dmcsvm scale); the scaling "
+        "is stored in the model and applied by predict (the data are read "
+        "into memory)",
+    )
+    t.add_argument(
+        "--estimator",
+        default=DEFAULT_ESTIMATOR,
+        metavar="NAME",
+        help=f"estimator to train: {', '.join(sorted(reg))} (default {DEFAULT_ESTIMATOR})",
+    )
+    t.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set any estimator parameter (repeatable)",
+    )
     t.add_argument("--test", help="evaluate on this store or file after training")
     t.add_argument("--checkpoint", metavar="DIR", help="write checkpoints of the solve to DIR")
-    t.add_argument("--checkpoint-every", default="10", metavar="N|Ns",
-                   help="checkpoint every N rounds, or every N seconds as '30s' (default 10)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue from the newest checkpoint in --checkpoint DIR")
-    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar (default: when stderr is a terminal)")
-    t.add_argument("--log-json", metavar="FILE",
-                   help="write the convergence history, one JSON line per round")
+    t.add_argument(
+        "--checkpoint-every",
+        default="10",
+        metavar="N|Ns",
+        help="checkpoint every N rounds, or every N seconds as '30s' (default 10)",
+    )
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --checkpoint DIR",
+    )
+    t.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal)",
+    )
+    t.add_argument(
+        "--log-json", metavar="FILE", help="write the convergence history, one JSON line per round"
+    )
     add_cluster_options(t)
     add_input_options(t, brief=True)
     g = t.add_argument_group(
-        f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)")
+        f"parameters of {name} (as in the Python API; --estimator NAME --help for another's)"
+    )
     add_param_options(g, reg[name], reg[DEFAULT_ESTIMATOR], skip=_DEDICATED)
     t.set_defaults(func=run)
     return t
@@ -126,16 +167,20 @@ def build_estimator(a):
         if not sep or not key:
             raise UsageError(f"--param needs KEY=VALUE, got {item!r}")
         if key not in known and key not in options and key not in former:
-            raise UsageError(f"unknown parameter {key!r} for {a.estimator} "
-                             f"(known: {', '.join(sorted(set(known) | set(options)))})")
+            raise UsageError(
+                f"unknown parameter {key!r} for {a.estimator} "
+                f"(known: {', '.join(sorted(set(known) | set(options)))})"
+            )
         if key in _DEDICATED:
             raise UsageError(f"set {key} with {_DEDICATED[key]}, not --param")
         if key in known:
             params[key] = parse_value(value)
-        else:                           # a solver option, or its name in dmcsvm 0.2
+        else:  # a solver option, or its name in dmcsvm 0.2
             given = params.get("solver_options")
-            params["solver_options"] = {**(given if isinstance(given, dict) else {}),
-                                        former.get(key, key): parse_value(value)}
+            params["solver_options"] = {
+                **(given if isinstance(given, dict) else {}),
+                former.get(key, key): parse_value(value),
+            }
     progress = stderr_is_tty() if a.progress is None else a.progress
     if "verbose" in known:
         params["verbose"] = bool(progress)
@@ -200,6 +245,7 @@ class _ProblemHistories:
             out = inner(td, problems, *args, **kw)
             self.histories = [r[3].history for r in out]
             return out
+
         self.est._fit_problems = fit_problems
         return self
 
@@ -210,7 +256,9 @@ class _ProblemHistories:
         """``[(fields naming the problem, history)]`` for :func:`write_log`."""
         classes = [_plain(c) for c in self.est.classes_]
         out = []
-        for k, ((i, j), hist) in enumerate(zip(self.est.pairs_, self.histories or [])):
+        for k, ((i, j), hist) in enumerate(
+            zip(self.est.pairs_, self.histories or [], strict=False)
+        ):
             neg = "rest" if j < 0 else classes[j]
             out.append(({"problem": k, "positive": classes[i], "negative": neg}, hist))
         return out
@@ -234,9 +282,10 @@ def _fit_scaled(est, info):
     from sklearn.preprocessing import MinMaxScaler
 
     from ..store import read_sample_weight
+
     X, y = read_arrays(info)
     if not isinstance(X, np.ndarray):
-        X = X.toarray()                  # MinMaxScaler takes dense rows (and makes them dense)
+        X = X.toarray()  # MinMaxScaler takes dense rows (and makes them dense)
     model = make_pipeline(MinMaxScaler(feature_range=(-1, 1)), est)
     sw = read_sample_weight(info)
     kw = {} if sw is None else {f"{model.steps[-1][0]}__sample_weight": sw}
@@ -250,6 +299,7 @@ def _numba_setup() -> None:
     try:
         from numba.core.compiler_lock import global_compiler_lock
         from numba.core.registry import cpu_target
+
         with global_compiler_lock:
             cpu_target.typing_context.refresh()
             cpu_target.target_context.refresh()
@@ -261,6 +311,7 @@ def run(a) -> int:
     import threading
 
     from ..model_io import save_model
+
     check_output(a.output, "model", overwrite=a.overwrite)
     if a.log_json:
         check_output(a.log_json, "log", overwrite=a.overwrite)
@@ -270,8 +321,10 @@ def run(a) -> int:
     if a.log_json and source is None:
         raise UsageError(f"{a.estimator} records no per-round history for --log-json")
     if a.scale and is_precomputed(est):
-        raise UsageError("--scale does not apply to a precomputed kernel (-t 4): the data are "
-                         "kernel values, not features")
+        raise UsageError(
+            "--scale does not apply to a precomputed kernel (-t 4): the data are "
+            "kernel values, not features"
+        )
     progress = bool(getattr(est, "verbose", False))
     problems = _ProblemHistories(est) if source == "problems" else contextlib.nullcontext()
     # numba's per-process set-up runs beside the reading (and converting) of the data, and is
@@ -301,6 +354,7 @@ def _train(a, est, info, problems, source, save_model) -> int:
                 model = _fit_scaled(est, info)
             elif is_precomputed(est):
                 from ..store import read_sample_weight
+
                 X, y = read_arrays(info)
                 K = gram_rows(X, X.shape[0], a.data, train=True)
                 sw = read_sample_weight(info)
@@ -309,15 +363,16 @@ def _train(a, est, info, problems, source, save_model) -> int:
                 est.fit(info.url)
             else:
                 from ..store import read_sample_weight
+
                 X, y = read_arrays(info)
                 sw = read_sample_weight(info)
                 est.fit(X, y) if sw is None else est.fit(X, y, sample_weight=sw)
         fit_s = time.perf_counter() - t
         if "client" in est.get_params(deep=False):
-            est.set_params(client=None)      # where it trained is not part of the model
+            est.set_params(client=None)  # where it trained is not part of the model
     n_train = info.n_samples
     save_model(model if a.scale else est, a.output)
-    give_default_mode(a.output)     # save_model writes through mkstemp/mkdtemp (0600/0700)
+    give_default_mode(a.output)  # save_model writes through mkstemp/mkdtemp (0600/0700)
     if source == "history":
         write_log(a.log_json, est.history_)
     elif source == "problems":
@@ -327,14 +382,17 @@ def _train(a, est, info, problems, source, save_model) -> int:
         parts.append(f"{len(est.support_)} support vectors")
     if hasattr(est, "n_iter_"):
         rounds = np.asarray(est.n_iter_)
-        if rounds.ndim:          # one count per binary problem
-            parts.append(f"{int(rounds.sum())} {plural(int(rounds.sum()), 'round')} over "
-                         f"{rounds.size} binary {plural(rounds.size, 'problem')}")
+        if rounds.ndim:  # one count per binary problem
+            parts.append(
+                f"{int(rounds.sum())} {plural(int(rounds.sum()), 'round')} over "
+                f"{rounds.size} binary {plural(rounds.size, 'problem')}"
+            )
         else:
             parts.append(f"{int(rounds)} {plural(int(rounds), 'round')}")
     print(", ".join(parts) + f"; model written to {a.output}")
     if a.test:
         from .predict import _n_features, predictions
+
         with as_store(a.test, a, n_features=_n_features(est)) as tinfo:
             pred, _, y = predictions(model if a.scale else est, tinfo, with_labels=True)
         print(f"test accuracy {np.mean(pred == y):.4f} on {len(y)} patterns")

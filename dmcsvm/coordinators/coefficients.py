@@ -23,7 +23,7 @@ class CoefficientRows:
 
     def __init__(self, n: int, P: int):
         self.n, self.P = int(n), int(P)
-        self._slot = IdIndex()                 # pattern id -> its row in _data
+        self._slot = IdIndex()  # pattern id -> its row in _data
         self._ids = np.empty(16, dtype=np.int64)
         self._data = np.zeros((16, self.P))
         self._used = 0
@@ -44,8 +44,9 @@ class CoefficientRows:
     def _ids_of(self, key) -> np.ndarray:
         ids = np.asarray(key, dtype=np.int64).reshape(-1)
         if ids.shape[0] and (ids.min() < 0 or ids.max() >= self.n):
-            raise IndexError(f"pattern ids must be in [0, {self.n}), got "
-                             f"{int(ids.min())}..{int(ids.max())}")
+            raise IndexError(
+                f"pattern ids must be in [0, {self.n}), got {int(ids.min())}..{int(ids.max())}"
+            )
         return ids
 
     def _lookup(self, ids: np.ndarray) -> np.ndarray:
@@ -84,9 +85,9 @@ class CoefficientRows:
         if need > self._data.shape[0]:
             cap = max(need, 2 * self._data.shape[0])
             data = np.zeros((cap, self.P))
-            data[:self._used] = self._data[:self._used]
+            data[: self._used] = self._data[: self._used]
             idx = np.empty(cap, dtype=np.int64)
-            idx[:self._used] = self._ids[:self._used]
+            idx[: self._used] = self._ids[: self._used]
             self._data, self._ids = data, idx
         slots = np.arange(self._used, need)
         self._ids[slots] = ids
@@ -97,11 +98,11 @@ class CoefficientRows:
 
     # ---------------------------------------------------------------- the support
     def _live(self) -> np.ndarray:
-        return np.any(self._data[:self._used] != 0.0, axis=1)
+        return np.any(self._data[: self._used] != 0.0, axis=1)
 
     def support(self) -> np.ndarray:
         """Sorted ids of the patterns with any non-zero coefficient."""
-        return np.sort(self._ids[:self._used][self._live()])
+        return np.sort(self._ids[: self._used][self._live()])
 
     def count_support(self) -> int:
         return int(np.count_nonzero(self._live()))
@@ -111,17 +112,17 @@ class CoefficientRows:
         live = self._live()
         if live.all():
             return
-        ids, rows = self._ids[:self._used][live], self._data[:self._used][live]
+        ids, rows = self._ids[: self._used][live], self._data[: self._used][live]
         cap = max(16, 2 * ids.shape[0])
         self._data = np.zeros((cap, self.P))
         self._ids = np.empty(cap, dtype=np.int64)
         self._used = 0
         self._slot = IdIndex()
         self._append(ids)
-        self._data[:ids.shape[0]] = rows
+        self._data[: ids.shape[0]] = rows
 
     def toarray(self) -> np.ndarray:
         """The dense ``n x P`` array (tests and small problems only)."""
         out = np.zeros((self.n, self.P))
-        out[self._ids[:self._used]] = self._data[:self._used]
+        out[self._ids[: self._used]] = self._data[: self._used]
         return out

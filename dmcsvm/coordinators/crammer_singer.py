@@ -47,10 +47,30 @@ from .history import RoundHistory
 
 _DEFAULTS = DEFAULTS["MulticlassSVC"]
 
-HISTORY_KEYS = ("round", "dual", "primal", "gap", "max_V", "max_psi", "threshold", "n_active",
-                "n_viol", "n_sv", "batch", "elapsed", "rows_computed", "rows_cached",
-                "rows_disk", "t_round", "t_solve", "t_kernel", "t_update", "t_select", "t_parts",
-                "steps")
+HISTORY_KEYS = (
+    "round",
+    "dual",
+    "primal",
+    "gap",
+    "max_V",
+    "max_psi",
+    "threshold",
+    "n_active",
+    "n_viol",
+    "n_sv",
+    "batch",
+    "elapsed",
+    "rows_computed",
+    "rows_cached",
+    "rows_disk",
+    "t_round",
+    "t_solve",
+    "t_kernel",
+    "t_update",
+    "t_select",
+    "t_parts",
+    "steps",
+)
 
 
 @dataclass
@@ -94,34 +114,43 @@ class SolverSettings:
     fp_eps: float | None = None
     verbose: bool = False
 
-    def check(self) -> "SolverSettings":
+    def check(self) -> SolverSettings:
         if not (isinstance(self.C, (int, float, np.number)) and np.isfinite(self.C) and self.C > 0):
             raise ValueError(f"C must be a positive finite number, got {self.C!r}")
         if self.optimizer not in pt.OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {tuple(pt.OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ValueError(
+                f"optimizer must be one of {tuple(pt.OPTIMIZERS)}, got {self.optimizer!r}"
+            )
         if self.selection not in pt.SELECTIONS:
-            raise ValueError(f"selection must be one of {tuple(pt.SELECTIONS)}, got {self.selection!r}")
+            raise ValueError(
+                f"selection must be one of {tuple(pt.SELECTIONS)}, got {self.selection!r}"
+            )
         if self.threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
         if not (0.0 <= self.threshold_fraction <= 1.0):
-            raise ValueError(f"threshold_fraction must be in [0, 1], got "
-                             f"{self.threshold_fraction!r}")
+            raise ValueError(
+                f"threshold_fraction must be in [0, 1], got {self.threshold_fraction!r}"
+            )
         if not (np.isfinite(self.tol) and self.tol > 0):
             raise ValueError(f"tol must be a positive number, got {self.tol!r}")
         if not (np.isfinite(self.gap_tol) and self.gap_tol >= 0):
             raise ValueError(f"gap_tol must be a number >= 0, got {self.gap_tol!r}")
         if int(self.max_iter) != self.max_iter or (self.max_iter < 1 and self.max_iter != -1):
-            raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got {self.max_iter!r}")
+            raise ValueError(
+                f"max_iter must be a positive integer or -1 (no limit), got {self.max_iter!r}"
+            )
         if int(self.batch_sweeps) != self.batch_sweeps or self.batch_sweeps < 1:
             raise ValueError(f"batch_sweeps must be an integer >= 1, got {self.batch_sweeps!r}")
         if int(self.batch_size) != self.batch_size or self.batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not (1.0 <= self.inner_relax < 2.0):
             raise ValueError(f"inner_relax must be in [1, 2), got {self.inner_relax!r}")
-        if self.gram_cache_size is not None and not (np.isfinite(self.gram_cache_size)
-                                                     and self.gram_cache_size >= 0):
-            raise ValueError(f"gram_cache_size must be a number of MB >= 0, got "
-                             f"{self.gram_cache_size!r}")
+        if self.gram_cache_size is not None and not (
+            np.isfinite(self.gram_cache_size) and self.gram_cache_size >= 0
+        ):
+            raise ValueError(
+                f"gram_cache_size must be a number of MB >= 0, got {self.gram_cache_size!r}"
+            )
         if not (np.isfinite(self.cache_size) and self.cache_size >= 0):
             raise ValueError(f"cache_size must be a number of MB >= 0, got {self.cache_size!r}")
         return self
@@ -158,7 +187,7 @@ class CoordinatorState:
     n_sv: int | None = None
 
     @classmethod
-    def fresh(cls, n: int, P: int) -> "CoordinatorState":
+    def fresh(cls, n: int, P: int) -> CoordinatorState:
         return cls(B=CoefficientRows(n, P))
 
     def support(self) -> np.ndarray:
@@ -192,18 +221,18 @@ class _GramCache:
 
     def __init__(self, spec, budget_bytes, dtype, threads=1):
         self.spec = spec
-        self.threads = int(threads)     # threads for the chunks (the partitions idle meanwhile)
-        self._pool = LazyPool(self.threads, "gram")   # started at the first request of 2+ chunks
+        self.threads = int(threads)  # threads for the chunks (the partitions idle meanwhile)
+        self._pool = LazyPool(self.threads, "gram")  # started at the first request of 2+ chunks
         self.budget = int(budget_bytes)
         self.dtype = np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
-        self.pos = IdIndex()            # pattern id -> its row / column in G
+        self.pos = IdIndex()  # pattern id -> its row / column in G
         self.m = 0
         self.G = np.zeros((0, 0), dtype=self.dtype)
         self.X = None
         self.stamp = np.zeros(0, dtype=np.int64)
         self.norms = np.zeros(0)
-        self.rows_computed = 0          # kernel rows computed (a completed row counts again)
-        self._solve_rows = 0            # ... since the last next_request
+        self.rows_computed = 0  # kernel rows computed (a completed row counts again)
+        self._solve_rows = 0  # ... since the last next_request
 
     def block(self, ids, XB):
         """``(G, p)``: the places ``p`` of the patterns ``ids`` (X rows ``XB``) in ``G``, new
@@ -230,17 +259,17 @@ class _GramCache:
                 X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
                 stamp = np.full(cap, -1, dtype=np.int64)
                 norms = np.empty(cap)
-                G[:self.m, :self.m] = self.G[:self.m, :self.m]
+                G[: self.m, : self.m] = self.G[: self.m, : self.m]
                 if self.m:
-                    X[:self.m] = self.X[:self.m]
-                    stamp[:self.m] = self.stamp[:self.m]
-                    norms[:self.m] = self.norms[:self.m]
+                    X[: self.m] = self.X[: self.m]
+                    stamp[: self.m] = self.stamp[: self.m]
+                    norms[: self.m] = self.norms[: self.m]
                 self.G, self.X, self.stamp, self.norms = G, X, stamp, norms
         m, nn = self.m, new.shape[0]
-        self.X[m:m + nn] = XB[new]
-        if self.spec.name == "rbf":     # (the squared norms of RBF's distances, once per row)
-            self.norms[m:m + nn] = row_norms_sq(self.X[m:m + nn])
-        self.stamp[m:m + nn] = -1
+        self.X[m : m + nn] = XB[new]
+        if self.spec.name == "rbf":  # (the squared norms of RBF's distances, once per row)
+            self.norms[m : m + nn] = row_norms_sq(self.X[m : m + nn])
+        self.stamp[m : m + nn] = -1
         p[new] = m + np.arange(nn)
         self.pos.add(np.asarray(ids)[new], p[new])
         self.m = m + nn
@@ -270,8 +299,11 @@ class _GramCache:
         st = self.stamp[rows]
         rows = rows[np.argsort(st, kind="stable")]
         cuts = np.flatnonzero(np.diff(np.sort(st, kind="stable"))) + 1
-        chunks = [g[a:a + self.CHUNK] for g in np.split(rows, cuts)
-                  for a in range(0, g.shape[0], self.CHUNK)]
+        chunks = [
+            g[a : a + self.CHUNK]
+            for g in np.split(rows, cuts)
+            for a in range(0, g.shape[0], self.CHUNK)
+        ]
 
         def compute(r):
             lo = max(int(self.stamp[r[0]]), 0)
@@ -280,16 +312,19 @@ class _GramCache:
             # values do not depend on how the requests fell
             lo = min(lo, max(m - 2, 0))
             ra = r if r.shape[0] > 1 else np.repeat(r, 2)
-            kw = ({"norms_a": self.norms[ra], "norms_b": self.norms[lo:m]}
-                  if self.spec.name == "rbf" else {})
+            kw = (
+                {"norms_a": self.norms[ra], "norms_b": self.norms[lo:m]}
+                if self.spec.name == "rbf"
+                else {}
+            )
             K = kernel_block(self.spec, self.X[ra], self.X[lo:m], dtype=self.dtype, **kw)
-            return lo, K[:r.shape[0]]
+            return lo, K[: r.shape[0]]
 
         if self.threads < 2 or len(chunks) < 2:
             blocks = [compute(r) for r in chunks]
         else:
             blocks = list(self._pool.map(compute, chunks))
-        for r, (lo, K) in zip(chunks, blocks):
+        for r, (lo, K) in zip(chunks, blocks, strict=False):
             self.G[r, lo:m] = K
             self.stamp[r] = m
         self.rows_computed += rows.shape[0]
@@ -320,7 +355,6 @@ class _GramCache:
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k
-
 
 
 def primal_slack(agg, C) -> float:
@@ -368,12 +402,25 @@ def _progress(settings, n):
     if not settings.verbose:
         return None
     from tqdm.auto import tqdm
+
     return tqdm(desc="dmcsvm rounds", unit="round", leave=True)
 
 
-def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: SolverSettings,
-          d: int, sparse: bool, x_dtype=np.float64, on_round=None, state=None, first_msg=None,
-          stop=None, batch_solver=None) -> SolveResult:
+def solve(
+    executor,
+    n: int,
+    pcls: np.ndarray,
+    spec: KernelSpec,
+    settings: SolverSettings,
+    d: int,
+    sparse: bool,
+    x_dtype=np.float64,
+    on_round=None,
+    state=None,
+    first_msg=None,
+    stop=None,
+    batch_solver=None,
+) -> SolveResult:
     """Run rounds on ``executor`` (already started on the partitions) until convergence.
 
     Parameters
@@ -413,18 +460,18 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     opt_code = pt.OPTIMIZERS[s.optimizer]
     P = len(pcls)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
-    fp_eps = s.fp_eps if s.fp_eps is not None else s.tol / 2.0   # CS 2001 Fig. 4 passes eps / 2
+    fp_eps = s.fp_eps if s.fp_eps is not None else s.tol / 2.0  # CS 2001 Fig. 4 passes eps / 2
     if state is None:
         state = CoordinatorState.fresh(n, P)
     B, bank, hist = state.B, state.bank, state.history
     bar = _progress(s, n)
-    register_snapshot(executor, state, d, sparse, x_dtype)   # rebuilds a lost partition (Dask)
+    register_snapshot(executor, state, d, sparse, x_dtype)  # rebuilds a lost partition (Dask)
     msg = replace(first_msg) if first_msg is not None else RoundMessage()
     if has_batch(msg):
-        bank.add(msg.ids, msg.XB)          # partitions now count these rows as shipped
+        bank.add(msg.ids, msg.XB)  # partitions now count these rows as shipped
     t_start = time.perf_counter()
     rounds = state.rounds
-    max_rounds = rounds + s.max_iter if s.max_iter > 0 else 10 ** 12
+    max_rounds = rounds + s.max_iter if s.max_iter > 0 else 10**12
     converged = False
     just_unshrunk = False
     stalled = False
@@ -437,9 +484,11 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
     greedy = s.inner_steps > 0 and (batch_solver is None or hasattr(batch_solver, "working_set"))
     # an in-process fit's threads idle while the coordinator works: its Gram rows use them
     gram_mb = s.cache_size if s.gram_cache_size is None else s.gram_cache_size
-    gram = (_GramCache(spec, gram_mb * 2 ** 20, x_dtype,
-                       threads=getattr(executor, "n_threads", 1))
-            if greedy and batch_solver is None and not sparse and gram_mb > 0 else None)
+    gram = (
+        _GramCache(spec, gram_mb * 2**20, x_dtype, threads=getattr(executor, "n_threads", 1))
+        if greedy and batch_solver is None and not sparse and gram_mb > 0
+        else None
+    )
     limits = BlasThreadHold()
     prune = False
     try:
@@ -451,13 +500,13 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                 # here, at sending, since a solve that stops drops the batch it chose last)
                 bank.keep(np.union1d(B.support(), msg.ids))
                 msg.reship = True
-                msg.bank_ids = bank.ids()     # the Dask workers' banks keep the same rows
+                msg.bank_ids = bank.ids()  # the Dask workers' banks keep the same rows
                 prune = False
             # how this loop picks candidates: a Dask worker sends only those it can still pick
             msg.pick = (int(s.batch_size), float(s.tol))
             agg = merge(executor.step(msg))
             t_solve0 = time.perf_counter()
-            mM = agg.sum_BF                       # ||M||^2
+            mM = agg.sum_BF  # ||M||^2
             dual = agg.sum_alpha - 0.5 * mM
             primal = 0.5 * mM + primal_slack(agg, s.C)
             # a NaN primal would read as gap 0 and "converge": non-finite values end the solve
@@ -472,8 +521,9 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             if done and agg.n_active < agg.n_rows and not just_unshrunk:
                 # converged on the active set: rebuild the shrunk rows' scores and check again
                 sv = B.support()
-                msg = RoundMessage(unshrink={"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype),
-                                             "B": B[sv]})
+                msg = RoundMessage(
+                    unshrink={"ids": sv, "X": bank.stack(sv, d, sparse, x_dtype), "B": B[sv]}
+                )
                 just_unshrunk = True
             elif done:
                 converged = True
@@ -490,10 +540,19 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     G, gpos = Kbb, np.arange(len(ids))
                 batch = pt.solve_batch if batch_solver is None else batch_solver
                 Bb = B[ids]
-                args = (Bb, agg.cand_F[pick], Kbb, agg.cand_yp[pick],
-                        agg.cand_cls[pick], pcls, agg.cand_kdiag[pick],
-                        batch_row_bounds(agg, pick, s.C),
-                        float(s.tol), float(fp_eps), int(s.batch_sweeps))
+                args = (
+                    Bb,
+                    agg.cand_F[pick],
+                    Kbb,
+                    agg.cand_yp[pick],
+                    agg.cand_cls[pick],
+                    pcls,
+                    agg.cand_kdiag[pick],
+                    batch_row_bounds(agg, pick, s.C),
+                    float(s.tol),
+                    float(fp_eps),
+                    int(s.batch_sweeps),
+                )
                 if greedy:
                     rest = viol.copy()
                     rest[pick] = False
@@ -509,14 +568,29 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     max_steps = int(max(1, s.inner_steps * len(ids)))
                     if batch_solver is None:
                         dB, gains, st = solve_working_set(
-                            opt_code, *args[:2], G, gpos, *args[3:-1], max_steps, inner_tol,
-                            s.inner_relax, rows=gram,
-                            first_request=(ROWS_FIRST_REQUEST if gram is None
-                                           else gram.next_request()))
+                            opt_code,
+                            *args[:2],
+                            G,
+                            gpos,
+                            *args[3:-1],
+                            max_steps,
+                            inner_tol,
+                            s.inner_relax,
+                            rows=gram,
+                            first_request=(
+                                ROWS_FIRST_REQUEST if gram is None else gram.next_request()
+                            ),
+                        )
                     else:
                         dB, gains, st = batch_solver.working_set(
-                            opt_code, *args[:2], XB, *args[3:-1], max_steps, inner_tol,
-                            s.inner_relax)
+                            opt_code,
+                            *args[:2],
+                            XB,
+                            *args[3:-1],
+                            max_steps,
+                            inner_tol,
+                            s.inner_relax,
+                        )
                     n_steps = int(st.sum())
                 else:
                     dB, gains = batch(opt_code, *args)
@@ -533,31 +607,52 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     stalled = True
                 if moved.any():
                     ids, XB, dB = ids[moved], XB[np.flatnonzero(moved)], dB[moved]
-                    B_prev = Bb[moved]          # (the batch solves do not write their Bb)
+                    B_prev = Bb[moved]  # (the batch solves do not write their Bb)
                     B[ids] = B_prev + dB
                     bank.add(ids, XB)
-                    msg = RoundMessage(ids=ids, XB=XB, dB=dB,
-                                       shrink_margin=min(agg.max_psi, s.shrink_cap))
+                    msg = RoundMessage(
+                        ids=ids, XB=XB, dB=dB, shrink_margin=min(agg.max_psi, s.shrink_cap)
+                    )
                     batch_ids = ids
             t_end = time.perf_counter()
-            if rounds % 50 == 0 or converged:      # O(stored rows): now and then, and at the end
-                B.compact()             # rows that left the support: the store follows it
+            if rounds % 50 == 0 or converged:  # O(stored rows): now and then, and at the end
+                B.compact()  # rows that left the support: the store follows it
                 n_sv = B.count_support()
                 prune = len(bank) > n_sv + s.batch_size
-            row = dict(round=rounds, dual=dual, primal=primal, gap=gap, max_V=agg.max_V,
-                       max_psi=agg.max_psi, threshold=theta, n_active=agg.n_active,
-                       n_viol=agg.n_viol, n_sv=n_sv,
-                       batch=int(batch_ids.shape[0]), elapsed=t_end - t_start,
-                       rows_computed=agg.rows_computed, rows_cached=agg.rows_cached,
-                       rows_disk=agg.rows_disk, t_round=t_end - t_round,
-                       t_solve=t_end - t_solve0, t_kernel=agg.t_kernel,
-                       t_update=agg.t_update, t_select=agg.t_select,
-                       t_parts=agg.t_total, steps=n_steps)
+            row = dict(
+                round=rounds,
+                dual=dual,
+                primal=primal,
+                gap=gap,
+                max_V=agg.max_V,
+                max_psi=agg.max_psi,
+                threshold=theta,
+                n_active=agg.n_active,
+                n_viol=agg.n_viol,
+                n_sv=n_sv,
+                batch=int(batch_ids.shape[0]),
+                elapsed=t_end - t_start,
+                rows_computed=agg.rows_computed,
+                rows_cached=agg.rows_cached,
+                rows_disk=agg.rows_disk,
+                t_round=t_end - t_round,
+                t_solve=t_end - t_solve0,
+                t_kernel=agg.t_kernel,
+                t_update=agg.t_update,
+                t_select=agg.t_select,
+                t_parts=agg.t_total,
+                steps=n_steps,
+            )
             hist.append(row)
             if bar is not None:
                 bar.update(1)
-                post = dict(gap=f"{gap:.2e}", psi=f"{agg.max_psi:.2e}", active=agg.n_active,
-                            computed=agg.rows_computed, cached=agg.rows_cached)
+                post = dict(
+                    gap=f"{gap:.2e}",
+                    psi=f"{agg.max_psi:.2e}",
+                    active=agg.n_active,
+                    computed=agg.rows_computed,
+                    cached=agg.rows_cached,
+                )
                 if agg.rows_disk:
                     post["from_disk"] = agg.rows_disk
                 bar.set_postfix(**post)
@@ -576,17 +671,23 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
                     B[msg.ids] = B_prev
                 break
             if stalled:
-                warnings.warn(f"dmcsvm solver stopped: no batch pattern can be improved in floating "
-                              f"point although max psi {agg.max_psi:.3g} > tol={s.tol}; the "
-                              f"solution is optimal to machine precision", ConvergenceWarning,
-                              stacklevel=3)
+                warnings.warn(
+                    f"dmcsvm solver stopped: no batch pattern can be improved in floating "
+                    f"point although max psi {agg.max_psi:.3g} > tol={s.tol}; the "
+                    f"solution is optimal to machine precision",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
                 break
             if rounds >= max_rounds:
                 if msg.ids is not None:
-                    executor.step(msg)        # apply the last batch so partitions match B
-                warnings.warn(f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
-                              f"reaching tol={s.tol} (max psi {agg.max_psi:.3g}, gap {gap:.3g})",
-                              ConvergenceWarning, stacklevel=3)
+                    executor.step(msg)  # apply the last batch so partitions match B
+                warnings.warn(
+                    f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
+                    f"reaching tol={s.tol} (max psi {agg.max_psi:.3g}, gap {gap:.3g})",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
                 break
     finally:
         limits.release()
@@ -596,12 +697,19 @@ def solve(executor, n: int, pcls: np.ndarray, spec: KernelSpec, settings: Solver
             bar.close()
     state.rounds = rounds
     sv = state.support()
-    return SolveResult(support=sv, coef=B[sv], X_sv=bank.stack(sv, d, sparse, x_dtype),
-                       history=hist, n_iter=rounds, converged=converged)
+    return SolveResult(
+        support=sv,
+        coef=B[sv],
+        X_sv=bank.stack(sv, d, sparse, x_dtype),
+        history=hist,
+        n_iter=rounds,
+        converged=converged,
+    )
 
 
-def register_snapshot(executor, state: CoordinatorState, d: int, sparse: bool,
-                      x_dtype=np.float64) -> None:
+def register_snapshot(
+    executor, state: CoordinatorState, d: int, sparse: bool, x_dtype=np.float64
+) -> None:
     """Let ``executor`` rebuild a lost partition from ``state`` (``DaskExecutor.set_snapshot``;
     executors without recovery ignore it).  The snapshot is read when a partition is lost: the
     support patterns (rows of ``B`` with any non-zero), their X rows from the row bank and their
@@ -615,7 +723,11 @@ def register_snapshot(executor, state: CoordinatorState, d: int, sparse: bool,
     def snapshot(lo, hi):
         sv = state.support()
         held = state.bank.ids()
-        return {"sv_ids": sv, "sv_X": state.bank.stack(sv, d, sparse, x_dtype),
-                "sv_B": state.B[sv].copy(), "shipped": held[(held >= lo) & (held < hi)]}
+        return {
+            "sv_ids": sv,
+            "sv_X": state.bank.stack(sv, d, sparse, x_dtype),
+            "sv_B": state.B[sv].copy(),
+            "shipped": held[(held >= lo) & (held < hi)],
+        }
 
     setter(snapshot)

@@ -40,8 +40,19 @@ from .coefficients import CoefficientRows
 from .crammer_singer import batch_bounds
 from .history import RoundHistory
 
-HISTORY_KEYS = ("round", "objective", "violation", "batch", "steps", "elapsed",
-                "rows_computed", "rows_cached", "t_round", "t_solve", "t_parts")
+HISTORY_KEYS = (
+    "round",
+    "objective",
+    "violation",
+    "batch",
+    "steps",
+    "elapsed",
+    "rows_computed",
+    "rows_cached",
+    "t_round",
+    "t_solve",
+    "t_parts",
+)
 
 
 @dataclass
@@ -59,26 +70,33 @@ class DecompositionSettings:
     batch_size: int = 256
     per_group: int = 128
     max_iter: int = -1
-    max_inner_steps: int = 10 ** 7
+    max_inner_steps: int = 10**7
     verbose: bool = False
 
-    def check(self) -> "DecompositionSettings":
+    def check(self) -> DecompositionSettings:
         if not (np.isfinite(self.tol) and self.tol > 0):
             raise ValueError(f"tol must be a positive number, got {self.tol!r}")
         if self.selection not in sc.SELECTIONS:
-            raise ValueError(f"selection must be one of {tuple(sc.SELECTIONS)}, got "
-                             f"{self.selection!r}")
+            raise ValueError(
+                f"selection must be one of {tuple(sc.SELECTIONS)}, got {self.selection!r}"
+            )
         if int(self.batch_size) != self.batch_size or self.batch_size < 2:
             raise ValueError(f"batch_size must be an integer >= 2, got {self.batch_size!r}")
         if int(self.max_iter) != self.max_iter or (self.max_iter < 1 and self.max_iter != -1):
-            raise ValueError(f"max_iter must be a positive integer or -1 (no limit), got "
-                             f"{self.max_iter!r}")
+            raise ValueError(
+                f"max_iter must be a positive integer or -1 (no limit), got {self.max_iter!r}"
+            )
         self.per_group = int(max(1, min(self.per_group, self.batch_size // 2)))
         return self
 
     def partition_extra(self, with_own: bool) -> dict:
-        return {"w_same": float(self.w_same), "w_diff": float(self.w_diff), "p": float(self.p),
-                "n_groups": int(self.n_groups), "with_own": bool(with_own)}
+        return {
+            "w_same": float(self.w_same),
+            "w_diff": float(self.w_diff),
+            "p": float(self.p),
+            "n_groups": int(self.n_groups),
+            "with_own": bool(with_own),
+        }
 
 
 @dataclass
@@ -145,8 +163,16 @@ def select_batch(agg, viol, tol, batch_size, k):
     return idx
 
 
-def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: KernelSpec,
-                        s: DecompositionSettings, X=None, a0=None) -> DecompositionResult:
+def solve_decomposition(
+    executor,
+    n: int,
+    y: np.ndarray,
+    grp: np.ndarray,
+    spec: KernelSpec,
+    s: DecompositionSettings,
+    X=None,
+    a0=None,
+) -> DecompositionResult:
     """Run decomposition rounds on ``executor`` (already started with GradientPartitions on the
     problem ``y``/``grp``) until every group's violation is <= ``s.tol``.
 
@@ -176,22 +202,28 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     if ids.shape[0]:
         XB = X[ids]
         a[ids] = a0B[:, None]
-        msg = GradientMessage(ids=ids, XB=XB, da=a0B.copy(), a_new=a0B.copy(),
-                              yB=np.asarray(y[ids], dtype=np.float64),
-                              grpB=np.asarray(grp[ids], dtype=np.int64))
-    register_snapshot(executor, y, grp, a, s, X)     # rebuilds a lost partition (Dask)
+        msg = GradientMessage(
+            ids=ids,
+            XB=XB,
+            da=a0B.copy(),
+            a_new=a0B.copy(),
+            yB=np.asarray(y[ids], dtype=np.float64),
+            grpB=np.asarray(grp[ids], dtype=np.int64),
+        )
+    register_snapshot(executor, y, grp, a, s, X)  # rebuilds a lost partition (Dask)
     sel_code = sc.SELECTIONS[s.selection]
     hist = RoundHistory(HISTORY_KEYS)
     rounds = 0
-    max_rounds = s.max_iter if s.max_iter > 0 else 10 ** 12
+    max_rounds = s.max_iter if s.max_iter > 0 else 10**12
     converged = False
     platt_b = 0.0
     t_start = time.perf_counter()
     bar = None
     if s.verbose:
         from tqdm.auto import tqdm
+
         bar = tqdm(desc="dmcsvm smo rounds", unit="round")
-    limits = BlasThreadHold()    # coordinator BLAS on one thread: same bits on every executor
+    limits = BlasThreadHold()  # coordinator BLAS on one thread: same bits on every executor
     try:
         while True:
             t_round = time.perf_counter()
@@ -219,9 +251,20 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 aB = a[ids][:, 0]
                 a_new = aB.copy()
                 steps, _, platt_b = sc.smo_subproblem(
-                    Kbb, yB, gl, a_new, gB, batch_bounds(agg, pick, s.U, "cand_U"),
-                    float(s.w_same), float(s.w_diff),
-                    int(ug.shape[0]), 0.5 * s.tol, sel_code, int(s.max_inner_steps), platt_b)
+                    Kbb,
+                    yB,
+                    gl,
+                    a_new,
+                    gB,
+                    batch_bounds(agg, pick, s.U, "cand_U"),
+                    float(s.w_same),
+                    float(s.w_diff),
+                    int(ug.shape[0]),
+                    0.5 * s.tol,
+                    sel_code,
+                    int(s.max_inner_steps),
+                    platt_b,
+                )
                 da = a_new - aB
                 check_finite_round(rounds, coefficients=da)
                 moved = np.flatnonzero(da != 0.0)
@@ -231,15 +274,30 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
                 else:
                     ids = ids[moved]
                     a[ids] = a_new[moved][:, None]
-                    msg = GradientMessage(ids=ids, XB=XB[moved], da=da[moved],
-                                          a_new=a_new[moved], yB=yB[moved], grpB=grpB[moved])
+                    msg = GradientMessage(
+                        ids=ids,
+                        XB=XB[moved],
+                        da=da[moved],
+                        a_new=a_new[moved],
+                        yB=yB[moved],
+                        grpB=grpB[moved],
+                    )
             t_end = time.perf_counter()
             if rounds % 50 == 0:
-                a.compact()          # rows back at zero leave the store
-            row = dict(round=rounds, objective=objective, violation=viol, batch=nb, steps=steps,
-                       elapsed=t_end - t_start, rows_computed=agg.rows_computed,
-                       rows_cached=agg.rows_cached, t_round=t_end - t_round, t_solve=t_end - t0,
-                       t_parts=agg.t_total)
+                a.compact()  # rows back at zero leave the store
+            row = dict(
+                round=rounds,
+                objective=objective,
+                violation=viol,
+                batch=nb,
+                steps=steps,
+                elapsed=t_end - t_start,
+                rows_computed=agg.rows_computed,
+                rows_cached=agg.rows_cached,
+                t_round=t_end - t_round,
+                t_solve=t_end - t0,
+                t_parts=agg.t_total,
+            )
             hist.append(row)
             if bar is not None:
                 bar.update(1)
@@ -247,22 +305,28 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
             if converged:
                 break
             if stalled:
-                warnings.warn(f"dmcsvm SMO stopped: no working-set variable can move in floating "
-                              f"point although the violation {viol:.3g} > tol={s.tol}; the "
-                              f"solution is optimal to machine precision", ConvergenceWarning,
-                              stacklevel=3)
+                warnings.warn(
+                    f"dmcsvm SMO stopped: no working-set variable can move in floating "
+                    f"point although the violation {viol:.3g} > tol={s.tol}; the "
+                    f"solution is optimal to machine precision",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
                 break
             rounds += 1
             if rounds >= max_rounds:
-                agg = merge(executor.step(msg))      # apply the last batch
+                agg = merge(executor.step(msg))  # apply the last batch
                 viol = float(group_violations(agg.gmax, agg.gmin).max())
                 objective = 0.5 * agg.obj2
                 if viol <= s.tol:
                     converged = True
                 else:
-                    warnings.warn(f"dmcsvm SMO stopped at max_iter={s.max_iter} rounds before "
-                                  f"reaching tol={s.tol} (violation {viol:.3g})",
-                                  ConvergenceWarning, stacklevel=3)
+                    warnings.warn(
+                        f"dmcsvm SMO stopped at max_iter={s.max_iter} rounds before "
+                        f"reaching tol={s.tol} (violation {viol:.3g})",
+                        ConvergenceWarning,
+                        stacklevel=3,
+                    )
                 break
     finally:
         limits.release()
@@ -274,10 +338,18 @@ def solve_decomposition(executor, n: int, y: np.ndarray, grp: np.ndarray, spec: 
     sv = a.support()
     alpha = a[sv][:, 0]
     keep = alpha > 0.0
-    return DecompositionResult(support=sv[keep], alpha=alpha[keep], objective=objective,
-                               violation=viol, n_iter=rounds,
-                               converged=converged, rho=rho, platt_b=platt_b, class_sums=cs,
-                               history={k: np.asarray(v) for k, v in hist.items()})
+    return DecompositionResult(
+        support=sv[keep],
+        alpha=alpha[keep],
+        objective=objective,
+        violation=viol,
+        n_iter=rounds,
+        converged=converged,
+        rho=rho,
+        platt_b=platt_b,
+        class_sums=cs,
+        history={k: np.asarray(v) for k, v in hist.items()},
+    )
 
 
 def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
@@ -295,18 +367,31 @@ def register_snapshot(executor, y, grp, a, s: DecompositionSettings, X) -> None:
     def snapshot(lo, hi):
         sv = a.support()
         if X is None and sv.shape[0]:
-            raise RuntimeError("a lost partition cannot be rebuilt: solve_decomposition was "
-                               "called without X, so the support rows are not available")
+            raise RuntimeError(
+                "a lost partition cannot be rebuilt: solve_decomposition was "
+                "called without X, so the support rows are not available"
+            )
         Xsv = X[sv] if sv.shape[0] else None
         if Xsv is None:
             Xsv = np.zeros((0, 1))
         # the partition's own signs and groups travel as the coordinator holds them (values
         # computed where they are read stay a few numbers; an array slice is copied)
-        return {"signs": _rows(y, lo, hi), "grp": _rows(grp, lo, hi), "U": float(s.U),
-                "extra": {"w_same": float(s.w_same), "w_diff": float(s.w_diff),
-                          "p": float(s.p), "n_groups": int(s.n_groups)},
-                "sv_ids": sv, "sv_a": a[sv][:, 0], "sv_y": np.asarray(y[sv], dtype=np.float64),
-                "sv_grp": np.asarray(grp[sv], dtype=np.int64), "sv_X": Xsv}
+        return {
+            "signs": _rows(y, lo, hi),
+            "grp": _rows(grp, lo, hi),
+            "U": float(s.U),
+            "extra": {
+                "w_same": float(s.w_same),
+                "w_diff": float(s.w_diff),
+                "p": float(s.p),
+                "n_groups": int(s.n_groups),
+            },
+            "sv_ids": sv,
+            "sv_a": a[sv][:, 0],
+            "sv_y": np.asarray(y[sv], dtype=np.float64),
+            "sv_grp": np.asarray(grp[sv], dtype=np.int64),
+            "sv_X": Xsv,
+        }
 
     setter(snapshot)
 

@@ -24,7 +24,7 @@ class RoundHistory(dict):
 
     def __init__(self, keys, limit: int | None = None):
         super().__init__((k, []) for k in keys)
-        limit = HISTORY_LIMIT if limit is None else limit      # read now: tests lower it
+        limit = HISTORY_LIMIT if limit is None else limit  # read now: tests lower it
         if int(limit) < 2:
             raise ValueError(f"history limit must be at least 2 rows, got {limit}")
         self.limit = int(limit)
@@ -47,5 +47,5 @@ class RoundHistory(dict):
         """Drop every other row, keeping the first and the newest: ``limit // 2 + 1`` rows."""
         m = self.n_rows
         for col in self.values():
-            col[:] = col[0:m - 1:2] + col[m - 1:]
+            col[:] = col[0 : m - 1 : 2] + col[m - 1 :]
         self.dropped += m - self.n_rows

@@ -24,13 +24,25 @@ from .history import RoundHistory
 #: passes when ``max_iter = -1`` (LIBLINEAR's own cap is 1000 in scikit-learn, 100000 in its CLI)
 DEFAULT_MAX_PASSES = 100000
 
-PASS_KEYS = ("round", "dual", "primal", "gap", "max_psi", "n_active", "n_active_protos", "n_sv",
-             "elapsed", "t_pass", "t_check")
+PASS_KEYS = (
+    "round",
+    "dual",
+    "primal",
+    "gap",
+    "max_psi",
+    "n_active",
+    "n_active_protos",
+    "n_sv",
+    "elapsed",
+    "t_pass",
+    "t_check",
+)
 
 
 # --------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class LinearProblem:
@@ -41,7 +53,7 @@ class LinearProblem:
     xsq: np.ndarray
     a: float
     c0: float
-    X: object              # the float64 rows (dense or CSR)
+    X: object  # the float64 rows (dense or CSR)
 
     @classmethod
     def of(cls, X, a, c0):
@@ -50,8 +62,11 @@ class LinearProblem:
             Xc = sp.csr_matrix(X, dtype=np.float64)
             Xc.sort_indices()
             xsq = np.asarray(Xc.multiply(Xc).sum(axis=1), dtype=np.float64).ravel()
-            rows = (Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64),
-                    np.ascontiguousarray(Xc.data))
+            rows = (
+                Xc.indptr.astype(np.int64),
+                Xc.indices.astype(np.int64),
+                np.ascontiguousarray(Xc.data),
+            )
             return cls(rows, xsq, float(a), float(c0), Xc)
         Xd = np.ascontiguousarray(X, dtype=np.float64)
         xsq = np.einsum("ij,ij->i", Xd, Xd)
@@ -64,14 +79,13 @@ class LinearProblem:
 CHECK_BLOCK_ROWS = 1024
 
 
-def _check_rows(st: "SequentialState", xi, lo, hi, WT):
+def _check_rows(st: SequentialState, xi, lo, hi, WT):
     """Slacks of rows ``lo..hi-1`` into ``xi`` (one thread's share of a primal check): dense rows
     by block GEMMs ``X_block W^T`` and :func:`slacks_of_scores`, CSR rows by the row-by-row
     :func:`slacks_range`."""
     p = st.prob
     if len(p.rows) != 1:
-        slacks_range(p.rows, p.a, p.c0, st.W, st.s, st.cls, st.pcls, st.first, st.count, xi,
-                     lo, hi)
+        slacks_range(p.rows, p.a, p.c0, st.W, st.s, st.cls, st.pcls, st.first, st.count, xi, lo, hi)
         return
     X = p.rows[0]
     G = np.empty((min(CHECK_BLOCK_ROWS, hi - lo), WT.shape[1]))
@@ -89,8 +103,19 @@ class SequentialState:
     #: rows per thread of a primal check at least (fewer: a thread's start costs more than them)
     CHECK_SHARE_MIN_ROWS = 1024
 
-    def __init__(self, prob: LinearProblem, yp, cls, pcls, C, tol, shrinking, seed_value,
-                 row_C=None, threads: int = 1):
+    def __init__(
+        self,
+        prob: LinearProblem,
+        yp,
+        cls,
+        pcls,
+        C,
+        tol,
+        shrinking,
+        seed_value,
+        row_C=None,
+        threads: int = 1,
+    ):
         n = prob.xsq.shape[0]
         # the primal checks' slacks are per row: ``threads`` split them (the passes are serial)
         self.threads = max(1, int(threads))
@@ -110,19 +135,28 @@ class SequentialState:
         self.act = np.empty((n, P), dtype=np.int32)
         self.asz = np.empty(n, dtype=np.int64)
         self.nfull = np.empty(n, dtype=np.int64)
-        reset_active(self.yp, self.cls, self.pcls, self.act, self.asz, self.nfull,
-                     np.arange(n, dtype=np.int64))
+        reset_active(
+            self.yp,
+            self.cls,
+            self.pcls,
+            self.act,
+            self.asz,
+            self.nfull,
+            np.arange(n, dtype=np.int64),
+        )
         self.order = np.arange(n, dtype=np.int64)
         self.ctl = np.array([n, max(10.0 * self.tol, 1.0), 1.0])
         self.passes = 0
         self.visited = 0
-        self.last = None         # the objective() computed after the last pass, if any
+        self.last = None  # the objective() computed after the last pass, if any
         # the checks' row shares (fixed by n and threads) and their threads, started at the
         # first check that shares
         n_blocks = -(-n // CHECK_BLOCK_ROWS)
         shares = min(self.threads, max(1, n // self.CHECK_SHARE_MIN_ROWS), n_blocks)
-        self._cuts = [min(n, int(c) * CHECK_BLOCK_ROWS)
-                      for c in np.round(np.linspace(0, n_blocks, shares + 1))]
+        self._cuts = [
+            min(n, int(c) * CHECK_BLOCK_ROWS)
+            for c in np.round(np.linspace(0, n_blocks, shares + 1))
+        ]
         self._pool = LazyPool(max(1, len(self._cuts) - 2), "check")
         seed(int(seed_value))
 
@@ -133,9 +167,26 @@ class SequentialState:
     def run(self, max_passes, stage=False):
         p = self.prob
         C = self.C if self.row_C is None else self.row_C
-        k, conv, viol, vis = passes(p.rows, p.xsq, p.a, p.c0, self.yp, self.B, self.W, self.s,
-                                    C, self.act, self.asz, self.nfull, self.order, self.ctl,
-                                    self.tol, int(max_passes), self.shrinking, bool(stage))
+        k, conv, viol, vis = passes(
+            p.rows,
+            p.xsq,
+            p.a,
+            p.c0,
+            self.yp,
+            self.B,
+            self.W,
+            self.s,
+            C,
+            self.act,
+            self.asz,
+            self.nfull,
+            self.order,
+            self.ctl,
+            self.tol,
+            int(max_passes),
+            self.shrinking,
+            bool(stage),
+        )
         self.passes += int(k)
         self.visited += int(vis)
         return bool(conv), float(viol)
@@ -184,8 +235,10 @@ class SequentialState:
         if len(cuts) == 2:
             _check_rows(self, xi, 0, n, WT)
         else:
-            rest = [self._pool.submit(_check_rows, self, xi, lo, hi, WT)
-                    for lo, hi in zip(cuts[1:-1], cuts[2:])]
+            rest = [
+                self._pool.submit(_check_rows, self, xi, lo, hi, WT)
+                for lo, hi in zip(cuts[1:-1], cuts[2:], strict=False)
+            ]
             try:
                 _check_rows(self, xi, cuts[0], cuts[1], WT)
             finally:
@@ -203,8 +256,16 @@ def max_passes_of(max_iter) -> int:
     return DEFAULT_MAX_PASSES if int(max_iter) == -1 else int(max_iter)
 
 
-def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None, warn=True,
-                gap_tol=0.0, gap_every=10):
+def solve_fixed(
+    st: SequentialState,
+    max_iter,
+    history=None,
+    stop=None,
+    t0=None,
+    warn=True,
+    gap_tol=0.0,
+    gap_every=10,
+):
     """Passes until converged, ``max_iter`` passes, or ``stop(primal)`` is True.
 
     Converged: a pass over every pattern and prototype saw no KKT violation above ``tol``
@@ -221,7 +282,7 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
     done = 0
     conv = stopped = False
     interval = 1
-    prev = None                     # (passes, primal) of the previous stop check
+    prev = None  # (passes, primal) of the previous stop check
     while done < limit:
         t = time.perf_counter()
         before = st.passes
@@ -240,13 +301,21 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
         _, primal, dual, _ = st.last
         gap = (primal - dual) / max(abs(primal), 1e-300)
         if history is not None:
-            row = dict(round=st.passes, dual=dual, primal=primal, gap=gap, max_psi=viol,
-                       n_active=int(st.ctl[0]),
-                       n_active_protos=int(st.asz[st.order[:int(st.ctl[0])]].sum()),
-                       n_sv=int(np.count_nonzero(lp.has_coefficients(
-                           st.B, np.arange(st.B.shape[0]), st.yp))),
-                       elapsed=time.perf_counter() - t0, t_pass=t_pass,
-                       t_check=time.perf_counter() - t)
+            row = dict(
+                round=st.passes,
+                dual=dual,
+                primal=primal,
+                gap=gap,
+                max_psi=viol,
+                n_active=int(st.ctl[0]),
+                n_active_protos=int(st.asz[st.order[: int(st.ctl[0])]].sum()),
+                n_sv=int(
+                    np.count_nonzero(lp.has_coefficients(st.B, np.arange(st.B.shape[0]), st.yp))
+                ),
+                elapsed=time.perf_counter() - t0,
+                t_pass=t_pass,
+                t_check=time.perf_counter() - t,
+            )
             history.append(row)
         if not conv and gap_tol > 0.0 and gap <= gap_tol:
             conv = True
@@ -263,8 +332,11 @@ def solve_fixed(st: SequentialState, max_iter, history=None, stop=None, t0=None,
                 interval = int(max(1, min(need, 2 * interval)))
             prev = (st.passes, primal)
     if not conv and not stopped and warn:
-        warnings.warn(f"dmcsvm linear solver stopped at max_iter={limit} passes before reaching "
-                      f"tol={st.tol}", ConvergenceWarning, stacklevel=3)
+        warnings.warn(
+            f"dmcsvm linear solver stopped at max_iter={limit} passes before reaching tol={st.tol}",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     return conv, stopped
 
 
@@ -287,6 +359,7 @@ def new_history() -> RoundHistory:
 # estimator hooks
 # --------------------------------------------------------------------------------------------
 
+
 def in_memory(est, td) -> bool:
     """Rows in this process (ndarray / CSR), no cluster, no checkpointing: where the sequential
     method applies.  Dask clusters, dask arrays and zarr stores keep the batched rounds."""
@@ -301,7 +374,8 @@ def seed_of(random_state) -> int:
     if random_state is None:
         return 0
     from sklearn.utils import check_random_state
-    return int(check_random_state(random_state).randint(2 ** 31 - 1))
+
+    return int(check_random_state(random_state).randint(2**31 - 1))
 
 
 def sequential_applies(est, td, spec) -> bool:
@@ -319,8 +393,18 @@ def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None, th
     m = classes.shape[0]
     pcls = np.arange(m, dtype=np.int64)
     prob = LinearProblem.of(td.source, 1.0, 0.0)
-    st = SequentialState(prob, y_idx, y_idx, pcls, settings.C, settings.tol, settings.shrinking,
-                         seed_of(est.random_state), row_C=row_C, threads=threads)
+    st = SequentialState(
+        prob,
+        y_idx,
+        y_idx,
+        pcls,
+        settings.C,
+        settings.tol,
+        settings.shrinking,
+        seed_of(est.random_state),
+        row_C=row_C,
+        threads=threads,
+    )
     if start is not None:
         st.add(start[0], start[2])
     hist = new_history()
@@ -334,13 +418,23 @@ def fit_multiclass(est, td, settings, classes, y_idx, row_C=None, start=None, th
     est.classes_ = classes
     est.support_ = sv
     est.support_vectors_ = X[sv]
-    est.dual_coef_ = np.ascontiguousarray(st.B[sv].T)     # (n_classes, n_SV), as SVC
+    est.dual_coef_ = np.ascontiguousarray(st.B[sv].T)  # (n_classes, n_SV), as SVC
     est.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
     est.n_iter_ = int(st.passes)
     est.converged_ = bool(conv)
     est.history_ = {k: np.asarray(v) for k, v in hist.items()}
-    est.engine_stats_ = [{"part": 0, "rows": int(td.n), "active": int(st.ctl[0]),
-                          "in_memory": True, "solver": "sequential_dual", "passes": st.passes,
-                          "prototypes_visited": int(st.visited), "rows_computed": 0,
-                          "rows_cached": 0, "rows_disk": 0}]
+    est.engine_stats_ = [
+        {
+            "part": 0,
+            "rows": int(td.n),
+            "active": int(st.ctl[0]),
+            "in_memory": True,
+            "solver": "sequential_dual",
+            "passes": st.passes,
+            "prototypes_visited": int(st.visited),
+            "rows_computed": 0,
+            "rows_cached": 0,
+            "rows_disk": 0,
+        }
+    ]
     return est

@@ -48,8 +48,18 @@ from ..numerics import linear_prototypes as lp
 from . import linear_cs as lcs
 from .crammer_singer import CoordinatorState, SolveResult, SolverSettings, solve
 
-EPOCH_KEYS = ("epoch", "energy", "primal", "dual", "temperature", "n_changed", "n_moved",
-              "rounds", "inner_converged", "elapsed")
+EPOCH_KEYS = (
+    "epoch",
+    "energy",
+    "primal",
+    "dual",
+    "temperature",
+    "n_changed",
+    "n_moved",
+    "rounds",
+    "inner_converged",
+    "elapsed",
+)
 
 
 @dataclass
@@ -60,15 +70,25 @@ class AnnealSettings:
     tau: float = 0.05
     max_epochs: int = 200
 
-    def check(self) -> "AnnealSettings":
-        if isinstance(self.T0, bool) or not isinstance(self.T0, numbers.Real) \
-                or not np.isfinite(self.T0) or self.T0 < 0:
+    def check(self) -> AnnealSettings:
+        if (
+            isinstance(self.T0, bool)
+            or not isinstance(self.T0, numbers.Real)
+            or not np.isfinite(self.T0)
+            or self.T0 < 0
+        ):
             raise ValueError(f"T0 must be a number >= 0, got {self.T0!r}")
-        if isinstance(self.tau, bool) or not isinstance(self.tau, numbers.Real) \
-                or not (0.0 < self.tau < 1.0):
+        if (
+            isinstance(self.tau, bool)
+            or not isinstance(self.tau, numbers.Real)
+            or not (0.0 < self.tau < 1.0)
+        ):
             raise ValueError(f"tau must be in (0, 1), got {self.tau!r}")
-        if isinstance(self.max_epochs, bool) or not isinstance(self.max_epochs, numbers.Integral) \
-                or self.max_epochs < 0:
+        if (
+            isinstance(self.max_epochs, bool)
+            or not isinstance(self.max_epochs, numbers.Integral)
+            or self.max_epochs < 0
+        ):
             raise ValueError(f"max_epochs must be an integer >= 0, got {self.max_epochs!r}")
         return self
 
@@ -87,7 +107,7 @@ class AnnealResult:
     epochs: dict
     energy: float
     dual: float
-    n_epochs: int          # epochs that ended with a re-assignment (rows of ``epochs``)
+    n_epochs: int  # epochs that ended with a re-assignment (rows of ``epochs``)
     round_epoch: np.ndarray  # the epoch of every round of ``state.history`` (0: the final solve)
 
 
@@ -178,8 +198,10 @@ def _redraw_parts(executor, seed, T, mM):
     assignment here)."""
     parts = executor.call("redraw", seed, float(T))
     n_changed = sum(int(p["n_changed"]) for p in parts)
-    moved = tuple(np.concatenate([p["moved"][k] for p in parts]).astype(np.int64)
-                  for k in ("ids", "old", "new"))
+    moved = tuple(
+        np.concatenate([p["moved"][k] for p in parts]).astype(np.int64)
+        for k in ("ids", "old", "new")
+    )
     E_new = 0.5 * mM + sum(p["slack"] for p in parts)
     return n_changed, E_new, moved
 
@@ -209,15 +231,31 @@ def _slacks(executor, state, linear, shrinking, d, sparse, x_dtype):
         ids = state.support()
         sv = {"ids": ids, "X": state.bank.stack(ids, d, sparse, x_dtype), "B": state.B[ids]}
     parts = executor.call("slacks", sv)
-    return (sum(p["slack"] for p in parts), sum(p["sum_BF"] for p in parts),
-            sum(p["sum_alpha"] for p in parts))
+    return (
+        sum(p["slack"] for p in parts),
+        sum(p["sum_BF"] for p in parts),
+        sum(p["sum_alpha"] for p in parts),
+    )
 
 
-def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
-           settings: SolverSettings, schedule: AnnealSettings, d: int, sparse: bool, rng,
-           x_dtype=np.float64, linear: bool = False, progress=None,
-           final_settings: SolverSettings | None = None, row_C=None, start=None,
-           epoch0: int = 0) -> AnnealResult:
+def anneal(
+    executor,
+    n: int,
+    pcls: np.ndarray,
+    spec: KernelSpec,
+    settings: SolverSettings,
+    schedule: AnnealSettings,
+    d: int,
+    sparse: bool,
+    rng,
+    x_dtype=np.float64,
+    linear: bool = False,
+    progress=None,
+    final_settings: SolverSettings | None = None,
+    row_C=None,
+    start=None,
+    epoch0: int = 0,
+) -> AnnealResult:
     """Run the annealed MProtSVM search (AS 2005 Fig. 11) on ``executor``.
 
     Parameters
@@ -271,17 +309,17 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
     P = pcls.shape[0]
     ex = LinearMessages(executor) if linear else executor
     kw = {}
-    if linear:      # explicit prototypes on the coordinator too: no K_BB (docs/design.md, 'MProtSVM')
+    if linear:  # explicit prototypes on the coordinator too: no K_BB (docs/design.md, 'MProtSVM')
         kw["batch_solver"] = lp.LinearBatchSolver(*lp.linear_coefficients(spec))
     state = CoordinatorState.fresh(n, P)
-    state.history["epoch"] = []      # each round tagged with its epoch (0: the final solve)
+    state.history["epoch"] = []  # each round tagged with its epoch (0: the final solve)
     B = state.B
     hist = {k: [] for k in EPOCH_KEYS}
     args = (n, pcls, spec, settings, d, sparse, x_dtype)
     t_start = time.perf_counter()
     E = _first_energy(C, n, row_C, start)
     msg = None
-    if start is not None:        # the first message installs the start's coefficients
+    if start is not None:  # the first message installs the start's coefficients
         ids, XB, dB = start
         B[ids] = dB
         msg = PrototypeMessage(ids=ids, XB=XB, dB=dB.copy())
@@ -293,7 +331,7 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
         state.history.tags["epoch"] = t
         fired = []
 
-        def stop(row, E=E):               # §6.1: stop as soon as the primal beats E(t)
+        def stop(row, E=E):  # §6.1: stop as soon as the primal beats E(t)
             if row["primal"] < E:
                 fired.append(True)
                 return True
@@ -313,16 +351,26 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
             slack, mM, sa = _slacks(ex, state, linear, settings.shrinking, d, sparse, x_dtype)
             primal = 0.5 * mM + slack
             if sa - 0.5 * mM <= prev_dual:
-                break        # no progress left
+                break  # no progress left
         T = schedule.temperature(t)
         seed = lp.epoch_seed(rng)
         n_changed, E_new, (moved, old, new) = _redraw_parts(ex, seed, T, mM)
         if T == 0.0 and E_new >= E:
-            break            # greedy search at a stationary point: no epoch can lower the energy
-        _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=sa - 0.5 * mM,
-                temperature=T, n_changed=n_changed, n_moved=int(moved.size),
-                rounds=state.rounds - r0, inner_converged=bool(res.converged),
-                elapsed=time.perf_counter() - t_start)
+            break  # greedy search at a stationary point: no epoch can lower the energy
+        _record(
+            hist,
+            progress,
+            epoch=t,
+            energy=E_new,
+            primal=primal,
+            dual=sa - 0.5 * mM,
+            temperature=T,
+            n_changed=n_changed,
+            n_moved=int(moved.size),
+            rounds=state.rounds - r0,
+            inner_converged=bool(res.converged),
+            elapsed=time.perf_counter() - t_start,
+        )
         E = E_new
         if n_changed == 0:
             if res.converged or T == 0.0:
@@ -346,10 +394,16 @@ def anneal(executor, n: int, pcls: np.ndarray, spec: KernelSpec,
     energy = 0.5 * mM + slack
     epochs = {k: np.asarray(v) for k, v in hist.items()}
     yp = np.concatenate(ex.call("assignment")).astype(np.int64, copy=False)
-    return AnnealResult(state=state, yp=yp, final=res, epochs=epochs, energy=energy,
-                        dual=sa - 0.5 * mM, n_epochs=len(hist["epoch"]),
-                        round_epoch=np.asarray(state.history["epoch"], dtype=np.int64))
-
+    return AnnealResult(
+        state=state,
+        yp=yp,
+        final=res,
+        epochs=epochs,
+        energy=energy,
+        dual=sa - 0.5 * mM,
+        n_epochs=len(hist["epoch"]),
+        round_epoch=np.asarray(state.history["epoch"], dtype=np.int64),
+    )
 
 
 @dataclass
@@ -357,7 +411,7 @@ class SequentialAnnealResult:
     """What :func:`anneal_sequential` leaves: the solver state (``B``, ``W``, ``s``, ``yp``),
     the epochs' history, the passes' history and the final solve's outcome."""
 
-    state: "lcs.SequentialState"
+    state: lcs.SequentialState
     epochs: dict
     passes: dict
     energy: float
@@ -367,11 +421,22 @@ class SequentialAnnealResult:
     round_epoch: np.ndarray  # the epoch of every row of ``passes`` (0: the final solve)
 
 
-def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: AnnealSettings,
-                      rng, seed: int, progress=None,
-                      final_settings: SolverSettings | None = None,
-                      row_C=None, start=None, epoch0: int = 0,
-                      threads: int = 1) -> SequentialAnnealResult:
+def anneal_sequential(
+    prob,
+    cls,
+    pcls,
+    yp0,
+    settings: SolverSettings,
+    schedule: AnnealSettings,
+    rng,
+    seed: int,
+    progress=None,
+    final_settings: SolverSettings | None = None,
+    row_C=None,
+    start=None,
+    epoch0: int = 0,
+    threads: int = 1,
+) -> SequentialAnnealResult:
     """The annealed MProtSVM search of :func:`anneal` (AS 2005 Fig. 11, the same epochs, draws
     and stops) on in-memory rows with a linear kernel, each epoch's convex problem optimized by
     the sequential dual method of :mod:`dmcsvm.coordinators.linear_cs` (explicit prototypes, no
@@ -390,12 +455,22 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
     cls = np.ascontiguousarray(cls, dtype=np.int64)
     first, count = prototype_groups(pcls)
     n = cls.shape[0]
-    st = lcs.SequentialState(prob, yp0, cls, pcls, C, settings.tol, settings.shrinking, seed,
-                             row_C=row_C, threads=threads)
+    st = lcs.SequentialState(
+        prob,
+        yp0,
+        cls,
+        pcls,
+        C,
+        settings.tol,
+        settings.shrinking,
+        seed,
+        row_C=row_C,
+        threads=threads,
+    )
     try:
         hist = {k: [] for k in EPOCH_KEYS}
         passes = lcs.new_history()
-        passes["epoch"] = []             # each check tagged with its epoch (0: the final solve)
+        passes["epoch"] = []  # each check tagged with its epoch (0: the final solve)
         t_start = time.perf_counter()
         E = _first_energy(C, n, row_C, start)
         if start is not None:
@@ -406,21 +481,40 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
             t += 1
             p0 = st.passes
             passes.tags["epoch"] = t
-            conv, _ = lcs.solve_fixed(st, settings.max_iter, history=passes, t0=t_start,
-                                      stop=lcs.Below(E), warn=False, gap_tol=settings.gap_tol)
+            conv, _ = lcs.solve_fixed(
+                st,
+                settings.max_iter,
+                history=passes,
+                t0=t_start,
+                stop=lcs.Below(E),
+                warn=False,
+                gap_tol=settings.gap_tol,
+            )
             xi, primal, dual, mM = st.last
             T = schedule.temperature(t)
-            new_yp, E_new, changed, moved = _redraw(xi, st.yp, cls, first, lp.epoch_seed(rng), T,
-                                                    C, mM, st.B, row_C)
+            new_yp, E_new, changed, moved = _redraw(
+                xi, st.yp, cls, first, lp.epoch_seed(rng), T, C, mM, st.B, row_C
+            )
             if T == 0.0 and E_new >= E:
-                break            # greedy search at a stationary point
-            _record(hist, progress, epoch=t, energy=E_new, primal=primal, dual=dual, temperature=T,
-                    n_changed=int(changed.size), n_moved=int(moved.size), rounds=st.passes - p0,
-                    inner_converged=bool(conv), elapsed=time.perf_counter() - t_start)
+                break  # greedy search at a stationary point
+            _record(
+                hist,
+                progress,
+                epoch=t,
+                energy=E_new,
+                primal=primal,
+                dual=dual,
+                temperature=T,
+                n_changed=int(changed.size),
+                n_moved=int(moved.size),
+                rounds=st.passes - p0,
+                inner_converged=bool(conv),
+                elapsed=time.perf_counter() - t_start,
+            )
             E = E_new
             if changed.size == 0:
                 if conv or T == 0.0:
-                    break        # stationary (see anneal)
+                    break  # stationary (see anneal)
                 continue
             st.reassign(changed, new_yp[changed])
         fs = final_settings or settings
@@ -431,10 +525,15 @@ def anneal_sequential(prob, cls, pcls, yp0, settings: SolverSettings, schedule: 
         if st.last is None or passes["round"][-1] != st.passes:
             st.last = st.objective()
         _, primal, dual, _ = st.last
-        return SequentialAnnealResult(state=st, epochs={k: np.asarray(v) for k, v in hist.items()},
-                                      passes={k: np.asarray(v) for k, v in passes.items()},
-                                      energy=primal, dual=dual, n_epochs=len(hist["epoch"]),
-                                      converged=bool(conv),
-                                      round_epoch=np.asarray(passes["epoch"], dtype=np.int64))
+        return SequentialAnnealResult(
+            state=st,
+            epochs={k: np.asarray(v) for k, v in hist.items()},
+            passes={k: np.asarray(v) for k, v in passes.items()},
+            energy=primal,
+            dual=dual,
+            n_epochs=len(hist["epoch"]),
+            converged=bool(conv),
+            round_epoch=np.asarray(passes["epoch"], dtype=np.int64),
+        )
     finally:
-        st.close()        # the primal checks' threads
+        st.close()  # the primal checks' threads

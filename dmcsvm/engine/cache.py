@@ -66,8 +66,8 @@ class ColumnCache:
         self.budget = int(max(0, budget_bytes))
         self._buf: np.ndarray | None = None
         self._width = 0
-        self._slot: OrderedDict[int, int] = OrderedDict()     # key -> slot, least recent first
-        self._next = 0                      # slots from here on were never used at this width
+        self._slot: OrderedDict[int, int] = OrderedDict()  # key -> slot, least recent first
+        self._next = 0  # slots from here on were never used at this width
         self._pinned: set[int] = set()
 
     def __len__(self):
@@ -82,7 +82,7 @@ class ColumnCache:
         return 0 if self._buf is None else len(self._slot) * self._width * self._buf.itemsize
 
     def _view(self, slot: int) -> np.ndarray:
-        return self._buf[slot * self._width:(slot + 1) * self._width]
+        return self._buf[slot * self._width : (slot + 1) * self._width]
 
     def start_round(self) -> None:
         """Columns read from now on are kept until the next call (see the class docstring)."""
@@ -190,7 +190,7 @@ class ColumnCache:
         # the q-th used slot (by position) is now slot q; the LRU order is unchanged
         new_slot = np.empty_like(slots)
         new_slot[order] = np.arange(slots.shape[0])
-        for k, q in zip(keys.tolist(), new_slot.tolist()):
+        for k, q in zip(keys.tolist(), new_slot.tolist(), strict=False):
             self._slot[k] = q
         self._width, self._next = keep_idx.shape[0], len(self._slot)
 

@@ -34,8 +34,9 @@ class ZarrColumnCache:
         Stored precision (float32 halves the I/O and matches float32 data).
     """
 
-    def __init__(self, n_rows: int, budget_bytes: int, directory: str | None = None,
-                 dtype=np.float32):
+    def __init__(
+        self, n_rows: int, budget_bytes: int, directory: str | None = None, dtype=np.float32
+    ):
         self.n = int(n_rows)
         self.dtype = np.dtype(dtype)
         col_bytes = max(1, self.n * self.dtype.itemsize)
@@ -49,15 +50,21 @@ class ZarrColumnCache:
         self._arr = None
         if self.capacity:
             import zarr
+
             if directory:
                 os.makedirs(directory, exist_ok=True)
             self.path = tempfile.mkdtemp(prefix="dmcsvm-kcache-", dir=directory)
             # uncompressed: kernel values do not compress and decompression would cost more than
             # the bytes it saves; one column per chunk, so a read or write touches one file
-            self._arr = zarr.create_array(os.path.join(self.path, "columns.zarr"),
-                                          shape=(self.n, self.capacity), chunks=(self.n, 1),
-                                          dtype=self.dtype, compressors=None, fill_value=0,
-                                          overwrite=True)
+            self._arr = zarr.create_array(
+                os.path.join(self.path, "columns.zarr"),
+                shape=(self.n, self.capacity),
+                chunks=(self.n, 1),
+                dtype=self.dtype,
+                compressors=None,
+                fill_value=0,
+                overwrite=True,
+            )
 
     def __len__(self):
         return len(self._slot)
@@ -101,9 +108,14 @@ class ZarrColumnCache:
         self._slot.clear()
 
     def stats(self) -> dict:
-        return {"disk_capacity": self.capacity, "disk_cols": len(self._slot),
-                "disk_hits": self.hits, "disk_writes": self.writes,
-                "disk_bytes_read": self.bytes_read, "disk_bytes_written": self.bytes_written}
+        return {
+            "disk_capacity": self.capacity,
+            "disk_cols": len(self._slot),
+            "disk_hits": self.hits,
+            "disk_writes": self.writes,
+            "disk_bytes_read": self.bytes_read,
+            "disk_bytes_written": self.bytes_written,
+        }
 
     def close(self) -> None:
         self._arr = None

@@ -25,7 +25,7 @@ def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, in
         edges = np.round(edges / align) * align
         edges[-1] = n
     edges = np.unique(edges.astype(np.int64))
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=False) if b > a]
 
 
 def with_row_bounds(settings: PartitionSettings, row_C, lo: int, hi: int) -> PartitionSettings:
@@ -64,8 +64,16 @@ class InProcessExecutor:
         self.parts: list[PartitionBase] = []
         self._pool = None
 
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition,
-              row_C=None):
+    def start(
+        self,
+        X,
+        yp,
+        cls,
+        settings: PartitionSettings,
+        bounds=None,
+        partition_cls=Partition,
+        row_C=None,
+    ):
         """Create the partitions (``partition_cls``: :class:`Partition` or any partition with its
         constructor, ``yp``/``cls`` being what that kind reads per row, e.g. signs and groups for
         a GradientPartition) over rows of ``X`` (ndarray, CSR or a store row source).  ``row_C``
@@ -80,8 +88,11 @@ class InProcessExecutor:
             rows = X.slice(lo, hi) if hasattr(X, "slice") else X[lo:hi]
             if isinstance(rows, StoreRows) and settings.x_in_memory is False:
                 rows = replace(rows, stream=True)
-            self.parts.append(partition_cls(k, lo, hi, rows, yp[lo:hi], cls[lo:hi],
-                                            with_row_bounds(settings, row_C, lo, hi)))
+            self.parts.append(
+                partition_cls(
+                    k, lo, hi, rows, yp[lo:hi], cls[lo:hi], with_row_bounds(settings, row_C, lo, hi)
+                )
+            )
         return self
 
     def step(self, msg) -> list:

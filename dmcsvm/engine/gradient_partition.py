@@ -32,7 +32,7 @@ from .partition_base import PartitionBase
 from .rows import take_rows
 
 #: largest block of kernel columns a round materializes at once
-GROUP_BYTES = 16 * 2 ** 20
+GROUP_BYTES = 16 * 2**20
 
 
 class GradientPartition(PartitionBase):
@@ -110,14 +110,15 @@ class GradientPartition(PartitionBase):
             n_new = sum(int(g) not in self.cache for g in ids)
             cache_ok = n_new * col_bytes <= self.cache.budget
             # columns in groups of bounded size into one reused buffer
-            g = self._group_size(len(ids), GROUP_BYTES)     # every row is active here
+            g = self._group_size(len(ids), GROUP_BYTES)  # every row is active here
             for a in range(0, len(ids), g):
                 b = min(a + g, len(ids))
                 t1 = time.perf_counter()
                 KT = self._columns(ids[a:b], XB[a:b], cache_ok).T
                 t2 = time.perf_counter()
-                sc.accumulate_columns_T(KT, self.rows, self.grp, grpB[a:b], dcoef[a:b], s_acc,
-                                        so_acc, self.with_own)
+                sc.accumulate_columns_T(
+                    KT, self.rows, self.grp, grpB[a:b], dcoef[a:b], s_acc, so_acc, self.with_own
+                )
                 tk += t2 - t1
                 tu += time.perf_counter() - t2
             t2 = time.perf_counter()
@@ -134,18 +135,43 @@ class GradientPartition(PartitionBase):
         G = self.n_groups
         gmax = np.empty(G)
         gmin = np.empty(G)
-        obj2 = sc.scan(self.rows, self.y, self.grp, self.alpha, self.tot, self.own, self.w_same,
-                       self.w_diff, self.p, self._bounds(), G, self.g, self.vup, self.vlow, gmax,
-                       gmin)
+        obj2 = sc.scan(
+            self.rows,
+            self.y,
+            self.grp,
+            self.alpha,
+            self.tot,
+            self.own,
+            self.w_same,
+            self.w_diff,
+            self.p,
+            self._bounds(),
+            G,
+            self.g,
+            self.vup,
+            self.vlow,
+            gmax,
+            gmin,
+        )
         up = _top_per_group(self.rows, self.grp, -self.vup, self.k)
         low = _top_per_group(self.rows, self.grp, self.vlow, self.k)
         cand = np.union1d(up, low)
         return GradientReply(
-            part=self.part_id, cand_ids=(cand + self.lo).astype(np.int64), cand_g=self.g[cand],
-            cand_vup=self.vup[cand], cand_vlow=self.vlow[cand], cand_grp=self.grp[cand],
-            cand_y=self.y[cand], cand_X=take_rows(self.X, cand), gmax=gmax, gmin=gmin,
-            obj2=obj2, rows_computed=self.rows_computed, rows_cached=self.rows_cached,
-            cand_U=None if self.Crow is None else self.Crow[cand])
+            part=self.part_id,
+            cand_ids=(cand + self.lo).astype(np.int64),
+            cand_g=self.g[cand],
+            cand_vup=self.vup[cand],
+            cand_vlow=self.vlow[cand],
+            cand_grp=self.grp[cand],
+            cand_y=self.y[cand],
+            cand_X=take_rows(self.X, cand),
+            gmax=gmax,
+            gmin=gmin,
+            obj2=obj2,
+            rows_computed=self.rows_computed,
+            rows_cached=self.rows_cached,
+            cand_U=None if self.Crow is None else self.Crow[cand],
+        )
 
     # ---------------------------------------------------------------- results
     def summary(self) -> dict:
@@ -155,8 +181,9 @@ class GradientPartition(PartitionBase):
         coordinator's size')."""
         G = self.n_groups
         cs = np.zeros((G, 6))
-        sc.class_sums(self.rows, self.grp, self.alpha, self.g, self.tot, self.own, self._bounds(),
-                      G, cs)
+        sc.class_sums(
+            self.rows, self.grp, self.alpha, self.g, self.tot, self.own, self._bounds(), G, cs
+        )
         rho = np.empty(4)
         rho_parts(self.alpha, self.y, self.g, self._bounds(), self.rows, rho)
         return {"class_sums": cs, "rho": rho}
@@ -173,8 +200,10 @@ class GradientPartition(PartitionBase):
         sum over the support variables of each row's group, are rebuilt in row blocks of bounded
         size: equal to the accumulated sums up to rounding."""
         from ..kernels import row_norms_sq
-        self._new_problem(snapshot["signs"], snapshot["grp"], snapshot.get("U"),
-                          snapshot.get("extra"))
+
+        self._new_problem(
+            snapshot["signs"], snapshot["grp"], snapshot.get("U"), snapshot.get("extra")
+        )
         ids = np.asarray(snapshot["sv_ids"], dtype=np.int64).reshape(-1)
         a_sv = np.asarray(snapshot["sv_a"], dtype=np.float64).reshape(-1)
         mine = (ids >= self.lo) & (ids < self.hi)
@@ -190,9 +219,10 @@ class GradientPartition(PartitionBase):
         sv_norms = row_norms_sq(Xsv)
         step = max(1, self.s.kernel_block_bytes // (8 * (ids.shape[0] + G)))
         for q in range(0, self.rows.shape[0], step):
-            rows = self.rows[q:q + step]
-            K = kernel_block(self.spec, take_rows(self.X, rows), Xsv, norms_a=self.norms[rows],
-                             norms_b=sv_norms)
+            rows = self.rows[q : q + step]
+            K = kernel_block(
+                self.spec, take_rows(self.X, rows), Xsv, norms_a=self.norms[rows], norms_b=sv_norms
+            )
             self.kernel_elements += K.size
             self.tot[rows] = K @ coef
             if self.with_own:
@@ -211,7 +241,7 @@ def _top_per_group(rows, grp, key, k):
         return r
     kv = kv[ok]
     gr = grp[r]
-    o = np.lexsort((r, kv, gr))          # by group, then key, ties by row (deterministic)
+    o = np.lexsort((r, kv, gr))  # by group, then key, ties by row (deterministic)
     gs = gr[o]
     start = np.searchsorted(gs, gs, side="left")
     rank = np.arange(gs.shape[0]) - start

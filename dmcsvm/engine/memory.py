@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 #: resident memory of a worker process before any partition (Python, numpy, numba, distributed,
 #: dmcsvm imported: about 290 MB measured on Linux x86-64)
-WORKER_BASELINE_BYTES = 320 * 2 ** 20
+WORKER_BASELINE_BYTES = 320 * 2**20
 #: fraction of the limit the plan fills: below Dask's 80 % pause threshold, with room for
 #: messages, replies and allocator slack
 PLAN_FRACTION = 0.6
@@ -34,9 +34,18 @@ class PartitionPlan:
     state_bytes: int
 
 
-def plan_partition(memory_limit: int, parts_on_worker: int, n_rows: int, n_prototypes: int,
-                   x_bytes: int, can_stream: bool, cache_bytes: int, kernel_block_bytes: int,
-                   chunk_bytes: int = 8 * 2 ** 20, stream: bool | str = "auto") -> PartitionPlan:
+def plan_partition(
+    memory_limit: int,
+    parts_on_worker: int,
+    n_rows: int,
+    n_prototypes: int,
+    x_bytes: int,
+    can_stream: bool,
+    cache_bytes: int,
+    kernel_block_bytes: int,
+    chunk_bytes: int = 8 * 2**20,
+    stream: bool | str = "auto",
+) -> PartitionPlan:
     """Plan one partition on a worker with ``memory_limit`` bytes (0: unknown, no limit).
 
     Parameters

@@ -23,12 +23,12 @@ MERGE = "merge"
 #: was lost in (its state comes from the coordinator's snapshot, which holds the round's update)
 REPORT_ONLY = "report_only"
 
-CONCAT = "concatenate"   # candidate arrays: partition after partition (CSR rows stacked)
-SUM = "sum"              # aggregates and counters: Python sum in partition order
-MAX = "max"              # extremes and wall times (arrays: element by element)
+CONCAT = "concatenate"  # candidate arrays: partition after partition (CSR rows stacked)
+SUM = "sum"  # aggregates and counters: Python sum in partition order
+MAX = "max"  # extremes and wall times (arrays: element by element)
 MIN = "min"
-FIRST = "first"          # the same on every partition
-LIST = "list"            # one value per partition, in partition order
+FIRST = "first"  # the same on every partition
+LIST = "list"  # one value per partition, in partition order
 
 
 def _rule(rule: str, default=None):
@@ -57,7 +57,7 @@ _MERGERS = {
 }
 
 
-_RULES: dict = {}      # reply type -> ((field name, merger), ...): read once per type
+_RULES: dict = {}  # reply type -> ((field name, merger), ...): read once per type
 
 
 def merge(replies):
@@ -81,10 +81,10 @@ class Reply:
     """What every partition kind reports: who answered, column-cache counters, timings."""
 
     part: int = _rule(LIST, 0)
-    rows_computed: int = _rule(SUM, 0)    # kernel columns computed / found cached, so far
+    rows_computed: int = _rule(SUM, 0)  # kernel columns computed / found cached, so far
     rows_cached: int = _rule(SUM, 0)
-    t_kernel: float = _rule(MAX, 0.0)     # seconds of the round: kernel blocks, score update,
-    t_update: float = _rule(MAX, 0.0)     # selection and all of it (the slowest partition)
+    t_kernel: float = _rule(MAX, 0.0)  # seconds of the round: kernel blocks, score update,
+    t_update: float = _rule(MAX, 0.0)  # selection and all of it (the slowest partition)
     t_select: float = _rule(MAX, 0.0)
     t_total: float = _rule(MAX, 0.0)
 
@@ -104,7 +104,7 @@ class CSReply(Reply):
     cand_kdiag: np.ndarray = _rule(CONCAT)
     cand_yp: np.ndarray = _rule(CONCAT)
     cand_cls: np.ndarray = _rule(CONCAT)
-    cand_C: np.ndarray | None = _rule(CONCAT)       # per-row bounds (weighted patterns only)
+    cand_C: np.ndarray | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
     max_V: float = _rule(MAX, 0.0)
     sum_V: float = _rule(SUM, 0.0)
     max_psi: float = _rule(MAX, 0.0)
@@ -114,7 +114,7 @@ class CSReply(Reply):
     sum_alpha: float = _rule(SUM, 0.0)
     sum_BF: float = _rule(SUM, 0.0)
     sum_xi: float = _rule(SUM, 0.0)
-    sum_Cxi: float | None = _rule(SUM)             # sum_i C_i xi_i (weighted patterns only)
+    sum_Cxi: float | None = _rule(SUM)  # sum_i C_i xi_i (weighted patterns only)
     rows_disk: int = _rule(SUM, 0)
 
     def cand_xrow(self) -> np.ndarray:
@@ -137,10 +137,10 @@ class GradientReply(Reply):
     cand_grp: np.ndarray = _rule(CONCAT)
     cand_y: np.ndarray = _rule(CONCAT)
     cand_X: object = _rule(CONCAT)
-    cand_U: np.ndarray | None = _rule(CONCAT)       # per-row bounds (weighted patterns only)
-    gmax: np.ndarray = _rule(MAX)                   # per group: max over I_up of -y g
-    gmin: np.ndarray = _rule(MIN)                   # per group: min over I_low of -y g
-    obj2: float = _rule(SUM, 0.0)                   # twice the dual objective
+    cand_U: np.ndarray | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
+    gmax: np.ndarray = _rule(MAX)  # per group: max over I_up of -y g
+    gmin: np.ndarray = _rule(MIN)  # per group: min over I_low of -y g
+    obj2: float = _rule(SUM, 0.0)  # twice the dual objective
 
 
 # ------------------------------------------------------------------------------ messages
@@ -195,8 +195,9 @@ class GradientMessage:
     grpB: np.ndarray | None = None
 
 
-MESSAGE_TYPES = {c.__name__: c for c in (RoundMessage, PrototypeMessage, LinearMessage,
-                                         GradientMessage)}
+MESSAGE_TYPES = {
+    c.__name__: c for c in (RoundMessage, PrototypeMessage, LinearMessage, GradientMessage)
+}
 
 
 def has_batch(msg) -> bool:
@@ -207,8 +208,9 @@ def has_batch(msg) -> bool:
 def report_only(msg):
     """The part of ``msg`` a partition rebuilt from the coordinator's snapshot still applies when
     it answers the round it was lost in (fields marked :data:`REPORT_ONLY`)."""
-    return type(msg)(**{f.name: getattr(msg, f.name) for f in fields(msg)
-                        if f.metadata.get(REPORT_ONLY)})
+    return type(msg)(
+        **{f.name: getattr(msg, f.name) for f in fields(msg) if f.metadata.get(REPORT_ONLY)}
+    )
 
 
 def _set_fields(msg) -> dict:
@@ -217,8 +219,11 @@ def _set_fields(msg) -> dict:
     out = {}
     for f in fields(msg):
         v = getattr(msg, f.name)
-        if v is None or (isinstance(f.default, (bool, float)) and not isinstance(v, np.ndarray)
-                         and v == f.default):
+        if v is None or (
+            isinstance(f.default, (bool, float))
+            and not isinstance(v, np.ndarray)
+            and v == f.default
+        ):
             continue
         out[f.name] = v
     return out
@@ -278,11 +283,11 @@ def pack_message(msg, have=None) -> bytes:
     dB = wire.get("dB")
     if isinstance(dB, np.ndarray) and dB.ndim == 2 and dB.size and dB.dtype == np.float64:
         flat = dB.reshape(-1)
-        at = np.flatnonzero(flat != 0.0)       # ~10x faster than flatnonzero on the floats
+        at = np.flatnonzero(flat != 0.0)  # ~10x faster than flatnonzero on the floats
         # a stored nonzero costs 12 bytes (float64 + int32 position) against 8 per dense entry
         if 12 * at.shape[0] < dB.nbytes:
             del wire["dB"]
-            pos = at.astype(np.int32) if dB.size < 2 ** 31 else at
+            pos = at.astype(np.int32) if dB.size < 2**31 else at
             wire["dB_nonzero"] = (dB.shape, pos, flat[at])
     if have is not None and have.any():
         wire["XB"] = msg.XB[~have]
@@ -313,8 +318,9 @@ def unpack_message(blob: bytes, bank=None, rows=True):
         at, sent = wire.pop("XB_held"), wire.pop("XB")
         if rows:
             if bank is None:
-                raise RuntimeError("a round message left out X rows that this receiver has no "
-                                   "bank for")
+                raise RuntimeError(
+                    "a round message left out X rows that this receiver has no bank for"
+                )
             # row xrow[j] of the rows sent, or the banked row where xrow[j] = -1
             xrow = np.full(len(wire["ids"]), -1, dtype=np.int64)
             xrow[np.setdiff1d(np.arange(xrow.shape[0]), at)] = np.arange(sent.shape[0])
@@ -384,7 +390,7 @@ def prune_candidates(replies, keep):
     mask[pick_order(V, psi, b, tol)] = True
     out, at = [], 0
     for k, r in replies:
-        m = mask[at:at + r.cand_V.shape[0]]
+        m = mask[at : at + r.cand_V.shape[0]]
         at += r.cand_V.shape[0]
         out.append((k, r if m.all() else _take_candidates(r, m)))
     return out

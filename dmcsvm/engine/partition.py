@@ -52,7 +52,7 @@ class Partition(PartitionBase):
         n, P = self.n_rows, self.pcls.shape[0]
         self.B = np.zeros((n, P))
         self.F = np.zeros((n, P))
-        self.calm = np.zeros(n, dtype=np.int64)   # consecutive rounds a row looked shrinkable
+        self.calm = np.zeros(n, dtype=np.int64)  # consecutive rounds a row looked shrinkable
         # rows whose X the coordinator already holds (they were in a batch): candidates among them
         # are reported without their X row, which keeps the per-round reply small
         self.shipped = np.zeros(n, dtype=bool)
@@ -114,7 +114,7 @@ class Partition(PartitionBase):
             g = self._group_size(len(hj))
             for a in range(0, len(hj), g):
                 t1 = time.perf_counter()
-                sel = hj[a:a + g]
+                sel = hj[a : a + g]
                 KT = np.stack([hits[int(j)] for j in sel]).astype(self.kdtype, copy=False)
                 dK = KT.T @ dB[sel].astype(self.kdtype, copy=False)
                 if full:
@@ -139,7 +139,7 @@ class Partition(PartitionBase):
                 t3 = time.perf_counter()
                 tk += t2 - t1
                 tu += t3 - t2
-                if hint is not None:          # these rows' scores are final for this round
+                if hint is not None:  # these rows' scores are final for this round
                     hint.offer(rows, Xa)
             for j in range(keep):
                 g = int(ids[mj[j]])
@@ -170,14 +170,19 @@ class Partition(PartitionBase):
                 for a, b, Xc in self.data.chunks():
                     pa, pb = np.searchsorted(inactive, [a, b])
                     for q in range(pa, pb, step):
-                        rows = inactive[q:min(q + step, pb)]
+                        rows = inactive[q : min(q + step, pb)]
                         self.kernel_elements += rows.shape[0] * nsv
-                        K = kernel_block(self.spec, take_rows(Xc, rows - a), sv["X"],
-                                         out=self._kt(rows.shape[0], nsv),
-                                         norms_a=self.norms[rows], norms_b=sv_norms)
+                        K = kernel_block(
+                            self.spec,
+                            take_rows(Xc, rows - a),
+                            sv["X"],
+                            out=self._kt(rows.shape[0], nsv),
+                            norms_a=self.norms[rows],
+                            norms_b=sv_norms,
+                        )
                         for u in range(0, rows.shape[0], _F64_ROWS):
-                            Ku = K[u:u + _F64_ROWS].astype(np.float64, copy=False)
-                            self.F[rows[u:u + _F64_ROWS]] = Ku @ sv["B"]
+                            Ku = K[u : u + _F64_ROWS].astype(np.float64, copy=False)
+                            self.F[rows[u : u + _F64_ROWS]] = Ku @ sv["B"]
             else:
                 self.F[inactive] = 0.0
             self.active = np.arange(n, dtype=np.int64)
@@ -195,8 +200,21 @@ class Partition(PartitionBase):
         V = np.empty(na)
         psi = np.empty(na)
         sa, sbf, sxi, max_v, sum_v, max_psi, n_viol = pt.scan_rows(
-            s.selection, self.B, self.F, self.yp, self.cls, self.pcls, self.kdiag,
-            self.row_bounds(), s.tol, rows, shrink_margin, self.calm, V, psi)
+            s.selection,
+            self.B,
+            self.F,
+            self.yp,
+            self.cls,
+            self.pcls,
+            self.kdiag,
+            self.row_bounds(),
+            s.tol,
+            rows,
+            shrink_margin,
+            self.calm,
+            V,
+            psi,
+        )
         # candidates: the best n_candidates violators by selection value, then (near_tol) the
         # rows closest to violating by psi
         cand = np.flatnonzero(psi > s.tol)
@@ -214,18 +232,35 @@ class Partition(PartitionBase):
         new = ~self.shipped[crow]
         weighted = self.Crow is not None
         reply = CSReply(
-            part=self.part_id, cand_ids=(crow + self.lo).astype(np.int64), cand_V=V[cand],
-            cand_psi=psi[cand], cand_F=self.F[crow], cand_X=self._take(crow[new]), cand_new=new,
-            cand_kdiag=self.kdiag[crow], cand_yp=self.yp[crow], cand_cls=self.cls[crow],
-            max_V=max_v, sum_V=sum_v, max_psi=max_psi, n_viol=n_viol, n_active=int(na),
-            n_rows=int(self.F.shape[0]), sum_alpha=sa, sum_BF=sbf, sum_xi=sxi,
-            rows_computed=self.rows_computed, rows_cached=self.rows_cached,
+            part=self.part_id,
+            cand_ids=(crow + self.lo).astype(np.int64),
+            cand_V=V[cand],
+            cand_psi=psi[cand],
+            cand_F=self.F[crow],
+            cand_X=self._take(crow[new]),
+            cand_new=new,
+            cand_kdiag=self.kdiag[crow],
+            cand_yp=self.yp[crow],
+            cand_cls=self.cls[crow],
+            max_V=max_v,
+            sum_V=sum_v,
+            max_psi=max_psi,
+            n_viol=n_viol,
+            n_active=int(na),
+            n_rows=int(self.F.shape[0]),
+            sum_alpha=sa,
+            sum_BF=sbf,
+            sum_xi=sxi,
+            rows_computed=self.rows_computed,
+            rows_cached=self.rows_cached,
             rows_disk=self.rows_disk,
             # weighted patterns: the coordinator needs the batch rows' bounds, and the primal
             # weighs each slack by its own bound
             cand_C=self.Crow[crow] if weighted else None,
             sum_Cxi=pt.weighted_slack(self.F, self.yp, self.cls, self.pcls, self.Crow)
-            if weighted else None)
+            if weighted
+            else None,
+        )
         if s.shrinking:
             keep = self.calm[rows] < s.shrink_after
             # shrink in steps of >= 5% of the active set: every step re-packs the cached columns
@@ -256,10 +291,16 @@ class Partition(PartitionBase):
         the same rounds as the uninterrupted one (a rebuild from ``B`` alone would give scores
         that differ in the last bits, and shrinking would start over).  npz without pickle,
         crc32 per array; returns ``(part_id, lo, hi)``."""
-        arrays = {"F": self.F, "B": self.B, "active": self.active, "calm": self.calm,
-                  "bounds": np.array([self.lo, self.hi], dtype=np.int64)}
-        arrays["crc32"] = np.array([zlib.crc32(np.ascontiguousarray(arrays[k]))
-                                    for k in _STATE_KEYS], dtype=np.int64)
+        arrays = {
+            "F": self.F,
+            "B": self.B,
+            "active": self.active,
+            "calm": self.calm,
+            "bounds": np.array([self.lo, self.hi], dtype=np.int64),
+        }
+        arrays["crc32"] = np.array(
+            [zlib.crc32(np.ascontiguousarray(arrays[k])) for k in _STATE_KEYS], dtype=np.int64
+        )
         path = self.state_file(directory)
         tmp = f"{path}.tmp-{os.getpid()}"
         try:
@@ -283,8 +324,9 @@ class Partition(PartitionBase):
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"{path}: cannot read the partition state ({e})") from None
         if list(got["bounds"]) != [self.lo, self.hi]:
-            raise ValueError(f"{path} holds rows {list(got['bounds'])}, this partition "
-                             f"[{self.lo}, {self.hi}]")
+            raise ValueError(
+                f"{path} holds rows {list(got['bounds'])}, this partition [{self.lo}, {self.hi}]"
+            )
         crc = [zlib.crc32(np.ascontiguousarray(got[k])) for k in _STATE_KEYS]
         if crc != list(got["crc32"]) or got["F"].shape != (n, P) or got["B"].shape != (n, P):
             raise ValueError(f"{path}: the partition state fails its checksum or shape")
@@ -293,7 +335,7 @@ class Partition(PartitionBase):
         self.calm[:] = got["calm"]
         self.active = np.ascontiguousarray(got["active"], dtype=np.int64)
         self._X_active = None
-        self.reship()               # after a resume the coordinator banks the support only
+        self.reship()  # after a resume the coordinator banks the support only
         self.cache.clear()
         self.disk.clear()
         self._drop_compact()
@@ -350,7 +392,7 @@ class CandidateHint:
     def __init__(self, part):
         self.part = part
         self.k = int(part.s.n_candidates)
-        self.top = np.zeros(0)           # the k largest selection values of violators so far
+        self.top = np.zeros(0)  # the k largest selection values of violators so far
         self.n_viol = 0
         self.near = None if part.s.near_tol is None else near_tol_of(part.s)
 
@@ -361,14 +403,18 @@ class CandidateHint:
             return
         V = np.empty(rows.shape[0])
         psi = np.empty(rows.shape[0])
-        pt.selection_values(s.selection, p.B, p.F, p.yp, p.cls, p.pcls, p.kdiag,
-                            p.row_bounds(), rows, V, psi)
+        pt.selection_values(
+            s.selection, p.B, p.F, p.yp, p.cls, p.pcls, p.kdiag, p.row_bounds(), rows, V, psi
+        )
         viol = psi > s.tol
         nv = int(np.count_nonzero(viol))
         if nv:
             pool = np.concatenate([self.top, V[viol]])
-            self.top = pool if pool.shape[0] <= self.k else \
-                np.partition(pool, pool.shape[0] - self.k)[-self.k:]
+            self.top = (
+                pool
+                if pool.shape[0] <= self.k
+                else np.partition(pool, pool.shape[0] - self.k)[-self.k :]
+            )
         self.n_viol += nv
         thr = self.top.min() if self.top.shape[0] >= self.k else -np.inf
         keep = viol & (V >= thr)
@@ -377,7 +423,7 @@ class CandidateHint:
             keep |= (psi > self.near) & ~viol
         keep &= ~p.shipped[rows]
         for j in np.flatnonzero(keep):
-            p.data.remember(int(rows[j]), Xa[j:j + 1] if p.data.sparse else Xa[j:j + 1].copy())
+            p.data.remember(int(rows[j]), Xa[j : j + 1] if p.data.sparse else Xa[j : j + 1].copy())
 
 
 def near_tol_of(s) -> float:

@@ -40,7 +40,7 @@ class PartitionSettings:
     selection: int
     tol: float
     n_candidates: int
-    pcls: np.ndarray | None = None     # class of every prototype (Crammer-Singer kinds)
+    pcls: np.ndarray | None = None  # class of every prototype (Crammer-Singer kinds)
     shrinking: bool = True
     shrink_after: int = 3
     cache_bytes: int = 0
@@ -48,8 +48,8 @@ class PartitionSettings:
     disk_cache_bytes: int = 0
     disk_cache_stream_only: bool = True
     cache_dir: str | None = None
-    x_in_memory: object = "auto"      # True, False (stream from the store) or 'auto'
-    kernel_block_bytes: int = 64 * 2 ** 20   # largest kernel block a partition materializes
+    x_in_memory: object = "auto"  # True, False (stream from the store) or 'auto'
+    kernel_block_bytes: int = 64 * 2**20  # largest kernel block a partition materializes
     extra: dict = field(default_factory=dict)
     #: rows with ``tol >= psi > near_tol`` are reported too (after every violator), so that the
     #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
@@ -114,11 +114,11 @@ class PartitionBase:
         self.rows_cached = 0
         self.rows_disk = 0
         self.compact_writes = 0
-        self.kernel_elements = 0      # kernel entries computed (columns x active rows)
-        self.kernel_s = 0.0           # seconds in kernel blocks (I/O waits excluded)
-        self.step_s = 0.0             # seconds in step() (everything, I/O included)
+        self.kernel_elements = 0  # kernel entries computed (columns x active rows)
+        self.kernel_s = 0.0  # seconds in kernel blocks (I/O waits excluded)
+        self.step_s = 0.0  # seconds in step() (everything, I/O included)
         self.compact_bytes_read = 0
-        self._X_active = None     # X rows of the active set, rebuilt when the active set changes
+        self._X_active = None  # X rows of the active set, rebuilt when the active set changes
         # streamed rows: a compact copy of the active rows once shrinking has left few of them
         self._compact: CompactRows | None = None
         self._kt_buf = None
@@ -139,7 +139,7 @@ class PartitionBase:
         about 6 s in a process that runs both)."""
         if self.Crow is not None:
             return self.Crow
-        if self._C_full is None:        # settings are fixed for the partition's life
+        if self._C_full is None:  # settings are fixed for the partition's life
             self._C_full = np.full(self.n_rows, float(self.s.C))
         return self._C_full
 
@@ -162,7 +162,7 @@ class PartitionBase:
             hits, miss = self._lookup(ids)
             for j, col in hits.items():
                 KT[j] = col
-        else:                       # memory tier only: one gather
+        else:  # memory tier only: one gather
             self.cache.start_round()
             miss = self.cache.gather(ids, KT)
             self._count_lookup(len(ids) - len(miss), 0, len(miss))
@@ -192,8 +192,9 @@ class PartitionBase:
                 Xa = self._X_active
             return kernel_block(self.spec, XB, Xa, out=out, norms_b=self.norms[self.active])
         for pa, pb, rows, Xa in self._active_blocks():
-            out[:, pa:pb] = kernel_block(self.spec, XB, Xa, norms_b=self.norms[rows],
-                                         dtype=self.kdtype)
+            out[:, pa:pb] = kernel_block(
+                self.spec, XB, Xa, norms_b=self.norms[rows], dtype=self.kdtype
+            )
         return out
 
     def _active_blocks(self):
@@ -220,8 +221,9 @@ class PartitionBase:
             return
         old = self._compact
         blocks = ((rows, Xa) for _, _, rows, Xa in self._active_blocks())
-        self._compact = CompactRows(self.active.copy(), blocks, self.data.d, self.data.dtype,
-                                    self.s.cache_dir)
+        self._compact = CompactRows(
+            self.active.copy(), blocks, self.data.d, self.data.dtype, self.s.cache_dir
+        )
         self.compact_writes += 1
         if old is not None:
             self.compact_bytes_read += old.bytes_read
@@ -250,7 +252,7 @@ class PartitionBase:
         positions ``j`` of the misses."""
         hits, miss = {}, []
         n_disk = 0
-        self.cache.start_round()          # the columns returned stay valid through this round
+        self.cache.start_round()  # the columns returned stay valid through this round
         for j, g in enumerate(ids):
             col = self.cache.get(int(g))
             if col is None and self.disk.capacity:
@@ -308,19 +310,26 @@ class PartitionBase:
     def stats(self) -> dict:
         """Counters of the column caches, kernel work, row reads and compact copies (what an
         estimator's ``engine_stats_`` shows per partition)."""
-        out = {"part": self.part_id, "rows": self.hi - self.lo, "active": int(self.active.shape[0]),
-               "in_memory": bool(self.data.in_memory),
-               "cache_bytes": self.cache.nbytes, "cache_cols": len(self.cache),
-               "rows_computed": self.rows_computed, "rows_cached": self.rows_cached,
-               "rows_disk": self.rows_disk,
-               "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
-               "x_chunks_read": int(getattr(self.data, "chunks_read", 0)),
-               "kernel_elements": self.kernel_elements, "kernel_s": self.kernel_s,
-               "step_s": self.step_s,
-               "compact_writes": self.compact_writes,
-               "compact_rows": 0 if self._compact is None else int(self._compact.ids.shape[0]),
-               "compact_bytes_read": self.compact_bytes_read + (
-                   0 if self._compact is None else self._compact.bytes_read)}
+        out = {
+            "part": self.part_id,
+            "rows": self.hi - self.lo,
+            "active": int(self.active.shape[0]),
+            "in_memory": bool(self.data.in_memory),
+            "cache_bytes": self.cache.nbytes,
+            "cache_cols": len(self.cache),
+            "rows_computed": self.rows_computed,
+            "rows_cached": self.rows_cached,
+            "rows_disk": self.rows_disk,
+            "x_bytes_read": int(getattr(self.data, "bytes_read", 0)),
+            "x_chunks_read": int(getattr(self.data, "chunks_read", 0)),
+            "kernel_elements": self.kernel_elements,
+            "kernel_s": self.kernel_s,
+            "step_s": self.step_s,
+            "compact_writes": self.compact_writes,
+            "compact_rows": 0 if self._compact is None else int(self._compact.ids.shape[0]),
+            "compact_bytes_read": self.compact_bytes_read
+            + (0 if self._compact is None else self._compact.bytes_read),
+        }
         out.update(self.disk.stats())
         return out
 
@@ -335,4 +344,3 @@ class PartitionBase:
         self._drop_compact()
         self.data.close()
         self._blas.release()
-

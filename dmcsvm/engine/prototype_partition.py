@@ -64,8 +64,8 @@ class PrototypePartition(Partition):
         # the caller's array
         self.yp = self.yp.copy()
         self.first, self.count = prototype_groups(self.pcls)
-        self._xi = None             # the slacks of the last `slacks` call, read by `redraw`
-        self._pending = None        # (seed, rows, new prototypes) of the last `redraw`
+        self._xi = None  # the slacks of the last `slacks` call, read by `redraw`
+        self._pending = None  # (seed, rows, new prototypes) of the last `redraw`
 
     def _assign(self, seed) -> None:
         """Install the pending draw of :meth:`redraw` ``seed``.  The coordinator has moved the
@@ -120,9 +120,11 @@ class PrototypePartition(Partition):
         xi = np.empty((n, qmax))
         lp.positive_slacks(self.F, self.cls, self.pcls, self.first, self.count, xi)
         self._xi = xi
-        return {"slack": self._slack_sum(self.yp - self.first[self.cls]),
-                "sum_BF": float(np.sum(self.B * self.F)),
-                "sum_alpha": float(self.B[np.arange(n), self.yp].sum())}
+        return {
+            "slack": self._slack_sum(self.yp - self.first[self.cls]),
+            "sum_BF": float(np.sum(self.B * self.F)),
+            "sum_alpha": float(self.B[np.arange(n), self.yp].sum()),
+        }
 
     def _slack_sum(self, slot) -> float:
         """``C sum_i xi_i^{slot_i}`` (``sum_i C_i ...`` with per-row bounds) on the kept slacks."""
@@ -153,10 +155,11 @@ class PrototypePartition(Partition):
         new = self.first[self.cls[changed]] + new_slot[changed]
         self._pending = (int(seed), changed, new)
         has = lp.has_coefficients(self.B, changed, self.yp)
-        return {"n_changed": int(changed.shape[0]),
-                "moved": {"ids": changed[has] + self.lo, "old": self.yp[changed[has]],
-                          "new": new[has]},
-                "slack": slack}
+        return {
+            "n_changed": int(changed.shape[0]),
+            "moved": {"ids": changed[has] + self.lo, "old": self.yp[changed[has]], "new": new[has]},
+            "slack": slack,
+        }
 
     def restore(self, snapshot: dict) -> bool:
         """:meth:`Partition.restore`, then the assignment, which the coordinator does not hold:
@@ -190,19 +193,24 @@ class LinearPrototypePartition(PrototypePartition):
         super().__init__(part_id, lo, hi, X, yp, cls, settings)
         ac = lp.linear_coefficients(self.spec)
         if ac is None:
-            raise ValueError(f"LinearPrototypePartition needs a linear kernel ('linear' or 'poly' "
-                             f"of degree 1), got {self.spec}")
-        self.scale, self.c0 = ac      # the kernel is scale <x, z> + c0
+            raise ValueError(
+                f"LinearPrototypePartition needs a linear kernel ('linear' or 'poly' "
+                f"of degree 1), got {self.spec}"
+            )
+        self.scale, self.c0 = ac  # the kernel is scale <x, z> + c0
         Xl = getattr(self, "X", None)
-        if Xl is None:     # rows streamed from a store: the W path keeps them in memory
-            Xl = sp.vstack([c for _, _, c in self.data.chunks()], format="csr") \
-                if self.data.sparse else np.concatenate([c for _, _, c in self.data.chunks()])
+        if Xl is None:  # rows streamed from a store: the W path keeps them in memory
+            Xl = (
+                sp.vstack([c for _, _, c in self.data.chunks()], format="csr")
+                if self.data.sparse
+                else np.concatenate([c for _, _, c in self.data.chunks()])
+            )
         # float64 rows (the GEMM then runs in double without a per-round conversion)
         self.XL = Xl.astype(np.float64) if Xl.dtype != np.float64 else Xl
         P = self.pcls.shape[0]
         self.W = np.zeros((P, Xl.shape[1]))
         self.sB = np.zeros(P)
-        self._XA = None           # X rows of the active set, rebuilt when the active set changes
+        self._XA = None  # X rows of the active set, rebuilt when the active set changes
         self._XA_of = None
 
     def _active_rows(self):
@@ -210,8 +218,11 @@ class LinearPrototypePartition(PrototypePartition):
         if self.active.shape[0] == self.F.shape[0]:
             return self.XL
         if self._XA_of is not self.active:
-            self._XA = self.XL[self.active] if sp.issparse(self.XL) \
+            self._XA = (
+                self.XL[self.active]
+                if sp.issparse(self.XL)
                 else np.ascontiguousarray(self.XL[self.active])
+            )
             self._XA_of = self.active
         return self._XA
 
@@ -221,8 +232,9 @@ class LinearPrototypePartition(PrototypePartition):
             if self.active.shape[0] == self.F.shape[0]:
                 lp.linear_scores(self.XL, self.W, self.sB, self.scale, self.c0, out=self.F)
             else:
-                self.F[self.active] = lp.linear_scores(self._active_rows(), self.W, self.sB,
-                                                       self.scale, self.c0)
+                self.F[self.active] = lp.linear_scores(
+                    self._active_rows(), self.W, self.sB, self.scale, self.c0
+                )
         else:
             Xr = self.XL[rows] if sp.issparse(self.XL) else np.ascontiguousarray(self.XL[rows])
             self.F[rows] = lp.linear_scores(Xr, self.W, self.sB, self.scale, self.c0)
@@ -238,7 +250,7 @@ class LinearPrototypePartition(PrototypePartition):
             own = (ids >= self.lo) & (ids < self.hi)
             if own.any():
                 self.B[ids[own] - self.lo] += dB[own]
-                self.shipped[ids[own] - self.lo] = True   # the coordinator now holds their X
+                self.shipped[ids[own] - self.lo] = True  # the coordinator now holds their X
             if msg.reship:
                 self.reship(ids)
             self._score_rows(None)

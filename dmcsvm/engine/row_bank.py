@@ -18,7 +18,7 @@ class RowBank:
 
     def __init__(self):
         self._index = IdIndex()
-        self._X = None              # dense rows: (capacity x d); rows [0, _used) are live
+        self._X = None  # dense rows: (capacity x d); rows [0, _used) are live
         self._used = 0
         self._sparse: dict[int, object] = {}
 
@@ -36,17 +36,17 @@ class RowBank:
         if sp.issparse(X):
             for j, g in enumerate(ids.tolist()):
                 if g not in self._sparse:
-                    self._sparse[g] = X[j:j + 1]
+                    self._sparse[g] = X[j : j + 1]
             return
         new = np.flatnonzero(self._index.lookup(ids) < 0)
         if new.shape[0] == 0:
             return
-        new = new[np.unique(ids[new], return_index=True)[1]]     # an id once
+        new = new[np.unique(ids[new], return_index=True)[1]]  # an id once
         need = self._used + new.shape[0]
         if self._X is None or need > self._X.shape[0]:
             grown = np.empty((max(need, 2 * self._used, 64), X.shape[1]), dtype=X.dtype)
             if self._used:
-                grown[:self._used] = self._X[:self._used]
+                grown[: self._used] = self._X[: self._used]
             self._X = grown
         slots = np.arange(self._used, need)
         self._X[slots] = X[new]
@@ -63,9 +63,17 @@ class RowBank:
         """X rows of a batch in order: row ``xrow[j]`` of ``Xnew`` where ``xrow[j] >= 0``, else the
         banked row of ``ids[j]``."""
         if sparse:
-            return sp.vstack([Xnew[int(r)] if r >= 0 else self._sparse[int(g)]
-                              for g, r in zip(ids, xrow)], format="csr") if len(ids) else \
-                sp.csr_matrix((0, d), dtype=dtype)
+            return (
+                sp.vstack(
+                    [
+                        Xnew[int(r)] if r >= 0 else self._sparse[int(g)]
+                        for g, r in zip(ids, xrow, strict=False)
+                    ],
+                    format="csr",
+                )
+                if len(ids)
+                else sp.csr_matrix((0, d), dtype=dtype)
+            )
         ids, xrow = np.asarray(ids, dtype=np.int64), np.asarray(xrow, dtype=np.int64)
         out = np.empty((len(ids), d), dtype=Xnew.dtype if Xnew.shape[0] else dtype)
         fresh = xrow >= 0
@@ -84,7 +92,7 @@ class RowBank:
             return
         _, old = self._index.keep(ids)
         if self._X is not None:
-            self._X[:old.shape[0]] = self._X[old]   # (the fancy index reads into a temporary)
+            self._X[: old.shape[0]] = self._X[old]  # (the fancy index reads into a temporary)
         self._used = old.shape[0]
 
     def stack(self, ids, d, sparse, dtype):

@@ -45,8 +45,16 @@ def gather_nonzeros(bits, X, indptr, cols, vals):
         k = indptr[i]
         j = 0
         while j + 8 <= d:
-            if (bits[i, j] | bits[i, j + 1] | bits[i, j + 2] | bits[i, j + 3] | bits[i, j + 4]
-                    | bits[i, j + 5] | bits[i, j + 6] | bits[i, j + 7]) != 0:
+            if (
+                bits[i, j]
+                | bits[i, j + 1]
+                | bits[i, j + 2]
+                | bits[i, j + 3]
+                | bits[i, j + 4]
+                | bits[i, j + 5]
+                | bits[i, j + 6]
+                | bits[i, j + 7]
+            ) != 0:
                 for jj in range(j, j + 8):
                     cols[k] = jj
                     vals[k] = X[i, jj]
@@ -85,7 +93,7 @@ class PackedRows:
     def __len__(self) -> int:
         return int(self.shape[0])
 
-    def __getitem__(self, idx) -> "PackedRows":
+    def __getitem__(self, idx) -> PackedRows:
         rows = np.arange(self.shape[0])[idx]
         start, stop = self.indptr[rows], self.indptr[rows + 1]
         counts = stop - start
@@ -98,7 +106,7 @@ class PackedRows:
 
 def packed_nbytes(n_rows: int, nnz: int, width: int, itemsize: int) -> int:
     """Bytes of a :class:`PackedRows` of ``n_rows`` rows with ``nnz`` nonzeros."""
-    return 4 * (n_rows + 1) + nnz * ((2 if width < 2 ** 16 else 4) + itemsize)
+    return 4 * (n_rows + 1) + nnz * ((2 if width < 2**16 else 4) + itemsize)
 
 
 def pack_rows(X):
@@ -112,11 +120,11 @@ def pack_rows(X):
     counts = np.empty(n, dtype=np.int64)
     nonzero_counts(bits, counts)
     nnz = int(counts.sum())
-    if nnz >= 2 ** 31 or packed_nbytes(n, nnz, d, X.itemsize) >= X.nbytes:
+    if nnz >= 2**31 or packed_nbytes(n, nnz, d, X.itemsize) >= X.nbytes:
         return X
     indptr = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=indptr[1:])
-    cols = np.empty(nnz + 1, dtype=np.uint16 if d < 2 ** 16 else np.int32)
+    cols = np.empty(nnz + 1, dtype=np.uint16 if d < 2**16 else np.int32)
     vals = np.empty(nnz + 1, dtype=X.dtype)
     gather_nonzeros(bits, X, indptr, cols, vals)
     return PackedRows((n, d), indptr, cols[:nnz], vals[:nnz])

@@ -49,6 +49,7 @@ class StoreRows:
 
     def load(self):
         from ..store import read_rows
+
         return read_rows(self.url, self.lo, self.hi)
 
 
@@ -67,8 +68,9 @@ class StoreSource:
         return (self.n_samples, self.n_features)
 
     def slice(self, lo, hi) -> StoreRows:
-        return StoreRows(self.url, lo, hi, self.rows_per_chunk,
-                         nbytes=int((hi - lo) * self.row_bytes))
+        return StoreRows(
+            self.url, lo, hi, self.rows_per_chunk, nbytes=int((hi - lo) * self.row_bytes)
+        )
 
 
 @dataclass(frozen=True)
@@ -137,12 +139,13 @@ class StreamingRows:
     in_memory = False
 
     #: rows kept from :meth:`take` (candidates tend to be asked for again in the next rounds)
-    ROW_CACHE_BYTES = 32 * 2 ** 20
+    ROW_CACHE_BYTES = 32 * 2**20
 
     def __init__(self, src: StoreRows):
         from collections import OrderedDict
 
         from ..store import open_store
+
         self.src = src
         self._row_cache: OrderedDict = OrderedDict()
         self._row_cache_bytes = 0
@@ -155,13 +158,14 @@ class StreamingRows:
         R = src.rows_per_chunk or info.rows_per_chunk
         # local chunk edges on the store's global chunk grid
         edges = [0] + [g - src.lo for g in range((src.lo // R + 1) * R, src.hi, R)] + [self.n]
-        self.bounds = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        self.bounds = [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=False) if b > a]
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dmcsvm-prefetch")
         self.chunks_read = 0
         self.bytes_read = 0
 
     def _read(self, a, b):
         from ..store import read_rows
+
         X = read_rows(self.info, self.src.lo + a, self.src.lo + b)
         self.chunks_read += 1
         self.bytes_read += X.data.nbytes if self.sparse else X.nbytes
@@ -198,16 +202,16 @@ class StreamingRows:
         cached = {int(i): cache[int(i)] for i in idx[hit]}
         fresh = self._take_from_store(idx[~hit])
         for j, i in enumerate(idx[~hit]):
-            self._remember(int(i), fresh[j:j + 1] if self.sparse else fresh[j:j + 1].copy())
+            self._remember(int(i), fresh[j : j + 1] if self.sparse else fresh[j : j + 1].copy())
         if not hit.any():
             return fresh
         rows = []
         k = 0
-        for i, h in zip(idx, hit):
+        for i, h in zip(idx, hit, strict=False):
             if h:
                 rows.append(cached[int(i)])
             else:
-                rows.append(fresh[k:k + 1])
+                rows.append(fresh[k : k + 1])
                 k += 1
         return stack_rows(rows, self.d, self.sparse, self.dtype)
 
@@ -267,13 +271,14 @@ class CompactRows:
     """
 
     #: rows per zarr chunk of the on-disk copy
-    CHUNK_BYTES = 8 * 2 ** 20
+    CHUNK_BYTES = 8 * 2**20
     #: copies up to this size stay in memory
-    IN_MEMORY_BYTES = 16 * 2 ** 20
+    IN_MEMORY_BYTES = 16 * 2**20
 
     def __init__(self, ids, blocks, d, dtype, directory=None):
         import os
         import tempfile
+
         self.ids = np.ascontiguousarray(ids, dtype=np.int64)
         self.d = int(d)
         self.dtype = np.dtype(dtype)
@@ -290,12 +295,19 @@ class CompactRows:
             write = self._mem.__setitem__
         else:
             import zarr
+
             if directory:
                 os.makedirs(directory, exist_ok=True)
             self.path = tempfile.mkdtemp(prefix="dmcsvm-active-", dir=directory)
-            self._arr = zarr.create_array(os.path.join(self.path, "rows.zarr"), shape=(n, self.d),
-                                          chunks=(self.rows_per_chunk, self.d), dtype=self.dtype,
-                                          compressors=None, fill_value=0, overwrite=True)
+            self._arr = zarr.create_array(
+                os.path.join(self.path, "rows.zarr"),
+                shape=(n, self.d),
+                chunks=(self.rows_per_chunk, self.d),
+                dtype=self.dtype,
+                compressors=None,
+                fill_value=0,
+                overwrite=True,
+            )
             write = self._arr.__setitem__
         try:
             # buffered so that every write fills whole chunks (zarr rewrites partial ones)
@@ -306,7 +318,7 @@ class CompactRows:
                 k = 0
                 while k < rows.shape[0]:
                     m = min(R - filled, rows.shape[0] - k)
-                    buf[filled:filled + m] = X[k:k + m]
+                    buf[filled : filled + m] = X[k : k + m]
                     filled, k = filled + m, k + m
                     if filled == R or done + filled == n:
                         write(slice(done, done + filled), buf[:filled])
@@ -331,19 +343,29 @@ class CompactRows:
         order: positions ``pa:pb`` of ``active`` and their rows."""
         R = self.rows_per_chunk
         for k in range(-(-self.ids.shape[0] // R)):
-            ids = self.ids[k * R:(k + 1) * R]
+            ids = self.ids[k * R : (k + 1) * R]
             pa, pb = np.searchsorted(active, [ids[0], ids[-1] + 1])
             if pb == pa:
                 continue
             rows = active[pa:pb]
             Xc = self._chunk(k)
-            yield pa, pb, rows, (Xc if pb - pa == ids.shape[0] else
-                                 np.ascontiguousarray(Xc[np.searchsorted(ids, rows)]))
+            yield (
+                pa,
+                pb,
+                rows,
+                (
+                    Xc
+                    if pb - pa == ids.shape[0]
+                    else np.ascontiguousarray(Xc[np.searchsorted(ids, rows)])
+                ),
+            )
 
     def holds(self, rows) -> bool:
         pos = np.searchsorted(self.ids, rows)
-        return bool(np.all(pos < self.ids.shape[0]) and np.array_equal(
-            self.ids[np.minimum(pos, self.ids.shape[0] - 1)], rows))
+        return bool(
+            np.all(pos < self.ids.shape[0])
+            and np.array_equal(self.ids[np.minimum(pos, self.ids.shape[0] - 1)], rows)
+        )
 
     def take(self, rows):
         """Rows ``rows`` (all held, any order)."""
@@ -358,6 +380,7 @@ class CompactRows:
 
     def close(self):
         import shutil
+
         self._mem = self._arr = None
         if self.path:
             shutil.rmtree(self.path, ignore_errors=True)

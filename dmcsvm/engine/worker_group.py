@@ -60,10 +60,10 @@ class WorkerGroup:
         self.order = sorted(self.parts)
         n = min(max(1, int(n_threads)), len(self.order))
         self._pool = ThreadPoolExecutor(n) if n > 1 else None
-        self._seq = None          # number of the last round applied
-        self._last = None         # its replies [(k, reply)], before pruning, and its ``pick``
-        self._lock = threading.Lock()   # a round sent again while it runs waits for it
-        self._bank = RowBank()          # X rows of the batches applied (module docstring)
+        self._seq = None  # number of the last round applied
+        self._last = None  # its replies [(k, reply)], before pruning, and its ``pick``
+        self._lock = threading.Lock()  # a round sent again while it runs waits for it
+        self._bank = RowBank()  # X rows of the batches applied (module docstring)
 
     # ---------------------------------------------------------------- rounds
     def _map(self, fn) -> list:
@@ -84,7 +84,7 @@ class WorkerGroup:
                     msg = report_only(msg)
                 else:
                     self._bank_rows(msg)
-                replies = list(zip(self.order, self._map(lambda p: p.step(msg))))
+                replies = list(zip(self.order, self._map(lambda p: p.step(msg)), strict=False))
                 self._seq, self._last = seq, (replies, getattr(msg, "pick", None))
             return self._last
 
@@ -133,8 +133,11 @@ class WorkerGroup:
         async def forward(child):
             addr, key, sub, _ = child
             out = await worker.rpc(addr).actor_execute(
-                actor=key, function="tree_step",
-                args=[to_serialize(a) for a in (blob, seq, sub)], kwargs={})
+                actor=key,
+                function="tree_step",
+                args=[to_serialize(a) for a in (blob, seq, sub)],
+                kwargs={},
+            )
             if out.get("status") != "OK":
                 raise RuntimeError(f"group {key} failed: {out.get('exception')!r}")
             return pickle.loads(out["result"])
@@ -144,7 +147,7 @@ class WorkerGroup:
         own, pick = await loop.run_in_executor(None, self._own_wire, blob, seq)
         replies = list(own)
         lost: list = []
-        for child, call in zip(children, calls):
+        for child, call in zip(children, calls, strict=False):
             try:
                 got, gone = await call
             except Exception:  # noqa: BLE001 - a lost subtree: the coordinator asks it directly

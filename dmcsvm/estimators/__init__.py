@@ -8,12 +8,23 @@ from __future__ import annotations
 import importlib
 
 #: estimator -> its module
-_MODULES = {"MulticlassSVC": "multiclass", "MultiPrototypeSVC": "multiprototype",
-            "ScatterSVC": "scatter", "BinarySVC": "binary", "OneVsRestSVC": "binary",
-            "OneVsOneSVC": "binary"}
+_MODULES = {
+    "MulticlassSVC": "multiclass",
+    "MultiPrototypeSVC": "multiprototype",
+    "ScatterSVC": "scatter",
+    "BinarySVC": "binary",
+    "OneVsRestSVC": "binary",
+    "OneVsOneSVC": "binary",
+}
 
-__all__ = ["MulticlassSVC", "MultiPrototypeSVC", "ScatterSVC", "BinarySVC", "OneVsRestSVC",
-           "OneVsOneSVC"]
+__all__ = [
+    "MulticlassSVC",
+    "MultiPrototypeSVC",
+    "ScatterSVC",
+    "BinarySVC",
+    "OneVsRestSVC",
+    "OneVsOneSVC",
+]
 
 
 def __getattr__(name):

@@ -54,8 +54,9 @@ class _Interval(_NoBool, Interval):
 class _Options(_NoBool, Options):
     def __str__(self):
         vals = sorted(self.options)
-        return repr(vals[0]) if len(vals) == 1 else \
-            "an int among {" + ", ".join(map(repr, vals)) + "}"
+        return (
+            repr(vals[0]) if len(vals) == 1 else "an int among {" + ", ".join(map(repr, vals)) + "}"
+        )
 
 
 class _StrChoices(StrOptions):
@@ -102,7 +103,9 @@ SOLVER_OPTIONS_MARK = "    %(solver_options)s\n"
 
 #: numpydoc text of the parameters that choose where and how a fit runs, never its solution
 #: (:mod:`dmcsvm.runtime_params`); every estimator's docstring carries it verbatim.
-WHERE_IT_RUNS_DOC = THREAD_POLICY + """
+WHERE_IT_RUNS_DOC = (
+    THREAD_POLICY
+    + """
     client : None, 'local', str or distributed.Client, default=None
         Where training runs: None in-process; a ``distributed.Client`` or a scheduler address on
         that Dask cluster; ``'local'`` starts (and afterwards closes) a ``LocalCluster``.
@@ -121,6 +124,7 @@ WHERE_IT_RUNS_DOC = THREAD_POLICY + """
         Report the fit's progress (a bar of the solver's rounds: gap, active set, kernel rows
         computed / cached; MultiPrototypeSVC prints one line per annealing epoch).
 """
+)
 
 #: numpydoc text of the checkpoint and out-of-core parameters.
 OUT_OF_CORE_DOC = """\
@@ -163,14 +167,14 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
         # kernel (every estimator has the same four)
         "kernel": [choices(*KERNELS)],
         "gamma": [choices("scale", "auto"), reals(0)],
-        "degree": [integers(None, None, closed="neither")],    # >= 1 for 'poly': KernelSpec
+        "degree": [integers(None, None, closed="neither")],  # >= 1 for 'poly': KernelSpec
         "coef0": [reals()],
         "kernel_dtype": [choices(*KERNEL_DTYPES)],
         # the rest shared by all
         "probability": ["boolean"],
         "random_state": ["random_state"],
         "class_weight": [dict, choices("balanced"), None],
-        "solver_options": [dict, None],         # its entries: _options.resolve
+        "solver_options": [dict, None],  # its entries: _options.resolve
     }
 
     def _keep_params(self, args: dict) -> None:
@@ -205,19 +209,25 @@ class SVMEstimator(ProbabilityMixin, ChunkedPredictMixin, ClassifierMixin, BaseE
             # (taken with a FutureWarning, _keep_params): what help() and scikit-learn's
             # checks see
             sig = inspect.signature(init)
-            cls.__signature__ = sig.replace(parameters=[
-                p for p in sig.parameters.values()
-                if p.name != "self" and p.kind is not p.VAR_KEYWORD])
+            cls.__signature__ = sig.replace(
+                parameters=[
+                    p
+                    for p in sig.parameters.values()
+                    if p.name != "self" and p.kind is not p.VAR_KEYWORD
+                ]
+            )
         doc = cls.__dict__.get("__doc__")
         if doc:
-            doc = doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC) \
-                .replace(KERNEL_DTYPE_MARK, KERNEL_DTYPE_DOC + "\n") \
+            doc = (
+                doc.replace(WHERE_IT_RUNS_MARK, WHERE_IT_RUNS_DOC)
+                .replace(KERNEL_DTYPE_MARK, KERNEL_DTYPE_DOC + "\n")
                 .replace(OUT_OF_CORE_MARK, OUT_OF_CORE_DOC)
+            )
             if SOLVER_OPTIONS_MARK in doc:
                 doc = doc.replace(SOLVER_OPTIONS_MARK, table_of(_options.options_key(cls)))
             cls.__doc__ = doc
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True            # every estimator trains on CSR rows
+        tags.input_tags.sparse = True  # every estimator trains on CSR rows
         return tags

@@ -54,6 +54,7 @@ CALIBRATION_ATTRS = ("calibration_", "calibration_coef_", "calibration_intercept
 
 # ---------------------------------------------------------------------------------- the maps
 
+
 def platt_sigmoid(f, pos, max_iter=100):
     """``(A, B)`` of Platt's sigmoid ``P(pos | f) = 1 / (1 + exp(A f + B))``, fitted to decision
     values ``f`` and boolean targets ``pos`` by the Newton method with backtracking of Lin, Lin
@@ -68,14 +69,21 @@ def platt_sigmoid(f, pos, max_iter=100):
 
     def objective(A, B):
         z = f * A + B
-        return float(np.sum(np.where(z >= 0, t * z + np.log1p(np.exp(-np.abs(z))),
-                                     (t - 1.0) * z + np.log1p(np.exp(-np.abs(z))))))
+        return float(
+            np.sum(
+                np.where(
+                    z >= 0,
+                    t * z + np.log1p(np.exp(-np.abs(z))),
+                    (t - 1.0) * z + np.log1p(np.exp(-np.abs(z))),
+                )
+            )
+        )
 
     fval = objective(A, B)
     for _ in range(max_iter):
         z = f * A + B
         e = np.exp(-np.abs(z))
-        p = np.where(z >= 0, e / (1.0 + e), 1.0 / (1.0 + e))      # 1 / (1 + exp(z))
+        p = np.where(z >= 0, e / (1.0 + e), 1.0 / (1.0 + e))  # 1 / (1 + exp(z))
         q = 1.0 - p
         d2 = p * q
         h11 = sigma + float(np.dot(f * f, d2))
@@ -99,7 +107,7 @@ def platt_sigmoid(f, pos, max_iter=100):
                 break
             step /= 2.0
         else:
-            break                                                   # line search failed
+            break  # line search failed
     return A, B
 
 
@@ -120,19 +128,22 @@ def fit_calibration(D, y_idx, n_classes, method=None, C=None):
     if np.unique(y_idx).shape[0] != n_classes or n_classes < 3:
         raise ValueError("the multinomial map needs every one of >= 3 classes in the targets")
     from sklearn.linear_model import LogisticRegression
+
     lr = LogisticRegression(C=MULTINOMIAL_C if C is None else C, max_iter=1000, tol=1e-8)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")          # lbfgs ConvergenceWarning on separable folds
+        warnings.simplefilter("ignore")  # lbfgs ConvergenceWarning on separable folds
         lr.fit(D, y_idx)
     return method, np.array(lr.coef_, dtype=np.float64), np.array(lr.intercept_, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------- folds
 
+
 def _labels(X, y):
     """The label vector of a training input (read from a store when ``X`` is one)."""
     if is_store(X):
         from ..store import open_store, read_labels
+
         info = open_store(X)
         labels = read_labels(info)
         if info.classes is not None:
@@ -149,14 +160,21 @@ def _rows_input(X):
     read into memory (CSR), a sparse matrix becomes CSR, a list an array."""
     if is_store(X):
         from ..store import open_store, read_all, read_rows
+
         info = open_store(X)
         if info.sparse:
             return read_all(info.url)[0].tocsr()
         import dask.array as da
         from dask import delayed
-        blocks = [da.from_delayed(delayed(read_rows, pure=True)(info.url, lo, hi),
-                                  shape=(hi - lo, info.n_features), dtype=np.float32)
-                  for lo, hi in info.chunk_bounds]
+
+        blocks = [
+            da.from_delayed(
+                delayed(read_rows, pure=True)(info.url, lo, hi),
+                shape=(hi - lo, info.n_features),
+                dtype=np.float32,
+            )
+            for lo, hi in info.chunk_bounds
+        ]
         return da.concatenate(blocks, axis=0)
     if is_dask(X):
         return X
@@ -181,6 +199,7 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
     """Decision values of every training row from a copy of ``est`` (``probability=False``)
     trained on the other folds; returns ``(D, labels)``."""
     from sklearn.model_selection import StratifiedKFold
+
     labels = _labels(X, y)
     Xr = _rows_input(X)
     _, y_idx = np.unique(labels, return_inverse=True)
@@ -189,15 +208,18 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
     n = _n_rows(Xr)
     m = counts.shape[0]
     if k < 2:
-        raise ValueError(f"probability=True needs at least 2 samples of every class for the "
-                         f"internal cross-validation; the smallest class has {counts.min()}")
+        raise ValueError(
+            f"probability=True needs at least 2 samples of every class for the "
+            f"internal cross-validation; the smallest class has {counts.min()}"
+        )
     rs = est.random_state if "random_state" in est.get_params(deep=False) else None
     if rs is None:
-        rs = 0                               # deterministic without a seed, as LIBSVM's SVC
+        rs = 0  # deterministic without a seed, as LIBSVM's SVC
     skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=rs)
     if is_store(X) and fit_kwargs.get("sample_weight") is None:
         # the folds train on the store's rows as arrays: give them its weights explicitly
         from ..store import read_sample_weight
+
         sw = read_sample_weight(X)
         if sw is not None:
             fit_kwargs = {**fit_kwargs, "sample_weight": sw}
@@ -205,8 +227,7 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
     for tr, te in skf.split(np.zeros((n, 1)), y_idx):
         # the same parameters (a live Client is shared, not deep-copied as clone() would)
         sub = type(est)(**est.get_params(deep=False)).set_params(probability=False)
-        kw = {key: (_take(v, tr) if _is_row_vector(v, n) else v)
-              for key, v in fit_kwargs.items()}
+        kw = {key: (_take(v, tr) if _is_row_vector(v, n) else v) for key, v in fit_kwargs.items()}
         if isinstance(getattr(est, "kernel", None), str) and est.kernel == "precomputed":
             # a Gram matrix: a fold trains on K[tr, tr] and scores K[te, tr]
             sub.fit(_take(Xr, tr)[:, tr], labels[tr], **kw)
@@ -224,11 +245,17 @@ def out_of_fold_decisions(est, X, y, fit_kwargs):
 
 
 def _is_row_vector(v, n):
-    return v is not None and hasattr(v, "__len__") and not isinstance(v, (str, dict)) \
-        and np.ndim(v) == 1 and len(v) == n
+    return (
+        v is not None
+        and hasattr(v, "__len__")
+        and not isinstance(v, (str, dict))
+        and np.ndim(v) == 1
+        and len(v) == n
+    )
 
 
 # ---------------------------------------------------------------------------------- the mixin
+
 
 def _check_proba(self):
     if not getattr(self, "probability", False):
@@ -238,11 +265,12 @@ def _check_proba(self):
 
 def _calibrating(fit):
     """Wrap a class's own ``fit`` so that ``probability=True`` calibrates after it."""
+
     @functools.wraps(fit)
     def wrapper(self, X, y=None, **kwargs):
-        if self.__dict__.get("_dmcsvm_in_fit"):          # a subclass's fit calling super().fit
+        if self.__dict__.get("_dmcsvm_in_fit"):  # a subclass's fit calling super().fit
             return fit(self, X, y, **kwargs)
-        prob = self.probability          # a bool: checked by fit's _parameter_constraints
+        prob = self.probability  # a bool: checked by fit's _parameter_constraints
         for name in CALIBRATION_ATTRS:
             self.__dict__.pop(name, None)
         self.__dict__["_dmcsvm_in_fit"] = True
@@ -252,12 +280,13 @@ def _calibrating(fit):
             self.__dict__.pop("_dmcsvm_in_fit", None)
         if prob:
             D, labels = out_of_fold_decisions(self, X, y, kwargs)
-            y_idx = np.unique(labels, return_inverse=True)[1]      # fit's classes_ order
+            y_idx = np.unique(labels, return_inverse=True)[1]  # fit's classes_ order
             method, coef, intercept = fit_calibration(D, y_idx, len(self.classes_))
             self.calibration_ = method
             self.calibration_coef_ = coef
             self.calibration_intercept_ = intercept
         return out
+
     wrapper._dmcsvm_calibrating = True
     return wrapper
 
@@ -279,8 +308,9 @@ class ProbabilityMixin:
         if is_store(X) or is_dask(X):
             return chunked_method(self, X, name)
         D = decision_scores(self, X)
-        return apply_calibration(self.calibration_, self.calibration_coef_,
-                                 self.calibration_intercept_, D, log=log)
+        return apply_calibration(
+            self.calibration_, self.calibration_coef_, self.calibration_intercept_, D, log=log
+        )
 
     @available_if(_check_proba)
     def predict_proba(self, X):

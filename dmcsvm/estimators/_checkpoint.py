@@ -51,7 +51,7 @@ class CheckpointSession:
     @classmethod
     def for_estimator(cls, est, X, y_idx, settings, assign=None, rng=None, row_C=None):
         directory = getattr(est, "checkpoint", None)
-        resume = getattr(est, "resume", False)     # both types: _parameter_constraints
+        resume = getattr(est, "resume", False)  # both types: _parameter_constraints
         if directory is None:
             if resume:
                 raise ValueError("resume=True needs checkpoint (the checkpoint directory)")
@@ -59,8 +59,11 @@ class CheckpointSession:
         rounds, seconds = parse_every(getattr(est, "checkpoint_every", 10))
         # the solver options one by one and in full (defaults filled in), as the parameters
         # they were before 0.3: a checkpoint of an older dmcsvm compares equal when they match
-        params = {k: v for k, v in est.get_params(deep=False).items()
-                  if k not in RESUME_MAY_CHANGE and k != "solver_options"}
+        params = {
+            k: v
+            for k, v in est.get_params(deep=False).items()
+            if k not in RESUME_MAY_CHANGE and k != "solver_options"
+        }
         params.update(_recorded_options(type(est).__name__, est._solver_options()))
         params["estimator"] = type(est).__name__
         params["n_samples"], params["n_features"] = int(X.shape[0]), int(X.shape[1])
@@ -76,18 +79,22 @@ class CheckpointSession:
             ck = load_checkpoint(directory)
             # a checkpoint of an older dmcsvm names renamed parameters by their old names
             ck.settings = _upgraded(params["estimator"], ck.settings)
-            diff = sorted(k for k in set(ck.settings) | set(ckpt.settings)
-                          if ck.settings.get(k) != ckpt.settings.get(k)
-                          and k != "data_fingerprint")
+            diff = sorted(
+                k
+                for k in set(ck.settings) | set(ckpt.settings)
+                if ck.settings.get(k) != ckpt.settings.get(k) and k != "data_fingerprint"
+            )
             if diff:
-                shown = ", ".join(f"{k}={ck.settings.get(k)!r} (now {ckpt.settings.get(k)!r})"
-                                  for k in diff)
+                shown = ", ".join(
+                    f"{k}={ck.settings.get(k)!r} (now {ckpt.settings.get(k)!r})" for k in diff
+                )
                 raise ValueError(f"{ck.path} was written with other settings or data: {shown}")
             if ck.settings.get("data_fingerprint") != params["data_fingerprint"]:
                 raise ValueError(
                     f"{ck.path} was written for other training data (data fingerprint "
                     f"{ck.settings.get('data_fingerprint')}, this data "
-                    f"{params['data_fingerprint']}): refusing to resume onto it")
+                    f"{params['data_fingerprint']}): refusing to resume onto it"
+                )
             state, first_msg = resume_state(ck, X)
             resumed = ck
             if rng is not None:
@@ -97,8 +104,11 @@ class CheckpointSession:
             if settings.max_iter > 0:
                 left = settings.max_iter - ck.rounds
                 if left < 1:
-                    warnings.warn(f"{ck.path}: the checkpoint is already at max_iter="
-                                  f"{settings.max_iter}; running one more round", stacklevel=3)
+                    warnings.warn(
+                        f"{ck.path}: the checkpoint is already at max_iter="
+                        f"{settings.max_iter}; running one more round",
+                        stacklevel=3,
+                    )
                 settings = _replace(settings, max_iter=max(1, left))
         elif resume:
             warnings.warn(f"no checkpoint in {directory}: starting from scratch", stacklevel=3)
@@ -117,13 +127,20 @@ class CheckpointSession:
         if self.checkpointer is None:
             return {}
         from ..coordinators.crammer_singer import CoordinatorState
+
         if self.state is None:
             self.state = CoordinatorState.fresh(n, P)
         elif self._ck is not None and executor is not None:
             self._resume_partitions(executor)
-        self.checkpointer.bind(self.state, n_features=self._X.shape[1], sparse=sparse,
-                               x_dtype=x_dtype, assign=self._assign, rng=self._rng,
-                               executor=executor)
+        self.checkpointer.bind(
+            self.state,
+            n_features=self._X.shape[1],
+            sparse=sparse,
+            x_dtype=x_dtype,
+            assign=self._assign,
+            rng=self._rng,
+            executor=executor,
+        )
         kw = {"on_round": self.checkpointer, "state": self.state}
         if self.first_msg is not None:
             kw["first_msg"] = self.first_msg
@@ -138,9 +155,12 @@ class CheckpointSession:
             # partitions are where the checkpointed round left them: send the batch it chose
             self.first_msg = RoundMessage(**ck.pending)
             return
-        warnings.warn(f"{ck.path}: resuming from the support coefficients, not the partitions' "
-                      f"saved states, because {why}: the fit reaches the same optimum (to tol) by "
-                      f"other rounds than an uninterrupted one", stacklevel=4)
+        warnings.warn(
+            f"{ck.path}: resuming from the support coefficients, not the partitions' "
+            f"saved states, because {why}: the fit reaches the same optimum (to tol) by "
+            f"other rounds than an uninterrupted one",
+            stacklevel=4,
+        )
 
 
 def _partition_states_usable(ck, executor) -> str | None:
@@ -150,13 +170,20 @@ def _partition_states_usable(ck, executor) -> str | None:
         return "it holds no partition states (written by dmcsvm 0.1 or without partitions)"
     bounds = [tuple(b) for b in executor.call("row_range")]
     if bounds != [tuple(b) for b in ck.partition_bounds]:
-        return (f"its partitions own rows {ck.partition_bounds}, this run's {bounds} (another "
-                f"n_partitions or cluster size)")
-    missing = [k for k in range(len(bounds))
-               if not os.path.exists(os.path.join(ck.path, f"part-{k:05d}.npz"))]
+        return (
+            f"its partitions own rows {ck.partition_bounds}, this run's {bounds} (another "
+            f"n_partitions or cluster size)"
+        )
+    missing = [
+        k
+        for k in range(len(bounds))
+        if not os.path.exists(os.path.join(ck.path, f"part-{k:05d}.npz"))
+    ]
     if missing:
-        return (f"the state files of partitions {missing} are not in {ck.path} (workers that "
-                f"wrote to disks of their own?)")
+        return (
+            f"the state files of partitions {missing} are not in {ck.path} (workers that "
+            f"wrote to disks of their own?)"
+        )
     return None
 
 
@@ -177,4 +204,5 @@ def _upgraded(estimator: str, settings: dict) -> dict:
 
 def _replace(settings, **kw):
     import dataclasses
+
     return dataclasses.replace(settings, **kw)

@@ -38,16 +38,20 @@ def available_threads() -> int:
     import threading
 
     from joblib.parallel import get_active_backend
+
     backend, _ = get_active_backend()
-    if getattr(backend, "nesting_level", 0) and \
-            threading.current_thread() is not threading.main_thread():
+    if (
+        getattr(backend, "nesting_level", 0)
+        and threading.current_thread() is not threading.main_thread()
+    ):
         # a joblib worker thread (threading backend): the outer job uses the cores.  A worker
         # process (loky) runs its tasks on its main thread, with joblib's OMP_NUM_THREADS
         return 1
     try:
         from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
+
         return max(1, int(_openmp_effective_n_threads(only_physical_cores=False)))
-    except ImportError:             # pragma: no cover - a scikit-learn without the helper
+    except ImportError:  # pragma: no cover - a scikit-learn without the helper
         return cpu_threads()
 
 
@@ -56,6 +60,7 @@ def cpu_threads() -> int:
     ``OMP_NUM_THREADS``, without importing scikit-learn (0.9 s): what :func:`available_threads`
     counts in a process that sets no ``threadpool_limits``."""
     from joblib import cpu_count
+
     n = cpu_count()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     return max(1, min(n, int(omp))) if omp.isdigit() and int(omp) > 0 else max(1, n)
@@ -66,15 +71,18 @@ def n_threads(n_jobs) -> int:
     unless a ``joblib.parallel_config`` / ``parallel_backend`` context sets ``n_jobs``; ``-1``
     every core (as joblib counts them: affinity and cgroup limits included), ``-2`` all but
     one; a positive integer itself."""
-    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral)
-                               or n_jobs == 0):
+    if n_jobs is not None and (
+        isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0
+    ):
         raise ValueError(f"n_jobs must be a non-zero integer or None, got {n_jobs!r}")
     if n_jobs == 1:
-        return 1                        # as joblib says, without importing it (0.05-0.1 s)
+        return 1  # as joblib says, without importing it (0.05-0.1 s)
     from joblib import effective_n_jobs
+
     if n_jobs is None:
         from joblib.parallel import get_active_backend
-        if get_active_backend()[1] is None:      # no parallel_config(n_jobs=...) in force
+
+        if get_active_backend()[1] is None:  # no parallel_config(n_jobs=...) in force
             return available_threads()
     return max(1, int(effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
@@ -105,9 +113,9 @@ def cache_mb(est) -> float:
         return AUTO_CACHE_CLUSTER
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):      # pragma: no cover - not POSIX
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return 1024.0
-    return float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2 ** 20))
+    return float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2**20))
 
 
 def gram_mb(est) -> float | None:
@@ -127,8 +135,10 @@ def blas_limits(n_jobs, threads):
     share = max(1, n_threads(n_jobs) // max(1, threads))
     if share == 1:
         from ..engine.threads import one_blas_thread
+
         return one_blas_thread()
     from ..engine.threads import limit_blas
+
     return limit_blas(share)
 
 
@@ -139,6 +149,7 @@ def run_chunks(n_jobs, chunks, work) -> None:
     with blas_limits(n_jobs, threads):
         if threads > 1:
             from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(work, chunks))
         else:
@@ -154,8 +165,10 @@ def make_executor(est):
     if est.client is None:
         return InProcessExecutor(n_threads(est.n_jobs), n_partitions), []
     from ..engine.dask import DaskExecutor, resolve_client
-    client, owned = resolve_client(est.client, est.n_workers, est.threads_per_worker,
-                                   est.memory_limit)
+
+    client, owned = resolve_client(
+        est.client, est.n_workers, est.threads_per_worker, est.memory_limit
+    )
     try:
         return DaskExecutor(client, n_partitions), owned
     except BaseException:
@@ -171,4 +184,5 @@ def release_executor(executor, owned) -> None:
     finally:
         if owned:
             from ..engine.dask import release_client
+
             release_client(owned)

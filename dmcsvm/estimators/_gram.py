@@ -35,12 +35,16 @@ def check_in_process(est, X) -> None:
     ``client``, a zarr store or a dask array."""
     what = _kernel_name(est.kernel)
     if getattr(est, "client", None) is not None:
-        raise ValueError(f"{type(est).__name__} with {what} runs in this process only and "
-                         f"cannot go to a Dask cluster: set client=None")
+        raise ValueError(
+            f"{type(est).__name__} with {what} runs in this process only and "
+            f"cannot go to a Dask cluster: set client=None"
+        )
     if is_store(X) or is_dask(X):
         kind = "a zarr store" if is_store(X) else "a dask array"
-        raise ValueError(f"{type(est).__name__} with {what} takes X in memory (a NumPy array) "
-                         f"in this process only; it cannot go to a cluster, and X is {kind}")
+        raise ValueError(
+            f"{type(est).__name__} with {what} takes X in memory (a NumPy array) "
+            f"in this process only; it cannot go to a cluster, and X is {kind}"
+        )
 
 
 def gram_of(est, X, Y=None, train=False) -> np.ndarray:
@@ -51,17 +55,22 @@ def gram_of(est, X, Y=None, train=False) -> np.ndarray:
     if isinstance(est.kernel, str):
         K = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         if K.ndim != 2:
-            raise ValueError(f"with kernel='precomputed' X must be a 2-D Gram matrix, got "
-                             f"shape {K.shape}")
+            raise ValueError(
+                f"with kernel='precomputed' X must be a 2-D Gram matrix, got shape {K.shape}"
+            )
         if train and K.shape[0] != K.shape[1]:
-            raise ValueError(f"with kernel='precomputed' X must be the square Gram matrix of "
-                             f"the training rows, got shape {K.shape}")
+            raise ValueError(
+                f"with kernel='precomputed' X must be the square Gram matrix of "
+                f"the training rows, got shape {K.shape}"
+            )
         return np.asarray(K, dtype=np.float64)
     K = np.asarray(est.kernel(X, X if Y is None else Y), dtype=np.float64)
     expected = (X.shape[0], (X if Y is None else Y).shape[0])
     if K.shape != expected:
-        raise ValueError(f"the kernel callable returned shape {K.shape} for inputs of "
-                         f"{expected[0]} and {expected[1]} rows; expected {expected}")
+        raise ValueError(
+            f"the kernel callable returned shape {K.shape} for inputs of "
+            f"{expected[0]} and {expected[1]} rows; expected {expected}"
+        )
     return K
 
 
@@ -75,13 +84,15 @@ def gram_features(K) -> np.ndarray:
     asym = np.max(np.abs(K - K.T)) if K.size else 0.0
     scale = np.max(np.abs(K)) if K.size else 0.0
     if asym > 1e-8 * max(scale, 1.0):
-        raise ValueError(f"the Gram matrix of the training rows must be symmetric; "
-                         f"max |K - K^T| = {asym:.3g}")
+        raise ValueError(
+            f"the Gram matrix of the training rows must be symmetric; max |K - K^T| = {asym:.3g}"
+        )
     s, V = np.linalg.eigh((K + K.T) / 2)
     if s.size and s.min() < -1e-8 * max(np.abs(s).max(), 1.0):
-        warnings.warn(f"the kernel matrix is not positive semidefinite (smallest eigenvalue "
-                      f"{s.min():.3g}); negative eigenvalues are clipped to 0", stacklevel=3)
+        warnings.warn(
+            f"the kernel matrix is not positive semidefinite (smallest eigenvalue "
+            f"{s.min():.3g}); negative eigenvalues are clipped to 0",
+            stacklevel=3,
+        )
     keep = s > 1e-12 * max(s.max(initial=0.0), 1.0)
     return np.ascontiguousarray(V[:, keep] * np.sqrt(s[keep]))
-
-

@@ -54,7 +54,7 @@ class TrainingData:
     sparse: bool
     dtype: np.dtype
     align: int = 1
-    var: float | None = None         # X.var() over all entries, for gamma='scale'
+    var: float | None = None  # X.var() over all entries, for gamma='scale'
     #: the store's optional per-row weights (its ``sample_weight`` array), None otherwise
     sample_weight: np.ndarray | None = None
     #: the validated store (:class:`~dmcsvm.store.layout.StoreInfo`) of a store input
@@ -67,8 +67,12 @@ class TrainingData:
         """The kernel coefficient, resolved as scikit-learn's SVC does; with a
         ``sample_weight`` (not all ones) ``'scale'`` uses the variance of X with rows counted
         that many times, so that integer weights and repeated rows give the same kernel."""
-        if isinstance(gamma, str) and gamma == "scale" and self.sample_weight is not None \
-                and not np.all(self.sample_weight == 1.0):
+        if (
+            isinstance(gamma, str)
+            and gamma == "scale"
+            and self.sample_weight is not None
+            and not np.all(self.sample_weight == 1.0)
+        ):
             var = _weighted_var(self, self.sample_weight)
             return 1.0 / (self.d * var) if var > 0 else 1.0
         if isinstance(self.source, np.ndarray) or sp.issparse(self.source):
@@ -81,6 +85,7 @@ class TrainingData:
 def _weighted_var(td: TrainingData, w) -> float:
     """Variance of all entries of X with row ``i`` counted ``w[i]`` times (float64 sums),
     streamed by row blocks for a store or a dask array."""
+
     def sums(X, wb):
         X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
         rs = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
@@ -90,13 +95,19 @@ def _weighted_var(td: TrainingData, w) -> float:
     src = td.source
     if isinstance(src, StoreSource):
         from ..store import open_store, read_rows
+
         info = open_store(src.url)
         parts = [sums(read_rows(info, lo, hi), w[lo:hi]) for lo, hi in info.chunk_bounds]
     elif isinstance(src, DaskSource):
         import dask
+
         X = src.array
-        parts = [tuple(float(v) for v in dask.compute(
-            (X.sum(axis=1) * w).sum(), ((X * X).sum(axis=1) * w).sum()))]
+        parts = [
+            tuple(
+                float(v)
+                for v in dask.compute((X.sum(axis=1) * w).sum(), ((X * X).sum(axis=1) * w).sum())
+            )
+        ]
     else:
         X = src.tocsr() if sp.issparse(src) else src
         parts = [sums(X, w)]
@@ -109,6 +120,7 @@ def _weighted_var(td: TrainingData, w) -> float:
 def _store_var(info) -> float:
     """Mean and variance of all entries of a store, streamed chunk by chunk (float64 sums)."""
     from ..store import read_rows
+
     s = s2 = 0.0
     for lo, hi in info.chunk_bounds:
         X = read_rows(info, lo, hi)
@@ -123,8 +135,10 @@ def _store_var(info) -> float:
 
 def _check_no_y(y, name):
     if y is not None:
-        raise ValueError(f"y must be None when X is a data store ({name!r}): the labels are read "
-                         f"from the store's 'y' array")
+        raise ValueError(
+            f"y must be None when X is a data store ({name!r}): the labels are read "
+            f"from the store's 'y' array"
+        )
 
 
 def training_data(est, X, y, store_labels=True) -> TrainingData:
@@ -137,6 +151,7 @@ def training_data(est, X, y, store_labels=True) -> TrainingData:
     """
     if is_store(X):
         from ..store import open_store, read_labels
+
         _check_no_y(y, str(X))
         info = open_store(X)
         labels = None
@@ -145,17 +160,30 @@ def training_data(est, X, y, store_labels=True) -> TrainingData:
             if info.classes is not None:
                 labels = np.asarray(info.classes, dtype=object)[labels]
         est.n_features_in_ = info.n_features
-        row_bytes = (8.0 * info.nnz / max(info.n_samples, 1) + 8.0) if info.sparse \
+        row_bytes = (
+            (8.0 * info.nnz / max(info.n_samples, 1) + 8.0)
+            if info.sparse
             else 4.0 * info.n_features
-        src = StoreSource(info.url, info.n_samples, info.n_features, info.rows_per_chunk,
-                          row_bytes)
+        )
+        src = StoreSource(info.url, info.n_samples, info.n_features, info.rows_per_chunk, row_bytes)
         var = _store_var(info) if getattr(est, "gamma", None) == "scale" else None
         from ..store import read_sample_weight
-        return TrainingData(src, labels, info.n_samples, info.n_features, info.sparse,
-                            np.dtype(np.float32), info.rows_per_chunk, var,
-                            read_sample_weight(info), store=info)
+
+        return TrainingData(
+            src,
+            labels,
+            info.n_samples,
+            info.n_features,
+            info.sparse,
+            np.dtype(np.float32),
+            info.rows_per_chunk,
+            var,
+            read_sample_weight(info),
+            store=info,
+        )
     if is_dask(X):
         import dask.array as da
+
         if X.ndim != 2:
             raise ValueError(f"Expected a 2-dimensional dask array for X, got shape {X.shape}")
         if y is None:
@@ -166,21 +194,28 @@ def training_data(est, X, y, store_labels=True) -> TrainingData:
         if labels.ndim != 1:
             raise ValueError(f"y must be 1-dimensional, got shape {labels.shape}")
         if labels.shape[0] != X.shape[0]:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: "
-                             f"[{X.shape[0]}, {labels.shape[0]}]")
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: "
+                f"[{X.shape[0]}, {labels.shape[0]}]"
+            )
         if X.shape[0] < 1 or X.shape[1] < 1:
-            raise ValueError(f"X must have at least one sample and one feature, got shape {X.shape}")
+            raise ValueError(
+                f"X must have at least one sample and one feature, got shape {X.shape}"
+            )
         dtype = np.dtype(np.float32) if X.dtype == np.float32 else np.dtype(np.float64)
         X = X.astype(dtype)
         finite, var = da.compute(da.isfinite(X).all(), X.var(dtype=np.float64))
         if not bool(finite):
             raise ValueError("Input X contains NaN or infinity.")
         if not np.isfinite(var):
-            raise NonFiniteError(f"the variance of X is {float(var)!r}: its values are so large "
-                                 f"that their squares overflow; scale the features")
+            raise NonFiniteError(
+                f"the variance of X is {float(var)!r}: its values are so large "
+                f"that their squares overflow; scale the features"
+            )
         est.n_features_in_ = int(X.shape[1])
-        return TrainingData(DaskSource(X), labels, int(X.shape[0]), int(X.shape[1]), False,
-                            dtype, 1, float(var))
+        return TrainingData(
+            DaskSource(X), labels, int(X.shape[0]), int(X.shape[1]), False, dtype, 1, float(var)
+        )
     X, labels = validate_data(est, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
     # finite entries whose squares overflow (|x| ~ 1e154 and up) make every score NaN: refuse
     # them before gamma='scale' or any kernel reads them, naming the row
@@ -212,8 +247,9 @@ def in_kernel_precision(est, td: TrainingData) -> TrainingData:
         return td
     src = td.source
     if isinstance(src, DaskSource):
-        return replace(td, source=DaskSource(src.array.astype(np.float32)),
-                       dtype=np.dtype(np.float32))
+        return replace(
+            td, source=DaskSource(src.array.astype(np.float32)), dtype=np.dtype(np.float32)
+        )
     if isinstance(src, np.ndarray) or sp.issparse(src):
         X32 = src.astype(np.float32)
         if sp.issparse(X32):
@@ -232,6 +268,7 @@ def rows_of(td: TrainingData, ids) -> np.ndarray:
     if isinstance(src, StoreSource):
         # the chunks holding the rows, read once each (StreamingRows.take)
         from ..engine.rows import StreamingRows
+
         rows = StreamingRows(src.slice(0, td.n))
         try:
             return rows.take(ids)
@@ -257,14 +294,18 @@ class RowsView:
 
 # ---------------------------------------------------------------------------------- prediction
 
+
 def _check_features(est, d):
     if d != est.n_features_in_:
-        raise ValueError(f"X has {d} features, but {type(est).__name__} is expecting "
-                         f"{est.n_features_in_} features as input.")
+        raise ValueError(
+            f"X has {d} features, but {type(est).__name__} is expecting "
+            f"{est.n_features_in_} features as input."
+        )
 
 
 def _store_apply(url, lo, hi, fn, *args):
     from ..store import read_rows
+
     return fn(read_rows(url, lo, hi), *args)
 
 
@@ -274,23 +315,29 @@ def _map_row_blocks(est, X, fn, args, token, trailing, dtype):
     threads; ndarray back), each block a ``(rows,) + trailing`` result."""
     import dask
     from dask import delayed
+
     if is_dask(X):
         import dask.array as da
+
         if X.ndim != 2:
             raise ValueError(f"Expected a 2-dimensional dask array for X, got shape {X.shape}")
         _check_features(est, X.shape[1])
         X = X.rechunk({1: -1})
         parts = []
-        for i, (blk, rows) in enumerate(zip(X.to_delayed().ravel(), X.chunks[0])):
+        for i, (blk, rows) in enumerate(zip(X.to_delayed().ravel(), X.chunks[0], strict=False)):
             t = delayed(fn, pure=True)(blk, *args, dask_key_name=f"dmcsvm-predict-{token}-{i}")
             parts.append(da.from_delayed(t, shape=(rows,) + trailing, dtype=dtype))
         return da.concatenate(parts, axis=0) if parts else da.zeros((0,) + trailing, dtype=dtype)
     from ..store import open_store
+
     info = open_store(X)
     _check_features(est, info.n_features)
-    tasks = [delayed(_store_apply, pure=True)(info.url, lo, hi, fn, *args,
-                                              dask_key_name=f"dmcsvm-predict-{token}-{i}")
-             for i, (lo, hi) in enumerate(info.chunk_bounds)]
+    tasks = [
+        delayed(_store_apply, pure=True)(
+            info.url, lo, hi, fn, *args, dask_key_name=f"dmcsvm-predict-{token}-{i}"
+        )
+        for i, (lo, hi) in enumerate(info.chunk_bounds)
+    ]
     scheduler, owned = _predict_scheduler(est)
     try:
         out = dask.compute(*tasks, scheduler=scheduler)
@@ -307,6 +354,7 @@ def _predict_scheduler(est):
     client = getattr(est, "client", None)
     if isinstance(client, str) and client != "local":
         from distributed import Client
+
         c = Client(client)
         return c, [c]
     # a Client object means distributed is loaded: no import (0.6 s) for the common local case
@@ -314,6 +362,7 @@ def _predict_scheduler(est):
     if distributed is not None and isinstance(client, distributed.Client):
         return client, []
     import dask.threaded
+
     return dask.threaded.get, []
 
 
@@ -339,14 +388,16 @@ class ChunkedPredictMixin:
             classes = self.classes_
             if D.ndim == 1:
                 return D.map_blocks(lambda d: classes[(d > 0).astype(int)], dtype=classes.dtype)
-            return D.map_blocks(lambda d: classes[np.argmax(d, axis=1)], drop_axis=1,
-                                dtype=classes.dtype)
+            return D.map_blocks(
+                lambda d: classes[np.argmax(d, axis=1)], drop_axis=1, dtype=classes.dtype
+            )
         return labels_of_scores(self.classes_, D)
 
     def score(self, X, y=None, sample_weight=None):
         """Mean accuracy; for a zarr store ``y`` may be omitted (the store's labels are used)."""
         if is_store(X) and y is None:
             from ..store import open_store, read_labels
+
             info = open_store(X)
             y = read_labels(info)
             if info.classes is not None:
@@ -357,6 +408,7 @@ class ChunkedPredictMixin:
         if is_dask(pred):
             pred = pred.compute()
         from sklearn.metrics import accuracy_score
+
         return accuracy_score(y, pred, sample_weight=sample_weight)
 
 
@@ -370,19 +422,22 @@ def chunked_method(est, X, method):
     an array block.  The fitted model travels to the tasks without its cluster handle; the test
     rows are never gathered in one place."""
     import copy
+
     token = uuid.uuid4().hex[:8]
     model = copy.copy(est)
-    model.client = None                      # a Client does not travel; the tasks need none
+    model.client = None  # a Client does not travel; the tasks need none
     if hasattr(model, "n_jobs"):
-        model.n_jobs = 1                     # the tasks are the parallelism: one thread each
+        model.n_jobs = 1  # the tasks are the parallelism: one thread each
     probe = np.asarray(getattr(model, method)(np.zeros((1, est.n_features_in_))))
     if is_store(X) and _predicts_locally(est):
         return _store_map_local(est, X, model, method, probe)
 
     from dask import delayed
+
     model_d = delayed(model, pure=True, name=f"dmcsvm-model-{token}", traverse=False)
-    return _map_row_blocks(est, X, _method_block, (model_d, method), token, probe.shape[1:],
-                           probe.dtype)
+    return _map_row_blocks(
+        est, X, _method_block, (model_d, method), token, probe.shape[1:], probe.dtype
+    )
 
 
 def _predicts_locally(est) -> bool:
@@ -401,11 +456,13 @@ def _store_map_local(est, X, model, method, probe):
     many as dask's threaded scheduler would run, without importing dask (0.1-0.2 s of a
     command-line prediction): the same per-chunk computations, concatenated in order."""
     from ..store import open_store
+
     info = open_store(X)
     _check_features(est, info.n_features)
     out = map_store_chunks(info, lambda block: _method_block(block, model, method))
-    return np.concatenate(out, axis=0) if out else np.zeros((0,) + probe.shape[1:],
-                                                            dtype=probe.dtype)
+    return (
+        np.concatenate(out, axis=0) if out else np.zeros((0,) + probe.shape[1:], dtype=probe.dtype)
+    )
 
 
 def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
@@ -418,6 +475,7 @@ def fit_inputs(est, X, y, min_classes=2, lazy_store_labels=False):
     that only slice it per partition and index it at the support rows."""
     if lazy_store_labels and is_store(X):
         from ..store.class_index import StoreClassIndex, scan_classes
+
         td = training_data(est, X, y, store_labels=False)
         classes, table = scan_classes(td.store)
         check_store_targets(classes, td.n)
@@ -447,11 +505,17 @@ def check_store_targets(classes, n_samples) -> None:
         warnings.filterwarnings("ignore", message=_MANY_CLASSES, category=UserWarning)
         check_classification_targets(classes)
     if n_samples > 20 and classes.shape[0] > round(0.5 * n_samples):
-        warnings.warn(f"{_MANY_CLASSES}. `y` could represent a regression problem, not a "
-                      f"classification problem.", UserWarning, stacklevel=4)
+        warnings.warn(
+            f"{_MANY_CLASSES}. `y` could represent a regression problem, not a "
+            f"classification problem.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _check_min_classes(est, classes, min_classes):
     if classes.shape[0] < min_classes:
-        raise ValueError(f"{type(est).__name__} needs samples of at least 2 classes in the data, "
-                         f"but the data contains only one class: {classes.tolist()[0]!r}")
+        raise ValueError(
+            f"{type(est).__name__} needs samples of at least 2 classes in the data, "
+            f"but the data contains only one class: {classes.tolist()[0]!r}"
+        )

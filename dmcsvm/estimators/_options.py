@@ -46,13 +46,19 @@ def _constraints(choices, integers, reals, one_of):
     }
     smo = {"batch_size": [integers(2)]}
     per = {
-        "MultiPrototypeSVC": {"batch_size": [integers(1), None],
-                              "batch_sweeps": [integers(1), None],
-                              "inner_steps": [reals(0, closed="left"), None]},
-        "ScatterSVC": smo, "BinarySVC": smo, "OneVsRestSVC": smo, "OneVsOneSVC": smo,
+        "MultiPrototypeSVC": {
+            "batch_size": [integers(1), None],
+            "batch_sweeps": [integers(1), None],
+            "inner_steps": [reals(0, closed="left"), None],
+        },
+        "ScatterSVC": smo,
+        "BinarySVC": smo,
+        "OneVsRestSVC": smo,
+        "OneVsOneSVC": smo,
     }
-    return {name: {k: per.get(name, {}).get(k, shared[k]) for k in DEFAULTS[name]}
-            for name in DEFAULTS}
+    return {
+        name: {k: per.get(name, {}).get(k, shared[k]) for k in DEFAULTS[name]} for name in DEFAULTS
+    }
 
 
 _CONSTRAINTS: dict = {}
@@ -71,15 +77,20 @@ def options_key(est) -> str:
 def _check(name: str, key: str, value) -> None:
     if not _CONSTRAINTS:
         from ._base import choices, integers, one_of, reals
+
         _CONSTRAINTS.update(_constraints(choices, integers, reals, one_of))
     cons = [make_constraint(c) for c in _CONSTRAINTS[name][key]]
     if any(c.is_satisfied_by(value) for c in cons):
         return
     shown = [c for c in cons if not c.hidden]
-    text = str(shown[0]) if len(shown) == 1 else \
-        f"{', '.join(str(c) for c in shown[:-1])} or {shown[-1]}"
-    raise InvalidParameterError(f"The {key!r} entry of {name}'s solver_options must be {text}. "
-                                f"Got {value!r} instead.")
+    text = (
+        str(shown[0])
+        if len(shown) == 1
+        else f"{', '.join(str(c) for c in shown[:-1])} or {shown[-1]}"
+    )
+    raise InvalidParameterError(
+        f"The {key!r} entry of {name}'s solver_options must be {text}. Got {value!r} instead."
+    )
 
 
 def resolve(est) -> dict:
@@ -90,16 +101,20 @@ def resolve(est) -> dict:
     if given is None:
         given = {}
     if not isinstance(given, Mapping):
-        raise InvalidParameterError(f"The 'solver_options' parameter of {name} must be an "
-                                    f"instance of 'dict' or None. Got {given!r} instead.")
+        raise InvalidParameterError(
+            f"The 'solver_options' parameter of {name} must be an "
+            f"instance of 'dict' or None. Got {given!r} instead."
+        )
     defaults = defaults_of(name)
     unknown = [k for k in given if k not in defaults]
     if unknown:
         k = unknown[0]
         moved = MOVED.get(name, {})
         hint = f" (it is called {moved[k]!r} now)" if moved.get(k, k) != k else ""
-        raise ValueError(f"{name}'s solver_options has no key {k!r}{hint}; its keys are "
-                         f"{', '.join(map(repr, defaults))}")
+        raise ValueError(
+            f"{name}'s solver_options has no key {k!r}{hint}; its keys are "
+            f"{', '.join(map(repr, defaults))}"
+        )
     for k, v in given.items():
         _check(name, k, v)
     return {**defaults, **given}
@@ -115,8 +130,9 @@ def take_former_names(est, former: dict) -> None:
     moved = MOVED.get(name, {})
     for k in former:
         if k not in moved:
-            raise TypeError(f"{type(est).__name__}.__init__() got an unexpected keyword "
-                            f"argument {k!r}")
+            raise TypeError(
+                f"{type(est).__name__}.__init__() got an unexpected keyword argument {k!r}"
+            )
     for k in former:
         warnings.warn(moved_message(name, k), FutureWarning, stacklevel=4)
     _, options = move_options(name, former)

@@ -45,13 +45,13 @@ def prototype_scores(X, spec: KernelSpec, SV, dual_coef, n_jobs) -> np.ndarray:
     spec = spec.to_dict()
     sv_norms = row_norms_sq(SV)
     coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
-    jit = not prefer_numpy(n * SV.shape[0])     # a small prediction skips numba's start
+    jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
 
     def work(ab):
         a, b = ab
         out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
 
-    run_chunks(n_jobs, _chunks(n), work)     # n_jobs threads in all (THREAD_POLICY)
+    run_chunks(n_jobs, _chunks(n), work)  # n_jobs threads in all (THREAD_POLICY)
     return out
 
 
@@ -66,7 +66,7 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
         return out
     spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
     sv_norms = row_norms_sq(SV)
-    jit = not prefer_numpy(n * SV.shape[0])         # a small prediction skips numba's start
+    jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
 
     def work(ab):
         a, b = ab
@@ -74,7 +74,7 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
         r = coef.T @ K.T if sp.issparse(coef) else K @ coef
         out[a:b] = r.T if sp.issparse(coef) else r
 
-    run_chunks(est.n_jobs, _chunks(n), work)          # n_jobs threads in all (THREAD_POLICY)
+    run_chunks(est.n_jobs, _chunks(n), work)  # n_jobs threads in all (THREAD_POLICY)
     return out
 
 
@@ -103,7 +103,7 @@ def best_prototype_per_class(S, n_prototypes, m) -> np.ndarray:
     """MultiPrototypeSVC's class scores: the largest score of each of the ``m`` classes'
     prototypes (n_samples, m); for two classes ``score_1 - score_0``."""
     bounds = np.concatenate([[0], np.cumsum(n_prototypes)])
-    D = np.column_stack([S[:, bounds[c]:bounds[c + 1]].max(axis=1) for c in range(m)])
+    D = np.column_stack([S[:, bounds[c] : bounds[c + 1]].max(axis=1) for c in range(m)])
     if m == 2:
         return D[:, 1] - D[:, 0]
     return D
@@ -115,7 +115,7 @@ def ovo_votes(D, pairs, m) -> np.ndarray:
     that ``argmax`` is the vote winner with ties broken by confidence; for two classes the
     binary decision value (positive means ``classes_[1]``)."""
     if m == 2:
-        return -D[:, 0]            # problem (0, 1) has class 0 positive
+        return -D[:, 0]  # problem (0, 1) has class 0 positive
     n = D.shape[0]
     votes = np.zeros((n, m))
     conf = np.zeros((n, m))
@@ -182,14 +182,23 @@ def map_store_chunks(info, fn) -> list:
     :class:`~dmcsvm.store.layout.StoreInfo`) in order, on a pool of as many of this machine's
     threads as dask's threaded scheduler would run."""
     from ..store import read_rows
+
     bounds = list(info.chunk_bounds)
     if not bounds:
         return []
 
     def one(b):
         return fn(read_rows(info.url, b[0], b[1]))
-    workers = max(1, min(len(bounds), len(os.sched_getaffinity(0))
-                         if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+
+    workers = max(
+        1,
+        min(
+            len(bounds),
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1),
+        ),
+    )
     if workers == 1:
         out = [one(b) for b in bounds]
     else:

@@ -31,6 +31,7 @@ def warm_start_kwargs(est, td, classes, y_idx, C, row_C=None) -> dict:
     if start is None or not start[0].size:
         return {}
     from ..coordinators.crammer_singer import CoordinatorState
+
     ids, XB, dB = start
     state = CoordinatorState.fresh(td.n, dB.shape[1])
     state.B[ids] = dB
@@ -56,10 +57,10 @@ def cs_start(est, td, classes, yp, P, C, row_C=None):
         _say_cold(why)
         return None
     ids = np.asarray(est.support_, dtype=np.int64)
-    coef = np.asarray(est.dual_coef_, dtype=np.float64).T          # (n_SV, P): B of the SVs
+    coef = np.asarray(est.dual_coef_, dtype=np.float64).T  # (n_SV, P): B of the SVs
     alpha_y = coef[np.arange(ids.shape[0]), yp[ids]]
     Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
-    keep = Ci > 0                         # a weight-0 row's coefficients must be 0
+    keep = Ci > 0  # a weight-0 row's coefficients must be 0
     if not keep.all():
         coef, ids, alpha_y, Ci = coef[keep], ids[keep], alpha_y[keep], Ci[keep]
         XB = XB[np.flatnonzero(keep)] if XB is not None else None
@@ -102,8 +103,11 @@ def _data_mismatch(est, td, classes):
 
 def _say_cold(why):
     """Warn that the previous solution is no start for this fit, and why."""
-    warnings.warn(f"warm_start: the previous solution does not fit this problem ({why}); "
-                  f"starting from zero", UserWarning, stacklevel=4)
+    warnings.warn(
+        f"warm_start: the previous solution does not fit this problem ({why}); starting from zero",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _support_mismatch(est, td, ids, labels_changed):
@@ -149,10 +153,13 @@ def smo_starts(est, td, classes, y_idx, C, problems, row_C=None):
 
     def signs_at_support():
         # the problems' signs at the support rows only, one problem's vector at a time
-        return np.array([np.asarray(problems[k][ids]) for k in range(n_prob)],
-                        dtype=np.float64).reshape(n_prob, ids.shape[0])
-    why = _data_mismatch(est, td, classes) or _smo_mismatch(est, td, ids, coef, n_prob,
-                                                            signs_at_support)
+        return np.array(
+            [np.asarray(problems[k][ids]) for k in range(n_prob)], dtype=np.float64
+        ).reshape(n_prob, ids.shape[0])
+
+    why = _data_mismatch(est, td, classes) or _smo_mismatch(
+        est, td, ids, coef, n_prob, signs_at_support
+    )
     Ci = np.full(ids.shape[0], float(C)) if row_C is None else np.asarray(row_C)[ids]
     if why is None and np.any((Ci <= 0) & np.any(coef != 0, axis=0)):
         why = "a support row now has weight 0"
@@ -178,6 +185,7 @@ def _smo_mismatch(est, td, ids, coef, n_prob, signs_at_support):
     def labels_changed():
         s = signs_at_support()
         return np.any(coef * s < 0) or np.any((coef != 0) & (s == 0))
+
     return _support_mismatch(est, td, ids, labels_changed)[0]
 
 
@@ -194,8 +202,12 @@ def scatter_start(est, td, classes, y_idx, box):
     if not getattr(est, "warm_start", False) or not hasattr(est, "dual_coef_"):
         return None
     ids = np.asarray(est.support_, dtype=np.int64)
-    why = _data_mismatch(est, td, classes) or _support_mismatch(
-        est, td, ids, lambda: np.any(np.asarray(est.sv_class_) != y_idx[ids]))[0]
+    why = (
+        _data_mismatch(est, td, classes)
+        or _support_mismatch(est, td, ids, lambda: np.any(np.asarray(est.sv_class_) != y_idx[ids]))[
+            0
+        ]
+    )
     if why is not None:
         _say_cold(why)
         return None
@@ -246,7 +258,7 @@ def mprot_start(est, td, classes, y_idx, q, pcls, yp0, C, row_C=None):
     yp[:k][same] = prev[:k][same]
     start = cs_start(est, td, classes, yp, pcls.shape[0], C, row_C)
     if start is None:
-        return None             # warned: the support rows are not this data's
+        return None  # warned: the support rows are not this data's
     if not start[0].size:
         start = None
     # a model file from before epoch_history_ (0.1.0) carries no epochs: start at T0 again

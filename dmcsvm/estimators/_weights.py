@@ -35,7 +35,8 @@ CLASS_WEIGHT_DOC = (
     "class_weight[y_i]`` (times its ``sample_weight``), i.e. {meaning}.  A dict maps labels of "
     "the training data to weights >= 0 (labels not in it weigh 1); ``'balanced'`` is "
     "``n_samples / (n_classes * bincount(y))``.  On the command line: ``--class-weight balanced`` "
-    "or a JSON object such as ``--class-weight '{{\"1\": 5}}'``.")
+    "or a JSON object such as ``--class-weight '{{\"1\": 5}}'``."
+)
 
 SAMPLE_WEIGHT_DOC = (
     "Per-row weights >= 0 (finite): row ``i``'s dual box is ``{bound} * class_weight[y_i] * "
@@ -43,22 +44,33 @@ SAMPLE_WEIGHT_DOC = (
     "0).  ``gamma='scale'`` takes the variance of X with rows counted by their weights (unlike "
     "scikit-learn's SVC), so that integer weights and repeated rows give the same kernel.  With "
     "a zarr store and no ``sample_weight``, the store's optional ``sample_weight`` array is "
-    "used (``write_arrays(..., sample_weight=...)``).")
+    "used (``write_arrays(..., sample_weight=...)``)."
+)
 
 _MEANINGS = {
-    "C": ("its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
-          "an integer weight ``w`` acts as ``w`` copies of the row"),
-    "mu": (("the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)`` "
-            "(``sum_{i in c} a_i = 1``); class sizes in the range of ``mu`` are summed weights"),
-           ("an integer weight ``w`` acts as ``w`` copies of the row (copies of one point carry "
-            "their class mean together: only the sum of their ``a_i`` matters)")),
+    "C": (
+        "its slack counts that many times in the primal ``1/2 ||M||^2 + sum_i C_i xi_i``",
+        "an integer weight ``w`` acts as ``w`` copies of the row",
+    ),
+    "mu": (
+        (
+            "the most that one pattern may carry of its class mean ``m_c = sum_i a_i phi(x_i)`` "
+            "(``sum_{i in c} a_i = 1``); class sizes in the range of ``mu`` are summed weights"
+        ),
+        (
+            "an integer weight ``w`` acts as ``w`` copies of the row (copies of one point carry "
+            "their class mean together: only the sum of their ``a_i`` matters)"
+        ),
+    ),
 }
 
 
 def _para(head, text, indent):
     import textwrap
-    body = textwrap.fill(text, width=96, initial_indent=" " * (indent + 4),
-                         subsequent_indent=" " * (indent + 4))
+
+    body = textwrap.fill(
+        text, width=96, initial_indent=" " * (indent + 4), subsequent_indent=" " * (indent + 4)
+    )
     return " " * indent + head + "\n" + body + "\n"
 
 
@@ -71,20 +83,27 @@ def weights_doc(where: str, bound: str = "C", class_doc: bool = True):
 
     def deco(cls):
         doc = cls.__doc__ or ""
-        para = _para("class_weight : dict, 'balanced' or None, default=None",
-                     CLASS_WEIGHT_DOC.format(bound=bound, meaning=cw_meaning), 4)
+        para = _para(
+            "class_weight : dict, 'balanced' or None, default=None",
+            CLASS_WEIGHT_DOC.format(bound=bound, meaning=cw_meaning),
+            4,
+        )
         mark = "\n    Attributes\n"
         if class_doc and "class_weight :" not in doc:
             cls.__doc__ = doc.replace(mark, "\n" + para + mark, 1) if mark in doc else doc + para
         fit = cls.__dict__.get("fit")
         if fit is not None and fit.__doc__ and "sample_weight :" not in fit.__doc__:
-            sw = _para("sample_weight : array-like of shape (n_samples,), optional",
-                       SAMPLE_WEIGHT_DOC.format(bound=bound, where=where, meaning=sw_meaning), 8)
+            sw = _para(
+                "sample_weight : array-like of shape (n_samples,), optional",
+                SAMPLE_WEIGHT_DOC.format(bound=bound, where=where, meaning=sw_meaning),
+                8,
+            )
             body = fit.__doc__.rstrip()
             if "Parameters\n" not in body:
                 body += "\n\n        Parameters\n        ----------"
             fit.__doc__ = body + "\n" + sw + "        "
         return cls
+
     return deco
 
 
@@ -97,31 +116,35 @@ def class_weights(class_weight, classes, y_idx) -> np.ndarray:
         return np.ones(m)
     if isinstance(class_weight, str):
         if class_weight != "balanced":
-            raise ValueError(f"class_weight must be a dict, 'balanced' or None, got "
-                             f"{class_weight!r}")
+            raise ValueError(
+                f"class_weight must be a dict, 'balanced' or None, got {class_weight!r}"
+            )
         counts = class_counts(y_idx, m).astype(np.float64)
         with np.errstate(divide="ignore"):
             return np.where(counts > 0, float(len(y_idx)) / (m * counts), 1.0)
     if not isinstance(class_weight, dict):
-        raise ValueError(f"class_weight must be a dict, 'balanced' or None, got "
-                         f"{type(class_weight).__name__} {class_weight!r}")
+        raise ValueError(
+            f"class_weight must be a dict, 'balanced' or None, got "
+            f"{type(class_weight).__name__} {class_weight!r}"
+        )
     cw = np.ones(m)
     exact = {_plain(c): j for j, c in enumerate(classes)}
     as_text = {str(_plain(c)): j for j, c in enumerate(classes)}
     for label, w in class_weight.items():
         j = exact.get(_plain(label))
         if j is None and isinstance(label, str):
-            j = as_text.get(label)               # a JSON dict (CLI) has string keys
+            j = as_text.get(label)  # a JSON dict (CLI) has string keys
             if j is None:
                 j = _numeric_key(label, exact)
         if j is None:
-            raise ValueError(f"class_weight has the label {label!r}, which is not a class of the "
-                             f"training data (classes: {list(classes)})")
+            raise ValueError(
+                f"class_weight has the label {label!r}, which is not a class of the "
+                f"training data (classes: {list(classes)})"
+            )
         if isinstance(w, bool) or not isinstance(w, numbers.Real):
             raise ValueError(f"class_weight[{label!r}] must be a number, got {w!r}")
         if not np.isfinite(w):
-            raise NonFiniteError(f"class_weight[{label!r}] is {float(w)!r}; weights must be "
-                                 f"finite")
+            raise NonFiniteError(f"class_weight[{label!r}] is {float(w)!r}; weights must be finite")
         if w < 0:
             raise ValueError(f"class_weight[{label!r}] is {w!r}; weights must be >= 0")
         cw[j] = float(w)
@@ -174,7 +197,7 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
     if len(classes) != n_classes:
         raise ValueError(f"{len(classes)} class labels for {n_classes} classes")
     if class_weight is None and sample_weight is None:
-        return None          # unweighted: the class index is not read (it may live in a store)
+        return None  # unweighted: the class index is not read (it may live in a store)
     y_idx = np.asarray(y_idx, dtype=np.int64)
     n = y_idx.shape[0]
     cw = class_weights(class_weight, classes, y_idx)
@@ -183,15 +206,19 @@ def pattern_bounds(C, y_idx, n_classes, classes, class_weight, sample_weight):
         return None
     w = cw[y_idx] if sw is None else cw[y_idx] * sw
     if not np.any(w > 0):
-        raise ValueError("every row has weight zero (class_weight and sample_weight); at least "
-                         "one row of each class needs a positive weight")
+        raise ValueError(
+            "every row has weight zero (class_weight and sample_weight); at least "
+            "one row of each class needs a positive weight"
+        )
     per_class = np.bincount(y_idx, weights=w, minlength=n_classes)
     present = np.bincount(y_idx, minlength=n_classes) > 0
     empty = np.flatnonzero(present & ~(per_class > 0))
     if empty.size:
         label = classes[int(empty[0])]
-        raise ValueError(f"class {label!r} has weight zero on every one of its rows (class_weight "
-                         f"and sample_weight); give it a positive weight or leave its rows out")
+        raise ValueError(
+            f"class {label!r} has weight zero on every one of its rows (class_weight "
+            f"and sample_weight); give it a positive weight or leave its rows out"
+        )
     return float(C) * w
 
 

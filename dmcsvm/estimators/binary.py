@@ -43,6 +43,7 @@ from ._weights import fit_bounds, weights_doc
 # shared machinery (also used by ScatterSVC)
 # ------------------------------------------------------------------------------------------------
 
+
 class SMOEngine:
     """Partitions of one training set, started once and reused by successive SMO solves.
 
@@ -67,10 +68,11 @@ class SMOEngine:
         ``settings.U`` for every problem; each partition holds its rows'.
     """
 
-    def __init__(self, est, td: TrainingData, signs, groups, spec, settings, with_own=False,
-                 row_U=None):
-        td = in_kernel_precision(est, td)     # float32 kernel values by default
-        self.X = RowsView(td)       # rows the coordinator needs (a dense start's batch)
+    def __init__(
+        self, est, td: TrainingData, signs, groups, spec, settings, with_own=False, row_U=None
+    ):
+        td = in_kernel_precision(est, td)  # float32 kernel values by default
+        self.X = RowsView(td)  # rows the coordinator needs (a dense start's batch)
         self.n = td.n
         self.spec = spec
         self.settings = settings
@@ -80,14 +82,26 @@ class SMOEngine:
         try:
             n_parts = max(1, min(self.executor.n_partitions, self.n))
             ps = PartitionSettings(
-                kernel=spec.to_dict(), C=float(settings.U), selection=0, tol=float(settings.tol),
+                kernel=spec.to_dict(),
+                C=float(settings.U),
+                selection=0,
+                tol=float(settings.tol),
                 n_candidates=int(settings.per_group),
-                shrinking=False, cache_bytes=int(cache_mb(est) * 2 ** 20 / n_parts),
-                kernel_dtype=str(td.dtype), extra=settings.partition_extra(with_own),
-                x_in_memory=True)
-            self.executor.start(td.source, signs, self.groups, ps,
-                                bounds=partition_bounds(td.n, n_parts, td.align),
-                                partition_cls=GradientPartition, row_C=row_U)
+                shrinking=False,
+                cache_bytes=int(cache_mb(est) * 2**20 / n_parts),
+                kernel_dtype=str(td.dtype),
+                extra=settings.partition_extra(with_own),
+                x_in_memory=True,
+            )
+            self.executor.start(
+                td.source,
+                signs,
+                self.groups,
+                ps,
+                bounds=partition_bounds(td.n, n_parts, td.align),
+                partition_cls=GradientPartition,
+                row_C=row_U,
+            )
         except BaseException:
             self.close()
             raise
@@ -98,8 +112,9 @@ class SMOEngine:
         if not self._fresh:
             self.executor.call("reset", signs)
         self._fresh = False
-        return solve_decomposition(self.executor, self.n, signs, self.groups,
-                                   self.spec, self.settings, X=self.X, a0=a0)
+        return solve_decomposition(
+            self.executor, self.n, signs, self.groups, self.spec, self.settings, X=self.X, a0=a0
+        )
 
     def stats(self):
         return self.executor.stats()
@@ -139,23 +154,50 @@ class _SMOParams(SVMEstimator):
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32", tol=1e-3, cache_size="auto", max_iter=-1,
-                 class_weight=None, probability=False, random_state=None, warm_start=False,
-                 verbose=False, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, solver_options=None, **former):
+    def __init__(
+        self,
+        *,
+        C=1.0,
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=0.0,
+        kernel_dtype="float32",
+        tol=1e-3,
+        cache_size="auto",
+        max_iter=-1,
+        class_weight=None,
+        probability=False,
+        random_state=None,
+        warm_start=False,
+        verbose=False,
+        n_jobs=None,
+        client=None,
+        n_workers=None,
+        threads_per_worker=None,
+        memory_limit=None,
+        solver_options=None,
+        **former,
+    ):
         self._keep_params(locals())
 
     def _decomposition_settings(self) -> DecompositionSettings:
         """The SMO settings (the parameters are checked by ``_parameter_constraints``, the
         solver options by :mod:`._options`)."""
         opts = self._solver_options()
-        return DecompositionSettings(U=float(self.C), w_same=1.0, w_diff=1.0, p=-1.0, n_groups=1,
-                                     tol=float(self.tol), selection=opts["pair_selection"],
-                                     batch_size=int(opts["batch_size"]),
-                                     per_group=int(opts["batch_size"]) // 2,
-                                     max_iter=int(self.max_iter),
-                                     verbose=bool(self.verbose)).check()
+        return DecompositionSettings(
+            U=float(self.C),
+            w_same=1.0,
+            w_diff=1.0,
+            p=-1.0,
+            n_groups=1,
+            tol=float(self.tol),
+            selection=opts["pair_selection"],
+            batch_size=int(opts["batch_size"]),
+            per_group=int(opts["batch_size"]) // 2,
+            max_iter=int(self.max_iter),
+            verbose=bool(self.verbose),
+        ).check()
 
     def _fit_problems(self, td, problems, row_C=None, starts=None):
         """Solve the binary problems ``problems`` (a list of sign vectors over all rows, arrays
@@ -179,11 +221,14 @@ class _SMOParams(SVMEstimator):
 
     def _check_X(self, X):
         check_is_fitted(self)
-        return validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             reset=False)
+        return validate_data(
+            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
+        )
 
 
-_PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
+_PARAMS_DOC = (
+    NO_OUT_OF_CORE_DOC
+    + """
     Parameters
     ----------
     C : float, default=1.0
@@ -217,11 +262,13 @@ _PARAMS_DOC = NO_OUT_OF_CORE_DOC + """
     %(where_it_runs)s
     %(solver_options)s
 """
+)
 
 
 # ------------------------------------------------------------------------------------------------
 # BinarySVC
 # ------------------------------------------------------------------------------------------------
+
 
 @weights_doc("Platt 1998 / LIBSVM's C_i: 0 <= a_i <= C_i, y'a = 0")
 class BinarySVC(_SMOParams):
@@ -232,7 +279,9 @@ class BinarySVC(_SMOParams):
     ``y = +1`` for ``classes_[1]``; decision ``f(x) = sum_i y_i a_i k(x_i, x) + b``.
     """
 
-    __doc__ += _PARAMS_DOC + """
+    __doc__ += (
+        _PARAMS_DOC
+        + """
     Attributes
     ----------
     classes_ : ndarray of shape (2,)
@@ -253,6 +302,7 @@ class BinarySVC(_SMOParams):
     gamma_ : float
     n_features_in_ : int
     """
+    )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -266,9 +316,11 @@ class BinarySVC(_SMOParams):
         # from a store the class index stays there: each partition reads its own rows' labels
         td, classes, y_idx = fit_inputs(self, X, y, lazy_store_labels=True)
         if classes.shape[0] != 2:
-            raise ValueError(f"Only binary classification is supported. The type of the target "
-                             f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
-                             f"OneVsOneSVC for more than two classes")
+            raise ValueError(
+                f"Only binary classification is supported. The type of the target "
+                f"is multiclass ({classes.shape[0]} classes); use OneVsRestSVC or "
+                f"OneVsOneSVC for more than two classes"
+            )
         row_C = fit_bounds(self, td, float(self.C), y_idx, classes, sample_weight)
         signs = PairSigns(y_idx, 1, -1)
         starts = smo_starts(self, td, classes, y_idx, float(self.C), [signs], row_C)
@@ -292,13 +344,16 @@ class BinarySVC(_SMOParams):
         if is_store(X) or is_dask(X):
             return chunked_method(self, X, "decision_function")
         X = self._check_X(X)
-        return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0] \
+        return (
+            kernel_times(self, X, self.support_vectors_, self.dual_coef_.T)[:, 0]
             + self.intercept_[0]
+        )
 
 
 # ------------------------------------------------------------------------------------------------
 # one-vs-rest and one-vs-one
 # ------------------------------------------------------------------------------------------------
+
 
 def _pair_signs(y_idx, pairs) -> list:
     """The signs of every binary problem ``pairs[k] = (i, j)`` (class ``i`` positive, class ``j``
@@ -309,8 +364,7 @@ def _pair_signs(y_idx, pairs) -> list:
     return [PairSigns(y_idx, i, j) for i, j in np.asarray(pairs, dtype=np.int64).reshape(-1, 2)]
 
 
-@weights_doc("Platt 1998 / LIBSVM's C_i in every binary problem: 0 <= a_i <= C_i",
-             class_doc=False)
+@weights_doc("Platt 1998 / LIBSVM's C_i in every binary problem: 0 <= a_i <= C_i", class_doc=False)
 class _Decomposed(_SMOParams):
     """Several binary SMO problems sharing partitions and kernel cache."""
 
@@ -346,8 +400,10 @@ class _Decomposed(_SMOParams):
     def _binary_decisions(self, X):
         """Decision values of every binary problem, (n_samples, n_problems)."""
         X = self._check_X(X)
-        return kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr()) \
+        return (
+            kernel_times(self, X, self.support_vectors_, self.dual_coef_.T.tocsr())
             + self.intercept_[None, :]
+        )
 
     def decision_function(self, X):
         """Decision values (see the subclass); a dask array gives a lazy dask array, a zarr store
@@ -364,7 +420,9 @@ class OneVsRestSVC(_Decomposed):
     ``x`` is ``argmax_c f_c(x)``.  With two classes a single problem (``classes_[1]`` positive).
     """
 
-    __doc__ += _PARAMS_DOC + """
+    __doc__ += (
+        _PARAMS_DOC
+        + """
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -383,6 +441,7 @@ class OneVsRestSVC(_Decomposed):
     gamma_ : float
     n_features_in_ : int
     """
+    )
 
     def _problems(self, y_idx, m):
         pairs = np.array([[1, -1]]) if m == 2 else np.array([[c, -1] for c in range(m)])
@@ -403,7 +462,9 @@ class OneVsOneSVC(_Decomposed):
     confidences (as ``decision_function`` returns them).
     """
 
-    __doc__ += _PARAMS_DOC + """
+    __doc__ += (
+        _PARAMS_DOC
+        + """
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -413,10 +474,12 @@ class OneVsOneSVC(_Decomposed):
     gamma_, n_features_in_ :
         As in :class:`OneVsRestSVC`.
     """
+    )
 
     def _problems(self, y_idx, m):
-        pairs = np.array([(i, j) for i in range(m) for j in range(i + 1, m)],
-                         dtype=np.int64).reshape(-1, 2)
+        pairs = np.array(
+            [(i, j) for i in range(m) for j in range(i + 1, m)], dtype=np.int64
+        ).reshape(-1, 2)
         return _pair_signs(y_idx, pairs), pairs
 
     def _decision(self, X):

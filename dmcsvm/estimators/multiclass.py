@@ -55,28 +55,44 @@ CS_SOLVER_CONSTRAINTS = {
 def cs_settings(est, opts: dict, **more) -> SolverSettings:
     """The Crammer–Singer solver's settings of ``est`` (MulticlassSVC, MultiPrototypeSVC) from
     its parameters and its resolved solver options ``opts``; ``more`` sets the rest."""
-    return SolverSettings(C=float(est.C), optimizer=opts["optimizer"],
-                          selection=opts["pattern_selection"], threshold=opts["threshold"],
-                          threshold_fraction=float(opts["threshold_fraction"]),
-                          tol=float(est.tol), gap_tol=float(opts["gap_tol"]),
-                          max_iter=int(est.max_iter), shrinking=bool(est.shrinking),
-                          cache_size=cache_mb(est), gram_cache_size=gram_mb(est), **more)
+    return SolverSettings(
+        C=float(est.C),
+        optimizer=opts["optimizer"],
+        selection=opts["pattern_selection"],
+        threshold=opts["threshold"],
+        threshold_fraction=float(opts["threshold_fraction"]),
+        tol=float(est.tol),
+        gap_tol=float(opts["gap_tol"]),
+        max_iter=int(est.max_iter),
+        shrinking=bool(est.shrinking),
+        cache_size=cache_mb(est),
+        gram_cache_size=gram_mb(est),
+        **more,
+    )
 
 
-def cs_partition_settings(settings: SolverSettings, spec: KernelSpec, pcls, td, n_parts: int,
-                          cache_mb: float, **more) -> PartitionSettings:
+def cs_partition_settings(
+    settings: SolverSettings, spec: KernelSpec, pcls, td, n_parts: int, cache_mb: float, **more
+) -> PartitionSettings:
     """The partitions' settings of a Crammer–Singer-family fit (MulticlassSVC,
     MultiPrototypeSVC's rounds): its kernel, bounds, selection and shrinking, and a column cache
     of ``cache_mb`` split between the ``n_parts`` partitions; ``more`` sets the rest."""
     return PartitionSettings(
-        kernel=spec.to_dict(), C=settings.C, selection=pt.SELECTIONS[settings.selection],
-        tol=settings.tol, n_candidates=settings.batch_size, pcls=pcls,
-        shrinking=settings.shrinking, shrink_after=settings.shrink_after,
-        cache_bytes=int(cache_mb * 2 ** 20 / n_parts), kernel_dtype=str(td.dtype), **more)
+        kernel=spec.to_dict(),
+        C=settings.C,
+        selection=pt.SELECTIONS[settings.selection],
+        tol=settings.tol,
+        n_candidates=settings.batch_size,
+        pcls=pcls,
+        shrinking=settings.shrinking,
+        shrink_after=settings.shrink_after,
+        cache_bytes=int(cache_mb * 2**20 / n_parts),
+        kernel_dtype=str(td.dtype),
+        **more,
+    )
 
 
-@weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: "
-             "alpha_i^{y_i} <= C_i")
+@weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: alpha_i^{y_i} <= C_i")
 class MulticlassSVC(SVMEstimator):
     """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
     Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
@@ -180,23 +196,50 @@ class MulticlassSVC(SVMEstimator):
         "decision_function_shape": [choices("ovr", "ovo")],
     }
 
-    def __init__(self, *, C=1.0, kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32", tol=1e-3, shrinking=True, cache_size="auto",
-                 max_iter=-1, class_weight=None, probability=False,
-                 decision_function_shape="ovr", random_state=None, warm_start=False,
-                 verbose=False, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, checkpoint=None,
-                 checkpoint_every=10, resume=False, solver_options=None, **former):
+    def __init__(
+        self,
+        *,
+        C=1.0,
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=0.0,
+        kernel_dtype="float32",
+        tol=1e-3,
+        shrinking=True,
+        cache_size="auto",
+        max_iter=-1,
+        class_weight=None,
+        probability=False,
+        decision_function_shape="ovr",
+        random_state=None,
+        warm_start=False,
+        verbose=False,
+        n_jobs=None,
+        client=None,
+        n_workers=None,
+        threads_per_worker=None,
+        memory_limit=None,
+        checkpoint=None,
+        checkpoint_every=10,
+        resume=False,
+        solver_options=None,
+        **former,
+    ):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
     def _settings(self, opts: dict) -> SolverSettings:
         """The solver's settings from the parameters (checked by ``_parameter_constraints``) and
         the resolved solver options ``opts``."""
-        return cs_settings(self, opts, batch_size=int(opts["batch_size"]),
-                           batch_sweeps=int(opts["batch_sweeps"]),
-                           verbose=bool(self.verbose),
-                           inner_steps=float(opts["inner_steps"])).check()
+        return cs_settings(
+            self,
+            opts,
+            batch_size=int(opts["batch_size"]),
+            batch_sweeps=int(opts["batch_sweeps"]),
+            verbose=bool(self.verbose),
+            inner_steps=float(opts["inner_steps"]),
+        ).check()
 
     @staticmethod
     def _disk_cache_mb(opts: dict) -> float:
@@ -210,8 +253,7 @@ class MulticlassSVC(SVMEstimator):
         return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
 
     def _check_X(self, X, reset):
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
-                          reset=reset)
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=reset)
         return X
 
     # ------------------------------------------------------------------ fit
@@ -247,31 +289,42 @@ class MulticlassSVC(SVMEstimator):
         spec = KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
         self._spec = spec
         m = classes.shape[0]
-        sequential = opts["linear_solver"] != "rounds" and \
-            linear_cs.sequential_applies(self, td, spec)
+        sequential = opts["linear_solver"] != "rounds" and linear_cs.sequential_applies(
+            self, td, spec
+        )
         if opts["linear_solver"] == "sequential" and not sequential:
-            raise ValueError("linear_solver='sequential' needs kernel='linear' and in-memory rows "
-                             "(an array or CSR matrix, no client, no checkpoint)")
-        if sequential:                                   # in memory: explicit W
+            raise ValueError(
+                "linear_solver='sequential' needs kernel='linear' and in-memory rows "
+                "(an array or CSR matrix, no client, no checkpoint)"
+            )
+        if sequential:  # in memory: explicit W
             start = cs_start(self, td, classes, y_idx, m, settings.C, row_C)
-            return linear_cs.fit_multiclass(self, td, settings, classes, y_idx, row_C, start,
-                                            threads=n_threads(self.n_jobs))
-        td = in_kernel_precision(self, td)         # float32 kernel values by default
+            return linear_cs.fit_multiclass(
+                self, td, settings, classes, y_idx, row_C, start, threads=n_threads(self.n_jobs)
+            )
+        td = in_kernel_precision(self, td)  # float32 kernel values by default
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = cs_partition_settings(
-            settings, spec, pcls, td, n_parts, settings.cache_size,
-            disk_cache_bytes=int(disk_mb * 2 ** 20 / n_parts),
+            settings,
+            spec,
+            pcls,
+            td,
+            n_parts,
+            settings.cache_size,
+            disk_cache_bytes=int(disk_mb * 2**20 / n_parts),
             disk_cache_stream_only=isinstance(opts["disk_cache_size"], str),
-            cache_dir=opts["cache_dir"], x_in_memory=opts["data_in_memory"])
+            cache_dir=opts["cache_dir"],
+            x_in_memory=opts["data_in_memory"],
+        )
         bounds = partition_bounds(td.n, n_parts, td.align)
         try:
             executor.start(td.source, y_idx, y_idx, psettings, bounds=bounds, row_C=row_C)
             ck = CheckpointSession.for_estimator(self, td.source, y_idx, settings, row_C=row_C)
             kw = ck.solve_kwargs(td.n, m, td.sparse, td.dtype, executor)
-            if "state" not in kw:                  # a resumed checkpoint wins over warm_start
+            if "state" not in kw:  # a resumed checkpoint wins over warm_start
                 kw.update(warm_start_kwargs(self, td, classes, y_idx, settings.C, row_C))
             res = solve(executor, td.n, pcls, spec, ck.settings, td.d, td.sparse, td.dtype, **kw)
             self.engine_stats_ = executor.stats()
@@ -281,7 +334,7 @@ class MulticlassSVC(SVMEstimator):
         self.support_ = res.support
         # the rows as given (the solver's may be their float32 copies)
         self.support_vectors_ = res.X_sv if td.original is None else td.original[res.support]
-        self.dual_coef_ = np.ascontiguousarray(res.coef.T)   # (n_classes, n_SV), as SVC
+        self.dual_coef_ = np.ascontiguousarray(res.coef.T)  # (n_classes, n_SV), as SVC
         self.n_support_ = np.bincount(y_idx[res.support], minlength=m).astype(np.int32)
         self.n_iter_ = res.n_iter
         self.converged_ = res.converged
@@ -295,14 +348,19 @@ class MulticlassSVC(SVMEstimator):
         check_in_process(self, X)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32])
         K = gram_of(self, X, train=True)
-        params = {**self.get_params(deep=False), "kernel": "linear", "probability": False,
-                  "warm_start": False, "decision_function_shape": "ovr"}
+        params = {
+            **self.get_params(deep=False),
+            "kernel": "linear",
+            "probability": False,
+            "warm_start": False,
+            "decision_function_shape": "ovr",
+        }
         inner = MulticlassSVC(**params).fit(gram_features(K), y, sample_weight=sample_weight)
         for k, v in vars(inner).items():
             if k.endswith("_") and not k.startswith("_") and k != "n_features_in_":
                 setattr(self, k, v)
         self._spec = None
-        self.gamma_ = 0.0                              # the kernel has no coefficient here
+        self.gamma_ = 0.0  # the kernel has no coefficient here
         if isinstance(self.kernel, str):
             self.support_vectors_ = np.empty((self.support_.shape[0], 0))
         else:
@@ -324,8 +382,9 @@ class MulticlassSVC(SVMEstimator):
             else:
                 K = gram_of(self, X, self.support_vectors_)
             return K @ coef
-        return prototype_scores(X, self._kernel_spec(), self.support_vectors_, self.dual_coef_,
-                                self.n_jobs)
+        return prototype_scores(
+            X, self._kernel_spec(), self.support_vectors_, self.dual_coef_, self.n_jobs
+        )
 
     def decision_function(self, X):
         """Scores ``f_r(x)`` of every class (n_samples, n_classes); for two classes, ``f_1 - f_0``.
@@ -336,13 +395,18 @@ class MulticlassSVC(SVMEstimator):
         last two is ever gathered in one place.
         """
         S = self._decision_ovr(X)
-        if getattr(self, "decision_function_shape", "ovr") == "ovo" and not is_dask(S) \
-                and S.ndim == 2:
+        if (
+            getattr(self, "decision_function_shape", "ovr") == "ovo"
+            and not is_dask(S)
+            and S.ndim == 2
+        ):
             return ovo_from_scores(S)
         if is_dask(S) and S.ndim == 2 and self.decision_function_shape == "ovo":
-            return S.map_blocks(ovo_from_scores, chunks=(S.chunks[0],
-                                (len(self.classes_) * (len(self.classes_) - 1) // 2,)),
-                                dtype=S.dtype)
+            return S.map_blocks(
+                ovo_from_scores,
+                chunks=(S.chunks[0], (len(self.classes_) * (len(self.classes_) - 1) // 2,)),
+                dtype=S.dtype,
+            )
         return S
 
     def _decision_ovr(self, X):
@@ -358,4 +422,3 @@ class MulticlassSVC(SVMEstimator):
         if S.shape[1] == 2:
             return S[:, 1] - S[:, 0]
         return S
-

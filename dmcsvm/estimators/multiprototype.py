@@ -42,9 +42,11 @@ from ._weights import fit_bounds, weights_doc
 from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings, cs_settings
 
 
-@weights_doc("Aiolli–Sperduti 2005 Eq. 8 / Eq. 11: the primal's slack term becomes "
-             "sum_i C_i xi_i, and the annealing's energy differences of Eq. 17 weigh each "
-             "pattern's slacks by its own C_i")
+@weights_doc(
+    "Aiolli–Sperduti 2005 Eq. 8 / Eq. 11: the primal's slack term becomes "
+    "sum_i C_i xi_i, and the annealing's energy differences of Eq. 17 weigh each "
+    "pattern's slacks by its own C_i"
+)
 class MultiPrototypeSVC(SVMEstimator):
     """Multi-prototype multiclass SVM (MProtSVM, Aiolli & Sperduti 2005) with annealed assignments.
 
@@ -170,19 +172,43 @@ class MultiPrototypeSVC(SVMEstimator):
     _parameter_constraints: ClassVar[dict] = {
         **SVMEstimator._parameter_constraints,
         **CS_SOLVER_CONSTRAINTS,
-        "n_prototypes": [integers(1), list, tuple, np.ndarray],   # entries: _prototype_counts
+        "n_prototypes": [integers(1), list, tuple, np.ndarray],  # entries: _prototype_counts
         "T0": [reals(0, closed="left")],
         "tau": [reals(0, 1)],
         "max_epochs": [integers(0)],
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, n_prototypes=3, C=1.0, kernel="poly", gamma=1.0, degree=1, coef0=1.0,
-                 kernel_dtype="float32", T0=10.0, tau=0.05, max_epochs=200, tol=1e-3,
-                 shrinking=True, cache_size="auto", max_iter=-1, class_weight=None,
-                 probability=False, random_state=None, warm_start=False, verbose=False,
-                 n_jobs=None, client=None, n_workers=None, threads_per_worker=None,
-                 memory_limit=None, solver_options=None, **former):
+    def __init__(
+        self,
+        *,
+        n_prototypes=3,
+        C=1.0,
+        kernel="poly",
+        gamma=1.0,
+        degree=1,
+        coef0=1.0,
+        kernel_dtype="float32",
+        T0=10.0,
+        tau=0.05,
+        max_epochs=200,
+        tol=1e-3,
+        shrinking=True,
+        cache_size="auto",
+        max_iter=-1,
+        class_weight=None,
+        probability=False,
+        random_state=None,
+        warm_start=False,
+        verbose=False,
+        n_jobs=None,
+        client=None,
+        n_workers=None,
+        threads_per_worker=None,
+        memory_limit=None,
+        solver_options=None,
+        **former,
+    ):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
@@ -193,9 +219,14 @@ class MultiPrototypeSVC(SVMEstimator):
         # kernel rows: the rounds solve their working set by re-selection, as MulticlassSVC's
         # (one pass in order took far more rounds on small weighted problems); the linear fast
         # path resets it in fit
-        solver = cs_settings(self, opts, batch_size=int(opts["batch_size"] or 1000),
-                             batch_sweeps=int(opts["batch_sweeps"] or 1), verbose=False,
-                             inner_steps=20.0 if steps is None else float(steps)).check()
+        solver = cs_settings(
+            self,
+            opts,
+            batch_size=int(opts["batch_size"] or 1000),
+            batch_sweeps=int(opts["batch_sweeps"] or 1),
+            verbose=False,
+            inner_steps=20.0 if steps is None else float(steps),
+        ).check()
         schedule = AnnealSettings(T0=self.T0, tau=self.tau, max_epochs=self.max_epochs).check()
         return solver, schedule
 
@@ -203,8 +234,10 @@ class MultiPrototypeSVC(SVMEstimator):
         """``q_c`` of every class from ``n_prototypes``, checked against the class sizes."""
         m = classes.shape[0]
         v = self.n_prototypes
-        msg = (f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
-               f"class), got {v!r}")
+        msg = (
+            f"n_prototypes must be an integer >= 1 or a list of such integers (one per "
+            f"class), got {v!r}"
+        )
         if isinstance(v, numbers.Integral) and not isinstance(v, bool):
             q = np.full(m, int(v), dtype=np.int64)
         elif isinstance(v, (list, tuple, np.ndarray)):
@@ -219,8 +252,10 @@ class MultiPrototypeSVC(SVMEstimator):
             raise ValueError(msg)
         for c in range(m):
             if counts[c] < q[c]:
-                raise ValueError(f"class {classes[c].tolist()!r} has {counts[c]} training patterns, "
-                                 f"fewer than its {q[c]} prototypes (n_prototypes)")
+                raise ValueError(
+                    f"class {classes[c].tolist()!r} has {counts[c]} training patterns, "
+                    f"fewer than its {q[c]} prototypes (n_prototypes)"
+                )
         return q
 
     # ------------------------------------------------------------------ fit
@@ -242,9 +277,11 @@ class MultiPrototypeSVC(SVMEstimator):
         linear = bool(opts["fast_linear"]) and linear_coefficients(spec) is not None
         sequential = linear and opts["linear_solver"] != "rounds" and lcs.in_memory(self, td)
         if opts["linear_solver"] == "sequential" and not sequential:
-            raise ValueError("linear_solver='sequential' needs a linear kernel ('linear' or "
-                             "'poly' of degree 1) with fast_linear=True and in-memory rows (an "
-                             "array or CSR matrix, no client, no checkpoint)")
+            raise ValueError(
+                "linear_solver='sequential' needs a linear kernel ('linear' or "
+                "'poly' of degree 1) with fast_linear=True and in-memory rows (an "
+                "array or CSR matrix, no client, no checkpoint)"
+            )
         pcls = prototype_classes(q)
         rng = check_random_state(self.random_state)
         yp0 = RandomAssignment(lp.epoch_seed(rng), pcls, 0, td.n)
@@ -255,12 +292,13 @@ class MultiPrototypeSVC(SVMEstimator):
         if ws is not None:
             yp0, warm["start"], warm["epoch0"] = ws
         if sequential:
-            return self._fit_sequential(td, settings, schedule, spec, classes, q, pcls, y_idx,
-                                        yp0, rng, row_C, warm)
+            return self._fit_sequential(
+                td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng, row_C, warm
+            )
         if not linear:
-            td = in_kernel_precision(self, td)     # float32 kernel values by default
+            td = in_kernel_precision(self, td)  # float32 kernel values by default
         final = settings
-        if linear:      # resolve the defaults of the fast path (see batch_size, batch_sweeps)
+        if linear:  # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if opts["batch_size"] is None:
                 settings = replace(settings, batch_size=int(td.n))
             if opts["inner_steps"] is None:
@@ -268,24 +306,48 @@ class MultiPrototypeSVC(SVMEstimator):
                 # row in O(P d) at every check and took 1.0-1.6x the time (benchmarks/results/
                 # mprot_working_set.md) for 20x fewer rounds
                 settings = replace(settings, inner_steps=0.0)
-            final = replace(settings, batch_sweeps=20) if opts["batch_sweeps"] is None \
-                else settings
+            final = replace(settings, batch_sweeps=20) if opts["batch_sweeps"] is None else settings
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         # explicit prototypes compute no kernel column and score every row each round: no
         # cache, and the rows stay in memory
-        psettings = cs_partition_settings(settings, spec, pcls, td, n_parts,
-                                          0.0 if linear else settings.cache_size,
-                                          x_in_memory=True if linear else "auto")
+        psettings = cs_partition_settings(
+            settings,
+            spec,
+            pcls,
+            td,
+            n_parts,
+            0.0 if linear else settings.cache_size,
+            x_in_memory=True if linear else "auto",
+        )
         progress = self._print_epoch if self.verbose else None
         try:
-            executor.start(td.source, yp0, y_idx, psettings,
-                           bounds=partition_bounds(td.n, n_parts, td.align),
-                           partition_cls=LinearPrototypePartition if linear else PrototypePartition,
-                           row_C=row_C)
-            res = anneal(executor, td.n, pcls, spec, settings, schedule,
-                         td.d, td.sparse, rng, x_dtype=td.dtype, linear=linear,
-                         progress=progress, final_settings=final, row_C=row_C, **warm)
+            executor.start(
+                td.source,
+                yp0,
+                y_idx,
+                psettings,
+                bounds=partition_bounds(td.n, n_parts, td.align),
+                partition_cls=LinearPrototypePartition if linear else PrototypePartition,
+                row_C=row_C,
+            )
+            res = anneal(
+                executor,
+                td.n,
+                pcls,
+                spec,
+                settings,
+                schedule,
+                td.d,
+                td.sparse,
+                rng,
+                x_dtype=td.dtype,
+                linear=linear,
+                progress=progress,
+                final_settings=final,
+                row_C=row_C,
+                **warm,
+            )
         finally:
             release_executor(executor, owned)
         state = res.state
@@ -295,13 +357,18 @@ class MultiPrototypeSVC(SVMEstimator):
         self.prototype_class_ = classes[pcls]
         self.assignment_ = res.yp
         self.support_ = sv
-        self.support_vectors_ = state.bank.stack(sv, td.d, td.sparse, td.dtype) \
-            if td.original is None else td.original[sv]      # the rows as given
-        self.dual_coef_ = np.ascontiguousarray(state.B[sv].T)    # (P, n_SV), as SVC
+        self.support_vectors_ = (
+            state.bank.stack(sv, td.d, td.sparse, td.dtype)
+            if td.original is None
+            else td.original[sv]
+        )  # the rows as given
+        self.dual_coef_ = np.ascontiguousarray(state.B[sv].T)  # (P, n_SV), as SVC
         self.prototypes_, self.intercept_ = self._explicit(spec)
         self.energy_ = float(res.energy)
-        self.history_ = {"epoch": res.round_epoch,
-                         **{k: np.asarray(v) for k, v in state.history.items()}}
+        self.history_ = {
+            "epoch": res.round_epoch,
+            **{k: np.asarray(v) for k, v in state.history.items()},
+        }
         self.epoch_history_ = res.epochs
         self.n_epochs_ = int(res.n_epochs)
         self.n_iter_ = int(state.rounds)
@@ -309,17 +376,27 @@ class MultiPrototypeSVC(SVMEstimator):
         self._spec = spec
         return self
 
-    def _fit_sequential(self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng,
-                        row_C=None, warm=None):
+    def _fit_sequential(
+        self, td, settings, schedule, spec, classes, q, pcls, y_idx, yp0, rng, row_C=None, warm=None
+    ):
         """The in-memory linear path: :func:`anneal_sequential` (no executor, no rounds)."""
         a, c0 = linear_coefficients(spec)
         prob = lcs.LinearProblem.of(td.source, a, c0)
-        with limit_blas(1):      # the checks' small GEMMs: threads cost more than they save
-            res = anneal_sequential(prob, y_idx, pcls, yp0, settings, schedule, rng,
-                                    lcs.seed_of(self.random_state),
-                                    progress=self._print_epoch if self.verbose else None,
-                                    row_C=row_C, threads=n_threads(self.n_jobs),
-                                    **(warm or {}))
+        with limit_blas(1):  # the checks' small GEMMs: threads cost more than they save
+            res = anneal_sequential(
+                prob,
+                y_idx,
+                pcls,
+                yp0,
+                settings,
+                schedule,
+                rng,
+                lcs.seed_of(self.random_state),
+                progress=self._print_epoch if self.verbose else None,
+                row_C=row_C,
+                threads=n_threads(self.n_jobs),
+                **(warm or {}),
+            )
         st = res.state
         sv = np.flatnonzero(np.any(st.B != 0.0, axis=1))
         self.classes_ = classes
@@ -351,14 +428,18 @@ class MultiPrototypeSVC(SVMEstimator):
         return np.ascontiguousarray(a * W), c0 * Bs.sum(axis=0)
 
     def _print_epoch(self, row):
-        print(f"epoch {row['epoch']:4d}  T={row['temperature']:.4g}  energy={row['energy']:.6g}  "
-              f"primal={row['primal']:.6g}  dual={row['dual']:.6g}  changed={row['n_changed']}  "
-              f"rounds={row['rounds']}", flush=True)
+        print(
+            f"epoch {row['epoch']:4d}  T={row['temperature']:.4g}  energy={row['energy']:.6g}  "
+            f"primal={row['primal']:.6g}  dual={row['dual']:.6g}  changed={row['n_changed']}  "
+            f"rounds={row['rounds']}",
+            flush=True,
+        )
 
     # ------------------------------------------------------------------ predict
     def _check_X(self, X):
-        return validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             reset=False)
+        return validate_data(
+            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False
+        )
 
     def _kernel_spec(self) -> KernelSpec:
         spec = getattr(self, "_spec", None)

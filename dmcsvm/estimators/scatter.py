@@ -25,8 +25,11 @@ from .binary import (
 )
 
 
-@weights_doc("the mScatter dual, Jenssen et al. 2009 Eq. 6, with a per-pattern cap: "
-             "0 <= a_i <= mu_i, sum_{i in c} a_i = 1", bound="mu")
+@weights_doc(
+    "the mScatter dual, Jenssen et al. 2009 Eq. 6, with a per-pattern cap: "
+    "0 <= a_i <= mu_i, sum_{i in c} a_i = 1",
+    bound="mu",
+)
 class ScatterSVC(SVMEstimator):
     """Multiclass mScatter-SVM (Jenssen, Kloft, Zien, Sonnenburg, Müller 2009): one variable per
     training pattern, trained by SMO over pairs of the same class.
@@ -116,16 +119,37 @@ class ScatterSVC(SVMEstimator):
     _parameter_constraints: ClassVar[dict] = {
         **SVMEstimator._parameter_constraints,
         **SMO_CONSTRAINTS,
-        "mu": [choices("auto"), reals(0)],       # its range by the data: _check_mu
+        "mu": [choices("auto"), reals(0)],  # its range by the data: _check_mu
         "test_rule": [one_of(1, 2)],
         "warm_start": ["boolean"],
     }
 
-    def __init__(self, *, mu="auto", kernel="rbf", gamma="scale", degree=3, coef0=0.0,
-                 kernel_dtype="float32", test_rule=1, tol=1e-3, cache_size="auto", max_iter=-1,
-                 class_weight=None, probability=False, random_state=None, warm_start=False,
-                 verbose=False, n_jobs=None, client=None, n_workers=None,
-                 threads_per_worker=None, memory_limit=None, solver_options=None, **former):
+    def __init__(
+        self,
+        *,
+        mu="auto",
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=0.0,
+        kernel_dtype="float32",
+        test_rule=1,
+        tol=1e-3,
+        cache_size="auto",
+        max_iter=-1,
+        class_weight=None,
+        probability=False,
+        random_state=None,
+        warm_start=False,
+        verbose=False,
+        n_jobs=None,
+        client=None,
+        n_workers=None,
+        threads_per_worker=None,
+        memory_limit=None,
+        solver_options=None,
+        **former,
+    ):
         self._keep_params(locals())
 
     # ------------------------------------------------------------------ validation
@@ -136,18 +160,22 @@ class ScatterSVC(SVMEstimator):
         n_min = counts.min()
         n_min = int(n_min) if float(n_min).is_integer() else float(n_min)
         lo = 1.0 / n_min
-        if isinstance(self.mu, str):          # 'auto': nu = 0.5 (lo <= 1 without weights)
+        if isinstance(self.mu, str):  # 'auto': nu = 0.5 (lo <= 1 without weights)
             return float(max(lo, min(1.0, 2.0 * counts.shape[0] / counts.sum())))
         if weighted:
             if not lo * (1.0 - 1e-12) <= self.mu:
-                raise ValueError(f"mu must satisfy mu >= 1/W_min with weights; for this data "
-                                 f"(smallest summed class weight W_min = {n_min}) that is mu >= "
-                                 f"{lo:.6g}, got {self.mu!r}")
+                raise ValueError(
+                    f"mu must satisfy mu >= 1/W_min with weights; for this data "
+                    f"(smallest summed class weight W_min = {n_min}) that is mu >= "
+                    f"{lo:.6g}, got {self.mu!r}"
+                )
             return float(max(self.mu, lo))
         if not (lo * (1.0 - 1e-12) <= self.mu <= 1.0):
-            raise ValueError(f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
-                             f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
-                             f"{self.mu!r}")
+            raise ValueError(
+                f"mu must satisfy 1/N_min <= mu <= 1; for this data (smallest class: "
+                f"N_min = {n_min} samples) that is {lo:.6g} <= mu <= 1, got "
+                f"{self.mu!r}"
+            )
         return float(max(self.mu, lo))
 
     # ------------------------------------------------------------------ fit
@@ -163,16 +191,27 @@ class ScatterSVC(SVMEstimator):
         td, classes, y_idx = fit_inputs(self, X, y)
         m = classes.shape[0]
         w = fit_bounds(self, td, 1.0, y_idx, classes, sample_weight)
-        counts = np.bincount(y_idx, minlength=m) if w is None else \
-            np.bincount(y_idx, weights=w, minlength=m)
+        counts = (
+            np.bincount(y_idx, minlength=m)
+            if w is None
+            else np.bincount(y_idx, weights=w, minlength=m)
+        )
         mu = self._check_mu(counts, weighted=w is not None)
         row_mu = None if w is None else mu * w
         opts = self._solver_options()
-        s = DecompositionSettings(U=mu, w_same=(m - 1) / m, w_diff=-1.0 / m, p=0.0, n_groups=m,
-                                  tol=float(self.tol), selection=opts["pair_selection"],
-                                  batch_size=int(opts["batch_size"]),
-                                  per_group=int(opts["class_batch"]), max_iter=int(self.max_iter),
-                                  verbose=bool(self.verbose)).check()
+        s = DecompositionSettings(
+            U=mu,
+            w_same=(m - 1) / m,
+            w_diff=-1.0 / m,
+            p=0.0,
+            n_groups=m,
+            tol=float(self.tol),
+            selection=opts["pair_selection"],
+            batch_size=int(opts["batch_size"]),
+            per_group=int(opts["class_batch"]),
+            max_iter=int(self.max_iter),
+            verbose=bool(self.verbose),
+        ).check()
         spec = kernel_of(self, td)
         signs = np.ones(td.n, dtype=np.int64)
         box = mu if row_mu is None else row_mu
@@ -190,19 +229,22 @@ class ScatterSVC(SVMEstimator):
         self.classes_ = classes
         self.support_ = sv
         self.support_vectors_ = rows_of(td, sv)
-        self.dual_coef_ = r.alpha[None, :]          # (1, n_SV), as SVC
+        self.dual_coef_ = r.alpha[None, :]  # (1, n_SV), as SVC
         self.sv_class_ = y_idx[sv]
         self.n_support_ = np.bincount(y_idx[sv], minlength=m).astype(np.int32)
         # ||m_c||^2 = sum_{i in c} a_i own_i ;  m_c' mbar = (1/m) sum_{i in c} a_i tot_i
         mm = cs[:, 0]
         mc_mbar = cs[:, 1] / m
-        mbar2 = cs[:, 1].sum() / m ** 2
+        mbar2 = cs[:, 1].sum() / m**2
         self.class_norms_ = np.sqrt(np.maximum(mm, 0.0))
         self.centered_norms_ = np.sqrt(np.maximum(mm - 2.0 * mc_mbar + mbar2, 0.0))
         # (m_c - mbar)' m_c^msv = sum_msv a_i g_i / sum_msv a_i, since g_i = (m_c - mbar)' phi(x_i)
         has_msv = cs[:, 3] > 0
-        self.msv_offsets_ = np.where(has_msv, cs[:, 2] / np.where(has_msv, cs[:, 3], 1.0),
-                                     cs[:, 4] / np.maximum(cs[:, 5], 1e-300))
+        self.msv_offsets_ = np.where(
+            has_msv,
+            cs[:, 2] / np.where(has_msv, cs[:, 3], 1.0),
+            cs[:, 4] / np.maximum(cs[:, 5], 1e-300),
+        )
         self.objective_ = r.objective
         self.n_iter_ = r.n_iter
         self.converged_ = r.converged
@@ -214,8 +256,7 @@ class ScatterSVC(SVMEstimator):
     def class_scores(self, X):
         """``m_c' phi(x)`` for every class, (n_samples, n_classes)."""
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
-                          reset=False)
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32], reset=False)
         m = self.classes_.shape[0]
         a = np.asarray(self.dual_coef_).ravel()
         A = sp.csr_matrix((a, (np.arange(a.shape[0]), self.sv_class_)), shape=(a.shape[0], m))
@@ -232,10 +273,9 @@ class ScatterSVC(SVMEstimator):
         if self.test_rule == 1:
             D = S / np.maximum(self.class_norms_, tiny)
         else:
-            D = (S - S.mean(axis=1, keepdims=True) - self.msv_offsets_) \
-                / np.maximum(self.centered_norms_, tiny)
+            D = (S - S.mean(axis=1, keepdims=True) - self.msv_offsets_) / np.maximum(
+                self.centered_norms_, tiny
+            )
         if D.shape[1] == 2:
             return D[:, 1] - D[:, 0]
         return D
-
-

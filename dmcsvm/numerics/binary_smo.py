@@ -69,7 +69,7 @@ def platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj, w):
     eta = w * (kii + kjj - 2.0 * kij)
     if eta <= 0.0:
         eta = TAU
-    dE = yi * gi - yj * gj                      # E_i - E_j
+    dE = yi * gi - yj * gj  # E_i - E_j
     # bounds of a_j, and the value a_i takes when a_j sits on that bound because a_i hit its own
     # bound (set exactly: a_i recomputed from a_j would be off by rounding, e.g. 1e-18 instead of
     # 0, and such a variable would look movable while no step can move it)

@@ -36,8 +36,8 @@ import numpy as np
 from .binary_smo import TAU, platt_bias_box, platt_step_box
 from .pattern import bound_at
 
-SEL_MVP = 0      # maximal violating pair (first order)
-SEL_WSS2 = 1     # LIBSVM's second-order rule (Fan, Chen, Lin 2005, WSS 2)
+SEL_MVP = 0  # maximal violating pair (first order)
+SEL_WSS2 = 1  # LIBSVM's second-order rule (Fan, Chen, Lin 2005, WSS 2)
 SELECTIONS = {"mvp": SEL_MVP, "wss2": SEL_WSS2}
 
 
@@ -102,7 +102,7 @@ def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmi
             viol = gmax[c] - gmin[c]
     best_i = -1
     best_j = -1
-    best = np.inf           # WSS2: most negative -b^2/a; MVP: most negative -(violation)
+    best = np.inf  # WSS2: most negative -b^2/a; MVP: most negative -(violation)
     for t in range(nb):
         c = grp[t]
         i = imax[c]
@@ -169,21 +169,23 @@ def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection,
         ai, aj = a[i], a[j]
         Ui = bound_at(U, i)
         Uj = bound_at(U, j)
-        ai_new, aj_new = platt_step_box(ai, aj, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j],
-                                        Ui, Uj, w_same)
+        ai_new, aj_new = platt_step_box(
+            ai, aj, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j], Ui, Uj, w_same
+        )
         dai = ai_new - ai
         daj = aj_new - aj
         if dai == 0.0 and daj == 0.0:
             break
-        b = platt_bias_box(b, ai, aj, ai_new, aj_new, y[i], y[j], g[i], g[j], K[i, i], K[j, j],
-                           K[i, j], Ui, Uj)
+        b = platt_bias_box(
+            b, ai, aj, ai_new, aj_new, y[i], y[j], g[i], g[j], K[i, i], K[j, j], K[i, j], Ui, Uj
+        )
         a[i] = ai_new
         a[j] = aj_new
         ci = grp[i]
         yi_dai = y[i] * dai
         yj_daj = y[j] * daj
         for t in range(nb):
-            wt = w_same if grp[t] == ci else w_diff     # i and j share a group
+            wt = w_same if grp[t] == ci else w_diff  # i and j share a group
             g[t] += y[t] * wt * (K[t, i] * yi_dai + K[t, j] * yj_daj)
         steps += 1
     return steps, viol, b

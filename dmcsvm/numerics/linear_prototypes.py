@@ -71,7 +71,7 @@ def epoch_uniforms(seed: int, lo: int, hi: int) -> np.ndarray:
 
 def epoch_seed(rng) -> int:
     """The seed of one epoch's draws, from the estimator's ``RandomState``."""
-    return int(rng.randint(0, 2 ** 62, dtype=np.int64))
+    return int(rng.randint(0, 2**62, dtype=np.int64))
 
 
 def slack_term(xi_own, C, row_C):
@@ -87,8 +87,9 @@ def redraw_slots(xi, slot, seed, lo, T, C, row_C):
     rows) and every partition (its own rows) draw through it."""
     n = slot.shape[0]
     u = epoch_uniforms(seed, lo, lo + n)
-    new_slot = draw_assignment(xi, slot, u, float(T), C if row_C is None else row_C,
-                               np.empty(n, dtype=np.int64))
+    new_slot = draw_assignment(
+        xi, slot, u, float(T), C if row_C is None else row_C, np.empty(n, dtype=np.int64)
+    )
     return new_slot, slack_term(xi[np.arange(n), new_slot], C, row_C)
 
 
@@ -184,6 +185,7 @@ def linear_scores(X, W, s, a, c0, out=None):
 # the coordinator's batch solve with explicit prototypes
 # --------------------------------------------------------------------------------------------
 
+
 @numba.njit(cache=True, nogil=True)
 def _csr_row_dot(dW, indptr, indices, data, j, r):
     acc = 0.0
@@ -224,8 +226,32 @@ def _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a
 
 
 @numba.njit(cache=True, nogil=True)
-def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT, ds, touched,
-                  yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0, relax):
+def _optimize_row(
+    code,
+    j,
+    Bb,
+    dB,
+    f,
+    Xd,
+    indptr,
+    indices,
+    data,
+    dense,
+    dW,
+    dWT,
+    ds,
+    touched,
+    yb,
+    cb,
+    pcls,
+    kdiag,
+    Cj,
+    tol,
+    fp_eps,
+    b,
+    b0,
+    relax,
+):
     """Optimize batch row ``j`` exactly (``optimize_pattern``) at scores ``f`` and fold its change
     into ``dB``, ``dW`` (or ``dWT``) and ``ds``; ``relax > 1`` over-relaxes an exact step
     (:func:`dmcsvm.numerics.pattern.relaxed_step`).  Returns the gain and whether anything moved."""
@@ -253,8 +279,29 @@ def _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
 
 
 @numba.njit(cache=True, nogil=True)
-def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdiag, C, tol,
-                  fp_eps, sweeps, a, c0, max_steps, inner_tol, relax):
+def _batch_linear(
+    code,
+    Bb,
+    Fb,
+    Xd,
+    indptr,
+    indices,
+    data,
+    d,
+    yb,
+    cb,
+    pcls,
+    kdiag,
+    C,
+    tol,
+    fp_eps,
+    sweeps,
+    a,
+    c0,
+    max_steps,
+    inner_tol,
+    relax,
+):
     """Shared body of the dense / CSR batch solves (``Xd`` empty for CSR).
 
     ``max_steps == 0``: ``sweeps`` passes in order (:func:`dmcsvm.numerics.pattern.solve_batch`).
@@ -274,18 +321,19 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     ds = np.zeros(P)
     touched = np.zeros(P, dtype=np.bool_)
     f = np.empty(P)
-    b = np.empty(P)             # the row's coefficients and their copy, reused (no allocation
-    b0 = np.empty(P)            # per row visit)
+    b = np.empty(P)  # the row's coefficients and their copy, reused (no allocation
+    b0 = np.empty(P)  # per row visit)
     bc = np.empty(P)
     if max_steps > 0:
-        psi0 = np.empty(nb)     # every row's psi at the start of the pass
+        psi0 = np.empty(nb)  # every row's psi at the start of the pass
         total = 0
         first = True
         for _ in range(pt._MAX_INNER):
             mx = 0.0
             for k in range(nb):
-                _row_scores(k, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0,
-                            gx, f)
+                _row_scores(
+                    k, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0, gx, f
+                )
                 for r in range(P):
                     bc[r] = Bb[k, r] + dB[k, r]
                 psi0[k] = pt.psi_value(bc, f, yb[k], cb[k], pcls, pt.bound_at(C, k))
@@ -300,17 +348,41 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                 if total >= max_steps:
                     break
                 if not moved and psi0[j] <= cut:
-                    continue        # nothing moved since the scan: its psi is still psi0[j]
-                _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0,
-                            gx, f)
+                    continue  # nothing moved since the scan: its psi is still psi0[j]
+                _row_scores(
+                    j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0, gx, f
+                )
                 for r in range(P):
                     bc[r] = Bb[j, r] + dB[j, r]
                 Cj = pt.bound_at(C, j)
                 if pt.psi_value(bc, f, yb[j], cb[j], pcls, Cj) <= cut:
                     continue
-                g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW,
-                                      dWT, ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0,
-                                      relax)
+                g, ch = _optimize_row(
+                    code,
+                    j,
+                    Bb,
+                    dB,
+                    f,
+                    Xd,
+                    indptr,
+                    indices,
+                    data,
+                    dense,
+                    dW,
+                    dWT,
+                    ds,
+                    touched,
+                    yb,
+                    cb,
+                    pcls,
+                    kdiag,
+                    Cj,
+                    tol,
+                    fp_eps,
+                    b,
+                    b0,
+                    relax,
+                )
                 total += 1
                 steps[j] += 1
                 gains[j] += g
@@ -335,8 +407,32 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
                     worst = p
                 if p <= tol:
                     continue
-            g, ch = _optimize_row(code, j, Bb, dB, f, Xd, indptr, indices, data, dense, dW, dWT,
-                                  ds, touched, yb, cb, pcls, kdiag, Cj, tol, fp_eps, b, b0, 1.0)
+            g, ch = _optimize_row(
+                code,
+                j,
+                Bb,
+                dB,
+                f,
+                Xd,
+                indptr,
+                indices,
+                data,
+                dense,
+                dW,
+                dWT,
+                ds,
+                touched,
+                yb,
+                cb,
+                pcls,
+                kdiag,
+                Cj,
+                tol,
+                fp_eps,
+                b,
+                b0,
+                1.0,
+            )
             gains[j] += g
             steps[j] += 1
         if sweep > 0 and worst <= tol:
@@ -344,8 +440,25 @@ def _batch_linear(code, Bb, Fb, Xd, indptr, indices, data, d, yb, cb, pcls, kdia
     return dB, gains, steps
 
 
-def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, a, c0,
-                       max_steps=0, inner_tol=0.0, relax=1.0):
+def solve_batch_linear(
+    code,
+    Bb,
+    Fb,
+    XB,
+    yb,
+    cb,
+    pcls,
+    kdiag,
+    C,
+    tol,
+    fp_eps,
+    sweeps,
+    a,
+    c0,
+    max_steps=0,
+    inner_tol=0.0,
+    relax=1.0,
+):
     """The coordinator's batch solve (as :func:`dmcsvm.numerics.pattern.solve_batch`) for a linear
     kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
@@ -364,17 +477,39 @@ def solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sw
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
     kdiag = np.ascontiguousarray(kdiag, dtype=np.float64)
     d = XB.shape[1]
-    opts = (float(tol), float(fp_eps), int(sweeps), float(a), float(c0), int(max_steps),
-            float(inner_tol), float(relax))
+    opts = (
+        float(tol),
+        float(fp_eps),
+        int(sweeps),
+        float(a),
+        float(c0),
+        int(max_steps),
+        float(inner_tol),
+        float(relax),
+    )
     if sp.issparse(XB):
         Xc = XB.tocsr()
-        return _batch_linear(code, Bb, Fb, np.zeros((0, d)), Xc.indptr.astype(np.int64),
-                             Xc.indices.astype(np.int64), Xc.data.astype(np.float64), d, yb, cb,
-                             pcls, kdiag, C, *opts)
+        return _batch_linear(
+            code,
+            Bb,
+            Fb,
+            np.zeros((0, d)),
+            Xc.indptr.astype(np.int64),
+            Xc.indices.astype(np.int64),
+            Xc.data.astype(np.float64),
+            d,
+            yb,
+            cb,
+            pcls,
+            kdiag,
+            C,
+            *opts,
+        )
     Xd = np.ascontiguousarray(XB, dtype=np.float64)
     empty_i = np.zeros(1, dtype=np.int64)
-    return _batch_linear(code, Bb, Fb, Xd, empty_i, empty_i, np.zeros(1), d, yb, cb, pcls, kdiag,
-                         C, *opts)
+    return _batch_linear(
+        code, Bb, Fb, Xd, empty_i, empty_i, np.zeros(1), d, yb, cb, pcls, kdiag, C, *opts
+    )
 
 
 class LinearBatchSolver:
@@ -386,11 +521,30 @@ class LinearBatchSolver:
         self.a, self.c0 = float(a), float(c0)
 
     def __call__(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
-        dB, gains, _ = solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps,
-                                          sweeps, self.a, self.c0)
+        dB, gains, _ = solve_batch_linear(
+            code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, self.a, self.c0
+        )
         return dB, gains
 
-    def working_set(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
-                    inner_tol, relax=1.0):
-        return solve_batch_linear(code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, 1,
-                                  self.a, self.c0, max(1, int(max_steps)), inner_tol, relax)
+    def working_set(
+        self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps, inner_tol, relax=1.0
+    ):
+        return solve_batch_linear(
+            code,
+            Bb,
+            Fb,
+            XB,
+            yb,
+            cb,
+            pcls,
+            kdiag,
+            C,
+            tol,
+            fp_eps,
+            1,
+            self.a,
+            self.c0,
+            max(1, int(max_steps)),
+            inner_tol,
+            relax,
+        )

@@ -23,14 +23,19 @@ from numba.extending import overload
 
 # optimizer codes
 OPT_BASIC, OPT_ALL_PAIRS, OPT_KKT, OPT_FIXED_POINT, OPT_EXACT = 0, 1, 2, 3, 4
-OPTIMIZERS = {"basic": OPT_BASIC, "all_pairs": OPT_ALL_PAIRS, "opt_kkt": OPT_KKT,
-              "fixed_point": OPT_FIXED_POINT, "exact": OPT_EXACT}
+OPTIMIZERS = {
+    "basic": OPT_BASIC,
+    "all_pairs": OPT_ALL_PAIRS,
+    "opt_kkt": OPT_KKT,
+    "fixed_point": OPT_FIXED_POINT,
+    "exact": OPT_EXACT,
+}
 # selection codes
 SEL_KKT, SEL_AMG, SEL_BMG = 0, 1, 2
 SELECTIONS = {"kkt": SEL_KKT, "amg": SEL_AMG, "bmg": SEL_BMG}
 
-_C_REL = 1e-12          # alpha_y within C * (1 - _C_REL) of C counts as "at the upper bound"
-_MAX_INNER = 100000     # guard on inner loops (never reached on sane inputs)
+_C_REL = 1e-12  # alpha_y within C * (1 - _C_REL) of C counts as "at the upper bound"
+_MAX_INNER = 100000  # guard on inner loops (never reached on sane inputs)
 
 
 def bound_at(C, i):
@@ -56,12 +61,12 @@ def pair_step(b, f, y, ra, rb, kpp, C):
     """
     if ra == y:
         num = 1.0 - f[y] + f[rb]
-        lo = max(-b[y], b[rb])          # alpha_y + v >= 0, alpha_rb + v >= 0
-        hi = C - b[y]                   # alpha_y + v <= C
+        lo = max(-b[y], b[rb])  # alpha_y + v >= 0, alpha_rb + v >= 0
+        hi = C - b[y]  # alpha_y + v <= C
     else:
         num = f[rb] - f[ra]
-        lo = b[rb]                      # alpha_rb + v >= 0
-        hi = -b[ra]                     # alpha_ra - v >= 0
+        lo = b[rb]  # alpha_rb + v >= 0
+        hi = -b[ra]  # alpha_ra - v >= 0
     if kpp > 0.0:
         v = num / (2.0 * kpp)
     elif num > 0.0:
@@ -209,7 +214,10 @@ def _lagrangian_change(b_old, b_new, f_other, y, kpp):
     P = b_old.shape[0]
     dq = 0.0
     for r in range(P):
-        dq += kpp * (b_new[r] * b_new[r] - b_old[r] * b_old[r]) + 2.0 * (b_new[r] - b_old[r]) * f_other[r]
+        dq += (
+            kpp * (b_new[r] * b_new[r] - b_old[r] * b_old[r])
+            + 2.0 * (b_new[r] - b_old[r]) * f_other[r]
+        )
     return 2.0 * (b_new[y] - b_old[y]) - dq
 
 
@@ -283,7 +291,7 @@ def sort_descending(v):
                 j -= 1
             v[j + 1] = x
         return v
-    for root in range(k // 2 - 1, -1, -1):      # min-heap, then pop the minimum to the back
+    for root in range(k // 2 - 1, -1, -1):  # min-heap, then pop the minimum to the back
         _sift_down(v, root, k)
     for end in range(k - 1, 0, -1):
         v[0], v[end] = v[end], v[0]
@@ -311,7 +319,7 @@ def theta_sorted(s):
 def opt_exact(b, f, y, c, pcls, kpp, C, phi):
     """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
     mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37), ``nu_r = min(theta, D_r)``."""
-    if C <= 0.0:                 # a weight-0 row: alpha fixed at 0
+    if C <= 0.0:  # a weight-0 row: alpha fixed at 0
         return 0.0
     if kpp <= 0.0:
         return opt_kkt(b, f, y, c, pcls, kpp, C, phi)
@@ -405,6 +413,7 @@ def optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps):
 # --------------------------------------------------------------------------------------------
 # selection values
 # --------------------------------------------------------------------------------------------
+
 
 @numba.njit(cache=True, nogil=True)
 def psi_value(b, f, y, c, pcls, C):
@@ -571,7 +580,7 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
     nb, P = Bb.shape
     dB = np.zeros((nb, P))
     gains = np.zeros(nb)
-    Fc = Fb.copy()          # current scores of the batch rows: Fb + Kbb @ dB
+    Fc = Fb.copy()  # current scores of the batch rows: Fb + Kbb @ dB
     # element loops, not array expressions: those compile numba's shape-error formatting
     b = np.empty(P)
     b0 = np.empty(P)

@@ -21,17 +21,23 @@ def _emit_prefetch(builder, ptr):
     i32 = ir.IntType(32)
     fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
     fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                      ir.Constant(i32, 1)])
+    builder.call(
+        fn,
+        [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)],
+    )
 
 
 def _prefetch_codegen(context, builder, sig, args):
     """Lower ``prefetch(arr, *indices)``: the address of ``arr[indices]``, then the hint."""
     aty = sig.args[0]
-    idx = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+    idx = [
+        context.cast(builder, v, t, types.intp)
+        for v, t in zip(args[1:], sig.args[1:], strict=False)
+    ]
     ary = context.make_array(aty)(context, builder, args[0])
-    _emit_prefetch(builder, cgutils.get_item_pointer(context, builder, aty, ary, idx,
-                                                     wraparound=False))
+    _emit_prefetch(
+        builder, cgutils.get_item_pointer(context, builder, aty, ary, idx, wraparound=False)
+    )
     return context.get_dummy_value()
 
 
@@ -47,8 +53,12 @@ def prefetch(typingctx, arr, i):
 @intrinsic
 def prefetch2(typingctx, arr, i, k):
     """Ask for the cache line holding ``arr[i, k]`` (2-d ``arr``; numba only)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(i, types.Integer)
-            and isinstance(k, types.Integer)):
+    if not (
+        isinstance(arr, types.Array)
+        and arr.ndim == 2
+        and isinstance(i, types.Integer)
+        and isinstance(k, types.Integer)
+    ):
         return None
     return types.void(arr, i, k), _prefetch_codegen
 
@@ -61,6 +71,7 @@ def prefetch_row(rows, i):
 @overload(prefetch_row)
 def _prefetch_row(rows, i):
     if len(rows) == 1:
+
         def impl(rows, i):
             Xd = rows[0]
             d = Xd.shape[1]
@@ -69,6 +80,7 @@ def _prefetch_row(rows, i):
                 prefetch2(Xd, i, k)
             prefetch2(Xd, i, d - 1)
     else:
+
         def impl(rows, i):
             indptr, indices, data = rows
             a = indptr[i]
@@ -77,4 +89,5 @@ def _prefetch_row(rows, i):
             prefetch(indices, b)
             prefetch(data, a)
             prefetch(data, b)
+
     return impl

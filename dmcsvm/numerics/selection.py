@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 THRESHOLDS = ("max", "mean", "exp", "linear", "log")
-EPS0 = 0.999   # CS 2001 §7: initial accuracy of every cooling scheme
+EPS0 = 0.999  # CS 2001 §7: initial accuracy of every cooling scheme
 
 
-def threshold_value(kind: str, t: int, max_v: float, mean_v: float,
-                    fraction: float = 0.5) -> float:
+def threshold_value(kind: str, t: int, max_v: float, mean_v: float, fraction: float = 0.5) -> float:
     """Threshold ``theta_V`` for round ``t`` given this round's max and mean selection value.
 
     ``max``: ``fraction * max_p V_p``; ``mean``: ``mean_p V_p`` (AS 2005 §5.3);

@@ -44,7 +44,7 @@ from . import pattern as pt
 from .linear_prototypes import row_slacks
 from .prefetch import prefetch2, prefetch_row
 
-_C_REL = pt._C_REL      # alpha_y within C * (1 - _C_REL) of C is at the bound
+_C_REL = pt._C_REL  # alpha_y within C * (1 - _C_REL) of C is at the bound
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,6 +72,7 @@ def row_axpy(W, r, rows, i, v):
 @overload(row_dot, jit_options={"fastmath": _FM})
 def _row_dot(W, r, rows, i):
     if len(rows) == 1:
+
         def impl(W, r, rows, i):
             Xd = rows[0]
             acc = 0.0
@@ -79,27 +80,32 @@ def _row_dot(W, r, rows, i):
                 acc += W[r, k] * Xd[i, k]
             return acc
     else:
+
         def impl(W, r, rows, i):
             indptr, indices, data = rows
             acc = 0.0
             for t in range(indptr[i], indptr[i + 1]):
                 acc += W[r, indices[t]] * data[t]
             return acc
+
     return impl
 
 
 @overload(row_axpy, jit_options={"fastmath": _FM})
 def _row_axpy(W, r, rows, i, v):
     if len(rows) == 1:
+
         def impl(W, r, rows, i, v):
             Xd = rows[0]
             for k in range(Xd.shape[1]):
                 W[r, k] += v * Xd[i, k]
     else:
+
         def impl(W, r, rows, i, v):
             indptr, indices, data = rows
             for t in range(indptr[i], indptr[i + 1]):
                 W[r, indices[t]] += v * data[t]
+
     return impl
 
 
@@ -172,8 +178,9 @@ def reset_active(yp, cls, pcls, act, asz, nfull, rows):
 
 
 @numba.njit(cache=True, nogil=True)
-def passes(rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, max_passes,
-           shrinking, stage):
+def passes(
+    rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, max_passes, shrinking, stage
+):
     """Up to ``max_passes`` passes of the sequential dual method (module docstring).
 
     State carried between calls (so a caller may stop after any pass, e.g. to check the primal):

@@ -21,8 +21,30 @@ __all__ = ["solve_working_set", "psi_columns", "pass_cut"]
 
 
 @numba.njit(cache=True, nogil=True)
-def _step_row(code, j, cj, Bc, BT, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, tol, fp_eps, b0,
-              f, kcol, U, slack, relax):
+def _step_row(
+    code,
+    j,
+    cj,
+    Bc,
+    BT,
+    FT,
+    G,
+    gj_pos,
+    sg,
+    yb,
+    cb,
+    pcls,
+    kdiag,
+    C,
+    tol,
+    fp_eps,
+    b0,
+    f,
+    kcol,
+    U,
+    slack,
+    relax,
+):
     """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
     every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed.  ``FT`` holds
     the batch scores transposed, P x |B|, row ``j`` in column ``cj``, the columns in increasing
@@ -48,7 +70,7 @@ def _step_row(code, j, cj, Bc, BT, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, to
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
     g = relaxed_step(code, b, b0, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps, relax)
     first = -1
-    dup = 0.0                   # the largest rise and the largest fall of a coefficient
+    dup = 0.0  # the largest rise and the largest fall of a coefficient
     ddown = 0.0
     for r in range(P):
         BT[r, cj] = b[r]
@@ -60,14 +82,14 @@ def _step_row(code, j, cj, Bc, BT, FT, G, gj_pos, sg, yb, cb, pcls, kdiag, C, to
     if first < 0:
         return g, False, 0.0
     dmax = max(dup, ddown)
-    gj = G[gj_pos]              # K_BB is symmetric: row j is the column, read contiguously
+    gj = G[gj_pos]  # K_BB is symmetric: row j is the column, read contiguously
     # row k's largest score rises by at most |K_kj| times one of dup / ddown and its smallest
     # falls by at most |K_kj| times the other (which one: the sign of K_kj)
     w = (1.0 + 1e-9) * (dup + ddown)
     kmax = 0.0
     d = b[first] - b0[first]
     Fr = FT[first]
-    for t in range(nb):         # one pass: the column, the first changed score row, the bounds
+    for t in range(nb):  # one pass: the column, the first changed score row, the bounds
         k = gj[sg[t]]
         kcol[t] = k
         Fr[t] += k * d
@@ -132,8 +154,25 @@ ROWS_FIRST_REQUEST = 16
 ROWS_MOST_REQUEST = 4096
 
 
-def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps,
-                      inner_tol, relax=1.0, rows=None, first_request=ROWS_FIRST_REQUEST):
+def solve_working_set(
+    code,
+    Bb,
+    Fb,
+    G,
+    gpos,
+    yb,
+    cb,
+    pcls,
+    kdiag,
+    C,
+    tol,
+    fp_eps,
+    max_steps,
+    inner_tol,
+    relax=1.0,
+    rows=None,
+    first_request=ROWS_FIRST_REQUEST,
+):
     """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
     rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
     exactly (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW
@@ -163,14 +202,17 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     # score columns in increasing cache place (see _step_row); rows are still visited in batch
     # order, so the passes, cuts and steps are those of batch-ordered columns
     place = np.argsort(gpos, kind="stable")
-    col = np.empty(nb, dtype=np.int64)     # batch row j -> its column
+    col = np.empty(nb, dtype=np.int64)  # batch row j -> its column
     col[place] = np.arange(nb)
     sg = np.ascontiguousarray(gpos[place])
     FT = np.ascontiguousarray(Fb[place].T)
     Bc = np.array(Bb, dtype=np.float64, order="C")
     BT = np.ascontiguousarray(Bc[place].T)
-    Ccol = (np.full(nb, float(C)) if np.ndim(C) == 0
-            else np.ascontiguousarray(np.asarray(C, dtype=np.float64)[place]))
+    Ccol = (
+        np.full(nb, float(C))
+        if np.ndim(C) == 0
+        else np.ascontiguousarray(np.asarray(C, dtype=np.float64)[place])
+    )
     if rows is None:
         stamp, m = np.full(G.shape[0], G.shape[0], dtype=np.int64), G.shape[0]
     else:
@@ -179,16 +221,44 @@ def solve_working_set(code, Bb, Fb, G, gpos, yb, cb, pcls, kdiag, C, tol, fp_eps
     ycol = np.ascontiguousarray(yb[place])
     ccol = np.ascontiguousarray(cb[place])
     state = np.zeros(_N_STATE, dtype=np.int64)
-    scal = np.zeros(2)                          # the pass's cut; S (see _working_set_passes)
+    scal = np.zeros(2)  # the pass's cut; S (see _working_set_passes)
     steps = np.zeros(nb, dtype=np.int64)
     gains = np.zeros(nb)
     U = np.empty(nb)
     want = np.empty(min(nb, ROWS_MOST_REQUEST), dtype=np.int64)
     ask = int(min(max(first_request, 1), want.shape[0]))
     while True:
-        k = _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol,
-                                pcls, kdiag, C, tol, fp_eps, max_steps, inner_tol, float(relax),
-                                stamp, m, state, scal, steps, gains, U, want[:ask])
+        k = _working_set_passes(
+            code,
+            Bc,
+            BT,
+            FT,
+            G,
+            gpos,
+            col,
+            sg,
+            yb,
+            cb,
+            ycol,
+            ccol,
+            Ccol,
+            pcls,
+            kdiag,
+            C,
+            tol,
+            fp_eps,
+            max_steps,
+            inner_tol,
+            float(relax),
+            stamp,
+            m,
+            state,
+            scal,
+            steps,
+            gains,
+            U,
+            want[:ask],
+        )
         if k == 0:
             break
         rows.ensure(gpos[want[:k]])
@@ -202,9 +272,37 @@ _N_STATE = 6
 
 
 @numba.njit(cache=True, nogil=True)
-def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol, pcls, kdiag,
-                        C, tol, fp_eps, max_steps, inner_tol, relax, stamp, m, state, scal,
-                        steps, gains, U, want):
+def _working_set_passes(
+    code,
+    Bc,
+    BT,
+    FT,
+    G,
+    gpos,
+    col,
+    sg,
+    yb,
+    cb,
+    ycol,
+    ccol,
+    Ccol,
+    pcls,
+    kdiag,
+    C,
+    tol,
+    fp_eps,
+    max_steps,
+    inner_tol,
+    relax,
+    stamp,
+    m,
+    state,
+    scal,
+    steps,
+    gains,
+    U,
+    want,
+):
     """The passes of :func:`solve_working_set` on its prepared arrays: ``Bc`` (the batch's
     coefficients, updated in place; ``BT`` the same by column), ``FT`` (scores, P x |B|,
     columns in cache place), ``col`` (batch row -> column), ``sg`` (cache place of each column)
@@ -235,8 +333,14 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
     psi0 = np.empty(nb)
     mx_s = np.empty(nb)
     mn_s = np.empty(nb)
-    phase, j0, total, first, moved, passes = (state[0], state[1], state[2], state[3] == 0,
-                                              state[4] != 0, state[5])
+    phase, j0, total, first, moved, passes = (
+        state[0],
+        state[1],
+        state[2],
+        state[3] == 0,
+        state[4] != 0,
+        state[5],
+    )
     cut, S = scal[0], scal[1]
     if phase == 2:
         return 0
@@ -288,8 +392,10 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
                     cc = col[jj]
                     if U[cc] <= inner_tol or stamp[gpos[jj]] >= m:
                         continue
-                    if psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls,
-                                 bound_at(C, jj)) > inner_tol:
+                    if (
+                        psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
+                        > inner_tol
+                    ):
                         want[k] = jj
                         k += 1
                 # the rest of the request with the next missing rows in visiting order: a
@@ -302,17 +408,42 @@ def _working_set_passes(code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, 
                     if stamp[gpos[jj]] >= m:
                         continue
                     cc = col[jj]
-                    if U[cc] <= inner_tol or psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls,
-                                                       bound_at(C, jj)) <= inner_tol:
+                    if (
+                        U[cc] <= inner_tol
+                        or psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
+                        <= inner_tol
+                    ):
                         want[k] = jj
                         k += 1
                 state[0], state[1], state[2], state[3] = 1, j, total, 0 if first else 1
                 state[4], state[5] = 1 if moved else 0, passes
                 scal[0], scal[1] = cut, S
                 return k
-            g, ch, moved_most = _step_row(code, j, c, Bc, BT, FT, G, gpos[j], sg, yb, cb, pcls,
-                                          kdiag, C, tol, fp_eps, b0, f, kcol, U, slack, relax)
-            U[c] = np.inf       # the row's own step moved its bounds: evaluate it when next asked
+            g, ch, moved_most = _step_row(
+                code,
+                j,
+                c,
+                Bc,
+                BT,
+                FT,
+                G,
+                gpos[j],
+                sg,
+                yb,
+                cb,
+                pcls,
+                kdiag,
+                C,
+                tol,
+                fp_eps,
+                b0,
+                f,
+                kcol,
+                U,
+                slack,
+                relax,
+            )
+            U[c] = np.inf  # the row's own step moved its bounds: evaluate it when next asked
             S += moved_most
             slack = 8e-16 * (S + 1.0)
             total += 1

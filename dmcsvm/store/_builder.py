@@ -154,40 +154,62 @@ class _StoreBuilder:
         self.group = zarr.open_group(self.tmp, mode="w", zarr_format=3)
         g = self.group
         if sparse:
-            element_chunk = min(_SPARSE_CHUNK * 2, max(1, nnz)) if nnz is not None else _SPARSE_CHUNK
-            self.indptr = _Appender(g.create_array("indptr", shape=(n + 1,), chunks=(R,),
-                                                   dtype="int64", config=_ALL_CHUNKS), R)
+            element_chunk = (
+                min(_SPARSE_CHUNK * 2, max(1, nnz)) if nnz is not None else _SPARSE_CHUNK
+            )
+            self.indptr = _Appender(
+                g.create_array(
+                    "indptr", shape=(n + 1,), chunks=(R,), dtype="int64", config=_ALL_CHUNKS
+                ),
+                R,
+            )
             self.indices = _Appender(
-                g.create_array("indices", shape=(0,), chunks=(element_chunk,), dtype="int32",
-                               config=_ALL_CHUNKS),
+                g.create_array(
+                    "indices",
+                    shape=(0,),
+                    chunks=(element_chunk,),
+                    dtype="int32",
+                    config=_ALL_CHUNKS,
+                ),
                 element_chunk,
                 grow=True,
             )
             self.data = _Appender(
-                g.create_array("data", shape=(0,), chunks=(element_chunk,), dtype="float32",
-                               config=_ALL_CHUNKS),
+                g.create_array(
+                    "data", shape=(0,), chunks=(element_chunk,), dtype="float32", config=_ALL_CHUNKS
+                ),
                 element_chunk,
                 grow=True,
             )
             self.indptr.append(np.zeros(1, dtype=np.int64))
             self.nnz = 0
         else:
-            self.X = _Appender(g.create_array("X", shape=(n, d), chunks=(R, d), dtype="float32",
-                                                  config=_ALL_CHUNKS), R)
-        self.y = _Appender(g.create_array("y", shape=(n,), chunks=(R,), dtype=labels.dtype,
-                                            config=_ALL_CHUNKS), R)
+            self.X = _Appender(
+                g.create_array(
+                    "X", shape=(n, d), chunks=(R, d), dtype="float32", config=_ALL_CHUNKS
+                ),
+                R,
+            )
+        self.y = _Appender(
+            g.create_array("y", shape=(n,), chunks=(R,), dtype=labels.dtype, config=_ALL_CHUNKS), R
+        )
         self.w = None
         if weights:
-            self.w = _Appender(g.create_array("sample_weight", shape=(n,), chunks=(R,),
-                                              dtype="float64", config=_ALL_CHUNKS), R)
+            self.w = _Appender(
+                g.create_array(
+                    "sample_weight", shape=(n,), chunks=(R,), dtype="float64", config=_ALL_CHUNKS
+                ),
+                R,
+            )
         self.rows = 0
 
     def append(self, X_block, y_block, w_block=None):
         """Append validated rows: float32 dense array or canonical float32 CSR, encoded labels
         (and their checked weights when the store has them)."""
         if (w_block is None) != (self.w is None):
-            raise ValueError("weights must be given for every block of a weighted store, and "
-                             "only for one")
+            raise ValueError(
+                "weights must be given for every block of a weighted store, and only for one"
+            )
         if self.w is not None:
             self.w.append(np.asarray(w_block, dtype=np.float64))
         if self.sparse:
@@ -287,7 +309,9 @@ class _LabelScan:
     def add_numbers(self, values):
         values = np.asarray(values, dtype=np.float64)
         if self.integral and values.size:
-            self.integral = bool(np.all(np.floor(values) == values) and np.all(np.abs(values) <= 2**53))
+            self.integral = bool(
+                np.all(np.floor(values) == values) and np.all(np.abs(values) <= 2**53)
+            )
 
     def add_strings(self, strings):
         if self.overflow:

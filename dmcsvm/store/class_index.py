@@ -24,8 +24,9 @@ SCAN_ROWS = 1 << 20
 
 def _blocks(info: StoreInfo, lo: int, hi: int) -> Iterator[tuple[int, int]]:
     """``[a, b)`` row blocks covering ``[lo, hi)``, aligned to the store's chunks."""
-    step = max(int(info.rows_per_chunk), (SCAN_ROWS // int(info.rows_per_chunk))
-               * int(info.rows_per_chunk))
+    step = max(
+        int(info.rows_per_chunk), (SCAN_ROWS // int(info.rows_per_chunk)) * int(info.rows_per_chunk)
+    )
     a = lo
     while a < hi:
         b = min(hi, (a // step + 1) * step)
@@ -68,8 +69,9 @@ class StoreClassIndex:
     ndim = 1
     dtype = np.dtype(np.int64)
 
-    def __init__(self, info: StoreInfo, lo: int, hi: int, classes: Any,
-                 code_table: Any = None) -> None:
+    def __init__(
+        self, info: StoreInfo, lo: int, hi: int, classes: Any, code_table: Any = None
+    ) -> None:
         self.info, self.lo, self.hi = info, int(lo), int(hi)
         self.classes = np.asarray(classes)
         self.code_table = None if code_table is None else np.asarray(code_table, dtype=np.int64)
@@ -95,8 +97,9 @@ class StoreClassIndex:
             a, b, step = key.indices(len(self))
             if step != 1:
                 raise IndexError("a StoreClassIndex slice takes no step")
-            return StoreClassIndex(self.info, self.lo + a, self.lo + max(a, b), self.classes,
-                                   self.code_table)
+            return StoreClassIndex(
+                self.info, self.lo + a, self.lo + max(a, b), self.classes, self.code_table
+            )
         ids = np.asarray(key, dtype=np.int64)
         if ids.ndim != 1:
             raise IndexError(f"index rows with a slice or a 1-d array, got shape {ids.shape}")
@@ -118,16 +121,18 @@ class StoreClassIndex:
         out = np.zeros(max(int(minlength), len(self.classes)), dtype=np.int64)
         for a, b in _blocks(self.info, self.lo, self.hi):
             c = np.bincount(self._read(a - self.lo, b - self.lo), minlength=out.shape[0])
-            out[:c.shape[0]] += c
+            out[: c.shape[0]] += c
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """Every row's class index, read now (O(rows) memory: for a partition's own rows)."""
         out = np.empty(len(self), dtype=np.int64)
         for a, b in _blocks(self.info, self.lo, self.hi):
-            out[a - self.lo:b - self.lo] = self._read(a - self.lo, b - self.lo)
+            out[a - self.lo : b - self.lo] = self._read(a - self.lo, b - self.lo)
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __repr__(self) -> str:
-        return (f"StoreClassIndex({self.info.url!r}, rows {self.lo}:{self.hi}, "
-                f"{len(self.classes)} classes)")
+        return (
+            f"StoreClassIndex({self.info.url!r}, rows {self.lo}:{self.hi}, "
+            f"{len(self.classes)} classes)"
+        )

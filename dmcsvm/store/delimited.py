@@ -32,9 +32,11 @@ def _check_delimiter(delimiter):
     """The delimiter of :func:`from_csv`: one character, or ``"whitespace"`` / None."""
     if delimiter is None or delimiter == WHITESPACE:
         return WHITESPACE
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
-        raise ValueError(f"delimiter must be one character (not a quote or a line break) or "
-                         f"'whitespace', got {delimiter!r}")
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"':
+        raise ValueError(
+            f"delimiter must be one character (not a quote or a line break) or "
+            f"'whitespace', got {delimiter!r}"
+        )
     return delimiter
 
 
@@ -72,8 +74,11 @@ def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=N
     skip = int(skip_header)
     raw = _open_binary(src, meter)
     with io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
-        records = (_whitespace_records(src, f) if delimiter == WHITESPACE
-                   else _csv_records(src, f, delimiter))
+        records = (
+            _whitespace_records(src, f)
+            if delimiter == WHITESPACE
+            else _csv_records(src, f, delimiter)
+        )
         rows, lines, size = [], [], 0
         for k, (row, line_num) in enumerate(records, 1):
             if k <= skip or not row:
@@ -95,10 +100,20 @@ def _normalize_column(j, ncols, what, src):
     return j % ncols
 
 
-def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_columns=(),
-             rows_per_chunk=None, overwrite=False,
-             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None,
-             weight_column=None):
+def from_csv(
+    src,
+    path,
+    label_column=0,
+    delimiter=",",
+    skip_header=False,
+    drop_columns=(),
+    rows_per_chunk=None,
+    overwrite=False,
+    buffer_rows=DEFAULT_BUFFER_ROWS,
+    buffer_bytes=DEFAULT_BUFFER_BYTES,
+    progress=None,
+    weight_column=None,
+):
     """Convert a delimited text file (numeric features, one label column) to a dense store.
 
     Parameters
@@ -142,14 +157,35 @@ def from_csv(src, path, label_column=0, delimiter=",", skip_header=False, drop_c
     target = _prepare_target(path, overwrite)
     src = _check_source(src)
     try:
-        return _from_csv_pandas(src, target, label_column, delimiter, skip_header,
-                                drop_columns, rows_per_chunk, overwrite, buffer_rows, progress,
-                                weight_column)
+        return _from_csv_pandas(
+            src,
+            target,
+            label_column,
+            delimiter,
+            skip_header,
+            drop_columns,
+            rows_per_chunk,
+            overwrite,
+            buffer_rows,
+            progress,
+            weight_column,
+        )
     except _Fallback:
         pass
-    return _from_csv_exact(src, target, label_column, delimiter, skip_header, drop_columns,
-                           rows_per_chunk, overwrite, buffer_rows, buffer_bytes, progress,
-                           weight_column)
+    return _from_csv_exact(
+        src,
+        target,
+        label_column,
+        delimiter,
+        skip_header,
+        drop_columns,
+        rows_per_chunk,
+        overwrite,
+        buffer_rows,
+        buffer_bytes,
+        progress,
+        weight_column,
+    )
 
 
 class _Fallback(Exception):
@@ -180,8 +216,9 @@ def _column_plan(src, ncols, label_column, drop_columns, weight_column):
     if weight_column is not None:
         weight_col = _normalize_column(weight_column, ncols, "weight_column", src)
         if weight_col == label_col or weight_col in drops:
-            raise ValueError(f"{src}: weight_column {weight_column} is also the label "
-                             f"column or in drop_columns")
+            raise ValueError(
+                f"{src}: weight_column {weight_column} is also the label column or in drop_columns"
+            )
         drops.add(weight_col)
     feature_cols = [j for j in range(ncols) if j != label_col and j not in drops]
     if not feature_cols:
@@ -193,14 +230,25 @@ def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_row
     """``pandas.read_csv`` of ``src`` in chunks of ``chunk_rows`` records (C engine; every
     record must have ``ncols`` fields); any parser error is a :class:`_Fallback`."""
     import pandas as pd
+
     sep = r"\s+" if delimiter == WHITESPACE else delimiter
     raw = _open_binary(src, meter)
     try:
-        reader = pd.read_csv(raw, sep=sep, header=None, skiprows=int(skip_header),
-                             usecols=usecols, dtype=dtype,
-                             chunksize=chunk_rows, engine="c", skip_blank_lines=True,
-                             encoding="utf-8", na_filter=True, keep_default_na=True,
-                             index_col=False)
+        reader = pd.read_csv(
+            raw,
+            sep=sep,
+            header=None,
+            skiprows=int(skip_header),
+            usecols=usecols,
+            dtype=dtype,
+            chunksize=chunk_rows,
+            engine="c",
+            skip_blank_lines=True,
+            encoding="utf-8",
+            na_filter=True,
+            keep_default_na=True,
+            index_col=False,
+        )
         for chunk in reader:
             yield chunk
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -209,8 +257,19 @@ def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_row
         raw.close()
 
 
-def _from_csv_pandas(src, target, label_column, delimiter, skip_header, drop_columns,
-                     rows_per_chunk, overwrite, buffer_rows, progress, weight_column):
+def _from_csv_pandas(
+    src,
+    target,
+    label_column,
+    delimiter,
+    skip_header,
+    drop_columns,
+    rows_per_chunk,
+    overwrite,
+    buffer_rows,
+    progress,
+    weight_column,
+):
     """:func:`from_csv` by ``pandas.read_csv(chunksize=)`` where pandas is installed
     (``pip install "dmcsvm[csv]"``): 15x faster than the ``csv`` module's parse, 11x the
     whole conversion (benchmarks/results/libraries.md).  Without pandas, or for a file it
@@ -221,19 +280,21 @@ def _from_csv_pandas(src, target, label_column, delimiter, skip_header, drop_col
     except ImportError:
         raise _Fallback("pandas is not installed") from None
     if delimiter == WHITESPACE and int(skip_header):
-        raise _Fallback("whitespace columns with a header")     # records vs lines differ
+        raise _Fallback("whitespace columns with a header")  # records vs lines differ
     ncols, label_col, feature_cols, weight_col = _columns_of(
-        src, delimiter, skip_header, label_column, drop_columns, weight_column)
+        src, delimiter, skip_header, label_column, drop_columns, weight_column
+    )
     chunk_rows = max(1, int(buffer_rows))
     meter = _Meter(progress, 2 * os.path.getsize(src)) if progress is not None else None
 
     # pass 1: rows and labels, the label column alone (as text, as the exact reader reads it)
     n, scan = 0, _LabelScan()
-    for chunk in _pandas_chunks(src, delimiter, skip_header, ncols, [label_col],
-                                {label_col: str}, chunk_rows, meter):
+    for chunk in _pandas_chunks(
+        src, delimiter, skip_header, ncols, [label_col], {label_col: str}, chunk_rows, meter
+    ):
         col = chunk[label_col]
         if col.isna().any():
-            raise _Fallback("a label pandas reads as missing")     # '', 'NA', 'null', ...
+            raise _Fallback("a label pandas reads as missing")  # '', 'NA', 'null', ...
         labels = np.char.strip(col.to_numpy(dtype=str))
         if scan.numeric:
             try:
@@ -263,12 +324,13 @@ def _from_csv_pandas(src, target, label_column, delimiter, skip_header, drop_col
     with _StoreBuilder(target, overwrite) as builder:
         builder.create(n, d, False, rows_per_chunk, plan, weights=weight_col is not None)
         rows = 0
-        for chunk in _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype,
-                                    chunk_rows, meter):
+        for chunk in _pandas_chunks(
+            src, delimiter, skip_header, ncols, usecols, dtype, chunk_rows, meter
+        ):
             X64 = chunk[feature_cols].to_numpy(dtype=np.float64)
             X = X64.astype(np.float32)
             if _first_nonfinite_row(X) is not None:
-                raise _Fallback("NaN or infinity, or a short record")    # the line is named
+                raise _Fallback("NaN or infinity, or a short record")  # the line is named
             col = chunk[label_col]
             if col.isna().any() or chunk[last].isna().any():
                 raise _Fallback("a label pandas reads as missing, or a short record")
@@ -288,9 +350,20 @@ def _from_csv_pandas(src, target, label_column, delimiter, skip_header, drop_col
     return info
 
 
-def _from_csv_exact(src, target, label_column, delimiter, skip_header, drop_columns,
-                    rows_per_chunk, overwrite, buffer_rows, buffer_bytes, progress,
-                    weight_column):
+def _from_csv_exact(
+    src,
+    target,
+    label_column,
+    delimiter,
+    skip_header,
+    drop_columns,
+    rows_per_chunk,
+    overwrite,
+    buffer_rows,
+    buffer_bytes,
+    progress,
+    weight_column,
+):
     """:func:`from_csv` by the ``csv`` module, record by record: the reader that names the
     line (and column) of every problem."""
     # pass 1: rows, columns, labels
@@ -301,9 +374,10 @@ def _from_csv_exact(src, target, label_column, delimiter, skip_header, drop_colu
     for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter):
         if ncols is None:
             ncols = len(rows[0])
-            label_col, feature_cols, weight_col = _column_plan(src, ncols, label_column,
-                                                               drop_columns, weight_column)
-        for row, ln in zip(rows, lines):
+            label_col, feature_cols, weight_col = _column_plan(
+                src, ncols, label_column, drop_columns, weight_column
+            )
+        for row, ln in zip(rows, lines, strict=False):
             if len(row) != ncols:
                 raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
         labels = [row[label_col].strip() for row in rows]
@@ -330,9 +404,10 @@ def _from_csv_exact(src, target, label_column, delimiter, skip_header, drop_colu
     with _StoreBuilder(target, overwrite) as builder:
         builder.create(n, d, False, rows_per_chunk, plan, weights=weight_col is not None)
         row0 = 0
-        for rows, lines in _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes,
-                                        meter):
-            for row, ln in zip(rows, lines):
+        for rows, lines in _csv_buffers(
+            src, delimiter, skip_header, buffer_rows, buffer_bytes, meter
+        ):
+            for row, ln in zip(rows, lines, strict=False):
                 if len(row) != ncols:
                     raise ValueError(f"{src}, line {ln}: {len(row)} fields, expected {ncols}")
             table = np.array(rows, dtype=str)
@@ -361,24 +436,26 @@ def _weights_of(src, column, lines):
     try:
         w = np.char.strip(column).astype(np.float64)
     except ValueError:
-        for k, text in enumerate(column):          # only to name the first bad line
+        for k, text in enumerate(column):  # only to name the first bad line
             try:
                 float(text)
             except ValueError:
-                raise ValueError(f"{src}, line {lines[k]}: weight {text.strip()!r} is not a "
-                                 f"number") from None
+                raise ValueError(
+                    f"{src}, line {lines[k]}: weight {text.strip()!r} is not a number"
+                ) from None
         raise
     bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
     if bad.size:
         k = int(bad[0])
-        raise ValueError(f"{src}, line {lines[k]}: weight {column[k].strip()!r} must be a finite "
-                         f"number >= 0")
+        raise ValueError(
+            f"{src}, line {lines[k]}: weight {column[k].strip()!r} must be a finite number >= 0"
+        )
     return w
 
 
 def _locate_csv_error(src, rows, lines, feature_cols):
     """Raise ValueError naming the line and column of the first feature that is not a number."""
-    for row, ln in zip(rows, lines):
+    for row, ln in zip(rows, lines, strict=False):
         for j in feature_cols:
             try:
                 float(row[j])

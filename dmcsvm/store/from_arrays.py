@@ -25,9 +25,17 @@ from ._builder import (
 __all__ = ["from_dask", "from_npy", "write_arrays"]
 
 
-def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
-                 buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES,
-                 sample_weight=None):
+def write_arrays(
+    path,
+    X,
+    y,
+    rows_per_chunk=None,
+    overwrite=False,
+    sparse=None,
+    buffer_rows=DEFAULT_BUFFER_ROWS,
+    buffer_bytes=DEFAULT_BUFFER_BYTES,
+    sample_weight=None,
+):
     """Write in-memory arrays to a new store (dense numpy or scipy.sparse features).
 
     Parameters
@@ -80,21 +88,39 @@ def write_arrays(path, X, y, rows_per_chunk=None, overwrite=False, sparse=None,
     plan = scan.plan("y")
     step = _block_rows(d, buffer_rows, buffer_bytes)
     with _StoreBuilder(target, overwrite) as builder:
-        builder.create(n, d, sparse, rows_per_chunk, plan, nnz=X.nnz if is_sparse else None,
-                       weights=sample_weight is not None)
+        builder.create(
+            n,
+            d,
+            sparse,
+            rows_per_chunk,
+            plan,
+            nnz=X.nnz if is_sparse else None,
+            weights=sample_weight is not None,
+        )
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             block = _as_float32_block(X[lo:hi])
             bad = _first_nonfinite_row(block)
             if bad is not None:
                 raise ValueError(f"X contains NaN or infinity at row {lo + bad}")
-            builder.append(block, _encode_label_array(plan, y[lo:hi]),
-                           None if sample_weight is None else sample_weight[lo:hi])
+            builder.append(
+                block,
+                _encode_label_array(plan, y[lo:hi]),
+                None if sample_weight is None else sample_weight[lo:hi],
+            )
         return builder.commit()
 
 
-def from_npy(X_path, y_path, path, rows_per_chunk=None, overwrite=False,
-             buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES, progress=None):
+def from_npy(
+    X_path,
+    y_path,
+    path,
+    rows_per_chunk=None,
+    overwrite=False,
+    buffer_rows=DEFAULT_BUFFER_ROWS,
+    buffer_bytes=DEFAULT_BUFFER_BYTES,
+    progress=None,
+):
     """Convert a pair of ``.npy`` files (features, labels) to a store, memory-mapped.
 
     Parameters
@@ -159,8 +185,16 @@ def from_npy(X_path, y_path, path, rows_per_chunk=None, overwrite=False,
         return builder.commit()
 
 
-def from_dask(X, y, path, rows_per_chunk=None, overwrite=False, sparse=None,
-              buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES):
+def from_dask(
+    X,
+    y,
+    path,
+    rows_per_chunk=None,
+    overwrite=False,
+    sparse=None,
+    buffer_rows=DEFAULT_BUFFER_ROWS,
+    buffer_bytes=DEFAULT_BUFFER_BYTES,
+):
     """Write dask arrays to a store, computing one row block at a time.
 
     Any chunking of ``X`` works (uneven, or split along features): each block of rows is

@@ -155,7 +155,7 @@ def _local_path(url):
     if "://" not in url:
         return url
     if url.startswith("file://"):
-        return url[len("file://"):]
+        return url[len("file://") :]
     return None
 
 
@@ -226,6 +226,7 @@ def _check_indptr(indptr, url, n, nnz):
 # train on rows of zeros, one of y would relabel its rows as class 0.  Every read checks that its
 # chunks exist, and decoding errors name the chunk.
 
+
 def _store_key(arr, i):
     """Store key of chunk ``i`` (along the rows) of ``arr`` and the key inside the array."""
     key = arr.metadata.encode_chunk_key((int(i),) + (0,) * (arr.ndim - 1))
@@ -235,6 +236,7 @@ def _store_key(arr, i):
 
 def _exists(arr, full_key) -> bool:
     from zarr.core.sync import sync
+
     return bool(sync(arr.store_path.store.exists(full_key)))
 
 
@@ -253,8 +255,9 @@ def _chunk_error(url, name, arr, i, what="is missing"):
     R = arr.chunks[0]
     lo, hi = i * R, min((i + 1) * R, arr.shape[0])
     unit = "rows" if name in ("X", "y", "indptr", "sample_weight") else "entries"
-    return ValueError(f"{url}: chunk file {_store_key(arr, i)[0]} ({unit} {lo} to {hi - 1} of "
-                      f"{name}) {what}")
+    return ValueError(
+        f"{url}: chunk file {_store_key(arr, i)[0]} ({unit} {lo} to {hi - 1} of {name}) {what}"
+    )
 
 
 def read_checked(arr, url, name, lo, hi, complete=True):
@@ -270,9 +273,11 @@ def read_checked(arr, url, name, lo, hi, complete=True):
         R = arr.chunks[0]
         for i in range(lo // R, max(lo, hi - 1) // R + 1):
             try:
-                np.asarray(arr[i * R:min((i + 1) * R, arr.shape[0])])
+                np.asarray(arr[i * R : min((i + 1) * R, arr.shape[0])])
             except Exception as exc_i:  # noqa: BLE001 - find the damaged chunk to name it
-                raise _chunk_error(url, name, arr, i, f"cannot be read ({type(exc_i).__name__}: {exc_i})") from exc
+                raise _chunk_error(
+                    url, name, arr, i, f"cannot be read ({type(exc_i).__name__}: {exc_i})"
+                ) from exc
         raise ValueError(f"{url}: cannot read {name}[{lo}:{hi}]: {exc}") from exc
 
 
@@ -292,10 +297,13 @@ def check_all_chunks_present(group, url, names, complete=True) -> None:
             if complete:
                 raise err
             import warnings
-            warnings.warn(f"{err} and is read as zeros: the store does not declare "
-                          f"all_chunks_written (it was not written by dmcsvm convert), so an "
-                          f"absent chunk may be one that zarr left out as all zeros",
-                          stacklevel=3)
+
+            warnings.warn(
+                f"{err} and is read as zeros: the store does not declare "
+                f"all_chunks_written (it was not written by dmcsvm convert), so an "
+                f"absent chunk may be one that zarr left out as all zeros",
+                stacklevel=3,
+            )
 
 
 def open_store(url) -> StoreInfo:
@@ -397,8 +405,9 @@ def open_store(url) -> StoreInfo:
     if classes is not None and y.dtype != np.dtype("int64"):
         raise ValueError(f"{url}: y holds codes into 'classes' and must be int64, not {y.dtype}")
     complete = bool(attrs.get("all_chunks_written", False))
-    check_all_chunks_present(group, url, ("indptr", "indices", "data", "y") if sparse else ("X", "y"),
-                             complete)
+    check_all_chunks_present(
+        group, url, ("indptr", "indices", "data", "y") if sparse else ("X", "y"), complete
+    )
     if sparse and n > 0:
         _check_indptr(indptr, url, n, nnz)
 

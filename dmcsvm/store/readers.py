@@ -14,8 +14,14 @@ import zarr
 from ..errors import NonFiniteError
 from .layout import StoreInfo, open_store, read_checked
 
-__all__ = ["read_rows", "read_labels", "read_sample_weight", "read_all", "iter_chunks",
-           "verify_store"]
+__all__ = [
+    "read_rows",
+    "read_labels",
+    "read_sample_weight",
+    "read_all",
+    "iter_chunks",
+    "verify_store",
+]
 
 
 def _info(info_or_url) -> StoreInfo:
@@ -70,12 +76,13 @@ def read_rows(info_or_url, lo, hi):
         data = np.asarray(_read(info, "data", start, stop), dtype=np.float32)
         if not np.isfinite(data).all():
             at = start + int(np.flatnonzero(~np.isfinite(data))[0])
-            _check_finite(info, data[at - start:at - start + 1],
-                          lo + int(np.searchsorted(indptr, at, side="right")) - 1)
-        if indices.min() < 0 or indices.max() >= d:
-            raise ValueError(
-                f"{info.url}: rows [{lo}, {hi}) hold feature indices outside [0, {d})"
+            _check_finite(
+                info,
+                data[at - start : at - start + 1],
+                lo + int(np.searchsorted(indptr, at, side="right")) - 1,
             )
+        if indices.min() < 0 or indices.max() >= d:
+            raise ValueError(f"{info.url}: rows [{lo}, {hi}) hold feature indices outside [0, {d})")
     else:
         indices = np.zeros(0, dtype=np.int32)
         data = np.zeros(0, dtype=np.float32)
@@ -125,8 +132,10 @@ def read_sample_weight(info_or_url):
         return None
     arr = _array(info, "sample_weight")
     if arr.ndim != 1 or arr.shape[0] != info.n_samples:
-        raise ValueError(f"{info.url}: sample_weight has shape {tuple(arr.shape)}; it needs one "
-                         f"value per row ({info.n_samples},)")
+        raise ValueError(
+            f"{info.url}: sample_weight has shape {tuple(arr.shape)}; it needs one "
+            f"value per row ({info.n_samples},)"
+        )
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{info.url}: sample_weight has dtype {arr.dtype}; expected float64")
     w = np.asarray(_read(info, "sample_weight", 0, info.n_samples), dtype=np.float64)
@@ -148,11 +157,16 @@ def _check_finite(info, block, lo):
     ok = np.isfinite(block)
     if ok.all():
         return
-    r = int(np.flatnonzero(~ok.reshape(block.shape[0], -1).all(axis=1))[0]) if block.ndim == 2 \
+    r = (
+        int(np.flatnonzero(~ok.reshape(block.shape[0], -1).all(axis=1))[0])
+        if block.ndim == 2
         else 0
+    )
     bad = block[r][~np.isfinite(block[r])][0] if block.ndim == 2 else block.ravel()[0]
-    raise NonFiniteError(f"{info.url}: row {lo + r} of X holds {float(bad)!r}; dmcsvm needs "
-                         f"finite features (replace or drop such rows and convert again)")
+    raise NonFiniteError(
+        f"{info.url}: row {lo + r} of X holds {float(bad)!r}; dmcsvm needs "
+        f"finite features (replace or drop such rows and convert again)"
+    )
 
 
 def iter_chunks(info_or_url):

@@ -55,8 +55,10 @@ def _looks_like(parts):
     return None
 
 
-_LOOKS_LIKE = {"csv": "the line looks like comma-separated values, not LIBSVM",
-               "whitespace": "the line looks like whitespace-separated columns, not LIBSVM"}
+_LOOKS_LIKE = {
+    "csv": "the line looks like comma-separated values, not LIBSVM",
+    "whitespace": "the line looks like whitespace-separated columns, not LIBSVM",
+}
 
 
 class _SvmlightBlock:
@@ -103,7 +105,9 @@ def _parse_svmlight_fast(lines, first):
     is_label[0] = True
     is_label[1:] = tok_line[1:] != tok_line[:-1]
     colons = np.flatnonzero(a == 58)
-    per_token = np.bincount(np.searchsorted(starts, colons, side="right") - 1, minlength=starts.size)
+    per_token = np.bincount(
+        np.searchsorted(starts, colons, side="right") - 1, minlength=starts.size
+    )
     if not np.array_equal(per_token, ~is_label):
         return None
     with warnings.catch_warnings():
@@ -151,8 +155,9 @@ def _parse_svmlight_slow(src, lines, first):
         except ValueError:
             lab = _short(parts[0].decode(errors="replace"))
             if other is not None:
-                raise TextFormatError(f"{src}, line {line_no}: bad label {lab!r} "
-                                      f"({_LOOKS_LIKE[other]})", other) from None
+                raise TextFormatError(
+                    f"{src}, line {line_no}: bad label {lab!r} ({_LOOKS_LIKE[other]})", other
+                ) from None
             extra = " (multi-label files are not supported)" if "," in lab else ""
             raise _svmlight_error(src, line_no, f"bad label {lab!r}{extra}") from None
         for tok in feats:
@@ -165,10 +170,15 @@ def _parse_svmlight_slow(src, lines, first):
             except ValueError:
                 what = _short(tok.decode(errors="replace"))
                 if other is not None:
-                    raise TextFormatError(f"{src}, line {line_no}: cannot parse feature {what!r} "
-                                          f"({_LOOKS_LIKE[other]})", other) from None
+                    raise TextFormatError(
+                        f"{src}, line {line_no}: cannot parse feature {what!r} "
+                        f"({_LOOKS_LIKE[other]})",
+                        other,
+                    ) from None
                 raise _svmlight_error(
-                    src, line_no, f"cannot parse feature {what!r} (expected index:value)",
+                    src,
+                    line_no,
+                    f"cannot parse feature {what!r} (expected index:value)",
                 ) from None
         counts.append(len(feats))
         lineno.append(line_no)
@@ -203,7 +213,9 @@ def _parse_svmlight(src, lines, first):
         raise _NonFinite(r, int(lineno[r]))
     neg = np.flatnonzero(index < 0)
     if neg.size:
-        raise _svmlight_error(src, lineno[row_of[neg[0]]], f"negative feature index {index[neg[0]]}")
+        raise _svmlight_error(
+            src, lineno[row_of[neg[0]]], f"negative feature index {index[neg[0]]}"
+        )
     # indices must increase within a row: sort rows that do not, reject duplicates
     same_row = row_of[1:] == row_of[:-1]
     if np.any(same_row & (np.diff(index) <= 0)):
@@ -240,10 +252,18 @@ def _svmlight_blocks(src, buffer_rows, buffer_bytes, meter=None):
             row0 += len(blk.labels)
 
 
-def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
-                  rows_per_chunk=None, overwrite=False,
-                  buffer_rows=DEFAULT_BUFFER_ROWS, buffer_bytes=DEFAULT_BUFFER_BYTES,
-                  progress=None):
+def from_svmlight(
+    src,
+    path,
+    n_features=None,
+    sparse=None,
+    zero_based="auto",
+    rows_per_chunk=None,
+    overwrite=False,
+    buffer_rows=DEFAULT_BUFFER_ROWS,
+    buffer_bytes=DEFAULT_BUFFER_BYTES,
+    progress=None,
+):
     """Convert a LIBSVM/svmlight text file to a store, streaming it in two passes.
 
     Lines are ``label [qid:q] index:value ...`` with optional ``# comments``; blank lines are
@@ -314,7 +334,9 @@ def from_svmlight(src, path, n_features=None, sparse=None, zero_based="auto",
     offset = 0 if zero_based is True or (zero_based == "auto" and min_index == 0) else 1
     if offset == 1 and min_index == 0:
         first_zero = _find_svmlight_index(src, 0, buffer_rows, buffer_bytes)
-        raise _svmlight_error(src, first_zero, "feature index 0 in a file read as one-based (zero_based=False)")
+        raise _svmlight_error(
+            src, first_zero, "feature index 0 in a file read as one-based (zero_based=False)"
+        )
     needed = max_index - offset + 1
     if n_features is None:
         d = needed

@@ -59,6 +59,7 @@ def _open_binary(src: str, meter: _Meter | None = None) -> IO[bytes]:
     through takes as long as with ``gzip`` directly (benchmarks/results/libraries.md)."""
     from fsspec.compression import compr
     from fsspec.utils import infer_compression
+
     disk: io.RawIOBase = open(src, "rb", buffering=0)
     if meter is not None:
         disk = _Tracked(disk, meter)
@@ -70,8 +71,9 @@ def _open_binary(src: str, meter: _Meter | None = None) -> IO[bytes]:
     return opened
 
 
-def _line_buffers(src: str, buffer_rows: int, buffer_bytes: int,
-                  meter: _Meter | None = None) -> Iterator[tuple[list[bytes], int]]:
+def _line_buffers(
+    src: str, buffer_rows: int, buffer_bytes: int, meter: _Meter | None = None
+) -> Iterator[tuple[list[bytes], int]]:
     """Yield ``(lines, first_line_number)`` buffers of raw byte lines from a text file."""
     if int(buffer_rows) < 1:
         raise ValueError(f"buffer_rows must be at least 1, got {buffer_rows}")

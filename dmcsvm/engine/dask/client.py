@@ -18,8 +18,8 @@ class Watch:
     its actors are gone) and every restart of a worker by its nanny for memory."""
 
     def __init__(self):
-        self.removed: dict = {}     # address -> removals seen
-        self.memory: list = []      # (address, resident bytes) per restart for memory
+        self.removed: dict = {}  # address -> removals seen
+        self.memory: list = []  # (address, resident bytes) per restart for memory
         self.added = 0
 
     def on_all(self, event):
@@ -47,8 +47,9 @@ def subscribe(client, watch: Watch) -> None:
         _WATCHES[key] = []
         watches = _WATCHES[key]
         client.subscribe_topic("all", lambda e: [w.on_all(e) for w in list(watches)])
-        client.subscribe_topic("worker-restart-memory",
-                               lambda e: [w.on_memory(e) for w in list(watches)])
+        client.subscribe_topic(
+            "worker-restart-memory", lambda e: [w.on_memory(e) for w in list(watches)]
+        )
     _WATCHES[key].append(watch)
 
 
@@ -72,11 +73,16 @@ def resolve_client(client, n_workers=None, threads_per_worker=None, memory_limit
     address, ``'local'`` starts a ``LocalCluster``.  Returns ``(client, owned_objects)``; the
     owned objects (client and cluster we created) are closed by :func:`release_client`."""
     from distributed import Client, LocalCluster
+
     if isinstance(client, Client):
         return client, []
     if isinstance(client, str) and client == "local":
-        kw = {"n_workers": n_workers, "threads_per_worker": threads_per_worker or 1,
-              "processes": True, "dashboard_address": None}
+        kw = {
+            "n_workers": n_workers,
+            "threads_per_worker": threads_per_worker or 1,
+            "processes": True,
+            "dashboard_address": None,
+        }
         if memory_limit is not None:
             kw["memory_limit"] = memory_limit
         cluster = LocalCluster(**{k: v for k, v in kw.items() if v is not None})
@@ -85,8 +91,9 @@ def resolve_client(client, n_workers=None, threads_per_worker=None, memory_limit
     if isinstance(client, str):
         c = Client(client)
         return c, [c]
-    raise ValueError(f"client must be None, 'local', a scheduler address or a distributed.Client, "
-                     f"got {client!r}")
+    raise ValueError(
+        f"client must be None, 'local', a scheduler address or a distributed.Client, got {client!r}"
+    )
 
 
 def release_client(owned):
@@ -104,6 +111,7 @@ def nanny_memory_limit(client, address) -> int:
     scheduler's list."""
     try:
         from dask.utils import parse_bytes
+
         for spec in (getattr(getattr(client, "cluster", None), "worker_spec", None) or {}).values():
             limit = (spec.get("options") or {}).get("memory_limit")
             if isinstance(limit, str):
@@ -118,6 +126,7 @@ def nanny_memory_limit(client, address) -> int:
 def takes_n_workers(client) -> bool:
     """Whether ``client.scheduler_info`` takes ``n_workers`` (newer distributed: -1 lists all)."""
     import inspect
+
     try:
         return "n_workers" in inspect.signature(client.scheduler_info).parameters
     except (TypeError, ValueError):

@@ -62,28 +62,35 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
 
     name = "dask"
 
-    def __init__(self, client, n_partitions: int | None = None, recover: bool = True,
-                 recover_timeout: float = 60.0, direct: bool | None = None, tree="auto",
-                 bank_rows: bool = True):
+    def __init__(
+        self,
+        client,
+        n_partitions: int | None = None,
+        recover: bool = True,
+        recover_timeout: float = 60.0,
+        direct: bool | None = None,
+        tree="auto",
+        bank_rows: bool = True,
+    ):
         if tree not in ("auto", True, False):
             raise ValueError(f"tree must be 'auto', True or False, got {tree!r}")
         self.tree = tree
-        self.groups: list = []       # per actor: its partitions, ascending
-        self._seq = 0                # number of the last round sent
+        self.groups: list = []  # per actor: its partitions, ascending
+        self._seq = 0  # number of the last round sent
         self.client = client
         self.recover = bool(recover)
         self.recover_timeout = float(recover_timeout)
-        self.recoveries: list = []   # (partition, dead worker, new worker, seconds)
-        self._build: list = []       # per partition: (lo, hi, rows source, yp, cls)
-        self.plans: list = []        # per partition: its PartitionPlan (memory budget)
-        self._x_bytes: list = []     # per partition: bytes of its rows in memory
-        self._snapshots: dict = {}   # name -> provider(lo, hi) -> dict (see set_snapshot)
-        self._mutated = False        # whether any operation changed the partitions' state
-        self._gen: list = []         # per partition: removals of its worker seen when placed
-        self._losses: list = []      # per partition: times it was rebuilt
-        self._suspect: dict = {}     # address -> its removals when its connection broke
-        self.parts = []          # actors, one per group
-        self.placement = []      # worker address of each partition
+        self.recoveries: list = []  # (partition, dead worker, new worker, seconds)
+        self._build: list = []  # per partition: (lo, hi, rows source, yp, cls)
+        self.plans: list = []  # per partition: its PartitionPlan (memory budget)
+        self._x_bytes: list = []  # per partition: bytes of its rows in memory
+        self._snapshots: dict = {}  # name -> provider(lo, hi) -> dict (see set_snapshot)
+        self._mutated = False  # whether any operation changed the partitions' state
+        self._gen: list = []  # per partition: removals of its worker seen when placed
+        self._losses: list = []  # per partition: times it was rebuilt
+        self._suspect: dict = {}  # address -> its removals when its connection broke
+        self.parts = []  # actors, one per group
+        self.placement = []  # worker address of each partition
         self._watch = Watch()
         self._info_kw = {"n_workers": -1} if takes_n_workers(client) else {}
         subscribe(client, self._watch)
@@ -99,19 +106,27 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         self.token = uuid.uuid4().hex[:8]
         threads = sum(w.get("nthreads", 1) for w in workers.values())
         self.n_partitions = int(n_partitions or threads)
-        self.direct = direct     # resolved by start(): actor calls straight to the workers?
-        self.bytes_sent = 0      # packed round messages sent to the partitions
+        self.direct = direct  # resolved by start(): actor calls straight to the workers?
+        self.bytes_sent = 0  # packed round messages sent to the partitions
         self.bytes_received = 0  # and their packed replies
         # ids whose X rows every group holds in its bank (WorkerGroup): a message leaves those
         # rows out; valid while no group was rebuilt since (a rebuilt group's bank is empty)
         self.bank_rows = bool(bank_rows)
         self._held = HeldIds()
-        self._held_at = 0        # len(self.recoveries) when _held was last valid
-        self.rows_sent = 0       # batch X rows sent in round messages
-        self.rows_held = 0       # batch X rows left out: the groups had them
+        self._held_at = 0  # len(self.recoveries) when _held was last valid
+        self.rows_sent = 0  # batch X rows sent in round messages
+        self.rows_held = 0  # batch X rows left out: the groups had them
 
-    def start(self, X, yp, cls, settings: PartitionSettings, bounds=None, partition_cls=Partition,
-              row_C=None):
+    def start(
+        self,
+        X,
+        yp,
+        cls,
+        settings: PartitionSettings,
+        bounds=None,
+        partition_cls=Partition,
+        row_C=None,
+    ):
         """Create one partition per row block on its worker (with its rows' dual bounds
         ``row_C[lo:hi]`` when ``row_C``, one per row, is given).
 
@@ -138,14 +153,16 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
             else:
                 blocks = [block_of(X, lo, hi) for lo, hi in bounds]
             blocks, part_settings = self._plan_memory(blocks, bounds, placement, settings, X)
-            part_settings = [with_row_bounds(ps, row_C, lo, hi)
-                             for ps, (lo, hi) in zip(part_settings, bounds)]
+            part_settings = [
+                with_row_bounds(ps, row_C, lo, hi)
+                for ps, (lo, hi) in zip(part_settings, bounds, strict=False)
+            ]
             self._settings, self._partition_cls = part_settings, partition_cls
             rows_of = []
-            for (lo, hi), rows, w in zip(bounds, blocks, placement):
+            for (lo, hi), rows, w in zip(bounds, blocks, placement, strict=False):
                 source = rows
                 if isinstance(X, DaskSource):
-                    source = X.array[lo:hi]                # recomputed if its worker is lost
+                    source = X.array[lo:hi]  # recomputed if its worker is lost
                 rows = scatter_rows(self.client, rows, w, self.recover_timeout)
                 self._build.append((lo, hi, source, yp[lo:hi], cls[lo:hi]))
                 self.placement.append(w)
@@ -153,9 +170,15 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
                 self._losses.append(0)
                 rows_of.append(rows)
             self.groups = groups_of(placement)
-            futs = [self._submit(g, self._worker_of(g), [rows_of[k] for k in ks],
-                                 f"dmcsvm-group-{g}-{self.token}")
-                    for g, ks in enumerate(self.groups)]
+            futs = [
+                self._submit(
+                    g,
+                    self._worker_of(g),
+                    [rows_of[k] for k in ks],
+                    f"dmcsvm-group-{g}-{self.token}",
+                )
+                for g, ks in enumerate(self.groups)
+            ]
             self.parts = [self._await_built(g, f) for g, f in enumerate(futs)]
         # the partitions hold their own copies now: the scattered / persisted blocks are released
         # when ``blocks`` goes out of scope
@@ -188,11 +211,13 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         with self._calls():
             if name not in limits.READ_ONLY_CALLS:
                 self._mutated = True
-            got = self._gather([self._send(g, "call", name, args)
-                                for g in range(len(self.parts))], ("call", name, args))
+            got = self._gather(
+                [self._send(g, "call", name, args) for g in range(len(self.parts))],
+                ("call", name, args),
+            )
             out = [None] * len(self._build)
             for g, res in got.items():
-                for k, v in zip(self.groups[g], res):
+                for k, v in zip(self.groups[g], res, strict=False):
                     out[k] = v
             return out
 
@@ -207,8 +232,10 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
             try:
                 self.recover = False
                 with self._calls():
-                    self._gather([self._send(g, "close") for g in range(len(self.parts))],
-                                 ("call", "close", ()))
+                    self._gather(
+                        [self._send(g, "close") for g in range(len(self.parts))],
+                        ("call", "close", ()),
+                    )
             except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
                 pass
         self.parts = []

@@ -49,20 +49,21 @@ class Liveness:
             if len(restarts) >= limits.BUILD_RESTARTS:
                 raise self._memory_error(None, restarts, "before any worker could take")
             if time.monotonic() - t0 > self.recover_timeout:
-                raise ValueError(f"the Dask cluster has no workers (waited "
-                                 f"{self.recover_timeout:.0f} s for one to join)")
+                raise ValueError(
+                    f"the Dask cluster has no workers (waited "
+                    f"{self.recover_timeout:.0f} s for one to join)"
+                )
             time.sleep(0.5)
 
     def _memory_restarts(self):
         """Restarts of workers by their nanny for memory since this executor started."""
-        return self._watch.memory[self._t_start_restarts:]
+        return self._watch.memory[self._t_start_restarts :]
 
     def _memory_error(self, k, restarts, when) -> RuntimeError:
         addr, rss = restarts[-1]
         limit = int((self.worker_info.get(addr) or {}).get("memory_limit") or 0)
         if not limit:
-            limit = max([int(w.get("memory_limit") or 0) for w in self.worker_info.values()]
-                        or [0])
+            limit = max([int(w.get("memory_limit") or 0) for w in self.worker_info.values()] or [0])
         if not limit:
             limit = nanny_memory_limit(self.client, addr)
         plan = self.plans[k] if k is not None and k < len(self.plans) else None
@@ -71,17 +72,22 @@ class Liveness:
             xb = self._x_bytes[k] if k < len(self._x_bytes) and not plan.stream else 0
             st = getattr(self, "_settings", [])
             kb = st[k].kernel_block_bytes if k < len(st) else 0
-            need = (f" plus about {(plan.state_bytes + kb + xb) / MiB:.0f} MiB for partition {k} "
-                    f"(state {plan.state_bytes / MiB:.1f} MiB, one kernel block {kb / MiB:.0f} MiB"
-                    + (f", rows {xb / MiB:.1f} MiB" if xb else "") + ")")
+            need = (
+                f" plus about {(plan.state_bytes + kb + xb) / MiB:.0f} MiB for partition {k} "
+                f"(state {plan.state_bytes / MiB:.1f} MiB, one kernel block {kb / MiB:.0f} MiB"
+                + (f", rows {xb / MiB:.1f} MiB" if xb else "")
+                + ")"
+            )
         from ..memory import WORKER_BASELINE_BYTES
+
         return RuntimeError(
             f"the workers restarted {len(restarts)} times {when} "
             f"{'partition %d' % k if k is not None else 'a partition'}: their nannies "
             f"killed them for memory ({addr} held {rss / MiB:.0f} MiB against its memory_limit of "
             f"{limit / MiB:.0f} MiB). memory_limit {limit / MiB:.0f} MiB is too small for a Dask "
             f"worker process (about {WORKER_BASELINE_BYTES / MiB:.0f} MiB before any data)"
-            f"{need}; give the workers more memory (--memory-limit / memory_limit)")
+            f"{need}; give the workers more memory (--memory-limit / memory_limit)"
+        )
 
     def _wait_futures(self, futs, what):
         """``distributed.wait`` bounded by the scheduler's liveness and the workers' restarts."""
@@ -89,7 +95,7 @@ class Liveness:
             try:
                 wait(futs, timeout=limits.BUILD_POLL_S)
                 return
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass
             self._check_scheduler()
             restarts = self._memory_restarts()
@@ -103,7 +109,8 @@ class Liveness:
                 f"the Dask scheduler {self._scheduler_address()} is lost: the client's connection "
                 f"to it is {status!r}; the partitions' state went with it, so the fit cannot go "
                 f"on (start it again, with --checkpoint / checkpoint= to resume from the last "
-                f"checkpoint)")
+                f"checkpoint)"
+            )
 
     def _scheduler_address(self):
         try:
@@ -116,15 +123,20 @@ class Liveness:
         self._check_scheduler()
         c = self.client
         try:
-            info = c.sync(c.scheduler.identity, callback_timeout=limits.CALL_TIMEOUT_S,
-                          **self._info_kw)
-        except (OSError, TimeoutError, asyncio.TimeoutError) as e:
+            info = c.sync(
+                c.scheduler.identity, callback_timeout=limits.CALL_TIMEOUT_S, **self._info_kw
+            )
+        except (OSError, TimeoutError) as e:
             self._check_scheduler()
             raise SchedulerLostError(
                 f"the Dask scheduler {self._scheduler_address()} did not answer within "
-                f"{limits.CALL_TIMEOUT_S:.0f} s ({e!r}); the fit cannot go on") from e
-        workers = {a: w for a, w in info.get("workers", {}).items()
-                   if w.get("status", "running") == "running"}
+                f"{limits.CALL_TIMEOUT_S:.0f} s ({e!r}); the fit cannot go on"
+            ) from e
+        workers = {
+            a: w
+            for a, w in info.get("workers", {}).items()
+            if w.get("status", "running") == "running"
+        }
         self.worker_info.update(workers)
         return workers
 
@@ -137,14 +149,17 @@ class Liveness:
         while True:
             alive = sorted(a for a in self._live_workers() if not self._is_suspect(a))
             if alive:
-                counts = {w: sum(p == w for i, p in enumerate(self.placement) if i not in mine)
-                          for w in alive}
+                counts = {
+                    w: sum(p == w for i, p in enumerate(self.placement) if i not in mine)
+                    for w in alive
+                }
                 return min(alive, key=lambda a: (counts[a], a))
             if time.monotonic() - t0 > self.recover_timeout:
                 raise RuntimeError(
                     f"no Dask worker is left {what} partition {k} (its worker "
                     f"{self.placement[k]} died); waited {self.recover_timeout:.0f} s for one "
-                    f"to join")
+                    f"to join"
+                )
             time.sleep(0.5)
 
     def _is_lost(self, k) -> bool:

@@ -48,8 +48,9 @@ def scatter_rows(client, rows, w, timeout: float):
     in-memory block scattered to ``w``."""
     if hasattr(rows, "load") or isinstance(rows, Future):
         return rows
-    return client.scatter(rows, workers=[w], direct=True,
-                          timeout=max(timeout, limits.CALL_TIMEOUT_S))
+    return client.scatter(
+        rows, workers=[w], direct=True, timeout=max(timeout, limits.CALL_TIMEOUT_S)
+    )
 
 
 class Placement:
@@ -64,8 +65,9 @@ class Placement:
         each, a worker that holds it."""
         sizes = tuple(hi - lo for lo, hi in bounds)
         arr = array.rechunk((sizes, (array.shape[1],)))
-        arr = arr.map_blocks(np.ascontiguousarray, dtype=arr.dtype,
-                             name=f"dmcsvm-train-rows-{self.token}")
+        arr = arr.map_blocks(
+            np.ascontiguousarray, dtype=arr.dtype, name=f"dmcsvm-train-rows-{self.token}"
+        )
         arr = self.client.persist(arr)
         futs = futures_of(arr)
         self._wait_futures(futs, "persisting the training rows")
@@ -73,7 +75,7 @@ class Placement:
         blocks = [by_block[k] for k in range(len(bounds))]
         who = self.client.who_has(blocks)
         owners = []
-        for f, w in zip(blocks, placement):
+        for f, w in zip(blocks, placement, strict=False):
             holders = sorted(who.get(f.key, ()))
             owners.append(holders[0] if holders else w)
         return blocks, owners
@@ -91,46 +93,64 @@ class Placement:
         out_blocks, out_settings = [], []
         self.plans = []
         self._x_bytes = []
-        for (lo, hi), rows, w in zip(bounds, blocks, placement):
+        for (lo, hi), rows, w in zip(bounds, blocks, placement, strict=False):
             store = isinstance(rows, StoreRows)
             x_bytes = rows.nbytes if store else int(getattr(rows, "nbytes", 0) or 0)
             if sp.issparse(rows):
                 x_bytes = rows.data.nbytes + rows.indices.nbytes + rows.indptr.nbytes
-            plan = plan_partition(mem.get(w, 0), per_worker[w], hi - lo, P, x_bytes, store,
-                                  settings.cache_bytes, settings.kernel_block_bytes,
-                                  stream=force)
+            plan = plan_partition(
+                mem.get(w, 0),
+                per_worker[w],
+                hi - lo,
+                P,
+                x_bytes,
+                store,
+                settings.cache_bytes,
+                settings.kernel_block_bytes,
+                stream=force,
+            )
             self.plans.append(plan)
             self._x_bytes.append(x_bytes)
             if store:
                 rows = replace(rows, stream=plan.stream)
             out_blocks.append(rows)
-            out_settings.append(replace(settings, cache_bytes=plan.cache_bytes)
-                                if plan.cache_bytes != settings.cache_bytes else settings)
+            out_settings.append(
+                replace(settings, cache_bytes=plan.cache_bytes)
+                if plan.cache_bytes != settings.cache_bytes
+                else settings
+            )
         return out_blocks, out_settings
 
     def _submit(self, g, w, rows, key):
         """Create group ``g`` on worker ``w`` from its partitions' ``rows`` (one per partition):
         a :class:`WorkerGroup` actor running on the worker's threads."""
         specs = []
-        for k, r in zip(self.groups[g], rows):
+        for k, r in zip(self.groups[g], rows, strict=False):
             lo, hi, _, yp, cls = self._build[k]
             specs.append((k, self._partition_cls, (k, lo, hi, r, yp, cls, self._settings[k])))
         threads = int((self.worker_info.get(w) or {}).get("nthreads") or 1)
-        return self.client.submit(WorkerGroup, specs, threads, actor=True, workers=[w],
-                                  allow_other_workers=False, key=key)
+        return self.client.submit(
+            WorkerGroup, specs, threads, actor=True, workers=[w], allow_other_workers=False, key=key
+        )
 
     def _rows_for(self, k, w):
         """Rows of partition ``k`` for a new partition object on worker ``w``."""
         source = self._build[k][2]
         if isinstance(source, StoreRows):
             return source
-        if hasattr(source, "dask"):                       # a dask array slice: recompute it
-            return self.client.compute(source.map_blocks(np.ascontiguousarray,
-                                                         dtype=source.dtype), workers=[w])
+        if hasattr(source, "dask"):  # a dask array slice: recompute it
+            return self.client.compute(
+                source.map_blocks(np.ascontiguousarray, dtype=source.dtype), workers=[w]
+            )
         # a fresh key (hash=False): the content-hashed key of the first scatter may still be
         # known to the scheduler as lost with the dead worker, which cancels its new dependents
-        return self.client.scatter(source, workers=[w], direct=True, hash=False,
-                                   timeout=max(self.recover_timeout, limits.CALL_TIMEOUT_S))
+        return self.client.scatter(
+            source,
+            workers=[w],
+            direct=True,
+            hash=False,
+            timeout=max(self.recover_timeout, limits.CALL_TIMEOUT_S),
+        )
 
     def _await_built(self, g, fut):
         """The actor of group ``g`` once created; bounded (see ``DaskExecutor.start``)."""
@@ -141,7 +161,7 @@ class Placement:
                 return fut.result()
             if fut.status == "error":
                 if not self._group_lost(g) and not self._memory_restarts():
-                    fut.result()                    # the constructor's own error
+                    fut.result()  # the constructor's own error
                 lost = True
             elif fut.status in ("lost", "cancelled"):
                 self._check_scheduler()
@@ -161,13 +181,18 @@ class Placement:
                 raise RuntimeError(
                     f"the Dask workers restarted {attempts} times while building partition {k} "
                     f"(rows {self._build[k][0]}..{self._build[k][1]}): the last one was "
-                    f"{self.placement[k]}; see the workers' logs for why they died")
+                    f"{self.placement[k]}; see the workers' logs for why they died"
+                )
             with contextlib.suppress(Exception):
                 self.client.cancel([fut])
             w = self._wait_for_worker(g, f"to create partition {k} on")
             self._place(g, w)
-            fut = self._submit(g, w, [self._rows_for(j, w) for j in self.groups[g]],
-                               f"dmcsvm-group-{g}-{self.token}-b{attempts}")
+            fut = self._submit(
+                g,
+                w,
+                [self._rows_for(j, w) for j in self.groups[g]],
+                f"dmcsvm-group-{g}-{self.token}-b{attempts}",
+            )
 
     def _place(self, g, w):
         """Group ``g``'s partitions now live on worker ``w``."""

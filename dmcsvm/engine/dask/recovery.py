@@ -20,7 +20,6 @@ coordinator, partitions, rounds'."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 
@@ -56,7 +55,8 @@ class Recovery:
                 raise RuntimeError(
                     f"partition {k} was lost with its worker {self.placement[k]} after rounds had "
                     f"changed its state, and no coordinator state is registered to rebuild it "
-                    f"from (DaskExecutor.set_snapshot); start the fit again")
+                    f"from (DaskExecutor.set_snapshot); start the fit again"
+                )
             return None
         snap: dict = {}
         for fn in self._snapshots.values():
@@ -72,13 +72,15 @@ class Recovery:
         dead = self._worker_of(g)
         for k in ks:
             self._losses[k] += 1
-        k = ks[0]                   # a group's partitions are lost (and counted) together
+        k = ks[0]  # a group's partitions are lost (and counted) together
         if self._losses[k] > limits.MAX_LOSSES:
             restarts = self._memory_restarts()
             if restarts:
                 raise self._memory_error(k, restarts, "while running; lost again")
-            raise RuntimeError(f"partition {k} was lost with its worker {self._losses[k]} times "
-                               f"in this fit (last on {dead}); see the workers' logs")
+            raise RuntimeError(
+                f"partition {k} was lost with its worker {self._losses[k]} times "
+                f"in this fit (last on {dead}); see the workers' logs"
+            )
         with contextlib.suppress(Exception):
             old = self.parts[g]
             self.client.cancel([getattr(old, "_future", old)])
@@ -102,7 +104,8 @@ class Recovery:
                     raise RuntimeError(
                         f"partition {ks[0]} could not be rebuilt within "
                         f"{self.recover_timeout:.0f} s after its worker {dead} died: "
-                        f"{e!r}") from e
+                        f"{e!r}"
+                    ) from e
 
     def _rebuild(self, g, dead, w, op, t0, attempt):
         """One attempt of :meth:`_recover` on worker ``w``: build, restore, answer ``op``."""
@@ -133,23 +136,29 @@ class Recovery:
             if fut.status == "finished":
                 return fut.result()
             if fut.status == "error":
-                return fut.result()         # raises: the caller decides
+                return fut.result()  # raises: the caller decides
             if self._group_lost(g) or fut.status in ("lost", "cancelled"):
-                raise OSError(f"worker {self._worker_of(g)} left while rebuilding "
-                              f"partition {self.groups[g][0]}")
+                raise OSError(
+                    f"worker {self._worker_of(g)} left while rebuilding "
+                    f"partition {self.groups[g][0]}"
+                )
 
     def _wait_one(self, g, f):
         """Result of one call on a rebuilt group, bounded by its worker's liveness."""
         while True:
             try:
                 return f.result(timeout=limits.ACTOR_POLL_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 self._check_scheduler()
                 if self._group_lost(g):
-                    raise OSError(f"worker {self._worker_of(g)} left while "
-                                  f"rebuilding partition {self.groups[g][0]}") from None
+                    raise OSError(
+                        f"worker {self._worker_of(g)} left while "
+                        f"rebuilding partition {self.groups[g][0]}"
+                    ) from None
 
     def _lost(self, k) -> RuntimeError:
         """The error of a lost partition when ``recover`` is off."""
-        return RuntimeError(f"the Dask worker {self.placement[k]} holding partition {k} has left "
-                            f"the cluster; its state is lost (start the fit again)")
+        return RuntimeError(
+            f"the Dask worker {self.placement[k]} holding partition {k} has left "
+            f"the cluster; its state is lost (start the fit again)"
+        )

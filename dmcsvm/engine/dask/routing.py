@@ -48,10 +48,11 @@ class Routing:
         async def reach():
             for a in sorted(set(addresses)):
                 await asyncio.wait_for(self.client.rpc(a).identity(), limits.REACH_TIMEOUT_S)
+
         try:
             self.client.sync(reach)
             return True
-        except (OSError, TimeoutError, asyncio.TimeoutError):
+        except (OSError, TimeoutError):
             return False
 
     @contextlib.contextmanager
@@ -94,7 +95,7 @@ class Routing:
             return LOST
         try:
             return getattr(self.parts[g], name)(*args)
-        except RuntimeError:          # "Worker holding Actor was lost": its key is not in memory
+        except RuntimeError:  # "Worker holding Actor was lost": its key is not in memory
             self._check_scheduler()
             return LOST
 
@@ -109,7 +110,7 @@ class Routing:
                 return self._recover(g, op)
             try:
                 return f.result(timeout=limits.ACTOR_POLL_S)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 self._check_scheduler()
                 if self._group_lost(g):
                     f = LOST
@@ -122,7 +123,7 @@ class Routing:
     def _gather(self, futs, op, groups=None) -> dict:
         """``{group: reply}`` of the calls ``futs`` made to ``groups`` (default: all)."""
         groups = range(len(self.parts)) if groups is None else groups
-        out = {g: self._result(g, f, op) for g, f in zip(groups, futs)}
+        out = {g: self._result(g, f, op) for g, f in zip(groups, futs, strict=False)}
         # a worker removed while its reply was in flight may have answered from a group the
         # scheduler re-created empty: answer from the coordinator's state instead
         for g in out:
@@ -145,7 +146,7 @@ class Routing:
             try:
                 got, lost = self._loads(f.result(timeout=limits.ACTOR_POLL_S))
                 break
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 self._check_scheduler()
                 if any(self._group_lost(g) for g in range(len(self.parts))):
                     return None
