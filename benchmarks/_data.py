@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: default data folder: ``../shared/data`` relative to the repository root (this file's parent's parent)
+#: default data folder: ``../shared/data`` relative to the repository root (this file's parent's
+#: parent)
 DEFAULT_DATA_DIR = (Path(__file__).resolve().parent.parent / ".." / "shared" / "data").resolve()
 
 
@@ -29,7 +30,8 @@ def scale_minmax(X_train, X_test, lo=-1.0, hi=1.0):
 
 
 def load_digits_split(test_size=0.25, random_state=0):
-    """scikit-learn's bundled 8x8 digits, ``X / 16``, stratified 75/25 split (``random_state=0``)."""
+    """scikit-learn's bundled 8x8 digits, ``X / 16``, stratified 75/25 split
+    (``random_state=0``)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -67,7 +69,8 @@ def load_usps(data_dir):
 
 
 def stratified_subset(X, y, n, random_state=0):
-    """``n`` rows of ``(X, y)`` drawn without replacement, stratified by class, in shuffled order."""
+    """``n`` rows of ``(X, y)`` drawn without replacement, stratified by class, in shuffled
+    order."""
     from sklearn.model_selection import train_test_split
 
     if n >= X.shape[0]:

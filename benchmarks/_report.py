@@ -219,7 +219,8 @@ def settings_of(args, leave_out=("data_dir", "out")) -> dict:
 
 def parser(doc, out_name=None, data_dir=False) -> argparse.ArgumentParser:
     """The argument parser every script starts from: its description (the docstring's first
-    paragraph), ``--out`` (default ``results/<out_name>``) and, with ``data_dir``, ``--data-dir``."""
+    paragraph), ``--out`` (default ``results/<out_name>``) and, with ``data_dir``,
+    ``--data-dir``."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if data_dir:
         from _data import DEFAULT_DATA_DIR

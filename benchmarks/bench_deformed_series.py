@@ -210,8 +210,10 @@ def write_md(res, path):
         s, d = r.get("svc"), r["dmcsvm"]
         lines.append(
             f"| {r['n']:,} | {s['fit'] if s else float('nan'):.1f} | {d['fit']:.1f} | "
-            f"{(r.get('ratio') or float('nan')):.2f} | {100 * s['accuracy'] if s else float('nan'):.2f} | "
-            f"{100 * d['accuracy']:.2f} | {s['n_sv'] if s else '-'} | {d['n_sv']} | {d['rounds']} | "
+            f"{(r.get('ratio') or float('nan')):.2f} | "
+            f"{100 * s['accuracy'] if s else float('nan'):.2f} | "
+            f"{100 * d['accuracy']:.2f} | {s['n_sv'] if s else '-'} | {d['n_sv']} | "
+            f"{d['rounds']} | "
             f"{d['unshrinks']} | {d['t_solve']:.1f} / {d['t_parts']:.1f} |"
         )
     lines.append("\nGrowth exponents (fit time ~ n^e between consecutive sizes):\n")

@@ -55,8 +55,10 @@ Outputs: ``--out`` (JSON, default ``results/engine_overhead.json``), ``engine_ov
 
 Usage::
 
-    python benchmarks/bench_engine_overhead.py --quick      # ~20 s: 1000 rows, 40 rounds, batches 1000,200
-    python benchmarks/bench_engine_overhead.py              # letter 15000, batches 1000,100,3000
+    # ~20 s: 1000 rows, 40 rounds, batches 1000,200
+    python benchmarks/bench_engine_overhead.py --quick
+    # letter 15000, batches 1000,100,3000
+    python benchmarks/bench_engine_overhead.py
 """
 
 from __future__ import annotations
@@ -941,8 +943,8 @@ def main(argv=None):
     pr = disk_default = None
     meta = {
         "distributed": distributed.__version__,
-        "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, [-1,1] scaling "
-        f"with the training min/max of the first 15000 rows, float32",
+        "data": f"UCI letter, first {n_train} rows train / last {Xte.shape[0]} test, "
+        f"[-1,1] scaling with the training min/max of the first 15000 rows, float32",
         "model": {
             "C": C,
             "gamma": GAMMA,

@@ -47,7 +47,8 @@ gs = GridSearchCV(MulticlassSVC(C=10, n_jobs=est_jobs),
                   {"C": [1.0, 10.0], "gamma": ["scale", 0.02]}, cv=3, n_jobs=gs_jobs)
 gs.fit(Xtr, ytr)
 wall = time.perf_counter() - t
-print("RESULT " + json.dumps({"wall_s": wall, "best_params": {k: str(v) for k, v in gs.best_params_.items()},
+best = {k: str(v) for k, v in gs.best_params_.items()}
+print("RESULT " + json.dumps({"wall_s": wall, "best_params": best,
                               "test_accuracy": float(gs.score(Xte, yte))}), flush=True)
 """
 

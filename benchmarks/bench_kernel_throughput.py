@@ -1,10 +1,11 @@
-"""Achieved GFLOP/s of ``dmcsvm.kernels.kernel_block`` against numpy's sgemm / dgemm of the same shapes.
+"""Achieved GFLOP/s of ``dmcsvm.kernels.kernel_block`` against numpy's sgemm / dgemm of the same
+shapes.
 
 A kernel block of the engine is ``K(X_B, X_part)``: the round's batch (``b`` rows) against a
 partition's active rows (``n`` rows), ``d`` features, computed as one GEMM ``G = X_B @ X_part.T``
 plus a numba element-wise pass (rbf: exponent in float64 then numpy's SIMD ``exp``; poly: integer
-power; both in place on the GEMM's output, the form LLVM vectorizes; linear: nothing more).  This script times, in one process and on the same
-arrays:
+power; both in place on the GEMM's output, the form LLVM vectorizes; linear: nothing more).  This
+script times, in one process and on the same arrays:
 
 * ``gemm``: ``X_B @ X_part.T`` with numpy (sgemm for float32, dgemm for float64; a fresh output
   each call, as inside ``kernel_block``);
@@ -16,10 +17,10 @@ arrays:
 
 The yardstick is the GEMM's ``2 b n d`` flops: GFLOP/s = 2 b n d / time, and
 ``ratio = gemm time / kernel_block time`` (goal >= 0.7).  Shapes: partition rows ``n`` in
-{10000, 50000} x batch ``b`` in {100, 1000} x ``d`` in {16, 64, 256, 784, 1024}, float32 and float64,
-under 1 and 2 BLAS threads (threadpoolctl; the numba pass and ``np.exp`` are single-threaded
-either way).  Each timing is the minimum of 2-40 calls (as many as fit in ~0.25 s; one call when a call
-takes over a second) after one warm-up call.
+{10000, 50000} x batch ``b`` in {100, 1000} x ``d`` in {16, 64, 256, 784, 1024}, float32 and
+float64, under 1 and 2 BLAS threads (threadpoolctl; the numba pass and ``np.exp`` are
+single-threaded either way).  Each timing is the minimum of 2-40 calls (as many as fit in ~0.25 s;
+one call when a call takes over a second) after one warm-up call.
 
 It also times ``Partition._columns`` on a realistic partition (``n`` rows, float32, rbf, batch of
 1000 patterns): with no cache (every column computed by ``kernel_block`` into the ``K^T`` block),

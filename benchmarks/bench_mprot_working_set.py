@@ -11,7 +11,7 @@ and the speed-up.  Writes a JSON and a markdown table (``--out``, default
 
 Usage::
 
-    python benchmarks/bench_mprot_working_set.py [--data-dir ../shared/data] [--sets satimage,pendigits]
+    python benchmarks/bench_mprot_working_set.py [--data-dir DIR] [--sets satimage,pendigits]
 """
 
 from __future__ import annotations

@@ -68,8 +68,8 @@ GOAL_Q5_RATIO = 4.0
 
 
 def cs_primal(Waug, Xaug, y, C):
-    """Crammer-Singer primal ``1/2 ||W||^2 + C sum_i max(0, 1 + max_{r != y_i} w_r x_i - w_{y_i} x_i)``
-    for weights ``Waug`` (m x (d+1)) on the augmented rows ``Xaug``."""
+    """Crammer-Singer primal for weights ``Waug`` (m x (d+1)) on the augmented rows ``Xaug``:
+    ``1/2 ||W||^2 + C sum_i max(0, 1 + max_{r != y_i} w_r x_i - w_{y_i} x_i)``."""
     F = Xaug @ Waug.T
     n = F.shape[0]
     Fo = F.copy()
@@ -302,7 +302,8 @@ def run_liblinear(a, Xtr, ytr, Xte, yte, C, log):
     res["fit_time_ratio"] = t_dm / t_ll
     log(
         f"LIBLINEAR C={C}: primal {P_ll:.3f} in {t_ll:.2f} s; dmcsvm q=1 primal {P_dm:.3f} "
-        f"({100 * res['primal_rel_diff']:+.3f} %) in {t_dm:.2f} s (ratio {res['fit_time_ratio']:.2f})"
+        f"({100 * res['primal_rel_diff']:+.3f} %) in {t_dm:.2f} s "
+        f"(ratio {res['fit_time_ratio']:.2f})"
     )
     return res
 
@@ -347,7 +348,8 @@ def markdown(results) -> str:
             "",
         ]
         + [
-            f"Rows for q in {r['qs']}{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
+            f"Rows for q in {r['qs']}"
+            f"{' and the LIBLINEAR comparison' if r.get('liblinear') else ''}"
             f" come from an earlier run of this script at commit {r['commit'][:10]} (load at "
             f"start {r['load_at_start']}), settings {r['settings']}."
             for r in results.get("merged_runs", [])

@@ -351,7 +351,8 @@ def main(argv=None):
         + f"  {out['machine']['mem_gib']} GiB.  "
         + _report.load_line(out),
         "",
-        f"Store: {r['n']:,} x {r['d']} float32, {M} classes (centre spread {r['spread']:g}), {r['store_bytes_on_disk'] / 2**30:.2f} GiB "
+        f"Store: {r['n']:,} x {r['d']} float32, {M} classes (centre spread {r['spread']:g}), "
+        f"{r['store_bytes_on_disk'] / 2**30:.2f} GiB "
         f"on disk; LocalCluster {r['workers']} workers x 1 thread x "
         f"{r['memory_limit_per_worker'] / 2**30:.2f} GiB -> store = "
         f"{r['store_over_total_memory']:.1f}x the workers' total memory limit.",
@@ -368,7 +369,8 @@ def main(argv=None):
         "| peak RSS per worker | "
         + ", ".join(f"{v / 2**20:.0f} MiB" for v in r["peak_rss_per_worker"].values())
         + f" (limit {r['memory_limit_per_worker'] / 2**20:.0f} MiB) |",
-        f"| ns per kernel entry x feature, streamed: kernel blocks (zarr-tier reads included) / all partition work | "
+        "| ns per kernel entry x feature, streamed: kernel blocks (zarr-tier reads included) "
+        "/ all partition work | "
         f"{r['kernel_ns_per_element']:.3f} / {r['partition_ns_per_element']:.3f} |",
         f"| same, in-memory subset ({r['subset']['n']:,} rows, in-process) | "
         f"{r['subset']['kernel_ns_per_element']:.3f} / "

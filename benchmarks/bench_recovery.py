@@ -13,9 +13,9 @@ process:
 The fit: synthetic 10-class data, ``--n`` x ``--d`` float32 (low intrinsic dimension, as
 ``tests/test_fault_tolerance.py``), RBF kernel, the core solver (``solve``) with ``batch_size``
 200, ``tol = 1e-6`` and no gap stop (at the defaults it converges after about 250 rounds; at most
-``--rounds``), on a LocalCluster of 2 single-thread worker processes (3 row partitions).  After round ``--kill-at`` the worker holding
-partition 1 is killed (SIGKILL; its nanny restarts it); the next round finds it gone and the
-executor rebuilds its partitions.  Measured:
+``--rounds``), on a LocalCluster of 2 single-thread worker processes (3 row partitions).  After
+round ``--kill-at`` the worker holding partition 1 is killed (SIGKILL; its nanny restarts it); the
+next round finds it gone and the executor rebuilds its partitions.  Measured:
 
 * the coordinator's resident memory (``VmRSS`` of this process) every 10 rounds; growth per round
   by a least-squares line over rounds 50 .. kill-at;
@@ -28,7 +28,7 @@ Outputs ``results/recovery.json`` and ``results/recovery.md`` (machine, load bef
 
 Usage::
 
-    python benchmarks/bench_recovery.py                      # 10000 x 2048, <= 350 rounds, kill at 200
+    python benchmarks/bench_recovery.py          # 10000 x 2048, <= 350 rounds, kill at 200
     python benchmarks/bench_recovery.py --n 4000 --rounds 60 --kill-at 50    # a quick look
     python benchmarks/bench_recovery.py --n 2000 --d 64 --rounds 40 --kill-at 20 --out /tmp/r.json
 """

@@ -1110,9 +1110,9 @@ DEFORMATIONS = (
 
 def deformed_densities(X, n=None, seed=0) -> list[dict]:
     """The share of nonzero pixels in the first ``n`` digits of ``X`` (pixels / 255; None: all)
-    after each of :data:`DEFORMATIONS`, resampled bilinearly and rounded back to uint8 as MNIST8M stores them:
-    resampling at sub-pixel positions spreads a stroke's edge by up to one pixel, so deformed
-    digits are denser than the originals (what the packed rows' bytes depend on)."""
+    after each of :data:`DEFORMATIONS`, resampled bilinearly and rounded back to uint8 as MNIST8M
+    stores them: resampling at sub-pixel positions spreads a stroke's edge by up to one pixel, so
+    deformed digits are denser than the originals (what the packed rows' bytes depend on)."""
     from scipy import ndimage
 
     rng = np.random.default_rng(seed)
@@ -1345,12 +1345,14 @@ def report(out, path):
         )
     print("probe:", {k: out["probe"][k] for k in ("c0", "c_call", "bw_local")})
     print(
-        "\n| data | run | Np | rounds (base) | measured min / median s | model (unit costs) | model (own rounds) | model (Dask cal. on 1 worker) |"
+        "\n| data | run | Np | rounds (base) | measured min / median s | model (unit costs) "
+        "| model (own rounds) | model (Dask cal. on 1 worker) |"
     )
     for v in out["validation"]:
         print(
             f"| {v['data']} | {v['run']} | {v['Np']} | {v['rounds']} ({v['rounds_base']}) | "
-            f"{v['measured_min_s']:.2f} / {v['measured_s']:.2f} | {v['pred_base_traj_s']:.2f} | {v['pred_own_traj_s']:.2f} | "
+            f"{v['measured_min_s']:.2f} / {v['measured_s']:.2f} | {v['pred_base_traj_s']:.2f} | "
+            f"{v['pred_own_traj_s']:.2f} | "
             f"{v['pred_dask_cal_s']:.2f} |"
         )
     print("\n| problem | design | W | fit s | speed-up | cap | " + " | ".join(sm.TERMS) + " |")

@@ -448,8 +448,9 @@ def markdown(res) -> str:
         out += [
             "gamma in {0.1, 1, 10, 100}/d, C in {1, 10, 100}, ScatterSVC nu in {0.1, 0.3, 0.6} "
             "(mu = m/(nu N)). CV sets: setting chosen on a stratified 20 % hold-out, then mean "
-            "10-fold CV accuracy at it, time = the 10 folds. Split sets: setting chosen on a 20 % validation split of the training "
-            "set, then trained on all of it and tested; time = that final fit + predict.",
+            "10-fold CV accuracy at it, time = the 10 folds. Split sets: setting chosen on a 20 % "
+            "validation split of the training set, then trained on all of it and tested; "
+            "time = that final fit + predict.",
             "",
             "| data | n | d | m | protocol | ScatterSVC rule 1 | ScatterSVC rule 2 | "
             "MulticlassSVC | OneVsOneSVC |",

@@ -59,7 +59,8 @@ def cache_mb(n, n_parts, n_cols, itemsize=4):
 
 
 def downsample_idx(n, k=MAX_POINTS):
-    """At most ``k`` indices of ``range(n)``, log-spaced (dense at the start), first and last kept."""
+    """At most ``k`` indices of ``range(n)``, log-spaced (dense at the start), first and last
+    kept."""
     if n <= k:
         return np.arange(n)
     idx = np.unique(np.round(np.geomspace(1, n, k - 1)).astype(np.int64) - 1)

@@ -17,7 +17,7 @@ C and gamma that script chose for the full sets.
 
 Usage::
 
-    python benchmarks/bench_steps_floor.py [--data-dir ../shared/data] [--out results/steps_floor.json]
+    python benchmarks/bench_steps_floor.py [--data-dir DIR] [--out results/steps_floor.json]
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def run_set(name, a, log):
         "load_after": os.getloadavg(),
     }
     log(
-        f"{name}: dmcsvm {row['dmcsvm']['fit_s']:.3f} s, LIBLINEAR {row['liblinear']['fit_s']:.3f} s,"
+        f"{name}: dmcsvm {row['dmcsvm']['fit_s']:.3f} s, "
+        f"LIBLINEAR {row['liblinear']['fit_s']:.3f} s,"
         f" ratio {row['ratio']:.2f}, primal {100 * row['primal_rel_diff']:+.4f} %, "
         f"load {load0[0]:.2f}"
     )

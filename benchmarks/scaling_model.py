@@ -4,13 +4,13 @@ A fit is ``R`` rounds; a round is serial on the coordinator and parallel over th
 
     T_round = T_coord + T_comm + max_p T_part
 
-    T_coord = s0 + s1 * b P + s2 * b^2 P (+ s_step * steps * b * P)    batch solve (history_ t_solve,
-              + b^2 * kern(d)                                           minus K_BB), K_BB,
+    T_coord = s0 + s1 * b P + s2 * b^2 P (+ s_step * steps * b * P)    batch solve (history_
+              + b^2 * kern(d)                                           t_solve minus K_BB), K_BB,
               + m0 + m1 * ncand * (P + 7) + m2 * nnew * d               merge of the replies
     T_part  = n_a/Np * [ ncomp * kern(d) + ncach * k_c                 kernel columns / cache copies
                          + b * P * k_u + P * k_s ]                       score GEMM, selection scan
               + n/Np * P * k_o + t_p0                                   objective pass over all rows
-    kern(d) = k_e + k_f * d                                             one kernel entry (rbf, float32)
+    kern(d) = k_e + k_f * d                                             kernel entry (rbf, float32)
     T_comm  = in-process: th0 (thread hand-off)
               Dask:       c0 + c_call * Np + RTT + bytes / BW
               bytes     = Np * msg + sum(replies),  msg = b * (4 d + 8 + 12 * nnz_frac * P)
@@ -18,12 +18,13 @@ A fit is ``R`` rounds; a round is serial on the coordinator and parallel over th
               packed rows (density rho of nonzeros): 4 d -> d * min(4, 4 / d + 6 rho), plus the
               CPU of packing (k_pack + k_unpack per dense entry sent, one leaf's own rows)
 
-``b`` patterns per batch, ``P`` prototypes (classes), ``d`` features, ``n`` rows, ``n_a`` active rows
-(shrinking), ``Np = W * c`` partitions (one per core, the estimator's default), ``ncomp``/``ncach``
-kernel columns computed / taken from the cache, ``ncand`` candidates the partitions report
-(``min(Np * b, n_viol)``: each reports up to ``b``), ``nnew`` of them with an X row the coordinator
-does not hold yet.  The constants are seconds on one core of the measuring machine; the
-benchmark (bench_scaling.py) measures them and fits the per-round trajectory from history_.
+``b`` patterns per batch, ``P`` prototypes (classes), ``d`` features, ``n`` rows, ``n_a`` active
+rows (shrinking), ``Np = W * c`` partitions (one per core, the estimator's default),
+``ncomp``/``ncach`` kernel columns computed / taken from the cache, ``ncand`` candidates the
+partitions report (``min(Np * b, n_viol)``: each reports up to ``b``), ``nnew`` of them with an X
+row the coordinator does not hold yet.  The constants are seconds on one core of the measuring
+machine; the benchmark (bench_scaling.py) measures them and fits the per-round trajectory from
+history_.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def t_part(c: Costs, n, n_a, Np, b, P, d, ncomp, ncach):
 
 
 def t_solve(c: Costs, b, P, d, steps=None):
-    """Coordinator's batch solve incl. K_BB (what history_['t_solve'] measures, less bookkeeping)."""
+    """Coordinator's batch solve incl. K_BB (what history_['t_solve'] measures, less
+    bookkeeping)."""
     base = c.s0 + c.s1 * b * P + c.s2 * b * b * P + b * b * kern(c, d)
     if steps is not None and c.s_step:
         base = base + c.s_step * steps * b * P

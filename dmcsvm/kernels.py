@@ -1,11 +1,11 @@
 """Kernel functions evaluated block-wise: one GEMM (BLAS) plus a fused numba element-wise pass.
 
-Every kernel block ``K(XA, XB)`` is computed as ``G = XA @ XB.T`` in the inputs' precision (sgemm for
-float32, the fast path) and then turned into the kernel value by a numba loop that works in float64
-(squared distances ``|a|^2 + |b|^2 - 2 a.b`` lose digits in float32 when points are close), writing
-into a preallocated output, in place on the GEMM's own output when it can. A float32 RBF block
-takes its ``exp`` from :func:`exp32`, vectorized arithmetic fused into the same row loop. Dense
-arrays and ``scipy.sparse`` CSR matrices give the same results.
+Every kernel block ``K(XA, XB)`` is computed as ``G = XA @ XB.T`` in the inputs' precision (sgemm
+for float32, the fast path) and then turned into the kernel value by a numba loop that works in
+float64 (squared distances ``|a|^2 + |b|^2 - 2 a.b`` lose digits in float32 when points are close),
+writing into a preallocated output, in place on the GEMM's own output when it can. A float32 RBF
+block takes its ``exp`` from :func:`exp32`, vectorized arithmetic fused into the same row loop.
+Dense arrays and ``scipy.sparse`` CSR matrices give the same results.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _rbf_arg(a, b, g, gamma):
 
 @numba.njit(cache=True, nogil=True)
 def rbf_exponent(G, na, nb, gamma, out):
-    """``out[i, j] = -gamma * max(na[i] + nb[j] - 2 G[i, j], 0)``, the distance formed in float64."""
+    """``out[i, j] = -gamma * max(na[i] + nb[j] - 2 G[i, j], 0)``, the distance formed in
+    float64."""
     n, m = G.shape
     for i in range(n):
         a = na[i]

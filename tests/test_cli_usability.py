@@ -479,7 +479,7 @@ def test_main_formats_its_warnings_and_restores_the_formatter(capsys, monkeypatc
     from dmcsvm.cli import data
 
     def warn(a):
-        warnings.warn("slow\nstore", UserWarning)
+        warnings.warn("slow\nstore", UserWarning, stacklevel=2)
         return 0
 
     monkeypatch.setattr(data, "run_info", warn)

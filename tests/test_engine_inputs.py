@@ -189,16 +189,16 @@ def test_store_input_errors(store):
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "The 'data_in_memory' entry of MulticlassSVC's solver_options must be a str among {'auto'} or an "
-            "instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead."
+            "The 'data_in_memory' entry of MulticlassSVC's solver_options must be a str among "
+            "{'auto'} or an instance of 'bool' or an instance of 'numpy.bool'. Got 'yes' instead."
         ),
     ):
         MulticlassSVC(solver_options={"data_in_memory": "yes"}).fit(store)
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "The 'disk_cache_size' entry of MulticlassSVC's solver_options must be a str among {'auto'} or a "
-            "float in the range [0.0, inf). Got -1 instead."
+            "The 'disk_cache_size' entry of MulticlassSVC's solver_options must be a str among "
+            "{'auto'} or a float in the range [0.0, inf). Got -1 instead."
         ),
     ):
         MulticlassSVC(solver_options={"disk_cache_size": -1}).fit(store)

@@ -111,30 +111,31 @@ def test_bad_value_of_every_parameter_names_it_and_the_estimator(cls, name, opti
         (
             MulticlassSVC,
             {"C": 0},
-            "The 'C' parameter of MulticlassSVC must be a float in the range (0.0, inf). Got 0 instead.",
+            "The 'C' parameter of MulticlassSVC must be a float in the range (0.0, inf). "
+            "Got 0 instead.",
         ),
         (
             OneVsOneSVC,
             {"max_iter": -2},
             (
-                "The 'max_iter' parameter of OneVsOneSVC must be an int in the range [1, inf) or -1. "
-                "Got -2 instead."
+                "The 'max_iter' parameter of OneVsOneSVC must be an int in the range [1, inf) "
+                "or -1. Got -2 instead."
             ),
         ),
         (
             MultiPrototypeSVC,
             {"solver_options": {"linear_solver": "fast"}},
             (
-                "The 'linear_solver' entry of MultiPrototypeSVC's solver_options must be a str among "
-                "{'auto', 'sequential', 'rounds'}. Got 'fast' instead."
+                "The 'linear_solver' entry of MultiPrototypeSVC's solver_options must be a str "
+                "among {'auto', 'sequential', 'rounds'}. Got 'fast' instead."
             ),
         ),
         (
             ScatterSVC,
             {"n_jobs": 0},
             (
-                "The 'n_jobs' parameter of ScatterSVC must be an int in the range (-inf, -1], an int in "
-                "the range [1, inf) or None. Got 0 instead."
+                "The 'n_jobs' parameter of ScatterSVC must be an int in the range (-inf, -1], "
+                "an int in the range [1, inf) or None. Got 0 instead."
             ),
         ),
         (
@@ -149,8 +150,9 @@ def test_bad_value_of_every_parameter_names_it_and_the_estimator(cls, name, opti
             MulticlassSVC,
             {"kernel": "cosine"},
             (
-                "The 'kernel' parameter of MulticlassSVC must be a str among {'linear', 'poly', 'rbf', "
-                "'sigmoid', 'precomputed'} or a callable. Got 'cosine' instead."
+                "The 'kernel' parameter of MulticlassSVC must be a str among "
+                "{'linear', 'poly', 'rbf', 'sigmoid', 'precomputed'} or a callable. "
+                "Got 'cosine' instead."
             ),
         ),
     ],

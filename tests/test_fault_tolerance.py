@@ -573,7 +573,8 @@ def _wide_block(lo, hi, d, seed):
 def test_memory_limits_far_below_the_data_no_worker_killed(tmp_path):
     """2 GB of rows, two workers limited to 600 MiB each: the partitions stream their rows and
     training runs its rounds with no worker paused, restarted or killed for memory (the
-    scheduler's, workers' and nannies' logs show no pause, restart or kill; worker pids unchanged)."""
+    scheduler's, workers' and nannies' logs show no pause, restart or kill; worker pids
+    unchanged)."""
     import dask
     import dask.array as da
     from distributed import LocalCluster

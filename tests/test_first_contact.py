@@ -226,7 +226,7 @@ def test_train_scale_keeps_the_scaler_in_the_model(capsys, iris_svm, tmp_path):
     ok(capsys, "train", iris_svm, "-o", model, "--scale", "-t", "linear", "-c", "10")
     pipe = load_model(model)
     assert isinstance(pipe, Pipeline)
-    scaler, svm = pipe.steps[0][1], pipe.steps[-1][1]
+    scaler = pipe.steps[0][1]
     assert isinstance(scaler, MinMaxScaler) and scaler.feature_range == (-1, 1)
     X, y = load_iris(return_X_y=True)
     X = (X * 10).astype(np.float32)

@@ -1,5 +1,5 @@
-"""The sequential dual method on explicit prototypes (dmcsvm.coordinators.linear_cs): kernels against
-NumPy references, the optimum against the exact QP, the kernel (batched-round) path and
+"""The sequential dual method on explicit prototypes (dmcsvm.coordinators.linear_cs): kernels
+against NumPy references, the optimum against the exact QP, the kernel (batched-round) path and
 LIBLINEAR, and MulticlassSVC's fitted attributes / model files on the linear path."""
 
 from __future__ import annotations

@@ -232,8 +232,8 @@ def test_linear_batch_solve_matches_kernel_batch_solve(sparse, optimizer, sweeps
 @pytest.mark.parametrize("sparse", [False, True])
 def test_linear_working_set_equals_kernel_working_set(sparse, weighted, relax):
     """The working-set solve by re-selection on explicit prototypes takes the same steps (rows,
-    counts) and reaches the same batch solution as :func:`working_set.solve_working_set` on K_BB, and
-    leaves every batch row within its inner tolerance, with exact and over-relaxed steps."""
+    counts) and reaches the same batch solution as :func:`working_set.solve_working_set` on K_BB,
+    and leaves every batch row within its inner tolerance, with exact and over-relaxed steps."""
     rng = np.random.default_rng(5)
     nb = 30
     XB, cb, yb, pcls = random_batch(rng, nb, 5, [2, 1, 3], -0.6)

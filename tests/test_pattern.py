@@ -102,7 +102,7 @@ def _gain(s, b_new):
 def _line_interval(s, ra, rb):
     """Feasible v for ``b + v (e_ra - e_rb)``, derived from the constraints coordinate by
     coordinate (independent of pair_step's own case analysis)."""
-    b, y, c, pcls, C = s["b"], s["y"], s["c"], s["pcls"], s["C"]
+    b, y, C = s["b"], s["y"], s["C"]
     lo, hi = -np.inf, np.inf
     for r, d in ((ra, 1.0), (rb, -1.0)):
         if r == y:
@@ -143,7 +143,7 @@ def test_pair_step_is_the_best_step_on_the_line(k):
         lo, hi = _line_interval(s, ra, rb)
         assert lo - 1e-12 <= v <= hi + 1e-12, (ra, rb, v, lo, hi)
 
-        def gain_at(t):
+        def gain_at(t, ra=ra, rb=rb):
             bn = s["b"].copy()
             bn[ra] += t
             bn[rb] -= t

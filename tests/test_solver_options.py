@@ -1,7 +1,7 @@
-"""``solver_options``: one dict of the solver's internals per estimator, checked with exact messages,
-defaults in one place (dmcsvm.solver_options), part of get_params / clone, and the parameter names
-of dmcsvm 0.2 still taken (constructor, set_params, command line) with a FutureWarning and read
-from model files and checkpoints."""
+"""``solver_options``: one dict of the solver's internals per estimator, checked with exact
+messages, defaults in one place (dmcsvm.solver_options), part of get_params / clone, and the
+parameter names of dmcsvm 0.2 still taken (constructor, set_params, command line) with a
+FutureWarning and read from model files and checkpoints."""
 
 from __future__ import annotations
 
@@ -116,15 +116,16 @@ def test_one_name_per_meaning():
             MulticlassSVC,
             {"n_partitions": True},
             InvalidParameterError,
-            "The 'n_partitions' entry of MulticlassSVC's solver_options must be an int in the range "
-            "[1, inf) or None. Got True instead.",
+            "The 'n_partitions' entry of MulticlassSVC's solver_options must be an int in the "
+            "range [1, inf) or None. Got True instead.",
         ),
         (
             MulticlassSVC,
             {"selection": "kkt"},
             ValueError,
-            "MulticlassSVC's solver_options has no key 'selection' (it is called 'pattern_selection' "
-            "now); its keys are 'batch_size', 'pattern_selection', 'gap_tol', 'optimizer', "
+            "MulticlassSVC's solver_options has no key 'selection' "
+            "(it is called 'pattern_selection' now); its keys are 'batch_size', "
+            "'pattern_selection', 'gap_tol', 'optimizer', "
             "'threshold', 'threshold_fraction', 'n_partitions', 'batch_sweeps', 'inner_steps', "
             "'linear_solver', 'data_in_memory', 'disk_cache_size', 'cache_dir'",
         ),
@@ -139,8 +140,8 @@ def test_one_name_per_meaning():
             MulticlassSVC,
             [("batch_size", 10)],
             InvalidParameterError,
-            "The 'solver_options' parameter of MulticlassSVC must be an instance of 'dict' or None. "
-            "Got [('batch_size', 10)] instead.",
+            "The 'solver_options' parameter of MulticlassSVC must be an instance of 'dict' "
+            "or None. Got [('batch_size', 10)] instead.",
         ),
     ],
 )

@@ -58,7 +58,7 @@ class _Listener:
         self.sock.close()
 
 
-# ----------------------------------------------------------------------- 1. no connection from a file
+# ------------------------------------------------------------ 1. no connection from a file
 
 
 def test_model_file_naming_a_scheduler_connects_nowhere(tmp_path):
@@ -128,7 +128,7 @@ def test_runtime_params_are_not_written(tmp_path):
     assert back.cache_size == MulticlassSVC().cache_size
 
 
-# ----------------------------------------------------------------------- 2. no silently wrong model
+# ------------------------------------------------------------ 2. no silently wrong model
 
 from dmcsvm.errors import NonFiniteError  # noqa: E402
 
@@ -246,7 +246,7 @@ def test_damaged_chunk_is_named(tmp_path):
     assert r.returncode == 2 and "chunk file X/c/2/0" in r.stderr, r.stderr
 
 
-# ----------------------------------------------------------------------- 4. resume onto the same data
+# ------------------------------------------------------------ 4. resume onto the same data
 
 CK = dict(C=10.0, gamma=0.5, tol=1e-5, gap_tol=0.0, batch_size=20, n_jobs=1)
 
@@ -306,7 +306,7 @@ def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
         MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(path)
 
 
-# ----------------------------------------------------------------------- 8. determinism
+# ------------------------------------------------------------ 8. determinism
 
 
 def _blas_threads():
@@ -396,9 +396,9 @@ def test_a_fit_ending_beside_another_leaves_its_blas_threads_alone():
 
 def _in_fresh_interpreter(name):
     code = (
-        "import sys; sys.path.insert(0, %r); import test_trust as t\n"
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_trust as t\n"
         "if max(t._blas_threads() or [1]) < 2: print('skip')\n"
-        "else: t.%s(); print('ok')" % (os.path.dirname(__file__), name)
+        f"else: t.{name}(); print('ok')"
     )
     # a Dask nanny started earlier in this process may have left OMP_NUM_THREADS=1 in os.environ
     env = {
@@ -559,7 +559,7 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
     assert np.array_equal(remote.dual_coef_, local.dual_coef_)
 
 
-# ----------------------------------------------------------------------- 5. resume = uninterrupted
+# ------------------------------------------------------------ 5. resume = uninterrupted
 
 
 def _digits(n=400):
@@ -626,7 +626,7 @@ def test_resume_onto_other_partitions_rebuilds_and_says_so(tmp_path):
     )
 
 
-# ----------------------------------------------------------------------- edited model files
+# ------------------------------------------------------------ edited model files
 
 
 @pytest.mark.parametrize(

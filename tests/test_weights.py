@@ -639,9 +639,12 @@ _MPROT_PATHS = {
 def test_mprot_unit_weights_are_bit_for_bit_no_weights(path):
     """The annealed search too (draws, energies, zeroed patterns): weights of 1 are no weights."""
     X, y = _blobs(seed=5, n=36)
-    make = lambda: MultiPrototypeSVC(
-        n_prototypes=2, C=1.0, max_epochs=6, random_state=0, **_MPROT_PATHS[path]
-    )
+
+    def make():
+        return MultiPrototypeSVC(
+            n_prototypes=2, C=1.0, max_epochs=6, random_state=0, **_MPROT_PATHS[path]
+        )
+
     ref = make().fit(X, y)
     ones = make().fit(X, y, sample_weight=np.ones(36))
     unit = make().set_params(class_weight={c: 1.0 for c in np.unique(y)}).fit(X, y)
@@ -674,6 +677,9 @@ def test_mprot_class_weight_moves_the_annealed_model():
     kw = dict(n_prototypes=2, C=0.05, max_epochs=10, random_state=0)
     plain = MultiPrototypeSVC(**kw).fit(X, y)
     heavy = MultiPrototypeSVC(class_weight={0: 20.0}, **kw).fit(X, y)
-    err = lambda m: int(np.sum((m.predict(X) != y) & (y == 0)))
+
+    def err(m):
+        return int(np.sum((m.predict(X) != y) & (y == 0)))
+
     assert err(heavy) < err(plain)
     np.testing.assert_array_equal(heavy.class_weight_, [20.0, 1.0, 1.0])

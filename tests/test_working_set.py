@@ -1,12 +1,12 @@
 """The coordinator's working-set solve: re-selection on K_BB, the kept Gram block, and
 the stopping rule (``tol`` alone decides the precision).
 
-* :func:`dmcsvm.numerics.working_set.solve_working_set` against a NumPy recomputation: every batch row
-  ends with ``psi <= inner_tol`` on the scores ``F_B + K_BB dB`` recomputed from scratch, the
+* :func:`dmcsvm.numerics.working_set.solve_working_set` against a NumPy recomputation: every batch
+  row ends with ``psi <= inner_tol`` on the scores ``F_B + K_BB dB`` recomputed from scratch, the
   rows stay feasible, the dual never drops, and reading ``K_BB`` through positions of a larger
   Gram matrix gives the same result bit for bit;
-* :class:`dmcsvm.coordinators.crammer_singer._GramCache` returns ``K(X_B, X_B)`` for overlapping batches,
-  also after it ran out of budget and started over;
+* :class:`dmcsvm.coordinators.crammer_singer._GramCache` returns ``K(X_B, X_B)`` for overlapping
+  batches, also after it ran out of budget and started over;
 * ``tol`` binds: the relative dual error against the exact QP optimum shrinks with ``tol``
   (default stopping, no second parameter) and stays below it;
 * every optimizer x selection x threshold reaches the QP optimum within the default ``tol``.

@@ -1,4 +1,5 @@
-"""``dmcsvm demo``: train and evaluate on scikit-learn's bundled digits (works anywhere, no download)."""
+"""``dmcsvm demo``: train and evaluate on scikit-learn's bundled digits (works anywhere, no
+download)."""
 
 from __future__ import annotations
 

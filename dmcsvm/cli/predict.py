@@ -214,12 +214,15 @@ def evaluation(y, pred, classes) -> dict:
     cm = confusion_matrix(y, pred, labels=labels)
     kw = {"labels": labels, "target_names": names, "zero_division": 0}
     rep = classification_report(y, pred, output_dict=True, **kw)
-    row = lambda d: {
-        "precision": float(d["precision"]),
-        "recall": float(d["recall"]),  # noqa: E731
-        "f1": float(d["f1-score"]),
-        "support": int(d["support"]),
-    }
+
+    def row(d):
+        return {
+            "precision": float(d["precision"]),
+            "recall": float(d["recall"]),
+            "f1": float(d["f1-score"]),
+            "support": int(d["support"]),
+        }
+
     return {
         "n": int(len(y)),
         "accuracy": float(np.mean(np.asarray(pred) == np.asarray(y))),

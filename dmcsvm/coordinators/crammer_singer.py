@@ -10,8 +10,8 @@ message.  Two batch solves:
   a working set that
   is solved by re-selection (:func:`~dmcsvm.numerics.working_set.solve_working_set`: the patterns
   most violated NOW first, again while they stay so) to ``max(tol, inner_frac * max psi of the
-  batch)`` while violators are left out, to ``max(inner_floor * tol, inner_prog * max psi)`` once it holds them
-  all; ``K_BB`` comes from a
+  batch)`` while violators are left out, to
+  ``max(inner_floor * tol, inner_prog * max psi)`` once it holds them all; ``K_BB`` comes from a
   Gram block kept between rounds (:class:`_GramCache`), or a ``batch_solver``'s ``working_set``
   does the same on explicit prototypes;
 * ``inner_steps = 0``: the round's threshold picks the batch and its patterns are optimized once

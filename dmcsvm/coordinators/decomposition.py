@@ -2,8 +2,8 @@
 (docs/design.md: 'mScatter-SVM', 'Binary SMO', 'Architecture').
 
 The partitions (:class:`~dmcsvm.engine.gradient_partition.GradientPartition`) own ``tot``/``own``
-(hence the gradient) of their rows and report, per group, the ``k`` best candidates of ``I_up`` and of
-``I_low`` and the per-group extremes ``max_{I_up} -y g`` / ``min_{I_low} -y g``.  Each round the
+(hence the gradient) of their rows and report, per group, the ``k`` best candidates of ``I_up`` and
+of ``I_low`` and the per-group extremes ``max_{I_up} -y g`` / ``min_{I_low} -y g``.  Each round the
 coordinator
 
 1. stops when every group's violation ``m(a) - M(a)`` (Fan, Chen, Lin 2005) is <= ``tol``;

@@ -331,7 +331,7 @@ def anneal(
         state.history.tags["epoch"] = t
         fired = []
 
-        def stop(row, E=E):  # §6.1: stop as soon as the primal beats E(t)
+        def stop(row, E=E, fired=fired):  # §6.1: stop as soon as the primal beats E(t)
             if row["primal"] < E:
                 fired.append(True)
                 return True

@@ -176,7 +176,8 @@ class ColumnCache:
             self._buf = buf
 
     def compact(self, keep: np.ndarray) -> None:
-        """Keep only the entries ``keep`` (boolean mask over the old active rows) of every column."""
+        """Keep only the entries ``keep`` (boolean mask over the old active rows) of every
+        column."""
         if not self._slot:
             return
         keep_idx = np.flatnonzero(keep).astype(np.int64)

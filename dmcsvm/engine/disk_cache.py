@@ -1,4 +1,5 @@
-"""The on-disk tier of a partition's kernel-column cache: columns ``K(X_part, x_s)`` in a zarr array.
+"""The on-disk tier of a partition's kernel-column cache: columns ``K(X_part, x_s)`` in a zarr
+array.
 
 docs/design.md, 'Data and kernel columns': "kernel-row blocks live in zarr too ... an LRU in memory
 in front of them".  A column is stored over all ``n`` rows of the partition (rows not active when it

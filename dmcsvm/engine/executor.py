@@ -18,7 +18,8 @@ from .rows import StoreRows
 
 
 def partition_bounds(n: int, n_parts: int, align: int = 1) -> list[tuple[int, int]]:
-    """Split ``range(n)`` into ``n_parts`` contiguous, nearly equal row blocks (edges on ``align``)."""
+    """Split ``range(n)`` into ``n_parts`` contiguous, nearly equal row blocks (edges on
+    ``align``)."""
     n_parts = max(1, min(int(n_parts), n))
     edges = np.linspace(0, n, n_parts + 1)
     if align > 1:

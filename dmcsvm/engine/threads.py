@@ -1,4 +1,5 @@
-"""One BLAS thread for dmcsvm's numerics, held by reference count instead of a process-global switch.
+"""One BLAS thread for dmcsvm's numerics, held by reference count instead of a process-global
+switch.
 
 Every kernel block, score update and batch solve of dmcsvm runs with BLAS on one thread: the
 partitions are the parallelism (one per core), and a GEMM's rounding may depend on how many

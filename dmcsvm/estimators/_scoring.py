@@ -42,14 +42,14 @@ def prototype_scores(X, spec: KernelSpec, SV, dual_coef, n_jobs) -> np.ndarray:
     out = np.zeros((n, dual_coef.shape[0]))
     if SV.shape[0] == 0 or n == 0:
         return out
-    spec = spec.to_dict()
+    spec_d = spec.to_dict()
     sv_norms = row_norms_sq(SV)
     coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
     jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
 
     def work(ab):
         a, b = ab
-        out[a:b] = score_block(X[a:b], spec, SV, sv_norms, coef, jit=jit)
+        out[a:b] = score_block(X[a:b], spec_d, SV, sv_norms, coef, jit=jit)
 
     run_chunks(n_jobs, _chunks(n), work)  # n_jobs threads in all (THREAD_POLICY)
     return out

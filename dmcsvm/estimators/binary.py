@@ -4,8 +4,8 @@ on top of it.
 All three estimators run the SMO decomposition of :mod:`dmcsvm.coordinators.decomposition` on
 :class:`~dmcsvm.engine.gradient_partition.GradientPartition` row partitions, in-process or on Dask.
 One-vs-rest and one-vs-one keep the partitions alive across their binary problems (each problem is a
-``reset`` of the partitions' signs and row subset), so one kernel-column cache keyed by global pattern
-index serves every binary problem.
+``reset`` of the partitions' signs and row subset), so one kernel-column cache keyed by global
+pattern index serves every binary problem.
 """
 
 from __future__ import annotations

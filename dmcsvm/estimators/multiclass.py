@@ -1,4 +1,5 @@
-"""MulticlassSVC: the Crammer-Singer family (one prototype per class) as a scikit-learn estimator."""
+"""MulticlassSVC: the Crammer-Singer family (one prototype per class) as a scikit-learn
+estimator."""
 
 from __future__ import annotations
 
@@ -94,8 +95,8 @@ def cs_partition_settings(
 
 @weights_doc("Crammer–Singer 2001 Eq. 5; Aiolli–Sperduti 2005 Eq. 11: alpha_i^{y_i} <= C_i")
 class MulticlassSVC(SVMEstimator):
-    """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms of
-    Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
+    """Multiclass kernel SVM of Crammer and Singer (2001), trained by the decomposition algorithms
+    of Aiolli and Sperduti (2002, 2005) on row partitions in batched rounds.
 
     One prototype per class; the decision for ``x`` is ``argmax_r f_r(x)`` with
     ``f_r(x) = sum_i B[i, r] k(x_i, x)`` (no bias, as in the papers).

@@ -1,4 +1,5 @@
-"""MultiPrototypeSVC: the multi-prototype SVM of Aiolli & Sperduti (2005) as a scikit-learn estimator."""
+"""MultiPrototypeSVC: the multi-prototype SVM of Aiolli & Sperduti (2005) as a scikit-learn
+estimator."""
 
 from __future__ import annotations
 
@@ -68,9 +69,9 @@ class MultiPrototypeSVC(SVMEstimator):
     explicitly and scores are ``W x``, no kernel row is computed.
 
     Checkpoints and the out-of-core options (``checkpoint``, and the solver options
-    ``data_in_memory``, ``disk_cache_size``, ``cache_dir``) are not offered: the annealing's state (assignment,
-    temperature, random stream) is not checkpointed, the linear path holds every row in memory
-    and the kernel path streams a store's rows by the ``'auto'`` rule with no on-disk cache.
+    ``data_in_memory``, ``disk_cache_size``, ``cache_dir``) are not offered: the annealing's state
+    (assignment, temperature, random stream) is not checkpointed, the linear path holds every row in
+    memory and the kernel path streams a store's rows by the ``'auto'`` rule with no on-disk cache.
 
     Parameters
     ----------
@@ -119,8 +120,8 @@ class MultiPrototypeSVC(SVMEstimator):
         appended, are drawn afresh), its coefficients (scaled down when ``C`` shrank, as in
         :class:`~dmcsvm.MulticlassSVC`) and its temperature, the search going on for up to
         ``max_epochs`` more epochs from where it stopped (``T(t)`` with ``t`` after the last
-        epoch of ``epoch_history_``).  Needs the same classes, features and ``n_prototypes``, and the
-        support rows at the same indices; otherwise a warning says why and the fit starts from
+        epoch of ``epoch_history_``).  Needs the same classes, features and ``n_prototypes``, and
+        the support rows at the same indices; otherwise a warning says why and the fit starts from
         a random assignment.  With ``max_epochs=0`` a refit solves the convex problem of the
         previous assignment, to the optimum a cold fit of that assignment reaches.
     %(where_it_runs)s

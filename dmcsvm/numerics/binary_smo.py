@@ -9,9 +9,10 @@ with gradient ``g = Q a + p``.  Platt's error ``E_i = f(x_i) - y_i`` (``f`` with
 ``E_i = y_i g_i + b``, so ``E_i - E_j = y_i g_i - y_j g_j`` and the step does not depend on ``b``.
 
 The same step serves every dual of the form ``min 1/2 a'Qa + p'a`` with one equality constraint per
-group ``sum_{i in group} y_i a_i = const`` and a box ``[0, U]`` once ``Q`` inside a group is a positive
-multiple ``w`` of ``y_i y_j K_ij``: the mScatter dual (Jenssen et al. 2009, Eq. 6) is such a dual with
-``y = +1``, one group per class and ``w = (m - 1) / m`` (see :mod:`dmcsvm.numerics.grouped_smo`).
+group ``sum_{i in group} y_i a_i = const`` and a box ``[0, U]`` once ``Q`` inside a group is a
+positive multiple ``w`` of ``y_i y_j K_ij``: the mScatter dual (Jenssen et al. 2009, Eq. 6) is such
+a dual with ``y = +1``, one group per class and ``w = (m - 1) / m`` (see
+:mod:`dmcsvm.numerics.grouped_smo`).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj, w):
     Returns
     -------
     (ai_new, aj_new) : tuple of float
-        Platt 1998: ``a_j^new = a_j + y_j (E_i - E_j) / eta`` with ``eta = w (K_ii + K_jj - 2 K_ij)``
-        clipped to ``[L, H]`` (``L = max(0, a_i + a_j - U_i), H = min(U_j, a_i + a_j)`` when
-        ``y_i = y_j``, else ``L = max(0, a_j - a_i), H = min(U_j, U_i + a_j - a_i)``), then
+        Platt 1998: ``a_j^new = a_j + y_j (E_i - E_j) / eta`` with
+        ``eta = w (K_ii + K_jj - 2 K_ij)`` clipped to ``[L, H]``
+        (``L = max(0, a_i + a_j - U_i), H = min(U_j, a_i + a_j)`` when ``y_i = y_j``, else
+        ``L = max(0, a_j - a_i), H = min(U_j, U_i + a_j - a_i)``), then
         ``a_i^new = a_i + y_i y_j (a_j - a_j^new)``.
     """
     eta = w * (kii + kjj - 2.0 * kij)

@@ -19,9 +19,9 @@ With ``tot = K (y o a)`` and ``own_i = sum_{j in group(i)} K_ij y_j a_j`` the gr
 step changes two variables of one group (a pair from different groups cannot move: each group's sum
 is fixed).
 
-Working-set selection is LIBSVM's (Fan, Chen and Lin 2005) run per group: ``i`` maximises ``-y_t g_t``
-over ``I_up = {a_t < U, y_t = 1} u {a_t > 0, y_t = -1}``; ``j`` minimises ``-b_it^2 / a_it`` (WSS2,
-second order) or maximises ``y_t g_t`` (maximal violating pair) over
+Working-set selection is LIBSVM's (Fan, Chen and Lin 2005) run per group: ``i`` maximises
+``-y_t g_t`` over ``I_up = {a_t < U, y_t = 1} u {a_t > 0, y_t = -1}``; ``j`` minimises
+``-b_it^2 / a_it`` (WSS2, second order) or maximises ``y_t g_t`` (maximal violating pair) over
 ``I_low = {a_t < U, y_t = -1} u {a_t > 0, y_t = 1}`` with ``-y_t g_t < -y_i g_i``, where
 ``b_it = -y_i g_i + y_t g_t`` and ``a_it = w_same (K_ii + K_tt - 2 K_it)``.  Across groups the pair
 with the largest second-order decrease ``b^2 / (2 a)`` is taken (the nu-SVM rule of LIBSVM's

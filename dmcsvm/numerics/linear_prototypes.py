@@ -10,8 +10,9 @@ pattern's assignment is stored both as its prototype index ``yp`` and as its *sl
 Linear kernels ``k(x, z) = a <x, z> + c0`` (``'linear'``: ``a = 1, c0 = 0``; ``'poly'`` of degree 1:
 ``a = gamma, c0 = coef0``, the paper's ``<x, z> + 1`` is ``a = c0 = 1``) give explicit prototypes:
 ``f_r(x) = sum_i B[i, r] k(x_i, x) = a <W_r, x> + c0 s_r`` with ``W = B^T X`` (P x d) and
-``s = B^T 1``.  A batch step ``dB`` (rows ``X_B``) changes them by ``dW = dB^T X_B``, ``ds = dB^T 1``:
-the partitions score their rows with one ``X W^T`` GEMM and never compute a kernel row.
+``s = B^T 1``.  A batch step ``dB`` (rows ``X_B``) changes them by ``dW = dB^T X_B``,
+``ds = dB^T 1``: the partitions score their rows with one ``X W^T`` GEMM and never compute a kernel
+row.
 
 Every kernel is a plain function on arrays, tested alone against a NumPy reference (the batch solve
 against the ``K_BB`` solve of :mod:`dmcsvm.numerics.pattern`).
@@ -151,7 +152,8 @@ def has_coefficients(B, rows, yp):
 
 def move_step(B, rows, old, new):
     """``dB`` (len(rows) x P) moving each row's positive coefficient ``B[i, old_i]`` to its new
-    prototype ``new_i`` (the restore after a re-assignment, :mod:`dmcsvm.coordinators.multiprototype`)."""
+    prototype ``new_i`` (the restore after a re-assignment,
+    :mod:`dmcsvm.coordinators.multiprototype`)."""
     a = B[rows, old]
     dB = np.zeros((rows.shape[0], B.shape[1]))
     k = np.arange(rows.shape[0])
@@ -162,7 +164,8 @@ def move_step(B, rows, old, new):
 
 def prototype_step(dB, XB):
     """``(dW, ds) = (dB^T X_B, dB^T 1)``: the change of the explicit prototypes (P x d) and of their
-    coefficient sums caused by the batch change ``dB`` (len(ids) x P) of rows ``X_B`` (dense/CSR)."""
+    coefficient sums caused by the batch change ``dB`` (len(ids) x P) of rows ``X_B``
+    (dense/CSR)."""
     if sp.issparse(XB):
         dW = np.asarray((XB.T @ dB).T, dtype=np.float64)
     else:

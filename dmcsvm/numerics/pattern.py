@@ -2,13 +2,13 @@
 
 Notation (docs/design.md, 'The Crammer-Singer dual'): one pattern's signed coefficients
 ``b = B[p, :]`` (length P), its scores ``f = F[p, :]``, its assigned positive prototype ``y``, its
-class ``c`` and the class of every prototype ``pcls``.  ``N_p = {r : pcls[r] != c}``; positive prototypes other
-than ``y`` keep ``b[r] = 0``.  ``alpha_y = b[y] >= 0`` and ``alpha_r = -b[r] >= 0`` for ``r`` in
-``N_p``.
+class ``c`` and the class of every prototype ``pcls``.  ``N_p = {r : pcls[r] != c}``; positive
+prototypes other than ``y`` keep ``b[r] = 0``.  ``alpha_y = b[y] >= 0`` and ``alpha_r = -b[r] >= 0``
+for ``r`` in ``N_p``.
 
 All gains are in the units of the Aiolli-Sperduti Lagrangian (2005, Eq. 11:
-``sum alpha - ||M||^2``), which is twice the dual ``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` of docs/design.md,
-'The Crammer-Singer dual'.
+``sum alpha - ||M||^2``), which is twice the dual ``D = sum_i alpha_i^{y_i} - 1/2 ||M||^2`` of
+docs/design.md, 'The Crammer-Singer dual'.
 
 Every function works on plain arrays and mutates ``b`` and ``f`` in place where it optimizes, so it
 can be tested alone against a NumPy reference and run unchanged on the coordinator.
@@ -318,7 +318,8 @@ def theta_sorted(s):
 @numba.njit(cache=True, nogil=True)
 def opt_exact(b, f, y, c, pcls, kpp, C, phi):
     """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
-    mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37), ``nu_r = min(theta, D_r)``."""
+    mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37),
+    ``nu_r = min(theta, D_r)``."""
     if C <= 0.0:  # a weight-0 row: alpha fixed at 0
         return 0.0
     if kpp <= 0.0:

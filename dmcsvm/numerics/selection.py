@@ -1,4 +1,5 @@
-"""Per-round thresholds on the selection values ``V_p`` (CS 2001 §7 cooling; AS 2005 §5.3 MAX/MEAN)."""
+"""Per-round thresholds on the selection values ``V_p`` (CS 2001 §7 cooling; AS 2005 §5.3
+MAX/MEAN)."""
 
 from __future__ import annotations
 

@@ -353,7 +353,8 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
     """Slack of every row w.r.t. each of its positive prototypes, as
     :func:`~dmcsvm.numerics.linear_prototypes.positive_slacks` gives from a score matrix, with
     the scores ``a <W_r, x_i> + c0 s_r`` made row by row (no n x P score matrix: one pass over
-    the rows, n P d flops, the cost of the primal checks of :func:`dmcsvm.coordinators.linear_cs.solve_fixed`)."""
+    the rows, n P d flops, the cost of the primal checks of
+    :func:`dmcsvm.coordinators.linear_cs.solve_fixed`)."""
     return slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, 0, out.shape[0])
 
 

@@ -249,8 +249,7 @@ def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_row
             keep_default_na=True,
             index_col=False,
         )
-        for chunk in reader:
-            yield chunk
+        yield from reader
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise _Fallback(str(exc)) from None
     finally:

@@ -142,7 +142,7 @@ def from_npy(
     """
     target = _prepare_target(path, overwrite)
     arrays = []
-    for name, p in (("X", X_path), ("y", y_path)):
+    for _name, p in (("X", X_path), ("y", y_path)):
         p = os.fspath(p)
         if not os.path.isfile(p):
             raise ValueError(f"{p} does not exist")

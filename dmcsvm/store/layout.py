@@ -217,7 +217,8 @@ def _check_indptr(indptr, url, n, nnz):
         prev = int(block[-1])
     if prev != nnz:
         raise ValueError(
-            f"{url}: indptr is inconsistent: indptr[-1] is {prev} but indices/data hold {nnz} entries"
+            f"{url}: indptr is inconsistent: indptr[-1] is {prev} "
+            f"but indices/data hold {nnz} entries"
         )
 
 
@@ -326,8 +327,8 @@ def open_store(url) -> StoreInfo:
         attribute), unsupported ``format_version``, missing attribute or array, rows of ``X``
         and ``y`` that disagree, ``X`` chunks that split rows, a wrong dtype, an
         inconsistent ``indptr``, or a chunk file missing from a store that dmcsvm wrote (zarr
-        would read it as zeros; every later read checks its chunks again).  For sparse stores the whole ``indptr`` is read (8 bytes a
-        row, streamed) to check it.
+        would read it as zeros; every later read checks its chunks again).  For sparse stores the
+        whole ``indptr`` is read (8 bytes a row, streamed) to check it.
     """
     url = _normalize_url(url)
     group = _open_group(url)
@@ -338,7 +339,8 @@ def open_store(url) -> StoreInfo:
         raise ValueError(f"{url} is not a dmcsvm data store (format attribute missing)")
     if fmt != FORMAT_NAME:
         raise ValueError(
-            f"{url} is not a dmcsvm data store (format attribute is {fmt!r}, expected {FORMAT_NAME!r})"
+            f"{url} is not a dmcsvm data store "
+            f"(format attribute is {fmt!r}, expected {FORMAT_NAME!r})"
         )
     version = attrs.get("format_version")
     if version != FORMAT_VERSION:
@@ -395,7 +397,8 @@ def open_store(url) -> StoreInfo:
             )
         if X.chunks[0] != rows_per_chunk:
             raise ValueError(
-                f"{url}: X has chunks of {X.chunks[0]} rows but attribute rows_per_chunk is {rows_per_chunk}"
+                f"{url}: X has chunks of {X.chunks[0]} rows "
+                f"but attribute rows_per_chunk is {rows_per_chunk}"
             )
         _check_dtype(X, url, "X", "float32")
     if rows != n:

@@ -219,6 +219,6 @@ def verify_store(info_or_url) -> int:
     """
     info = _info(info_or_url)
     rows = 0
-    for lo, hi, X, _ in iter_chunks(info):
+    for _lo, _hi, X, _ in iter_chunks(info):
         rows += X.shape[0]
     return rows

@@ -86,7 +86,7 @@ def _parse_svmlight_fast(lines, first):
     """
     blob = b"".join(lines)
     if b"#" in blob:
-        blob = b"".join(l[: l.find(b"#")] + b"\n" if b"#" in l else l for l in lines)
+        blob = b"".join(ln[: ln.find(b"#")] + b"\n" if b"#" in ln else ln for ln in lines)
     if b"qid:" in blob:
         blob = re.sub(rb"[ \t]qid:[^ \t\r\n]*", b"", blob)
     if not blob.endswith(b"\n"):

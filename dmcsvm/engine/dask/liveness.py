@@ -82,7 +82,7 @@ class Liveness:
 
         return RuntimeError(
             f"the workers restarted {len(restarts)} times {when} "
-            f"{'partition %d' % k if k is not None else 'a partition'}: their nannies "
+            f"{f'partition {k:d}' if k is not None else 'a partition'}: their nannies "
             f"killed them for memory ({addr} held {rss / MiB:.0f} MiB against its memory_limit of "
             f"{limit / MiB:.0f} MiB). memory_limit {limit / MiB:.0f} MiB is too small for a Dask "
             f"worker process (about {WORKER_BASELINE_BYTES / MiB:.0f} MiB before any data)"
