@@ -39,7 +39,9 @@ def fit_with(client, X, y, batch, **executor):
 
     with executor_hook(wrap):
         t = time.perf_counter()
-        clf = MulticlassSVC(C=10.0, gamma="scale", batch_size=batch, client=client).fit(X, y)
+        clf = MulticlassSVC(
+            C=10.0, gamma="scale", client=client, solver_options={"batch_size": batch}
+        ).fit(X, y)
         wall = time.perf_counter() - t
     ex = made[-1]
     return {
@@ -83,7 +85,9 @@ def main(argv=None):
     )
     X, y = blobs(a.n, a.d, a.P)
     X = X.astype("float32")  # float32 rows, as the library streams them
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])  # compile here first
+    MulticlassSVC(C=10, n_jobs=1, solver_options={"batch_size": 50}).fit(
+        X[:300], y[:300]
+    )  # compile here first
     res = []
     with (
         LocalCluster(
@@ -91,7 +95,9 @@ def main(argv=None):
         ) as cluster,
         Client(cluster) as client,
     ):
-        MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])  # warm workers
+        MulticlassSVC(C=10, client=client, solver_options={"batch_size": 50}).fit(
+            X[:300], y[:300]
+        )  # warm workers
         for rep in range(a.repeat):
             for bank in (True, False) if rep % 2 == 0 else (False, True):
                 r = fit(client, X, y, bank, tree, a.batch)

@@ -100,7 +100,11 @@ def main(argv=None):
             return OneVsRestSVC(client=client, C=1.0, gamma=1.0 / a.d, max_iter=a.rounds)
         if q == 1:
             return MulticlassSVC(
-                client=client, C=1.0, gamma=1.0 / a.d, batch_size=a.batch_size, max_iter=a.rounds
+                client=client,
+                C=1.0,
+                gamma=1.0 / a.d,
+                max_iter=a.rounds,
+                solver_options={"batch_size": a.batch_size},
             )
         return MultiPrototypeSVC(
             client=client,
@@ -108,11 +112,10 @@ def main(argv=None):
             kernel="rbf",
             C=1.0,
             gamma=1.0 / a.d,
-            solver="rounds",
             max_epochs=1,
-            batch_size=a.batch_size,
             max_iter=a.rounds,
             random_state=0,
+            solver_options={"linear_solver": "rounds", "batch_size": a.batch_size},
         )
 
     qs = [int(v) for v in a.prototypes.split(",")]

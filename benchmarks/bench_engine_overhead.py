@@ -190,10 +190,10 @@ def _fit(mode, client, X, y, batch_size, max_iter=-1):
     est = MulticlassSVC(
         C=C,
         gamma=GAMMA,
-        batch_size=batch_size,
         n_jobs=N_JOBS,
         max_iter=max_iter,
         client=None if mode == "inprocess" else client,
+        solver_options={"batch_size": batch_size},
         **EXTRA_PARAMS,
     )
     with _executor_mode(mode, recs), warnings.catch_warnings(record=True) as w:

@@ -38,12 +38,14 @@ def main(argv=None):
     from dmcsvm import MulticlassSVC
 
     X, y = blobs(a.n, 32, 10)
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])
-    MulticlassSVC(C=10, batch_size=50, n_jobs=4).fit(X[:3000], y[:3000])
+    MulticlassSVC(C=10, n_jobs=1, solver_options={"batch_size": 50}).fit(X[:300], y[:300])
+    MulticlassSVC(C=10, n_jobs=4, solver_options={"batch_size": 50}).fit(X[:3000], y[:3000])
     for T in (int(t) for t in a.threads.split(",")):
         if T <= 0:
             continue
-        c = MulticlassSVC(C=10, gamma="scale", batch_size=1000, disk_cache_size=0, n_jobs=T)
+        c = MulticlassSVC(
+            C=10, gamma="scale", n_jobs=T, solver_options={"batch_size": 1000, "disk_cache_size": 0}
+        )
         t = time.perf_counter()
         c.fit(X, y)
         wall = time.perf_counter() - t

@@ -33,9 +33,13 @@ LOADERS = {
     "dna": _data.load_dna,
 }
 KERNELS = {
-    "rbf": dict(kernel="rbf", gamma="scale", fast_linear=False),
+    "rbf": dict(kernel="rbf", gamma="scale", solver_options={"fast_linear": False}),
     "linear": dict(
-        kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True, solver="rounds"
+        kernel="poly",
+        degree=1,
+        gamma=1.0,
+        coef0=1.0,
+        solver_options={"fast_linear": True, "linear_solver": "rounds"},
     ),
 }
 

@@ -83,6 +83,7 @@ def augment(X):
 
 
 def make_model(q, C, a, epochs, **over):
+    """``over``: solver options over the command line's."""
     from dmcsvm import MultiPrototypeSVC
 
     kw = dict(
@@ -95,15 +96,17 @@ def make_model(q, C, a, epochs, **over):
         T0=a.T0,
         tau=a.tau,
         max_epochs=epochs,
-        selection=a.selection,
-        batch_size=a.batch_size,
-        batch_sweeps=a.batch_sweeps,
         n_jobs=a.n_jobs,
         random_state=a.seed,
-        solver=a.solver,
     )
-    kw.update(over)
-    return MultiPrototypeSVC(**kw)
+    options = {
+        "pattern_selection": a.selection,
+        "batch_size": a.batch_size,
+        "batch_sweeps": a.batch_sweeps,
+        "linear_solver": a.solver,
+        **over,
+    }
+    return MultiPrototypeSVC(**kw, solver_options=options)
 
 
 def timed_fit(model, X, y):
@@ -131,7 +134,7 @@ def fit_summary(model, t_fit, err, warn):
         "fit_time_s": t_fit,
         "error_pct": err,
         "split": split,
-        "solver": model.solver,
+        "solver": model._solver_options()["linear_solver"],
         "epochs": int(model.n_epochs_),
         "rounds": int(model.n_iter_),
         "energy": float(model.energy_),

@@ -228,12 +228,11 @@ def main(argv=None):
             C=a.C,
             kernel="rbf",
             gamma=gamma,
-            batch_size=a.batch_size,
             cache_size=a.cache_size,
             max_iter=a.max_iter,
             tol=1e-2,
-            gap_tol=1e-2,
         )
+        options = {"batch_size": a.batch_size, "gap_tol": 1e-2}
 
         # -- in-memory reference on a subset (same distribution): in-process, rows in memory
         sub_url = os.path.join(tmp, "subset.zarr")
@@ -245,11 +244,15 @@ def main(argv=None):
             read_labels(info, 0, a.subset),
             rows_per_chunk=rpc,
         )
-        MulticlassSVC(n_jobs=a.workers, **dict(params, max_iter=2)).fit(sub_url)  # warm numba
-        t = time.perf_counter()
-        ref = MulticlassSVC(n_jobs=a.workers, data_in_memory=True, disk_cache_size=0, **params).fit(
+        MulticlassSVC(n_jobs=a.workers, **dict(params, max_iter=2), solver_options=options).fit(
             sub_url
-        )
+        )  # warm numba
+        t = time.perf_counter()
+        ref = MulticlassSVC(
+            n_jobs=a.workers,
+            solver_options={**options, "data_in_memory": True, "disk_cache_size": 0},
+            **params,
+        ).fit(sub_url)
         t_ref = time.perf_counter() - t
         ref_ns, ref_all = _kernel_row_cost(ref, a.d)
         print(
@@ -274,8 +277,11 @@ def main(argv=None):
             est = MulticlassSVC(
                 client=client,
                 verbose=a.verbose,
-                data_in_memory=False if a.data_in_memory == "false" else "auto",
-                disk_cache_size=a.disk_cache_size,
+                solver_options={
+                    **options,
+                    "data_in_memory": False if a.data_in_memory == "false" else "auto",
+                    "disk_cache_size": a.disk_cache_size,
+                },
                 **params,
             ).fit(url)
             t_fit = time.perf_counter() - t
@@ -298,7 +304,7 @@ def main(argv=None):
             "workers": a.workers,
             "memory_limit_per_worker": limit,
             "store_over_total_memory": store_bytes / (limit * a.workers),
-            "settings": params,
+            "settings": {**params, **options},
             "spread": SPREAD,
             "store_write_s": t_write,
             "fit_s": t_fit,

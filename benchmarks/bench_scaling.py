@@ -289,7 +289,7 @@ def one_fit(X, y, b, C, mode, n, client=None, logs=None, gamma="scale", executor
     """One timed fit; ``executor_kw``: options set on its DaskExecutor (install_recorder)."""
     from dmcsvm import MulticlassSVC
 
-    kw = dict(C=C, gamma=gamma, batch_size=b, disk_cache_size=0)
+    kw = dict(C=C, gamma=gamma, solver_options={"batch_size": b, "disk_cache_size": 0})
     if mode == "inprocess":
         kw["n_jobs"] = n
     else:
@@ -596,7 +596,7 @@ def main(argv=None):
     from dmcsvm import MulticlassSVC
 
     # numba warm-up, untimed
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(Xb[:300], yb[:300])
+    MulticlassSVC(C=10, n_jobs=1, solver_options={"batch_size": 50}).fit(Xb[:300], yb[:300])
     print("clusters ...", flush=True)
     cl = {}
     for W, T in ((1, 1), (2, 1), (1, 2)):
@@ -606,7 +606,9 @@ def main(argv=None):
         )
         cl[f"{W}x{T}"] = (cluster, Client(cluster))
         out[f"cluster{W}x{T}_start_s"] = time.perf_counter() - t
-        MulticlassSVC(C=10, batch_size=50, client=cl[f"{W}x{T}"][1]).fit(Xb[:300], yb[:300])
+        MulticlassSVC(C=10, client=cl[f"{W}x{T}"][1], solver_options={"batch_size": 50}).fit(
+            Xb[:300], yb[:300]
+        )
     out["datasets"] = {}
     for name, X, y, C, gamma in datasets:
         n, d = X.shape
@@ -705,7 +707,9 @@ def node(a):
     logs = install_recorder()
     from dmcsvm import MulticlassSVC
 
-    MulticlassSVC(C=10, batch_size=50, n_jobs=1).fit(X[:300], y[:300])  # numba warm-up
+    MulticlassSVC(C=10, n_jobs=1, solver_options={"batch_size": 50}).fit(
+        X[:300], y[:300]
+    )  # numba warm-up
     runs = {}
     out["datasets"] = {"blobs": {"n": n, "d": d, "P": 10, "runs": runs}}
     model_kw = {}
@@ -732,7 +736,7 @@ def node(a):
         )
         client = Client(cluster)
         out[f"cluster{W}x1_start_s"] = time.perf_counter() - t
-        MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
+        MulticlassSVC(C=10, client=client, solver_options={"batch_size": 50}).fit(X[:300], y[:300])
         try:
             for _rep in range(repeat):
                 fit(f"dask{W}", "dask", 0, client, {"tree": False})
@@ -1275,7 +1279,7 @@ def external(a):
     )
     from dmcsvm import MulticlassSVC
 
-    MulticlassSVC(C=10, batch_size=50, client=client).fit(X[:300], y[:300])
+    MulticlassSVC(C=10, client=client, solver_options={"batch_size": 50}).fit(X[:300], y[:300])
     runs = []
     for _ in range(a.repeat or 2):
         r = one_fit(X, y, b_max, 10.0, "dask", W, client, logs)

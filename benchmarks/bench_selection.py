@@ -103,15 +103,17 @@ def run_one(
         C=C,
         kernel="rbf",
         gamma=gamma,
-        optimizer=optimizer,
-        selection=selection,
-        threshold=threshold,
         tol=tol,
-        gap_tol=gap_tol,
         cache_size=cache,
-        batch_size=batch_size,
         max_iter=max_iter,
         n_jobs=n_jobs,
+        solver_options={
+            "optimizer": optimizer,
+            "pattern_selection": selection,
+            "threshold": threshold,
+            "gap_tol": gap_tol,
+            "batch_size": batch_size,
+        },
     )
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

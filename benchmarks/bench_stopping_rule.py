@@ -100,7 +100,14 @@ def run_set(name, data, C, repeat):
 
     MulticlassSVC(C=C).fit(Xtr[:300], ytr[:300]) if len(np.unique(ytr[:300])) > 1 else None
     t_ref, ref = _fit(
-        Xtr, ytr, 1, C=C, tol=TINY, gap_tol=1e-6, kernel_dtype="float64", max_iter=20000
+        Xtr,
+        ytr,
+        1,
+        C=C,
+        tol=TINY,
+        kernel_dtype="float64",
+        max_iter=20000,
+        solver_options={"gap_tol": 1e-6},
     )
     p_ref = ref.predict(Xte)
     out = {
@@ -120,7 +127,7 @@ def run_set(name, data, C, repeat):
         "rules": [],
     }
     rules = [("psi", t, dict(tol=t)) for t in TOLS] + [
-        ("gap", g, dict(tol=TINY, gap_tol=g)) for g in GAPS
+        ("gap", g, dict(tol=TINY, solver_options={"gap_tol": g})) for g in GAPS
     ]
     for kind, value, kw in rules:
         t, m = _fit(Xtr, ytr, repeat, C=C, **kw)

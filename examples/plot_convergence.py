@@ -26,7 +26,7 @@ def main(argv=None):
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.25, random_state=0, stratify=y)
     # a small working set per round, so that the history has rounds to show
-    clf = MulticlassSVC(C=10, batch_size=100).fit(Xtr, ytr)
+    clf = MulticlassSVC(C=10, solver_options={"batch_size": 100}).fit(Xtr, ytr)
     print(f"test accuracy: {clf.score(Xte, yte):.4f}")
     h = clf.history_
     print(f"{len(h['round'])} rounds, final gap {h['gap'][-1]:.1e}")

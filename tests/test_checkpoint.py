@@ -19,7 +19,8 @@ from dmcsvm.coordinators.resume import resume_state
 
 # batches of 80: 120 rounds to converge on these 300 rows, 107 from float32 (2,550 with batches of
 # 20); the interrupted runs stop after 37, 40 and 57
-KW = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=80, n_jobs=1)
+KW = dict(C=10.0, gamma=0.05, tol=1e-5, n_jobs=1)
+OPTS = {"gap_tol": 0.0, "batch_size": 80}
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +33,18 @@ def digits():
 @pytest.fixture(scope="module")
 def full(digits):
     Xtr, ytr, _, _ = digits
-    return MulticlassSVC(**KW).fit(Xtr, ytr)
+    return MulticlassSVC(**KW, solver_options=OPTS).fit(Xtr, ytr)
 
 
 def _interrupted(X, y, directory, rounds, every=5, **extra):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ConvergenceWarning of max_iter
         return MulticlassSVC(
-            **{**KW, **extra}, max_iter=rounds, checkpoint=str(directory), checkpoint_every=every
+            **{**KW, **extra},
+            solver_options=OPTS,
+            max_iter=rounds,
+            checkpoint=str(directory),
+            checkpoint_every=every,
         ).fit(X, y)
 
 
@@ -78,7 +83,7 @@ def test_resume_gives_the_same_model(digits, full, tmp_path):
     part = _interrupted(Xtr, ytr, tmp_path, rounds=57, every=5)
     assert load_checkpoint(tmp_path).rounds == 55  # rounds 56-57 are lost with the process
     resumed = MulticlassSVC(
-        **KW, checkpoint=str(tmp_path), checkpoint_every=10**6, resume=True
+        **KW, solver_options=OPTS, checkpoint=str(tmp_path), checkpoint_every=10**6, resume=True
     ).fit(Xtr, ytr)
     assert resumed.converged_ and part.n_iter_ == 57
     assert len(resumed.history_["dual"]) == resumed.n_iter_  # history continues the old one
@@ -94,7 +99,7 @@ def _store_run(digits, tmp_path):
     Xtr, ytr, _, _ = digits
     store = tmp_path / "d.zarr"
     write_arrays(store, Xtr, ytr, rows_per_chunk=128)
-    ref = MulticlassSVC(**KW).fit(str(store))
+    ref = MulticlassSVC(**KW, solver_options=OPTS).fit(str(store))
     ck = tmp_path / "ck"
     _interrupted(str(store), None, ck, rounds=40, every=10)
     return store, ref, ck
@@ -104,9 +109,9 @@ def _store_run(digits, tmp_path):
 def test_resume_from_a_store(digits, full, tmp_path):
     Xtr, _, Xte, _ = digits
     store, ref, ck = _store_run(digits, tmp_path)
-    resumed = MulticlassSVC(**KW, checkpoint=str(ck), checkpoint_every=10**6, resume=True).fit(
-        str(store)
-    )
+    resumed = MulticlassSVC(
+        **KW, solver_options=OPTS, checkpoint=str(ck), checkpoint_every=10**6, resume=True
+    ).fit(str(store))
     assert_same_model(ref, resumed, [Xtr.astype(np.float32), Xte.astype(np.float32)], KW["C"])
 
 
@@ -127,6 +132,7 @@ def test_resume_accepts_other_runtime_settings(digits, tmp_path):
         checkpoint_every=10**6,
         resume=True,
         solver_options={
+            **OPTS,
             "cache_dir": str(tmp_path / "cache"),
             "disk_cache_size": 1.0,
             "data_in_memory": False,
@@ -144,11 +150,13 @@ def test_resume_refuses_other_settings_or_data(digits, tmp_path):
         match=r"was written with other settings or data: C=10.0 "
         r"\(now 3.0\)",
     ):
-        MulticlassSVC(**{**KW, "C": 3.0}, checkpoint=str(tmp_path), resume=True).fit(Xtr, ytr)
+        MulticlassSVC(
+            **{**KW, "C": 3.0}, solver_options=OPTS, checkpoint=str(tmp_path), resume=True
+        ).fit(Xtr, ytr)
     y2 = ytr.copy()
     y2[:2] = y2[1::-1] if y2[0] != y2[1] else (y2[:2] + 1) % 10
     with pytest.raises(ValueError, match=r"labels_crc32="):
-        MulticlassSVC(**KW, checkpoint=str(tmp_path), resume=True).fit(Xtr, y2)
+        MulticlassSVC(**KW, solver_options=OPTS, checkpoint=str(tmp_path), resume=True).fit(Xtr, y2)
     X2 = Xtr.copy()
     X2 += 0.5
     with pytest.raises(
@@ -157,12 +165,13 @@ def test_resume_refuses_other_settings_or_data(digits, tmp_path):
         r"fingerprint [0-9a-f]{32}, this data [0-9a-f]{32}\): "
         r"refusing to resume onto it$",
     ):
-        MulticlassSVC(**KW, checkpoint=str(tmp_path), resume=True).fit(X2, ytr)
+        MulticlassSVC(**KW, solver_options=OPTS, checkpoint=str(tmp_path), resume=True).fit(X2, ytr)
     # runtime settings (threads, cache, round limit) may change on resume
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = MulticlassSVC(
             **{**KW, "n_jobs": 2, "cache_size": 10},
+            solver_options=OPTS,
             checkpoint=str(tmp_path),
             resume=True,
             max_iter=12,
@@ -174,11 +183,15 @@ def test_resume_without_checkpoint_starts_fresh(digits, full, tmp_path):
     Xtr, ytr, _, _ = digits
     with pytest.warns(UserWarning, match="no checkpoint in .*: starting from scratch"):
         est = MulticlassSVC(
-            **KW, checkpoint=str(tmp_path / "new"), checkpoint_every=10**6, resume=True
+            **KW,
+            solver_options=OPTS,
+            checkpoint=str(tmp_path / "new"),
+            checkpoint_every=10**6,
+            resume=True,
         ).fit(Xtr, ytr)
     assert np.array_equal(est.dual_coef_, full.dual_coef_)
     with pytest.raises(ValueError, match=r"resume=True needs checkpoint"):
-        MulticlassSVC(**KW, resume=True).fit(Xtr, ytr)
+        MulticlassSVC(**KW, solver_options=OPTS, resume=True).fit(Xtr, ytr)
 
 
 def test_checkpointer_triggers_and_interrupted_writes(tmp_path):

@@ -125,9 +125,10 @@ def test_store_fit_reads_labels_by_block_and_equals_the_array_fit(tmp_path, monk
 
     X, y, url = _digits_store(tmp_path, binary=name == "BinarySVC")
     cls = getattr(dmcsvm, name)
-    kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2, n_partitions=3)
-    on_store, reads, replies = _fit_watched(monkeypatch, cls(**kw), url)
-    ref = cls(**kw).fit(X, y)
+    kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=2)
+    opts = {"n_partitions": 3}
+    on_store, reads, replies = _fit_watched(monkeypatch, cls(**kw, solver_options=opts), url)
+    ref = cls(**kw, solver_options=opts).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80  # partitions: 80 rows each
     # the end-of-solve summaries carry per-group numbers, nothing per row
     summaries = [r for what, out in replies if what == "summary" for r in out]
@@ -160,12 +161,13 @@ def test_multiprototype_store_fit_holds_no_per_row_array(tmp_path, monkeypatch, 
         max_epochs=6,
         tol=1e-4,
         n_jobs=2,
-        n_partitions=3,
         random_state=0,
-        solver="rounds",
     )
-    on_store, reads, replies = _fit_watched(monkeypatch, MultiPrototypeSVC(**kw), url)
-    ref = MultiPrototypeSVC(**kw).fit(X, y)
+    opts = {"n_partitions": 3, "linear_solver": "rounds"}
+    on_store, reads, replies = _fit_watched(
+        monkeypatch, MultiPrototypeSVC(**kw, solver_options=opts), url
+    )
+    ref = MultiPrototypeSVC(**kw, solver_options=opts).fit(X, y)
     assert reads and max(hi - lo for lo, hi in reads) <= 80  # partitions: 80 rows each
     redraws = [r for what, out in replies if what == "redraw" for r in out]
     assert len(redraws) == 3 * on_store.n_epochs_ > 0

@@ -259,7 +259,7 @@ def test_every_registered_estimator_trains_from_the_command_line(name, tmp_path)
     params = {"n_jobs": 1} if "n_jobs" in cls._get_param_names() else {}
     if name == "MultiPrototypeSVC":
         # few epochs; the same random start; the batched rounds as a store trains with
-        params.update(max_epochs=5, random_state=0, solver="rounds")
+        params.update(max_epochs=5, random_state=0, linear_solver="rounds")
     extra = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
     ok("train", tmp_path / "d.zarr", "--estimator", name, "-o", tmp_path / "m.npz", *extra)
     m = load_model(tmp_path / "m.npz")

@@ -64,25 +64,22 @@ def test_streamed_fit_reads_the_compact_copy_and_reaches_the_in_memory_model(tmp
     X, y = _problem()
     url = str(tmp_path / "train.zarr")
     write_arrays(url, X, y, rows_per_chunk=200)
-    params = dict(
-        C=1.0,
-        gamma=0.05,
-        tol=1e-3,
-        gap_tol=0.0,
-        batch_size=64,
-        n_jobs=2,
-        n_partitions=2,
-        cache_size=0,
-    )
-    mem = MulticlassSVC(**params, solver_options={"data_in_memory": True}).fit(url)
+    params = dict(C=1.0, gamma=0.05, tol=1e-3, n_jobs=2, cache_size=0)
+    opts = {"gap_tol": 0.0, "batch_size": 64, "n_partitions": 2}
+    mem = MulticlassSVC(**params, solver_options={**opts, "data_in_memory": True}).fit(url)
     cache_dir = tmp_path / "cache"
     stream = MulticlassSVC(
         **params,
-        solver_options={"data_in_memory": False, "cache_dir": str(cache_dir), "disk_cache_size": 0},
+        solver_options={
+            **opts,
+            "data_in_memory": False,
+            "cache_dir": str(cache_dir),
+            "disk_cache_size": 0,
+        },
     ).fit(url)
     monkeypatch.setattr(partition_mod, "COMPACT_FRACTION", 0.0)  # never compact
     plain = MulticlassSVC(
-        **params, solver_options={"data_in_memory": False, "disk_cache_size": 0}
+        **params, solver_options={**opts, "data_in_memory": False, "disk_cache_size": 0}
     ).fit(url)
     st = stream.engine_stats_
     assert all(p["compact_writes"] >= 1 for p in st)

@@ -18,7 +18,8 @@ from dmcsvm.engine.rows import StoreRows, StreamingRows
 from dmcsvm.store import open_store, read_all, write_arrays
 
 # batches of 32: 58 rounds on these 300 rows (108 with 16, each a Dask round trip on a cluster)
-PARAMS = dict(C=2.0, gamma=0.3, tol=1e-5, gap_tol=0.0, batch_size=32, n_partitions=3)
+PARAMS = dict(C=2.0, gamma=0.3, tol=1e-5)
+OPTS = {"gap_tol": 0.0, "batch_size": 32, "n_partitions": 3}
 
 
 def _data(seed=0, n=300, d=8, m=4):
@@ -44,8 +45,8 @@ def _same_model(a, b, atol=0.0):
 
 def test_store_path_trains_like_the_arrays(store):
     X, y = read_all(store)
-    ref = MulticlassSVC(n_jobs=1, **PARAMS).fit(X, y)
-    est = MulticlassSVC(n_jobs=1, **PARAMS).fit(store)
+    ref = MulticlassSVC(n_jobs=1, **PARAMS, solver_options=OPTS).fit(X, y)
+    est = MulticlassSVC(n_jobs=1, **PARAMS, solver_options=OPTS).fit(store)
     assert est.n_features_in_ == 8 and est.converged_
     # partition edges fall on the store's 50-row chunks, so the split differs from the arrays'
     # (100/100/100 vs 100/100/100 here: the same) and the model is the same
@@ -55,13 +56,20 @@ def test_store_path_trains_like_the_arrays(store):
 
 
 def test_streaming_rows_and_disk_cache_give_the_in_memory_model(store, tmp_path):
-    mem = MulticlassSVC(n_jobs=1, **PARAMS, solver_options={"data_in_memory": True}).fit(store)
+    mem = MulticlassSVC(n_jobs=1, **PARAMS, solver_options={**OPTS, "data_in_memory": True}).fit(
+        store
+    )
     # cache_size=0: no memory LRU, so every repeated column comes from the zarr tier on disk
     stream = MulticlassSVC(
         n_jobs=1,
         cache_size=0,
         **PARAMS,
-        solver_options={"data_in_memory": False, "disk_cache_size": 8, "cache_dir": str(tmp_path)},
+        solver_options={
+            **OPTS,
+            "data_in_memory": False,
+            "disk_cache_size": 8,
+            "cache_dir": str(tmp_path),
+        },
     ).fit(store)
     _same_model(mem, stream, atol=1e-6)
     st = stream.engine_stats_
@@ -82,24 +90,13 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
     url = str(tmp_path / "s.zarr")
     write_arrays(url, X, y, rows_per_chunk=100)
     # no column cache: every round applies its batch in one pass over the partition's chunks
-    kw = dict(
-        C=2.0,
-        gamma=0.3,
-        tol=1e-4,
-        gap_tol=0.0,
-        batch_size=24,
-        n_partitions=2,
-        n_jobs=1,
-        data_in_memory=False,
-        cache_size=0,
-        shrinking=False,
-        max_iter=15,
-    )
+    kw = dict(C=2.0, gamma=0.3, tol=1e-4, n_jobs=1, cache_size=0, shrinking=False, max_iter=15)
+    opts = {"gap_tol": 0.0, "batch_size": 24, "n_partitions": 2, "data_in_memory": False}
     with pytest.warns(Warning, match="max_iter=15"):
-        hinted = MulticlassSVC(**kw).fit(url)
+        hinted = MulticlassSVC(**kw, solver_options=opts).fit(url)
     monkeypatch.setattr(part_mod.CandidateHint, "offer", lambda self, rows, Xa: None)
     with pytest.warns(Warning, match="max_iter=15"):
-        plain = MulticlassSVC(**kw).fit(url)
+        plain = MulticlassSVC(**kw, solver_options=opts).fit(url)
     _same_model(hinted, plain)
     np.testing.assert_array_equal(hinted.history_["dual"], plain.history_["dual"])
     passes = [sum(p["x_bytes_read"] for p in e.engine_stats_) / X.nbytes for e in (hinted, plain)]
@@ -110,9 +107,11 @@ def test_streamed_candidates_are_kept_from_the_pass_not_read_again(tmp_path, mon
 
 @pytest.mark.slow
 def test_store_on_dask_equals_in_process(store, local_client):
-    ref = MulticlassSVC(n_jobs=2, **PARAMS, solver_options={"data_in_memory": False}).fit(store)
+    ref = MulticlassSVC(n_jobs=2, **PARAMS, solver_options={**OPTS, "data_in_memory": False}).fit(
+        store
+    )
     est = MulticlassSVC(
-        client=local_client, **PARAMS, solver_options={"data_in_memory": False}
+        client=local_client, **PARAMS, solver_options={**OPTS, "data_in_memory": False}
     ).fit(store)
     _same_model(ref, est, atol=1e-9)
     assert not any(p["in_memory"] for p in est.engine_stats_)
@@ -122,8 +121,10 @@ def test_store_on_dask_equals_in_process(store, local_client):
 def test_dask_array_fit_and_lazy_predict(local_client):
     X, y = _data(1)
     Xd = da.from_array(X, chunks=(70, 4))  # chunks split features too
-    ref = MulticlassSVC(n_jobs=2, **PARAMS).fit(X, y)
-    est = MulticlassSVC(client=local_client, **PARAMS).fit(Xd, da.from_array(y, chunks=70))
+    ref = MulticlassSVC(n_jobs=2, **PARAMS, solver_options=OPTS).fit(X, y)
+    est = MulticlassSVC(client=local_client, **PARAMS, solver_options=OPTS).fit(
+        Xd, da.from_array(y, chunks=70)
+    )
     _same_model(ref, est, atol=1e-9)
     pred = est.predict(Xd)
     assert isinstance(pred, da.Array)
@@ -136,16 +137,18 @@ def test_dask_array_fit_and_lazy_predict(local_client):
     np.testing.assert_allclose(
         local_client.compute(dec).result(), ref.decision_function(X), rtol=0, atol=1e-5
     )
-    inproc = MulticlassSVC(n_jobs=2, **PARAMS).fit(Xd, y)
+    inproc = MulticlassSVC(n_jobs=2, **PARAMS, solver_options=OPTS).fit(Xd, y)
     _same_model(ref, inproc, atol=1e-9)
 
 
 def test_store_predict_runs_on_the_estimators_cluster(store, local_client):
     X, y = read_all(store)
-    est = MulticlassSVC(client=local_client, **PARAMS).fit(X, y)
+    est = MulticlassSVC(client=local_client, **PARAMS, solver_options=OPTS).fit(X, y)
     with get_task_stream(local_client) as ts:
         pred = est.predict(store)
-    np.testing.assert_array_equal(pred, MulticlassSVC(n_jobs=1, **PARAMS).fit(X, y).predict(X))
+    np.testing.assert_array_equal(
+        pred, MulticlassSVC(n_jobs=1, **PARAMS, solver_options=OPTS).fit(X, y).predict(X)
+    )
     names = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
     n_chunks = open_store(store).n_chunks
     assert sum(str(k).startswith("dmcsvm-predict-") for k in names) == n_chunks
@@ -180,7 +183,7 @@ def test_store_input_errors(store):
         ),
     ):
         MulticlassSVC().fit(store, np.zeros(300))
-    est = MulticlassSVC(n_jobs=1, **PARAMS).fit(*_data(2, n=60, d=5))
+    est = MulticlassSVC(n_jobs=1, **PARAMS, solver_options=OPTS).fit(*_data(2, n=60, d=5))
     with pytest.raises(
         ValueError,
         match=re.escape("X has 8 features, but MulticlassSVC is expecting 5 features as input."),
@@ -418,10 +421,12 @@ def test_small_memory_cache_reaches_the_optimum_of_an_ample_one():
     X, y = load_digits(return_X_y=True)
     X = (X[:600] / 16.0).astype(np.float32)
     y = y[:600]
-    kw = dict(C=5.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100, n_jobs=2)
-    plain = MulticlassSVC(cache_size=0, **kw).fit(X, y)
-    small = MulticlassSVC(cache_size=0.03, **kw).fit(X, y)  # ~25 columns per partition
-    ample = MulticlassSVC(cache_size=200, **kw).fit(X, y)
+    kw = dict(C=5.0, gamma=0.05, tol=1e-5, n_jobs=2)
+    opts = {"gap_tol": 0.0, "batch_size": 100}
+    plain = MulticlassSVC(cache_size=0, **kw, solver_options=opts).fit(X, y)
+    # ~25 columns per partition
+    small = MulticlassSVC(cache_size=0.03, **kw, solver_options=opts).fit(X, y)
+    ample = MulticlassSVC(cache_size=200, **kw, solver_options=opts).fit(X, y)
     hits = [m.history_["rows_cached"][-1] for m in (small, ample)]
     assert 0 < hits[0] < hits[1]  # the small one evicted
     d0, d1, d2 = (m.history_["dual"][-1] for m in (plain, small, ample))

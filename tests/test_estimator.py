@@ -190,9 +190,10 @@ def test_fit_is_deterministic_and_refit_resets(iris):
 
 def test_n_jobs_do_not_change_the_solution(iris):
     X, y = iris
-    kw = dict(C=1.0, tol=1e-8, gap_tol=0.0)
-    m1 = MulticlassSVC(n_jobs=1, **kw).fit(X, y)
-    m2 = MulticlassSVC(n_jobs=2, **kw).fit(X, y)
+    kw = dict(C=1.0, tol=1e-8)
+    opts = {"gap_tol": 0.0}
+    m1 = MulticlassSVC(n_jobs=1, **kw, solver_options=opts).fit(X, y)
+    m2 = MulticlassSVC(n_jobs=2, **kw, solver_options=opts).fit(X, y)
     assert m1.history_["dual"][-1] == pytest.approx(m2.history_["dual"][-1], rel=1e-8)
     np.testing.assert_allclose(m1.decision_function(X), m2.decision_function(X), atol=1e-5)
 
@@ -200,11 +201,12 @@ def test_n_jobs_do_not_change_the_solution(iris):
 @pytest.mark.parametrize("batch_size", [1, 10])
 def test_batch_size_same_optimum_as_default(iris, batch_size):
     X, y = iris
-    kw = dict(C=1.0, tol=1e-7, gap_tol=0.0, n_jobs=2)
-    ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
-    m = MulticlassSVC(kernel_dtype="float64", **kw, solver_options={"batch_size": batch_size}).fit(
-        X, y
-    )
+    kw = dict(C=1.0, tol=1e-7, n_jobs=2)
+    opts = {"gap_tol": 0.0}
+    ref = MulticlassSVC(kernel_dtype="float64", **kw, solver_options=opts).fit(X, y)
+    m = MulticlassSVC(
+        kernel_dtype="float64", **kw, solver_options={**opts, "batch_size": batch_size}
+    ).fit(X, y)
     assert m.history_["dual"][-1] == pytest.approx(ref.history_["dual"][-1], rel=1e-7)
 
 

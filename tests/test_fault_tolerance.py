@@ -746,7 +746,9 @@ def test_gradient_partition_restore_rebuilds_tot_and_own(monkeypatch, est_name):
     X, y = _problem(n=150)
     if est_name == "BinarySVC":
         y = (y % 2).astype(np.int64)
-    est = getattr(dmcsvm, est_name)(gamma=0.2, batch_size=16, kernel_dtype="float64")
+    est = getattr(dmcsvm, est_name)(
+        gamma=0.2, kernel_dtype="float64", solver_options={"batch_size": 16}
+    )
     rec = _fit_recorded(monkeypatch, eb, est, X, y)
     assert rec.providers
     for part in rec.parts:

@@ -16,7 +16,8 @@ from dmcsvm.coordinators import history as hmod
 from dmcsvm.coordinators.history import RoundHistory
 
 # batches of 100: 66 rounds to converge on these 300 rows (2,550 with batches of 20)
-KW = dict(C=10.0, gamma=0.05, tol=1e-5, gap_tol=0.0, batch_size=100, n_jobs=1)
+KW = dict(C=10.0, gamma=0.05, tol=1e-5, n_jobs=1)
+OPTS = {"gap_tol": 0.0, "batch_size": 100}
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +54,10 @@ def test_a_limit_below_two_rows_is_refused():
 
 def test_fit_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
     X, y = digits
-    full = MulticlassSVC(**KW).fit(X, y)
+    full = MulticlassSVC(**KW, solver_options=OPTS).fit(X, y)
     assert full.n_iter_ > 40  # enough rounds to thin several times
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 16)
-    bounded = MulticlassSVC(**KW).fit(X, y)
+    bounded = MulticlassSVC(**KW, solver_options=OPTS).fit(X, y)
     h = bounded.history_
     assert len(h["round"]) <= 16 and len(h["dual"]) == len(h["round"])
     assert h["round"][0] == 0 and h["round"][-1] == full.history_["round"][-1]
@@ -70,12 +71,16 @@ def test_resumed_history_stays_bounded(digits, monkeypatch, tmp_path):
     X, y = digits
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # max_iter's ConvergenceWarning
-        MulticlassSVC(**KW, max_iter=30, checkpoint=str(tmp_path), checkpoint_every=30).fit(X, y)
+        MulticlassSVC(
+            **KW, solver_options=OPTS, max_iter=30, checkpoint=str(tmp_path), checkpoint_every=30
+        ).fit(X, y)
     assert len(load_checkpoint(tmp_path).history["dual"]) == 30
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 8)  # a checkpoint longer than the limit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # to 50 rounds in all, not to convergence
-        resumed = MulticlassSVC(**KW, max_iter=50, checkpoint=str(tmp_path), resume=True).fit(X, y)
+        resumed = MulticlassSVC(
+            **KW, solver_options=OPTS, max_iter=50, checkpoint=str(tmp_path), resume=True
+        ).fit(X, y)
     assert resumed.n_iter_ == 50
     h = resumed.history_
     assert len(h["round"]) <= 8 and h["round"][0] == 0
@@ -96,12 +101,12 @@ def test_multiprototype_epochs_are_thinned_with_their_rounds(kernel, monkeypatch
         max_epochs=5,
         random_state=1,
         n_jobs=1,
-        batch_size=10,
     )
-    full = MultiPrototypeSVC(**kw).fit(X, y)
+    opts = {"batch_size": 10}
+    full = MultiPrototypeSVC(**kw, solver_options=opts).fit(X, y)
     assert len(full.history_["round"]) > 12
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 12)
-    bounded = MultiPrototypeSVC(**kw).fit(X, y)
+    bounded = MultiPrototypeSVC(**kw, solver_options=opts).fit(X, y)
     h = bounded.history_
     assert len(h["epoch"]) == len(h["round"]) <= 12
     # each kept row is the unbounded history's row of that round (sequential path: pass count)
@@ -118,11 +123,12 @@ def test_smo_history_is_bounded_and_the_model_unchanged(digits, monkeypatch):
 
     X, y = digits
     yb = (y >= 5).astype(int)
-    kw = dict(C=10.0, gamma=0.05, tol=1e-4, batch_size=4, n_jobs=1)
-    full = BinarySVC(**kw).fit(X, yb)
+    kw = dict(C=10.0, gamma=0.05, tol=1e-4, n_jobs=1)
+    opts = {"batch_size": 4}
+    full = BinarySVC(**kw, solver_options=opts).fit(X, yb)
     assert len(full.history_["round"]) > 10
     monkeypatch.setattr(hmod, "HISTORY_LIMIT", 10)
-    bounded = BinarySVC(**kw).fit(X, yb)
+    bounded = BinarySVC(**kw, solver_options=opts).fit(X, yb)
     h = bounded.history_
     assert len(h["round"]) <= 10 and h["round"][0] == 0
     assert h["round"][-1] == full.history_["round"][-1]

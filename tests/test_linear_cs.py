@@ -284,9 +284,10 @@ def test_linear_path_equals_kernel_path(cs, sparse):
     if sparse:
         X[np.abs(X) < 0.3] = 0.0
     Xi = sp.csr_matrix(X) if sparse else X
-    kw = dict(kernel="linear", C=0.7, tol=1e-8, gap_tol=0.0)
-    fast = MulticlassSVC(**kw).fit(Xi, y)
-    kern = MulticlassSVC(**kw, solver_options={"linear_solver": "rounds"})
+    kw = dict(kernel="linear", C=0.7, tol=1e-8)
+    opts = {"gap_tol": 0.0}
+    fast = MulticlassSVC(**kw, solver_options=opts).fit(Xi, y)
+    kern = MulticlassSVC(**kw, solver_options={**opts, "linear_solver": "rounds"})
     kern.fit(Xi, y)
     assert fast.engine_stats_[0]["solver"] == "sequential_dual"
     assert "solver" not in kern.engine_stats_[0]

@@ -359,12 +359,17 @@ def test_initial_assignment_is_random_and_the_same_for_any_partitioning():
 # ------------------------------------------------------------------------------------------------
 
 FIXED_CASES = {
-    "linear-seq": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, solver="sequential"),
-    "linear-fast": dict(
-        kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=True, solver="rounds"
-    ),
-    "linear-kernel": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0, fast_linear=False),
+    "linear-seq": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0),
+    "linear-fast": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0),
+    "linear-kernel": dict(kernel="poly", degree=1, gamma=1.0, coef0=1.0),
     "rbf": dict(kernel="rbf", gamma=0.4),
+}
+#: each case's solver_options
+FIXED_OPTIONS = {
+    "linear-seq": {"linear_solver": "sequential"},
+    "linear-fast": {"fast_linear": True, "linear_solver": "rounds"},
+    "linear-kernel": {"fast_linear": False},
+    "rbf": {},
 }
 
 
@@ -386,7 +391,7 @@ def test_fixed_assignment_reaches_exact_qp_optimum(case, weighted):
         random_state=0,
         n_jobs=2,
         **FIXED_CASES[case],
-        solver_options={"gap_tol": 0.0, "batch_size": 30},
+        solver_options={"gap_tol": 0.0, "batch_size": 30, **FIXED_OPTIONS[case]},
     )
     sw = None
     if weighted and case == "linear-fast":
@@ -513,25 +518,15 @@ def test_single_prototype_equals_multiclass_svc():
     solves each round's working set to a tolerance, where MultiPrototypeSVC's rounds take one
     pass: other rounds, the same scores at tol=1e-8)."""
     X, y = multimodal(8, n_per_mode=12, circle=False)
-    kw = dict(
-        C=0.5,
-        kernel="poly",
-        degree=1,
-        gamma=1.0,
-        coef0=1.0,
-        tol=1e-8,
-        gap_tol=0.0,
-        selection="bmg",
-        batch_size=9,
-        n_jobs=2,
-    )
-    ref = MulticlassSVC(kernel_dtype="float64", **kw).fit(X, y)
+    kw = dict(C=0.5, kernel="poly", degree=1, gamma=1.0, coef0=1.0, tol=1e-8, n_jobs=2)
+    opts = {"gap_tol": 0.0, "pattern_selection": "bmg", "batch_size": 9}
+    ref = MulticlassSVC(kernel_dtype="float64", **kw, solver_options=opts).fit(X, y)
     kern = MultiPrototypeSVC(
         kernel_dtype="float64",
         n_prototypes=1,
         random_state=0,
         **kw,
-        solver_options={"fast_linear": False},
+        solver_options={**opts, "fast_linear": False},
     ).fit(X, y)
     np.testing.assert_allclose(kern.decision_function(X), ref.decision_function(X), atol=1e-6)
     np.testing.assert_array_equal(kern.predict(X), ref.predict(X))
@@ -541,7 +536,7 @@ def test_single_prototype_equals_multiclass_svc():
         n_prototypes=1,
         random_state=0,
         **kw,
-        solver_options={"fast_linear": True},
+        solver_options={**opts, "fast_linear": True},
     ).fit(X, y)
     # the primal solution (prototypes) is unique: compare it and the scores
     W_ref = ref.dual_coef_ @ ref.support_vectors_
@@ -560,23 +555,17 @@ def test_fast_linear_path_equals_kernel_path(sparse):
     Xi = sp.csr_matrix(X) if sparse else X
     # default tolerances: the search and the final solve stay clear of the floating-point end
     # game (selection values ~1e-13) where the last bits of the scores decide the next batch
-    kw = dict(
-        n_prototypes=2,
-        C=1.0,
-        T0=1.0,
-        tau=0.2,
-        max_epochs=12,
-        batch_size=15,
-        batch_sweeps=1,
-        random_state=3,
-        n_jobs=2,
-        solver="rounds",
-    )
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=12, random_state=3, n_jobs=2)
+    opts = {"batch_size": 15, "batch_sweeps": 1, "linear_solver": "rounds"}
     # the same batch solve on both: the working set by re-selection (the kernel path's default;
     # the fast path's default is one pass in order, the same as the kernel path's with
     # inner_steps=0)
-    fast = MultiPrototypeSVC(kernel_dtype="float64", **kw, solver_options={"fast_linear": True})
-    kern = MultiPrototypeSVC(kernel_dtype="float64", **kw, solver_options={"fast_linear": False})
+    fast = MultiPrototypeSVC(
+        kernel_dtype="float64", **kw, solver_options={**opts, "fast_linear": True}
+    )
+    kern = MultiPrototypeSVC(
+        kernel_dtype="float64", **kw, solver_options={**opts, "fast_linear": False}
+    )
     for m in (fast, kern):
         m.set_params(solver_options={**m.solver_options, "inner_steps": 20.0})
     fast.fit(Xi, y)
@@ -604,19 +593,11 @@ def test_fast_linear_path_equals_kernel_path(sparse):
 @pytest.mark.parametrize("kernel", ["linear-fast", "rbf"])
 def test_dask_localcluster_equals_inprocess(local_client, kernel):
     X, y = multimodal(10, n_per_mode=15, modes=2, circle=False)
-    kw = dict(
-        n_prototypes=2,
-        C=1.0,
-        T0=1.0,
-        tau=0.2,
-        max_epochs=8,
-        batch_size=12,
-        random_state=4,
-        n_partitions=2,
-    )
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=8, random_state=4)
+    opts = {"batch_size": 12, "n_partitions": 2, **FIXED_OPTIONS[kernel]}
     kw.update(FIXED_CASES[kernel])
-    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
-    dsk = MultiPrototypeSVC(client=local_client, **kw).fit(X, y)
+    ref = MultiPrototypeSVC(n_jobs=2, **kw, solver_options=opts).fit(X, y)
+    dsk = MultiPrototypeSVC(client=local_client, **kw, solver_options=opts).fit(X, y)
     assert ref.n_epochs_ == dsk.n_epochs_ == 8
     np.testing.assert_array_equal(dsk.assignment_, ref.assignment_)
     np.testing.assert_array_equal(dsk.epoch_history_["n_changed"], ref.epoch_history_["n_changed"])
@@ -643,20 +624,14 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(
     # a batch of all 120 rows: 124 rounds on the linear path (676 with batches of 40, each round
     # a Dask actor round trip on the two cluster fits); 3 epochs: 54 and 41 rows are re-assigned
     # after the first and second (the equality of assignments below covers them)
-    kw = dict(
-        n_prototypes=2,
-        C=1.0,
-        T0=1.0,
-        tau=0.2,
-        max_epochs=3,
-        batch_size=120,
-        random_state=4,
-        n_partitions=2,
-    )
+    kw = dict(n_prototypes=2, C=1.0, T0=1.0, tau=0.2, max_epochs=3, random_state=4)
+    opts = {"batch_size": 120, "n_partitions": 2, **FIXED_OPTIONS[kernel]}
     kw.update(FIXED_CASES[kernel])
-    ref = MultiPrototypeSVC(n_jobs=2, **kw).fit(X, y)
-    on_store = MultiPrototypeSVC(client=local_client, **kw).fit(url)
-    on_dask = MultiPrototypeSVC(client=local_client, **kw).fit(da.from_array(X, chunks=40), y)
+    ref = MultiPrototypeSVC(n_jobs=2, **kw, solver_options=opts).fit(X, y)
+    on_store = MultiPrototypeSVC(client=local_client, **kw, solver_options=opts).fit(url)
+    on_dask = MultiPrototypeSVC(client=local_client, **kw, solver_options=opts).fit(
+        da.from_array(X, chunks=40), y
+    )
     for est in (on_store, on_dask):
         assert est.n_features_in_ == 3 and est.n_epochs_ == ref.n_epochs_
         np.testing.assert_array_equal(est.assignment_, ref.assignment_)

@@ -340,26 +340,29 @@ def test_dask_localcluster_matches_inprocess(local_client):
 
     X, y = _blobs(9, n=70, m=4)
     # batches of 16, as in the store test below: fewer Dask round trips, still many rounds
-    kw = dict(tol=1e-9, n_partitions=3, batch_size=16)
-    a = ScatterSVC(mu=0.2, gamma=0.5, n_jobs=2, **kw, solver_options={"class_batch": 2}).fit(X, y)
+    kw = dict(tol=1e-9)
+    opts = {"n_partitions": 3, "batch_size": 16}
+    a = ScatterSVC(
+        mu=0.2, gamma=0.5, n_jobs=2, **kw, solver_options={**opts, "class_batch": 2}
+    ).fit(X, y)
     b = ScatterSVC(
-        mu=0.2, gamma=0.5, client=local_client, **kw, solver_options={"class_batch": 2}
+        mu=0.2, gamma=0.5, client=local_client, **kw, solver_options={**opts, "class_batch": 2}
     ).fit(X, y)
     assert a.n_iter_ == b.n_iter_ and a.n_iter_ > 5
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(a.msv_offsets_, b.msv_offsets_, rtol=0, atol=1e-9)
     yb = (y >= 2).astype(int)
-    a = BinarySVC(C=2.0, n_jobs=2, **kw).fit(X, yb)
-    b = BinarySVC(C=2.0, client=local_client, **kw).fit(X, yb)
+    a = BinarySVC(C=2.0, n_jobs=2, **kw, solver_options=opts).fit(X, yb)
+    b = BinarySVC(C=2.0, client=local_client, **kw, solver_options=opts).fit(X, yb)
     assert a.n_iter_ == b.n_iter_ and a.n_iter_ > 5
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=0, atol=1e-9)
     # one-vs-rest / one-vs-one reset the worker-resident partitions between problems
     for Est in (OneVsRestSVC, OneVsOneSVC):
-        a = Est(C=2.0, n_jobs=2, **kw).fit(X, y)
-        b = Est(C=2.0, client=local_client, **kw).fit(X, y)
+        a = Est(C=2.0, n_jobs=2, **kw, solver_options=opts).fit(X, y)
+        b = Est(C=2.0, client=local_client, **kw, solver_options=opts).fit(X, y)
         np.testing.assert_array_equal(a.n_iter_, b.n_iter_)
         np.testing.assert_allclose(
             a.dual_coef_.toarray(), b.dual_coef_.toarray(), rtol=0, atol=1e-9
@@ -389,12 +392,17 @@ def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_clie
     # numpy's X.var(), which moves the last bits of gamma
     # batches of 16: 52 / 19 / 44 / 35 rounds (538 in all with batches of 4 and 8, each a Dask
     # round trip on the two cluster fits)
-    kw = dict(tol=1e-6, n_partitions=3, gamma=0.5, batch_size=16)
+    kw = dict(tol=1e-6, gamma=0.5)
+    opts = {"n_partitions": 3, "batch_size": 16}
     cases = [
-        (lambda **c: ScatterSVC(mu=0.2, **kw, **c, solver_options={"class_batch": 2}), url, y),
-        (lambda **c: BinarySVC(C=2.0, **kw, **c), url_b, yb),
-        (lambda **c: OneVsRestSVC(C=2.0, **kw, **c), url, y),
-        (lambda **c: OneVsOneSVC(C=2.0, **kw, **c), url, y),
+        (
+            lambda **c: ScatterSVC(mu=0.2, **kw, **c, solver_options={**opts, "class_batch": 2}),
+            url,
+            y,
+        ),
+        (lambda **c: BinarySVC(C=2.0, **kw, solver_options=opts, **c), url_b, yb),
+        (lambda **c: OneVsRestSVC(C=2.0, **kw, solver_options=opts, **c), url, y),
+        (lambda **c: OneVsOneSVC(C=2.0, **kw, solver_options=opts, **c), url, y),
     ]
     for make, store, labels in cases:
         ref = make(n_jobs=2).fit(X, labels)

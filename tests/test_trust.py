@@ -248,7 +248,8 @@ def test_damaged_chunk_is_named(tmp_path):
 
 # ------------------------------------------------------------ 4. resume onto the same data
 
-CK = dict(C=10.0, gamma=0.5, tol=1e-5, gap_tol=0.0, batch_size=20, n_jobs=1)
+CK = dict(C=10.0, gamma=0.5, tol=1e-5, n_jobs=1)
+OPTS = {"gap_tol": 0.0, "batch_size": 20}
 
 
 def _checkpointed(data, directory, rounds=12):
@@ -257,7 +258,11 @@ def _checkpointed(data, directory, rounds=12):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return MulticlassSVC(
-            **CK, max_iter=rounds, checkpoint=str(directory), checkpoint_every=4
+            **CK,
+            solver_options=OPTS,
+            max_iter=rounds,
+            checkpoint=str(directory),
+            checkpoint_every=4,
         ).fit(data)
 
 
@@ -270,13 +275,14 @@ def test_resume_refuses_a_store_with_permuted_columns(tmp_path):
     other = tmp_path / "other.zarr"
     write_arrays(other, X[:, ::-1].copy(), y, rows_per_chunk=1000)
     with pytest.raises(ValueError, match=r"was written for other training data"):
-        MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(str(other))
+        MulticlassSVC(**CK, solver_options=OPTS, checkpoint=str(ck), resume=True).fit(str(other))
     r = _cli(
         "train",
         other,
         "-o",
         tmp_path / "m.npz",
         *(f"--{k}={v}" for k, v in CK.items() if k != "n_jobs"),
+        *(f"--{k}={v}" for k, v in OPTS.items()),
         "--checkpoint",
         ck,
         "--resume",
@@ -303,7 +309,7 @@ def test_checkpoint_with_a_deleted_chunk_is_refused(tmp_path, array):
     ):
         load_checkpoint(ck)
     with pytest.raises(ValueError, match="fails its checksum"):
-        MulticlassSVC(**CK, checkpoint=str(ck), resume=True).fit(path)
+        MulticlassSVC(**CK, solver_options=OPTS, checkpoint=str(ck), resume=True).fit(path)
 
 
 # ------------------------------------------------------------ 8. determinism
@@ -525,7 +531,8 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
 
             idle = list(c.run(worker_blas).values())[0]
             X, y = _blobs(n=4000, d=300, m=5, seed=5)
-            kw = dict(C=10, gamma=0.01, batch_size=200, n_partitions=1)
+            kw = dict(C=10, gamma=0.01)
+            opts = {"batch_size": 200, "n_partitions": 1}
             from dmcsvm.engine.dask import DaskExecutor
             from dmcsvm.engine.partition import PartitionSettings
             from dmcsvm.kernels import KernelSpec
@@ -547,8 +554,10 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
             during = list(c.run(worker_blas).values())[0]
             ex.close()
             del ex
-            remote = MulticlassSVC(**kw, client=c).fit(X, y)
-        local = MulticlassSVC(**kw, n_jobs=2).fit(X, y)  # in-process: one BLAS thread
+            remote = MulticlassSVC(**kw, solver_options=opts, client=c).fit(X, y)
+        local = MulticlassSVC(**kw, solver_options=opts, n_jobs=2).fit(
+            X, y
+        )  # in-process: one BLAS thread
     finally:
         for p in procs[::-1]:
             p.terminate()

@@ -73,7 +73,7 @@ def _smo(name, **kw):
     from dmcsvm import BinarySVC, OneVsOneSVC, OneVsRestSVC
 
     cls = {"binary": BinarySVC, "ovr": OneVsRestSVC, "ovo": OneVsOneSVC}[name]
-    return cls(gamma=0.05, tol=1e-6, n_jobs=1, batch_size=32, **kw)
+    return cls(gamma=0.05, tol=1e-6, n_jobs=1, solver_options={"batch_size": 32}, **kw)
 
 
 def _smo_data(digits, name):
@@ -211,8 +211,10 @@ def test_linear_warm_start_reaches_the_cold_optimum(digits):
 def _mprot(**kw):
     from dmcsvm import MultiPrototypeSVC
 
+    options = {"gap_tol": 1e-6, **kw.pop("solver_options", {})}
     return MultiPrototypeSVC(
-        **{"n_prototypes": 2, "random_state": 0, "tol": 1e-6, "gap_tol": 1e-6, "n_jobs": 1, **kw}
+        **{"n_prototypes": 2, "random_state": 0, "tol": 1e-6, "n_jobs": 1, **kw},
+        solver_options=options,
     )
 
 
@@ -220,7 +222,9 @@ def _mprot(**kw):
 # rows; at 1e-5 it is within 2e-6 of the optimum in 150 rows' time
 MPROT_PATHS = {
     "linear-sequential": dict(kernel="linear"),
-    "linear-rounds": dict(kernel="linear", solver="rounds", tol=1e-5, gap_tol=1e-5),
+    "linear-rounds": dict(
+        kernel="linear", tol=1e-5, solver_options={"linear_solver": "rounds", "gap_tol": 1e-5}
+    ),
     "rbf": dict(kernel="rbf", gamma=0.05),
 }
 

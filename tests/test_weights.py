@@ -287,29 +287,24 @@ def test_weight_zero_rows_are_removed_rows(make):
 
 def test_localcluster_equals_inprocess(local_client, weighted_problem):
     p = weighted_problem
-    kw = {
-        "C": 1.5,
-        "gamma": GAMMA,
-        "tol": 1e-8,
-        "batch_size": 6,
-        "n_partitions": 2,
-        "class_weight": p["cw"],
-    }
-    a = MulticlassSVC(n_jobs=2, **kw).fit(p["X"], p["y"], sample_weight=p["sw"])
-    b = MulticlassSVC(client=local_client, **kw).fit(p["X"], p["y"], sample_weight=p["sw"])
+    kw = {"C": 1.5, "gamma": GAMMA, "tol": 1e-8, "class_weight": p["cw"]}
+    opts = {"batch_size": 6, "n_partitions": 2}
+    a = MulticlassSVC(n_jobs=2, **kw, solver_options=opts).fit(
+        p["X"], p["y"], sample_weight=p["sw"]
+    )
+    b = MulticlassSVC(client=local_client, **kw, solver_options=opts).fit(
+        p["X"], p["y"], sample_weight=p["sw"]
+    )
     assert a.n_iter_ == b.n_iter_
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     y2 = p["y"] % 2
-    kw2 = {
-        "gamma": GAMMA,
-        "tol": 1e-8,
-        "batch_size": 4,
-        "n_partitions": 2,
-        "class_weight": {1: 2.0},
-    }
-    c = BinarySVC(n_jobs=2, **kw2).fit(p["X"], y2, sample_weight=p["sw"])
-    d = BinarySVC(client=local_client, **kw2).fit(p["X"], y2, sample_weight=p["sw"])
+    kw2 = {"gamma": GAMMA, "tol": 1e-8, "class_weight": {1: 2.0}}
+    opts = {"batch_size": 4, "n_partitions": 2}
+    c = BinarySVC(n_jobs=2, **kw2, solver_options=opts).fit(p["X"], y2, sample_weight=p["sw"])
+    d = BinarySVC(client=local_client, **kw2, solver_options=opts).fit(
+        p["X"], y2, sample_weight=p["sw"]
+    )
     np.testing.assert_array_equal(c.support_, d.support_)
     np.testing.assert_allclose(c.dual_coef_, d.dual_coef_, rtol=0, atol=1e-9)
 
@@ -484,10 +479,13 @@ def test_model_file_round_trips_class_weight(tmp_path):
 
 def test_warm_start_clips_to_new_weights(weighted_problem):
     p = weighted_problem
-    kw = {"C": 1.5, "gamma": GAMMA, "tol": 1e-8, "batch_size": 6, "n_jobs": 1}
-    warm = MulticlassSVC(warm_start=True, **kw).fit(p["X"], p["y"])
+    kw = {"C": 1.5, "gamma": GAMMA, "tol": 1e-8, "n_jobs": 1}
+    opts = {"batch_size": 6}
+    warm = MulticlassSVC(warm_start=True, **kw, solver_options=opts).fit(p["X"], p["y"])
     warm.set_params(class_weight=p["cw"]).fit(p["X"], p["y"], sample_weight=p["sw"])
-    cold = MulticlassSVC(class_weight=p["cw"], **kw).fit(p["X"], p["y"], sample_weight=p["sw"])
+    cold = MulticlassSVC(class_weight=p["cw"], **kw, solver_options=opts).fit(
+        p["X"], p["y"], sample_weight=p["sw"]
+    )
     assert not np.isin(warm.support_, np.flatnonzero(p["C_i"] == 0)).any()
     np.testing.assert_allclose(
         warm.decision_function(p["X"]), cold.decision_function(p["X"]), atol=1e-6
@@ -629,8 +627,8 @@ def test_weight_column_for_other_formats_is_a_usage_error(tmp_path, capsys):
 # ------------------------------------------------------------------------ MultiPrototypeSVC
 
 _MPROT_PATHS = {
-    "sequential": dict(solver="sequential"),
-    "rounds": dict(solver="rounds", n_jobs=2),
+    "sequential": dict(solver_options={"linear_solver": "sequential"}),
+    "rounds": dict(solver_options={"linear_solver": "rounds"}, n_jobs=2),
     "kernel": dict(kernel="rbf", gamma=GAMMA, n_jobs=2),
 }
 
@@ -663,7 +661,9 @@ def test_mprot_integer_weights_equal_repeated_rows(path):
     X, y = _blobs(seed=6, n=30)
     w = np.random.default_rng(8).integers(0, 4, 30)
     w[:3] = 1
-    kw = dict(n_prototypes=1, C=1.0, tol=TIGHT, gap_tol=0.0, random_state=0, **_MPROT_PATHS[path])
+    path_kw = dict(_MPROT_PATHS[path])
+    opts = {"gap_tol": 0.0, **path_kw.pop("solver_options", {})}
+    kw = dict(n_prototypes=1, C=1.0, tol=TIGHT, random_state=0, **path_kw, solver_options=opts)
     a = MultiPrototypeSVC(**kw).fit(X, y, sample_weight=w)
     b = MultiPrototypeSVC(**kw).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
     np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=0, atol=1e-6)

@@ -431,9 +431,10 @@ def test_dask_executor_equals_in_process_bit_for_bit(cs, local_client):
     """The working-set solve and the kept Gram block live on the coordinator: a LocalCluster run
     gives the very same rounds and coefficients as the in-process one."""
     X, y = cs.make_blobs_problem(71, 120, 5, 4, spread=1.3, scale=1.5)
-    kw = dict(C=2.0, gamma=0.3, tol=1e-6, batch_size=24, n_partitions=3)
-    a = MulticlassSVC(n_jobs=2, **kw).fit(X, y)
-    b = MulticlassSVC(client=local_client, **kw).fit(X, y)
+    kw = dict(C=2.0, gamma=0.3, tol=1e-6)
+    opts = {"batch_size": 24, "n_partitions": 3}
+    a = MulticlassSVC(n_jobs=2, **kw, solver_options=opts).fit(X, y)
+    b = MulticlassSVC(client=local_client, **kw, solver_options=opts).fit(X, y)
     assert a.n_iter_ == b.n_iter_
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
