@@ -5,7 +5,7 @@ optimizer, BMG + MEAN, shrinking, 200 MB cache) is trained on letter four ways i
 
 * ``inprocess``: ``client=None, n_jobs=2`` (two row partitions on a thread pool);
 * ``actor``: ``client=`` a ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``
-  client, the estimator's default Dask path (:class:`~dmcsvm.engine.dask_executor.DaskExecutor`
+  client, the estimator's default Dask path (:class:`~dmcsvm.engine.dask.DaskExecutor`
   in actor mode: one client-to-worker call per partition per round, sent straight to the worker:
   the executor checks at start that the client reaches the workers directly);
 * ``actor_relayed``: the same actors with ``DaskExecutor(client, direct=False)``: every call and

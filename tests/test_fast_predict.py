@@ -1,4 +1,4 @@
-"""``dmcsvm predict`` without scikit-learn (issue 40, :mod:`dmcsvm.cli._fast_predict`): for every
+"""``dmcsvm predict`` without scikit-learn (:mod:`dmcsvm.cli._fast_predict`): for every
 model kind the command line predicts with, the output file is byte for byte the one the
 estimator's own path writes, and its labels are ``load_model(...).predict(X)``."""
 

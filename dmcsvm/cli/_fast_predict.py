@@ -1,4 +1,4 @@
-"""``dmcsvm predict`` without scikit-learn (issue 40: 2,000 rows in <= 1.5 s end to end).
+"""``dmcsvm predict`` without scikit-learn.
 
 Importing scikit-learn takes about half of a command-line prediction.  For the models the
 command line trains (MulticlassSVC, MultiPrototypeSVC, BinarySVC, OneVsRestSVC, OneVsOneSVC, and

@@ -1,4 +1,4 @@
-"""The arithmetic of prediction, without scikit-learn (issue 40: a fast ``dmcsvm predict``).
+"""The arithmetic of prediction, without scikit-learn.
 
 The estimators' ``decision_function`` / ``predict`` / ``predict_proba`` compute their values of
 an array block with these functions, and :mod:`dmcsvm.cli._fast_predict` calls the same ones on
