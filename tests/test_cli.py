@@ -259,8 +259,14 @@ def test_every_registered_estimator_trains_from_the_command_line(name, tmp_path)
     params = {"n_jobs": 1} if "n_jobs" in cls._get_param_names() else {}
     if name == "MultiPrototypeSVC":
         # few epochs; the same random start; the batched rounds as a store trains with
-        params.update(max_epochs=5, random_state=0, linear_solver="rounds")
-    extra = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+        params.update(max_epochs=5, random_state=0, solver_options={"linear_solver": "rounds"})
+    extra = [
+        a
+        for k, v in params.items()
+        for a in (("--param", f"{k}={v}") if k != "solver_options" else ())
+    ]
+    if "solver_options" in params:  # (the command line's --param takes solver options too)
+        extra += ["--param", "linear_solver=rounds"]
     ok("train", tmp_path / "d.zarr", "--estimator", name, "-o", tmp_path / "m.npz", *extra)
     m = load_model(tmp_path / "m.npz")
     assert type(m) is cls
