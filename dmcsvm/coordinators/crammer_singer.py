@@ -232,7 +232,7 @@ class _GramCache:
         self.stamp = np.zeros(0, dtype=np.int64)
         self.norms = np.zeros(0)
         self.rows_computed = 0  # kernel rows computed (a completed row counts again)
-        self._solve_rows = 0  # ... since the last next_request
+        self._asked_at = 0  # rows_computed at the last next_request
 
     def block(self, ids, XB):
         """``(G, p)``: the places ``p`` of the patterns ``ids`` (X rows ``XB``) in ``G``, new
@@ -280,7 +280,7 @@ class _GramCache:
         computed (at least :data:`~dmcsvm.numerics.working_set.ROWS_FIRST_REQUEST`), so that a
         round stepping thousands of new rows (deformed digits' early rounds) gets them in large
         GEMMs on every thread at once, and one stepping a few dozen (shuttle's) a few dozen."""
-        n, self._solve_rows = self._solve_rows, 0
+        n, self._asked_at = self.rows_computed - self._asked_at, self.rows_computed
         return max(ROWS_FIRST_REQUEST, n)
 
     def ensure(self, rows) -> None:
@@ -296,9 +296,9 @@ class _GramCache:
             return
         # rows of one stamp together (new rows, rows computed in the same earlier round), each
         # group in chunks of CHUNK
-        st = self.stamp[rows]
-        rows = rows[np.argsort(st, kind="stable")]
-        cuts = np.flatnonzero(np.diff(np.sort(st, kind="stable"))) + 1
+        order = np.argsort(self.stamp[rows], kind="stable")
+        rows = rows[order]
+        cuts = np.flatnonzero(np.diff(self.stamp[rows])) + 1
         chunks = [
             g[a : a + self.CHUNK]
             for g in np.split(rows, cuts)
@@ -328,7 +328,6 @@ class _GramCache:
             self.G[r, lo:m] = K
             self.stamp[r] = m
         self.rows_computed += rows.shape[0]
-        self._solve_rows += rows.shape[0]
 
     def close(self) -> None:
         self._pool.close()

@@ -319,6 +319,7 @@ def _working_set_passes(
     b0 = np.empty(P)
     f = np.empty(P)
     kcol = np.empty(nb)
+    rest = np.empty(want.shape[0], dtype=np.int64)  # a request's rows below inner_tol
     # each pass starts from every row's psi, taken prototype by prototype (psi_columns: one
     # vectorized stream per prototype, where row-by-row evaluations read P strided values); in
     # the pass psi is recomputed only where its upper bound U (see _step_row) exceeds the cut:
@@ -382,25 +383,13 @@ def _working_set_passes(
             if stamp[gpos[j]] < m:
                 # K_BB's row j is not computed: ask for it and for the rows this solve may
                 # step next, those violating more than inner_tol now, in the order the passes
-                # visit them (this one's rest, then the next's start)
+                # visit them (this one's rest, then the next's start); what room is left goes
+                # to the next missing rows in visiting order (``rest``, filled in the same
+                # scan): a request of a few rows streams all of X's placed rows through memory
+                # for a handful of values, and the requests double in size (solve_working_set)
                 want[0] = j
                 k = 1
-                for q in range(1, nb):
-                    if k == want.shape[0]:
-                        break
-                    jj = j + q if j + q < nb else j + q - nb
-                    cc = col[jj]
-                    if U[cc] <= inner_tol or stamp[gpos[jj]] >= m:
-                        continue
-                    if (
-                        psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
-                        > inner_tol
-                    ):
-                        want[k] = jj
-                        k += 1
-                # the rest of the request with the next missing rows in visiting order: a
-                # request of a few rows streams all of X's placed rows through memory for a
-                # handful of values, and the requests double in size (solve_working_set)
+                n_rest = 0
                 for q in range(1, nb):
                     if k == want.shape[0]:
                         break
@@ -409,12 +398,18 @@ def _working_set_passes(
                         continue
                     cc = col[jj]
                     if (
-                        U[cc] <= inner_tol
-                        or psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
-                        <= inner_tol
+                        U[cc] > inner_tol
+                        and psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
+                        > inner_tol
                     ):
                         want[k] = jj
                         k += 1
+                    elif n_rest < rest.shape[0]:
+                        rest[n_rest] = jj
+                        n_rest += 1
+                for i in range(min(n_rest, want.shape[0] - k)):
+                    want[k] = rest[i]
+                    k += 1
                 state[0], state[1], state[2], state[3] = 1, j, total, 0 if first else 1
                 state[4], state[5] = 1 if moved else 0, passes
                 scal[0], scal[1] = cut, S
