@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_dir import DATA
+from data_dir import DATA, need
 from dmcsvm_cli import run_cli as cli
 
 from dmcsvm import MulticlassSVC
@@ -63,8 +63,8 @@ def leftovers(d):
 def dna(tmp_path_factory):
     """The first 300 training and 200 test rows of dna (LIBSVM), converted by the CLI."""
     d = tmp_path_factory.mktemp("dna")
-    head(DNA, d / "train.svm", 300)
-    head(DNA_T, d / "test.svm", 200)
+    head(need(DNA), d / "train.svm", 300)
+    head(need(DNA_T), d / "test.svm", 200)
     ok("convert", d / "train.svm", d / "train.zarr", "--n-features", 180, "--chunk-rows", 64)
     ok("convert", d / "test.svm", d / "test.zarr", "--n-features", 180)
     return d
@@ -104,7 +104,7 @@ def test_convert_libsvm_and_info(dna):
 
 @pytest.mark.slow
 def test_convert_csv_with_string_labels(tmp_path):
-    src = head(LETTER, tmp_path / "letter.csv", 500)
+    src = head(need(LETTER), tmp_path / "letter.csv", 500)
     out = ok("convert", src, tmp_path / "l.zarr", "--no-progress")
     assert "500 rows x 16 features, dense" in out
     rows = [line.split(",") for line in Path(src).read_text().splitlines()]
@@ -206,7 +206,7 @@ def test_train_predict_evaluate_equal_the_api(dna, tmp_path):
 
 @pytest.mark.slow
 def test_train_on_a_csv_file_equals_training_on_its_store(tmp_path):
-    src = head(LETTER, tmp_path / "letter.csv", 400)
+    src = head(need(LETTER), tmp_path / "letter.csv", 400)
     ok("convert", src, tmp_path / "l.zarr")
     ok(
         "train",
@@ -364,7 +364,7 @@ def test_missing_file(tmp_path):
 
 @pytest.mark.slow
 def test_malformed_libsvm_line_names_its_line(tmp_path):
-    lines = DNA.read_text().splitlines()[:20]
+    lines = need(DNA).read_text().splitlines()[:20]
     lines[6] = "2 3:1 4:x 9:1"
     (tmp_path / "bad.svm").write_text("\n".join(lines) + "\n")
     line = usage_error("convert", tmp_path / "bad.svm", tmp_path / "bad.zarr")
@@ -379,7 +379,7 @@ def test_malformed_libsvm_line_names_its_line(tmp_path):
 
 @pytest.mark.slow
 def test_mixed_feature_counts(tmp_path, dna):
-    rows = LETTER.read_text().splitlines()[:10]
+    rows = need(LETTER).read_text().splitlines()[:10]
     rows[4] = ",".join(rows[4].split(",")[:-1])  # line 5 lost its last feature
     (tmp_path / "bad.csv").write_text("\n".join(rows) + "\n")
     line = usage_error("convert", tmp_path / "bad.csv", tmp_path / "bad.zarr")

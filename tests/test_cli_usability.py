@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_dir import DATA
+from data_dir import DATA, need
 
 from dmcsvm import BinarySVC, MulticlassSVC, MultiPrototypeSVC
 from dmcsvm.cli import build_parser, main
@@ -203,7 +203,7 @@ def test_whitespace_delimiter_with_trailing_blanks(tmp_path, capsys):
 
 
 def test_usps_converts_and_libsvm_errors_suggest_the_format(tmp_path, capsys):
-    with gzip.open(USPS, "rb") as f:
+    with gzip.open(need(USPS), "rb") as f:
         lines = [next(f) for _ in range(50)]
     src = tmp_path / "zip.train.gz"
     with gzip.open(src, "wb") as f:
@@ -225,7 +225,7 @@ def test_usps_converts_and_libsvm_errors_suggest_the_format(tmp_path, capsys):
     assert np.array_equal(X, ref[:, 1:].astype(np.float32))
     assert np.array_equal(y, ref[:, 0].astype(np.int64))
     # CSV content read as LIBSVM
-    text = LETTER.read_text().splitlines()[:5]
+    text = need(LETTER).read_text().splitlines()[:5]
     (tmp_path / "letter.data").write_text("\n".join(text) + "\n")
     assert usage_error(capsys, "convert", tmp_path / "letter.data", tmp_path / "l.zarr") == (
         f"dmcsvm: error: {tmp_path / 'letter.data'}, line 1: bad label "

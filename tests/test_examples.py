@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_cluster import dask_cli, scheduler_address, scheduler_args
-from data_dir import DATA
+from data_dir import DATA, need
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -58,6 +58,7 @@ def test_plot_convergence(tmp_path):
 
 
 def test_out_of_core_store():
+    need("satimage")
     out = run_example(
         "out_of_core_store.py", "--data-dir", DATA, "--max-rows", 400, "--chunk-rows", 128
     )
@@ -68,6 +69,7 @@ def test_out_of_core_store():
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_letter_localcluster():
+    need("letter")
     out = run_example(
         "letter_localcluster.py",
         "--data-dir",
@@ -253,6 +255,7 @@ def test_cli_train_and_predict_on_an_existing_scheduler(scheduler, tmp_path):
 def test_multiprototype_letter():
     if not (EXAMPLES / "multiprototype_letter.py").exists():
         pytest.skip("examples/multiprototype_letter.py is not in this checkout")
+    need("letter")
     out = run_example("multiprototype_letter.py", "--data-dir", DATA)
     errors = [float(e) for e in re.findall(r"q=\d+: test error ([0-9.]+) %", out)]
     assert errors and all(0.0 <= e < 60.0 for e in errors), out

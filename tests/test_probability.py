@@ -16,7 +16,7 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import pytest
-from data_dir import DATA
+from data_dir import DATA, need
 from dmcsvm_cli import run_cli
 from sklearn.datasets import load_iris
 from sklearn.metrics import log_loss
@@ -221,8 +221,7 @@ def _load(name):
         from _data import load_letter, load_usps, stratified_subset
     finally:
         sys.path.pop(0)
-    if not (DATA / name).is_dir():
-        pytest.skip(f"{DATA / name} not available")
+    need(name)
     Xtr, ytr, Xte, yte = (load_letter if name == "letter" else load_usps)(DATA)
     n_tr, n_te = (1500, 1000) if name == "letter" else (1000, 1000)
     Xtr, ytr = stratified_subset(Xtr, ytr, n_tr, random_state=0)
