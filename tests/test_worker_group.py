@@ -12,7 +12,15 @@ from distributed import Client, LocalCluster
 from dmcsvm.coordinators.crammer_singer import SolverSettings, pick_candidates, solve
 from dmcsvm.engine.dask import DaskExecutor
 from dmcsvm.engine.executor import InProcessExecutor
-from dmcsvm.engine.messages import CSReply, RoundMessage, merge, pack_message, prune_candidates
+from dmcsvm.engine.messages import (
+    CSReply,
+    RoundMessage,
+    class_quota,
+    merge,
+    pack_message,
+    pick_order,
+    prune_candidates,
+)
 from dmcsvm.engine.partition import Partition, PartitionSettings
 from dmcsvm.engine.worker_group import WorkerGroup
 from dmcsvm.kernels import KernelSpec
@@ -21,9 +29,10 @@ from dmcsvm.numerics import pattern as pt
 SPEC = KernelSpec("rbf", 0.2)
 
 
-def _reply(rng, k, n, d, tol, frac=0.6):
+def _reply(rng, k, n, d, tol, frac=0.6, n_classes=1):
     """A partition's reply with ``n`` candidates: ties in V, violators (a share ``frac``) and
-    rows near tol, some X rows already banked by the coordinator."""
+    rows near tol, some X rows already banked by the coordinator; classes drawn among
+    ``n_classes``, the first ones the most frequent."""
     V = np.round(rng.random(n) * 4) / 4  # many ties
     psi = np.where(rng.random(n) < frac, tol + rng.random(n), tol * rng.random(n))
     new = rng.random(n) < 0.5
@@ -37,7 +46,7 @@ def _reply(rng, k, n, d, tol, frac=0.6):
         cand_new=new,
         cand_kdiag=np.ones(n),
         cand_yp=np.zeros(n, np.int64),
-        cand_cls=np.zeros(n, np.int64),
+        cand_cls=np.minimum(rng.geometric(0.5, n) - 1, n_classes - 1).astype(np.int64),
         max_V=float(V.max(initial=0.0)),
         sum_V=float(V.sum()),
         max_psi=float(psi.max(initial=0.0)),
@@ -52,27 +61,31 @@ def _reply(rng, k, n, d, tol, frac=0.6):
 
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("greedy", [True, False])
-def test_pruned_candidates_leave_every_pick_and_aggregate(seed, greedy):
+@pytest.mark.parametrize("n_classes", [0, 3])
+def test_pruned_candidates_leave_every_pick_and_aggregate(seed, greedy, n_classes):
     """Each worker (here: groups of partitions) keeps only the candidates the coordinator can
     still pick: the batch (ids, X rows, scores), the violator flags of the picks and every
-    aggregate are those of the unpruned replies."""
+    aggregate are those of the unpruned replies; with the classes' shares of a working set
+    (``n_classes``) too."""
     rng = np.random.default_rng(seed)
     tol, d = 1e-3, 5
-    b = int(rng.integers(1, 6))
+    b = int(rng.integers(1, 6)) + (3 if n_classes else 0)
     sizes = rng.integers(0, 15, size=5)
     sizes[0] = max(sizes[0], 1)
     # few violators in half the draws: the batch then has room for the rows near tol
     frac = 0.1 if seed % 2 else 0.6
-    replies = [(k, _reply(rng, k, int(n), d, tol, frac)) for k, n in enumerate(sizes)]
+    replies = [
+        (k, _reply(rng, k, int(n), d, tol, frac, max(n_classes, 1))) for k, n in enumerate(sizes)
+    ]
     groups = [replies[:2], replies[2:3], replies[3:]]
-    pruned = [kr for g in groups for kr in prune_candidates(g, (b, tol))]
-    assert sum(r.cand_V.shape[0] for _, r in pruned) <= len(groups) * b
+    pruned = [kr for g in groups for kr in prune_candidates(g, (b, tol, n_classes))]
+    assert sum(r.cand_V.shape[0] for _, r in pruned) <= len(groups) * 2 * b
     # the draw gives some group more candidates than b: something was cut
     assert sum(r.cand_V.shape[0] for _, r in pruned) < sum(sizes)
     full, cut = merge([r for _, r in replies]), merge([r for _, r in pruned])
     for theta in (0.0, 0.5, 2.0):
-        p_full, v_full = pick_candidates(full, b, tol, theta, greedy)
-        p_cut, v_cut = pick_candidates(cut, b, tol, theta, greedy)
+        p_full, v_full = pick_candidates(full, b, tol, theta, greedy, n_classes)
+        p_cut, v_cut = pick_candidates(cut, b, tol, theta, greedy, n_classes)
         np.testing.assert_array_equal(full.cand_ids[p_full], cut.cand_ids[p_cut])
         np.testing.assert_array_equal(full.cand_F[p_full], cut.cand_F[p_cut])
         np.testing.assert_array_equal(v_full[p_full], v_cut[p_cut])
@@ -96,6 +109,27 @@ def test_one_worker_sends_exactly_the_batch(seed):
     cut = merge([r for _, r in prune_candidates(replies, (b, tol))])
     pick, _ = pick_candidates(full, b, tol, 0.0, True)
     np.testing.assert_array_equal(np.sort(full.cand_ids[pick]), np.sort(cut.cand_ids))
+
+
+def test_a_working_set_keeps_every_class_share():
+    """With more violators than room, a working set keeps the best ``b // n_classes`` violators of
+    every class (by V) and fills the rest by V, in decreasing V; with room for all, or without
+    classes, the order by V alone."""
+    V = np.array([9.0, 8, 7, 6, 5, 4, 3, 2, 1, 0.5])
+    psi = np.ones(10)
+    psi[8] = 0.0  # not a violator: never in a full working set
+    cls = np.array([0, 0, 0, 0, 0, 0, 1, 2, 1, 2])
+    # b = 6, 3 classes: two of each (class 1 has rows 6 and 8, row 8 does not violate), then
+    # the best of the rest: rows 0, 1 (class 0), 6 (class 1), 7, 9 (class 2), then row 2
+    got = pick_order(V, psi, 6, 1e-3, cls=cls, n_classes=3)
+    assert got.tolist() == [0, 1, 2, 6, 7, 9]
+    assert pick_order(V, psi, 6, 1e-3).tolist() == [0, 1, 2, 3, 4, 5]
+    # room for every violator: all of them by V
+    assert pick_order(V, psi, 9, 1e-3, cls=cls, n_classes=3).tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 9]
+    # a one-pass batch (theta) keeps its threshold rule
+    one_pass = pick_order(V, psi, 6, 1e-3, theta=0.0, cls=cls, n_classes=3)
+    assert one_pass.tolist() == [0, 1, 2, 3, 4, 5]
+    assert class_quota(V, cls, 6, 3).tolist() == [0, 1, 6, 7, 8, 9]
 
 
 def test_no_pick_rule_leaves_replies_alone():
@@ -278,3 +312,40 @@ def test_zero_rich_rows_travel_packed_with_the_same_solve(monkeypatch):
 def test_tree_setting_is_checked():
     with pytest.raises(ValueError, match="tree must be 'auto', True or False, got 'yes'"):
         DaskExecutor(None, tree="yes")
+
+
+def test_a_partition_reports_every_class_share_beside_its_best():
+    """With ``class_quota`` a partition with more violators than ``n_candidates`` reports its
+    best ``n_candidates`` by V and, beside them, every class's best ``n_candidates // n_classes``
+    (what the coordinator's working set keeps of each class), nothing else."""
+    from dataclasses import replace
+
+    X, y = _problem(n=120, m=4)
+    _, ps = _settings(4)
+    ps = replace(ps, n_candidates=8)
+    plain = Partition(0, 0, 120, X, y, y, ps)._report(0.0)
+    share = Partition(0, 0, 120, X, y, y, replace(ps, class_quota=True))._report(0.0)
+    assert plain.n_viol == share.n_viol == 120  # every row violates at B = 0
+    assert plain.cand_ids.shape[0] == 8
+    assert set(plain.cand_ids) <= set(share.cand_ids)
+    for c in range(4):
+        assert np.count_nonzero(share.cand_cls == c) >= 2
+    # the extra rows are each class's best two by V among all rows of the class
+    V_all = np.empty(120)
+    psi_all = np.empty(120)
+    p = Partition(0, 0, 120, X, y, y, ps)
+    pt.selection_values(
+        ps.selection,
+        p.B,
+        p.F,
+        p.yp,
+        p.cls,
+        p.pcls,
+        p.kdiag,
+        p.row_bounds(),
+        np.arange(120),
+        V_all,
+        psi_all,
+    )
+    best = set(class_quota(V_all, y, 8, 4).tolist())
+    assert set(share.cand_ids.tolist()) == set(plain.cand_ids.tolist()) | best

@@ -70,6 +70,7 @@ HISTORY_KEYS = (
     "t_select",
     "t_parts",
     "steps",
+    "gram_rows",
 )
 
 
@@ -104,6 +105,9 @@ class SolverSettings:
     inner_frac: float = 0.3
     inner_floor: float = 0.5
     inner_prog: float = 0.3
+    # a working set with more violators than room keeps every class's best share
+    # (engine.messages.pick_order: one class's rows alone drag the others' into violation)
+    class_quota: bool = True
     shrinking: bool = True
     shrink_after: int = 3
     shrink_cap: float = 0.1
@@ -362,15 +366,24 @@ def primal_slack(agg, C) -> float:
     return agg.sum_Cxi if agg.sum_Cxi is not None else C * agg.sum_xi
 
 
-def pick_candidates(agg, b, tol, theta, greedy):
+def pick_candidates(agg, b, tol, theta, greedy, n_classes=0):
     """The batch: positions in the merged reply ``agg``'s candidates
     (:func:`~dmcsvm.engine.messages.pick_order`), and which candidates violate (``psi > tol``).
     A one-pass batch takes the violators at or above the threshold ``theta``; a working set
     solved by re-selection (``greedy``) takes the best and decides itself which to optimize how
     often, the room left filled with the rows closest to violating, so that its solve keeps them
-    below ``tol`` too.  Dask workers send only what this can pick
+    below ``tol`` too, and keeps every class's share when there are more violators than room
+    (``n_classes > 1``).  Dask workers send only what this can pick
     (:func:`~dmcsvm.engine.messages.prune_candidates`)."""
-    pick = pick_order(agg.cand_V, agg.cand_psi, b, tol, None if greedy else theta)
+    pick = pick_order(
+        agg.cand_V,
+        agg.cand_psi,
+        b,
+        tol,
+        None if greedy else theta,
+        cls=agg.cand_cls if greedy else None,
+        n_classes=n_classes,
+    )
     return pick, agg.cand_psi > tol
 
 
@@ -490,6 +503,9 @@ def solve(
     )
     limits = BlasThreadHold()
     prune = False
+    # classes whose share a working set keeps (0: none; the partitions report each class's best,
+    # PartitionSettings.class_quota)
+    n_quota = int(pcls.max()) + 1 if greedy and s.class_quota and P > 1 else 0
     try:
         while True:
             t_round = time.perf_counter()
@@ -502,7 +518,7 @@ def solve(
                 msg.bank_ids = bank.ids()  # the Dask workers' banks keep the same rows
                 prune = False
             # how this loop picks candidates: a Dask worker sends only those it can still pick
-            msg.pick = (int(s.batch_size), float(s.tol))
+            msg.pick = (int(s.batch_size), float(s.tol), n_quota)
             agg = merge(executor.step(msg))
             t_solve0 = time.perf_counter()
             mM = agg.sum_BF  # ||M||^2
@@ -528,7 +544,7 @@ def solve(
                 converged = True
             else:
                 just_unshrunk = False
-                pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy)
+                pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy, n_quota)
                 ids = agg.cand_ids[pick]
                 XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
                 if greedy and gram is not None:
@@ -641,6 +657,7 @@ def solve(
                 t_select=agg.t_select,
                 t_parts=agg.t_total,
                 steps=n_steps,
+                gram_rows=gram.rows_computed if gram is not None else 0,
             )
             hist.append(row)
             if bar is not None:

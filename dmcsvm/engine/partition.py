@@ -20,7 +20,7 @@ import numpy as np
 from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
 from ..numerics.scores import add_rows
-from .messages import CSReply, RoundMessage, has_batch
+from .messages import CSReply, RoundMessage, class_quota, has_batch
 from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
 from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401
 
@@ -220,6 +220,12 @@ class Partition(PartitionBase):
         cand = np.flatnonzero(psi > s.tol)
         if cand.shape[0] > s.n_candidates:
             top = np.argpartition(-V[cand], s.n_candidates - 1)[: s.n_candidates]
+            if s.class_quota and self.pcls is not None:
+                # and every class's best share, which the coordinator's working set keeps
+                # (messages.pick_order)
+                n_cls = int(self.pcls.max()) + 1
+                share = class_quota(V[cand], self.cls[rows[cand]], s.n_candidates, n_cls)
+                top = np.union1d(top, share)
             cand = cand[top]
         elif s.near_tol is not None:
             room = s.n_candidates - cand.shape[0]

@@ -55,6 +55,10 @@ class PartitionSettings:
     #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
     #: violators only
     near_tol: float | str | None = "auto"
+    #: report, beside the best ``n_candidates`` violators, every class's best
+    #: ``n_candidates // n_classes`` (the working set's share of each class,
+    #: :func:`~dmcsvm.engine.messages.pick_order`)
+    class_quota: bool = False
     #: this partition's rows' dual upper bounds ``C_i`` (weighted patterns,
     #: :func:`dmcsvm.estimators._weights.pattern_bounds`), set per partition by
     #: ``executor.start(..., row_C=...)``; None: every row's bound is ``C``

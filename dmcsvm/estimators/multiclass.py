@@ -87,6 +87,7 @@ def cs_partition_settings(
         pcls=pcls,
         shrinking=settings.shrinking,
         shrink_after=settings.shrink_after,
+        class_quota=settings.class_quota and settings.inner_steps > 0,
         cache_bytes=int(cache_mb * 2**20 / n_parts),
         kernel_dtype=str(td.dtype),
         **more,
