@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Loaded on first use (PEP 562): `import dmcsvm` and the command line's `--help`, `--version`,
 # `info` and `convert` then skip scikit-learn, SciPy's statistics and numba (seconds per process)

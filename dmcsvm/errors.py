@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["NonFiniteError", "check_finite_round", "check_finite_rows", "check_sample_weight"]
 
@@ -20,7 +22,7 @@ class NonFiniteError(ValueError):
     reporting a wrong model as converged."""
 
 
-def check_finite_round(round_: int, **values) -> None:
+def check_finite_round(round_: int, **values: float | NDArray[np.floating[Any]]) -> None:
     """Raise :class:`NonFiniteError` naming every value of ``values`` (scalars or arrays) that is
     not finite in round ``round_``."""
     bad = []
@@ -36,7 +38,9 @@ def check_finite_round(round_: int, **values) -> None:
         raise NonFiniteError(f"round {round_}: {', '.join(bad)}: {_CAUSE}")
 
 
-def check_finite_rows(what: str, first_row: int, values: np.ndarray, rows=None) -> None:
+def check_finite_rows(
+    what: str, first_row: int, values: np.ndarray, rows: NDArray[np.integer[Any]] | None = None
+) -> None:
     """Raise :class:`NonFiniteError` for the first non-finite entry of per-row ``values``
     (``values[j]`` belongs to row ``first_row + j``, or ``rows[j]`` when given)."""
     ok = np.isfinite(values)
@@ -47,7 +51,7 @@ def check_finite_rows(what: str, first_row: int, values: np.ndarray, rows=None) 
     raise NonFiniteError(f"training row {r}: {what} is {float(values[j])!r}; {_CAUSE}")
 
 
-def check_sample_weight(sample_weight, n: int) -> np.ndarray | None:
+def check_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
     """``sample_weight`` as a float64 vector of length ``n`` (None stays None), refusing a wrong
     shape, non-numbers, NaN/inf (:class:`~dmcsvm.errors.NonFiniteError`, naming the row) and
     negative weights (naming the row)."""

@@ -587,7 +587,8 @@ def solve(
                             *args[:2],
                             G,
                             gpos,
-                            *args[3:-1],
+                            # (mypy maps a starred tuple slice after another one wrongly)
+                            *args[3:-1],  # type: ignore[arg-type]
                             max_steps,
                             inner_tol,
                             s.inner_relax,
@@ -608,7 +609,8 @@ def solve(
                         )
                     n_steps = int(st.sum())
                 else:
-                    dB, gains = batch(opt_code, *args)
+                    # (mypy cannot tell that Kbb, args[2], is None only on the greedy path)
+                    dB, gains = batch(opt_code, *args)  # type: ignore[arg-type]
                     n_steps = len(ids) * int(s.batch_sweeps)
                 check_finite_round(rounds, coefficients=dB)
                 moved = np.any(dB != 0.0, axis=1)
@@ -616,7 +618,7 @@ def solve(
                     # the chosen optimizer stalled below its own tolerance: finish exactly
                     if args[2] is None:
                         args = args[:2] + (kernel_block(spec, XB, XB),) + args[3:]
-                    dB, gains = batch(pt.OPT_EXACT, *args)
+                    dB, gains = batch(pt.OPT_EXACT, *args)  # type: ignore[arg-type]  # (as above)
                     moved = np.any(dB != 0.0, axis=1)
                 if not moved.any():
                     stalled = True

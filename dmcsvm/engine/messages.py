@@ -10,18 +10,27 @@ so one :func:`merge` serves every partition kind and both executors.  :func:`pac
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, cast
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from .row_packing import PackedRows, pack_rows, unpack_rows
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 #: metadata key of a reply field's merge rule
 MERGE = "merge"
 #: metadata key of a message field that a rebuilt partition keeps when it answers the round it
 #: was lost in (its state comes from the coordinator's snapshot, which holds the round's update)
 REPORT_ONLY = "report_only"
+
+#: X rows: dense (float32 or float64) or CSR
+Rows: TypeAlias = NDArray[np.floating[Any]] | sp.csr_matrix
 
 CONCAT = "concatenate"  # candidate arrays: partition after partition (CSR rows stacked)
 SUM = "sum"  # aggregates and counters: Python sum in partition order
@@ -30,24 +39,31 @@ MIN = "min"
 FIRST = "first"  # the same on every partition
 LIST = "list"  # one value per partition, in partition order
 
+#: a reply of either partition kind
+ReplyT = TypeVar("ReplyT", "CSReply", "GradientReply")
 
-def _rule(rule: str, default=None):
+
+def _rule(rule: str, default: object = None) -> Any:
     return field(default=default, metadata={MERGE: rule})
 
 
-def _concat(values):
+def _concat(values: Sequence[NDArray[Any] | sp.csr_matrix]) -> NDArray[Any] | sp.csr_matrix:
     if sp.issparse(values[0]):
         return sp.vstack(values).tocsr()
     return np.concatenate(values)
 
 
-def _extreme(values, scalar, array):
+def _extreme(
+    values: Sequence[Any],
+    scalar: Callable[[Sequence[Any]], Any],
+    array: Callable[..., NDArray[Any]],
+) -> Any:
     if isinstance(values[0], np.ndarray):
         return array(np.stack(values), axis=0)
     return scalar(values)
 
 
-_MERGERS = {
+_MERGERS: dict[str, Callable[[list[Any]], Any]] = {
     CONCAT: _concat,
     SUM: sum,
     MAX: lambda v: _extreme(v, max, np.max),
@@ -57,10 +73,11 @@ _MERGERS = {
 }
 
 
-_RULES: dict = {}  # reply type -> ((field name, merger), ...): read once per type
+#: reply type -> ((field name, merger), ...): read once per type
+_RULES: dict[type[Reply], tuple[tuple[str, Callable[[list[Any]], Any]], ...]] = {}
 
 
-def merge(replies):
+def merge(replies: Sequence[ReplyT]) -> ReplyT:
     """One reply of the same type from the partitions' replies (in partition order), each field
     combined by its declared rule; a field that a partition kind leaves None stays None."""
     first = replies[0]
@@ -68,7 +85,7 @@ def merge(replies):
     rules = _RULES.get(kind)
     if rules is None:
         rules = _RULES[kind] = tuple((f.name, _MERGERS[f.metadata[MERGE]]) for f in fields(kind))
-    out = {}
+    out: dict[str, Any] = {}
     for name, combine in rules:
         values = [getattr(r, name) for r in replies]
         out[name] = None if values[0] is None else combine(values)
@@ -95,16 +112,16 @@ class CSReply(Reply):
     about to violate) and its aggregates.  ``cand_X`` holds the X rows of the candidates marked
     ``cand_new`` only (the coordinator banks the others)."""
 
-    cand_ids: np.ndarray = _rule(CONCAT)
-    cand_V: np.ndarray = _rule(CONCAT)
-    cand_psi: np.ndarray = _rule(CONCAT)
-    cand_F: np.ndarray = _rule(CONCAT)
-    cand_X: object = _rule(CONCAT)
-    cand_new: np.ndarray = _rule(CONCAT)
-    cand_kdiag: np.ndarray = _rule(CONCAT)
-    cand_yp: np.ndarray = _rule(CONCAT)
-    cand_cls: np.ndarray = _rule(CONCAT)
-    cand_C: np.ndarray | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
+    cand_ids: NDArray[np.int64] = _rule(CONCAT)
+    cand_V: NDArray[np.float64] = _rule(CONCAT)
+    cand_psi: NDArray[np.float64] = _rule(CONCAT)
+    cand_F: NDArray[np.float64] = _rule(CONCAT)
+    cand_X: Rows | PackedRows = _rule(CONCAT)
+    cand_new: NDArray[np.bool_] = _rule(CONCAT)
+    cand_kdiag: NDArray[np.float64] = _rule(CONCAT)
+    cand_yp: NDArray[np.int64] = _rule(CONCAT)
+    cand_cls: NDArray[np.int64] = _rule(CONCAT)
+    cand_C: NDArray[np.float64] | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
     max_V: float = _rule(MAX, 0.0)
     sum_V: float = _rule(SUM, 0.0)
     max_psi: float = _rule(MAX, 0.0)
@@ -117,7 +134,7 @@ class CSReply(Reply):
     sum_Cxi: float | None = _rule(SUM)  # sum_i C_i xi_i (weighted patterns only)
     rows_disk: int = _rule(SUM, 0)
 
-    def cand_xrow(self) -> np.ndarray:
+    def cand_xrow(self) -> NDArray[np.int64]:
         """Row of every candidate in ``cand_X`` (-1: the coordinator's bank holds it)."""
         new = self.cand_new
         xrow = np.full(new.shape[0], -1, dtype=np.int64)
@@ -130,16 +147,16 @@ class GradientReply(Reply):
     """An SMO partition's working-set candidates per group (the ``k`` best of ``I_up`` and of
     ``I_low``, with gradient, sign, group and X row) and the per-group extremes."""
 
-    cand_ids: np.ndarray = _rule(CONCAT)
-    cand_g: np.ndarray = _rule(CONCAT)
-    cand_vup: np.ndarray = _rule(CONCAT)
-    cand_vlow: np.ndarray = _rule(CONCAT)
-    cand_grp: np.ndarray = _rule(CONCAT)
-    cand_y: np.ndarray = _rule(CONCAT)
-    cand_X: object = _rule(CONCAT)
-    cand_U: np.ndarray | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
-    gmax: np.ndarray = _rule(MAX)  # per group: max over I_up of -y g
-    gmin: np.ndarray = _rule(MIN)  # per group: min over I_low of -y g
+    cand_ids: NDArray[np.int64] = _rule(CONCAT)
+    cand_g: NDArray[np.float64] = _rule(CONCAT)
+    cand_vup: NDArray[np.float64] = _rule(CONCAT)
+    cand_vlow: NDArray[np.float64] = _rule(CONCAT)
+    cand_grp: NDArray[np.int64] = _rule(CONCAT)
+    cand_y: NDArray[np.float64] = _rule(CONCAT)
+    cand_X: Rows | PackedRows = _rule(CONCAT)
+    cand_U: NDArray[np.float64] | None = _rule(CONCAT)  # per-row bounds (weighted patterns only)
+    gmax: NDArray[np.float64] = _rule(MAX)  # per group: max over I_up of -y g
+    gmin: NDArray[np.float64] = _rule(MIN)  # per group: min over I_low of -y g
     obj2: float = _rule(SUM, 0.0)  # twice the dual objective
 
 
@@ -152,16 +169,19 @@ class RoundMessage:
     row bank to the support and this batch) and then ``bank_ids``, the ids its bank kept (the
     Dask workers' banks keep the same rows)."""
 
-    ids: np.ndarray | None = None
-    XB: object = None
-    dB: np.ndarray | None = None
+    ids: NDArray[np.int64] | None = None
+    XB: Rows | None = None
+    dB: NDArray[np.float64] | None = None
     shrink_margin: float = field(default=np.inf, metadata={REPORT_ONLY: True})
-    unshrink: dict | None = None
+    unshrink: dict[str, Any] | None = None
     reship: bool = False
-    bank_ids: np.ndarray | None = None
-    # (b, tol): the coordinator picks at most b candidates, violators (psi > tol) first; a
-    # worker sends only those it can still pick (prune_candidates)
-    pick: tuple | None = field(default=None, metadata={REPORT_ONLY: True})
+    bank_ids: NDArray[np.int64] | None = None
+    # (b, tol) or (b, tol, n_classes): the coordinator picks at most b candidates, violators
+    # (psi > tol) first, every class's share with n_classes > 1; a worker sends only those it
+    # can still pick (prune_candidates)
+    pick: tuple[int, float] | tuple[int, float, int] | None = field(
+        default=None, metadata={REPORT_ONLY: True}
+    )
 
 
 @dataclass(kw_only=True)
@@ -178,8 +198,8 @@ class LinearMessage(PrototypeMessage):
     """A multi-prototype round on explicit prototypes: ``dW = dB^T X_B`` and ``ds = dB^T 1`` in
     place of the batch's X rows (``XB`` is None)."""
 
-    dW: np.ndarray | None = None
-    ds: np.ndarray | None = None
+    dW: NDArray[np.float64] | None = None
+    ds: NDArray[np.float64] | None = None
 
 
 @dataclass(kw_only=True)
@@ -187,25 +207,29 @@ class GradientMessage:
     """An SMO round: ``alpha[ids] = a_new`` with ``da`` the change, the batch's X rows, signs
     ``yB`` and groups ``grpB``."""
 
-    ids: np.ndarray | None = None
-    XB: object = None
-    da: np.ndarray | None = None
-    a_new: np.ndarray | None = None
-    yB: np.ndarray | None = None
-    grpB: np.ndarray | None = None
+    ids: NDArray[np.int64] | None = None
+    XB: Rows | None = None
+    da: NDArray[np.float64] | None = None
+    a_new: NDArray[np.float64] | None = None
+    yB: NDArray[np.float64] | None = None
+    grpB: NDArray[np.int64] | None = None
 
 
-MESSAGE_TYPES = {
+#: a round message of either family
+Message: TypeAlias = RoundMessage | GradientMessage
+MessageT = TypeVar("MessageT", bound=Message)
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
     c.__name__: c for c in (RoundMessage, PrototypeMessage, LinearMessage, GradientMessage)
 }
 
 
-def has_batch(msg) -> bool:
+def has_batch(msg: Message) -> bool:
     """Whether ``msg`` carries a non-empty batch."""
     return msg.ids is not None and len(msg.ids) > 0
 
 
-def report_only(msg):
+def report_only(msg: MessageT) -> MessageT:
     """The part of ``msg`` a partition rebuilt from the coordinator's snapshot still applies when
     it answers the round it was lost in (fields marked :data:`REPORT_ONLY`)."""
     return type(msg)(
@@ -213,7 +237,7 @@ def report_only(msg):
     )
 
 
-def _set_fields(msg) -> dict:
+def _set_fields(msg: Message) -> dict[str, Any]:
     """The fields of ``msg`` worth sending: not None and, for flags and numbers, not at their
     default (the receiver's dataclass fills those in)."""
     out = {}
@@ -229,7 +253,7 @@ def _set_fields(msg) -> dict:
     return out
 
 
-def banked_batch(msg) -> bool:
+def banked_batch(msg: Message) -> bool:
     """Whether a receiver banks ``msg``'s batch rows: a Crammer-Singer-family message with dense
     X rows (the SMO coordinators keep no bank for the workers to follow)."""
     return isinstance(msg, RoundMessage) and has_batch(msg) and isinstance(msg.XB, np.ndarray)
@@ -240,31 +264,33 @@ class HeldIds:
     message's ``bank_ids`` (when set) and then adds its banked batch rows
     (``WorkerGroup._bank_rows``); :meth:`applied` follows the same two steps."""
 
-    def __init__(self):
-        self.ids: set = set()
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
 
-    def rows(self, msg) -> np.ndarray | None:
+    def rows(self, msg: Message) -> NDArray[np.bool_] | None:
         """Which batch rows of ``msg`` every receiver holds: a boolean mask over ``msg.ids`` for
         :func:`pack_message`, or None when none can be left out."""
         if not self.ids or not banked_batch(msg):
             return None
+        assert msg.ids is not None  # (a banked batch)
         held = self.ids
         return np.fromiter((int(g) in held for g in msg.ids), dtype=bool, count=len(msg.ids))
 
-    def applied(self, msg) -> None:
+    def applied(self, msg: Message) -> None:
         """Every receiver applied ``msg``."""
         if not isinstance(msg, RoundMessage):
             return
         if msg.bank_ids is not None:
             self.ids.intersection_update(msg.bank_ids.tolist())
         if banked_batch(msg):
+            assert msg.ids is not None  # (a banked batch)
             self.ids.update(msg.ids.tolist())
 
     def clear(self) -> None:
         self.ids.clear()
 
 
-def pack_message(msg, have=None) -> bytes:
+def pack_message(msg: Message, have: NDArray[np.bool_] | None = None) -> bytes:
     """One round's message as one pickle blob of plain values (numpy arrays, its type's name),
     with ``dB`` sent as its nonzeros when that is smaller: a pattern's update touches only the few
     prototypes its sub-problem moved (about 3 of 26 on letter), so the dense ``|B| x P`` block is
@@ -290,6 +316,7 @@ def pack_message(msg, have=None) -> bytes:
             pos = at.astype(np.int32) if dB.size < 2**31 else at
             wire["dB_nonzero"] = (dB.shape, pos, flat[at])
     if have is not None and have.any():
+        assert msg.XB is not None  # (have marks rows of a banked batch)
         wire["XB"] = msg.XB[~have]
         wire["XB_held"] = np.flatnonzero(have).astype(np.int32)
     if "XB" in wire:
@@ -299,7 +326,22 @@ def pack_message(msg, have=None) -> bytes:
     return pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack_message(blob: bytes, bank=None, rows=True):
+class RowSource(Protocol):
+    """What :func:`unpack_message` asks of a receiver's bank (a
+    :class:`~dmcsvm.engine.row_bank.RowBank`): a batch's X rows, sent or banked."""
+
+    def batch(
+        self,
+        ids: NDArray[np.int64],
+        xrow: NDArray[np.int64],
+        Xnew: Rows,
+        d: int,
+        sparse: bool,
+        dtype: DTypeLike,
+    ) -> Rows: ...
+
+
+def unpack_message(blob: bytes, bank: RowSource | None = None, rows: bool = True) -> Message:
     """The message :func:`pack_message` packed, with ``dB`` dense again and the ``XB`` rows it
     left out taken from ``bank`` (a :class:`~dmcsvm.engine.row_bank.RowBank`).  ``rows=False``:
     those rows are not needed (a partition rebuilt from the coordinator's state applies only
@@ -328,7 +370,7 @@ def unpack_message(blob: bytes, bank=None, rows=True):
     return MESSAGE_TYPES[wire.pop("kind")](**wire)
 
 
-def pack_reply_rows(replies) -> list:
+def pack_reply_rows(replies: Iterable[tuple[int, ReplyT]]) -> list[tuple[int, ReplyT]]:
     """``replies`` (``[(partition, reply)]``) with each reply's candidate X rows (``cand_X``) in
     their wire form (:func:`~dmcsvm.engine.row_packing.pack_rows`): a worker's reply carries the
     X rows of its new candidates, up every level of the tree."""
@@ -340,13 +382,13 @@ def pack_reply_rows(replies) -> list:
     return out
 
 
-def unpack_reply_rows(reply):
+def unpack_reply_rows(reply: ReplyT) -> ReplyT:
     """``reply`` with its ``cand_X`` dense again (after :func:`pack_reply_rows`)."""
     X = getattr(reply, "cand_X", None)
     return replace(reply, cand_X=unpack_rows(X)) if isinstance(X, PackedRows) else reply
 
 
-def class_ranks(cls, n_classes: int) -> np.ndarray:
+def class_ranks(cls: NDArray[np.int64], n_classes: int) -> NDArray[np.int64]:
     """Each entry's rank among the entries of its class ``cls`` (0 for the first of its class,
     in the given order)."""
     cls = np.asarray(cls, dtype=np.int64)
@@ -357,7 +399,9 @@ def class_ranks(cls, n_classes: int) -> np.ndarray:
     return rank
 
 
-def class_quota(V, cls, b: int, n_classes: int) -> np.ndarray:
+def class_quota(
+    V: NDArray[np.float64], cls: NDArray[np.int64], b: int, n_classes: int
+) -> NDArray[np.intp]:
     """Positions of the best ``b // n_classes`` entries of each class by decreasing ``V`` (ties in
     entry order), in decreasing ``V``: the share of a working set that :func:`pick_order` keeps
     for every class (a partition reports them beside its overall best)."""
@@ -365,7 +409,15 @@ def class_quota(V, cls, b: int, n_classes: int) -> np.ndarray:
     return order[class_ranks(np.asarray(cls)[order], n_classes) < b // max(n_classes, 1)]
 
 
-def pick_order(V, psi, b, tol, theta=None, cls=None, n_classes=0) -> np.ndarray:
+def pick_order(
+    V: NDArray[np.float64],
+    psi: NDArray[np.float64],
+    b: int,
+    tol: float,
+    theta: float | None = None,
+    cls: NDArray[np.int64] | None = None,
+    n_classes: int = 0,
+) -> NDArray[np.intp]:
     """Positions of the candidates (selection values ``V``, KKT violations ``psi``) a batch of at
     most ``b`` takes: the violators (``psi > tol``) by decreasing ``V``, ties in candidate order;
     with ``theta`` (a one-pass batch) only those with ``V >= theta`` (all of them when none is),
@@ -401,7 +453,10 @@ def pick_order(V, psi, b, tol, theta=None, cls=None, n_classes=0) -> np.ndarray:
     return pick
 
 
-def prune_candidates(replies, keep):
+def prune_candidates(
+    replies: Sequence[tuple[int, Reply]],
+    keep: tuple[int, float] | tuple[int, float, int] | None,
+) -> Sequence[tuple[int, Reply]]:
     """``replies`` (a list of ``(partition, reply)`` in partition order) with their candidates cut
     to those the coordinator can still pick from them, aggregates untouched.
 
@@ -415,8 +470,10 @@ def prune_candidates(replies, keep):
     holds the rows of the ``cand_new`` candidates, in order)."""
     if keep is None or not replies or not isinstance(replies[0][1], CSReply):
         return replies
+    # (a round's replies come from partitions of one kind: all CSReply, as the first)
+    replies = cast("Sequence[tuple[int, CSReply]]", replies)
     b, tol = int(keep[0]), float(keep[1])
-    n_classes = int(keep[2]) if len(keep) > 2 else 0
+    n_classes = int(keep[2]) if len(keep) == 3 else 0
     V = np.concatenate([r.cand_V for _, r in replies])
     if V.shape[0] <= b:
         return replies
@@ -437,7 +494,7 @@ def prune_candidates(replies, keep):
     return out
 
 
-def _take_candidates(reply, m):
+def _take_candidates(reply: CSReply, m: NDArray[np.bool_]) -> CSReply:
     """``reply`` with only the candidates ``m`` marks (every CONCAT field)."""
     upd = {}
     for f in fields(reply):

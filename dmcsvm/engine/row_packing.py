@@ -13,16 +13,20 @@ rows equal the sender's bit for bit (the kernel values and hence the model do no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
+from numpy.typing import NDArray
 
 #: unsigned views that tell a float's bits apart from +0.0 (-0.0 counts as a nonzero)
 _BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
+_T = TypeVar("_T")
+
 
 @numba.njit(cache=True, nogil=True)
-def nonzero_counts(bits, counts):
+def nonzero_counts(bits: NDArray[np.unsignedinteger[Any]], counts: NDArray[np.int64]) -> None:
     """``counts[i]``: the entries of row ``i`` of ``bits`` (a float block viewed as unsigned
     integers) that are not all-zero bits."""
     for i in range(bits.shape[0]):
@@ -34,7 +38,13 @@ def nonzero_counts(bits, counts):
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_nonzeros(bits, X, indptr, cols, vals):
+def gather_nonzeros(
+    bits: NDArray[np.unsignedinteger[Any]],
+    X: NDArray[np.floating[Any]],
+    indptr: NDArray[np.int32],
+    cols: NDArray[np.integer[Any]],
+    vals: NDArray[np.floating[Any]],
+) -> None:
     """Row ``i``'s nonzeros of ``X`` (as ``bits`` marks them) to ``cols`` / ``vals`` from
     ``indptr[i]`` on, in column order; both are one longer than the nonzeros."""
     # eight entries at a time: a run of eight zeros (most of a sparse row) is one test; inside
@@ -67,7 +77,12 @@ def gather_nonzeros(bits, X, indptr, cols, vals):
 
 
 @numba.njit(cache=True, nogil=True)
-def scatter_rows(indptr, cols, vals, out):
+def scatter_rows(
+    indptr: NDArray[np.int32],
+    cols: NDArray[np.integer[Any]],
+    vals: NDArray[np.floating[Any]],
+    out: NDArray[np.floating[Any]],
+) -> None:
     """The rows :func:`gather_nonzeros` packed, written into ``out`` (zeros elsewhere)."""
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
@@ -81,10 +96,10 @@ class PackedRows:
     """A dense ``shape`` block of ``dtype`` as its nonzeros (:func:`pack_rows`); ``rows[idx]``
     takes rows without unpacking (a tree node cuts its children's candidates this way)."""
 
-    shape: tuple
-    indptr: np.ndarray
-    cols: np.ndarray
-    vals: np.ndarray
+    shape: tuple[int, int]
+    indptr: NDArray[np.int32]
+    cols: NDArray[np.uint16 | np.int32]
+    vals: NDArray[np.floating[Any]]
 
     @property
     def nbytes(self) -> int:
@@ -93,7 +108,7 @@ class PackedRows:
     def __len__(self) -> int:
         return int(self.shape[0])
 
-    def __getitem__(self, idx) -> PackedRows:
+    def __getitem__(self, idx: slice | NDArray[np.integer[Any]] | NDArray[np.bool_]) -> PackedRows:
         rows = np.arange(self.shape[0])[idx]
         start, stop = self.indptr[rows], self.indptr[rows + 1]
         counts = stop - start
@@ -109,7 +124,7 @@ def packed_nbytes(n_rows: int, nnz: int, width: int, itemsize: int) -> int:
     return 4 * (n_rows + 1) + nnz * ((2 if width < 2**16 else 4) + itemsize)
 
 
-def pack_rows(X):
+def pack_rows(X: object) -> object:
     """``X`` as :class:`PackedRows` when that is smaller than ``X`` (a 2-D float32 / float64
     array), else ``X`` itself (also any other kind of value: CSR rows, None)."""
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype not in _BITS or X.size == 0:
@@ -124,13 +139,17 @@ def pack_rows(X):
         return X
     indptr = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=indptr[1:])
-    cols = np.empty(nnz + 1, dtype=np.uint16 if d < 2**16 else np.int32)
+    # (numpy's stubs cannot type a dtype chosen at run time)
+    cols = cast(
+        "NDArray[np.uint16 | np.int32]",
+        np.empty(nnz + 1, dtype=np.uint16 if d < 2**16 else np.int32),
+    )
     vals = np.empty(nnz + 1, dtype=X.dtype)
     gather_nonzeros(bits, X, indptr, cols, vals)
     return PackedRows((n, d), indptr, cols[:nnz], vals[:nnz])
 
 
-def unpack_rows(rows):
+def unpack_rows(rows: _T) -> _T | NDArray[np.floating[Any]]:
     """The dense block :func:`pack_rows` packed (anything else unchanged)."""
     if not isinstance(rows, PackedRows):
         return rows

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from .pattern import bound_at
+from .pattern import Bounds, bound_at
 
 # Note: numba's on-disk cache (cache=True) of the functions in numerics/grouped_smo.py that call
 # these does not notice edits made here; after changing this file remove
@@ -32,14 +33,39 @@ TAU = 1e-12
 
 
 @numba.njit(cache=True, nogil=True)
-def platt_step(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, w):
+def platt_step(
+    ai: float,
+    aj: float,
+    yi: float,
+    yj: float,
+    gi: float,
+    gj: float,
+    kii: float,
+    kjj: float,
+    kij: float,
+    U: float,
+    w: float,
+) -> tuple[float, float]:
     """Platt's analytic solution of the two-variable problem on ``(a_i, a_j)`` with one box
     ``[0, U]`` for both (:func:`platt_step_box` with ``U_i = U_j = U``)."""
     return platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, U, U, w)
 
 
 @numba.njit(cache=True, nogil=True)
-def platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj, w):
+def platt_step_box(
+    ai: float,
+    aj: float,
+    yi: float,
+    yj: float,
+    gi: float,
+    gj: float,
+    kii: float,
+    kjj: float,
+    kij: float,
+    Ui: float,
+    Uj: float,
+    w: float,
+) -> tuple[float, float]:
     """Platt's analytic solution of the two-variable problem on ``(a_i, a_j)``, ``a_i`` in
     ``[0, U_i]`` and ``a_j`` in ``[0, U_j]`` (per-pattern bounds of weighted patterns, as
     LIBSVM's ``C_i``; equal bounds give exactly the arithmetic of one ``U``).
@@ -105,13 +131,42 @@ def platt_step_box(ai, aj, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj, w):
 
 
 @numba.njit(cache=True, nogil=True)
-def platt_bias(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U):
+def platt_bias(
+    b: float,
+    ai: float,
+    aj: float,
+    ai_new: float,
+    aj_new: float,
+    yi: float,
+    yj: float,
+    gi: float,
+    gj: float,
+    kii: float,
+    kjj: float,
+    kij: float,
+    U: float,
+) -> float:
     """:func:`platt_bias_box` with one bound ``U`` for both variables."""
     return platt_bias_box(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, U, U)
 
 
 @numba.njit(cache=True, nogil=True)
-def platt_bias_box(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, Ui, Uj):
+def platt_bias_box(
+    b: float,
+    ai: float,
+    aj: float,
+    ai_new: float,
+    aj_new: float,
+    yi: float,
+    yj: float,
+    gi: float,
+    gj: float,
+    kii: float,
+    kjj: float,
+    kij: float,
+    Ui: float,
+    Uj: float,
+) -> float:
     """Platt's bias update after a step on ``(i, j)`` (``f(x) = sum a y K + b``), ``a_i`` in
     ``[0, U_i]``, ``a_j`` in ``[0, U_j]``.
 
@@ -133,7 +188,14 @@ def platt_bias_box(b, ai, aj, ai_new, aj_new, yi, yj, gi, gj, kii, kjj, kij, Ui,
 
 
 @numba.njit(cache=True, nogil=True)
-def rho_parts(a, y, g, U, rows, out):
+def rho_parts(
+    a: NDArray[np.float64],
+    y: NDArray[np.float64],
+    g: NDArray[np.float64],
+    U: Bounds,
+    rows: NDArray[np.int64],
+    out: NDArray[np.float64],
+) -> NDArray[np.float64]:
     """LIBSVM's ``calculate_rho`` pieces over ``rows``: ``out = [sum_free y g, n_free, ub, lb]``.
 
     ``U`` is a scalar or one bound per row (weighted patterns; a row whose bound is 0 is fixed
@@ -173,7 +235,7 @@ def rho_parts(a, y, g, U, rows, out):
     return out
 
 
-def rho_from_parts(parts) -> float:
+def rho_from_parts(parts: ArrayLike) -> float:
     """Combine :func:`rho_parts` outputs (rows of ``parts``) into LIBSVM's ``rho``."""
     parts = np.asarray(parts, dtype=np.float64).reshape(-1, 4)
     nf = parts[:, 1].sum()

@@ -30,11 +30,14 @@ with the largest second-order decrease ``b^2 / (2 a)`` is taken (the nu-SVM rule
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
+from numpy.typing import NDArray
 
 from .binary_smo import TAU, platt_bias_box, platt_step_box
-from .pattern import bound_at
+from .pattern import Bounds, bound_at
 
 SEL_MVP = 0  # maximal violating pair (first order)
 SEL_WSS2 = 1  # LIBSVM's second-order rule (Fan, Chen, Lin 2005, WSS 2)
@@ -42,19 +45,32 @@ SELECTIONS = {"mvp": SEL_MVP, "wss2": SEL_WSS2}
 
 
 @numba.njit(cache=True, nogil=True)
-def in_up(a, y, U):
+def in_up(a: float, y: float, U: float) -> bool:
     """``t in I_up``: ``a_t`` can move so that ``y_t a_t`` grows."""
     return (y > 0 and a < U) or (y < 0 and a > 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
-def in_low(a, y, U):
+def in_low(a: float, y: float, U: float) -> bool:
     """``t in I_low``: ``a_t`` can move so that ``y_t a_t`` shrinks."""
     return (y < 0 and a < U) or (y > 0 and a > 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
-def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmin):
+def select_pair(
+    K: NDArray[np.float64],
+    y: NDArray[np.float64],
+    grp: NDArray[np.int64],
+    a: NDArray[np.float64],
+    g: NDArray[np.float64],
+    U: Bounds,
+    w_same: float,
+    n_groups: int,
+    selection: int,
+    gmax: NDArray[np.float64],
+    imax: NDArray[np.int64],
+    gmin: NDArray[np.float64],
+) -> tuple[int, int, float]:
     """Pick the working pair over all groups.
 
     Parameters
@@ -126,7 +142,21 @@ def select_pair(K, y, grp, a, g, U, w_same, n_groups, selection, gmax, imax, gmi
 
 
 @numba.njit(cache=True, nogil=True)
-def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection, max_steps, b):
+def smo_subproblem(
+    K: NDArray[np.float64],
+    y: NDArray[np.float64],
+    grp: NDArray[np.int64],
+    a: NDArray[np.float64],
+    g: NDArray[np.float64],
+    U: Bounds,
+    w_same: float,
+    w_diff: float,
+    n_groups: int,
+    tol: float,
+    selection: int,
+    max_steps: int,
+    b: float,
+) -> tuple[int, float, float]:
     """Solve the subproblem on the variables given (all others fixed) by SMO, in place.
 
     Each step selects a pair with :func:`select_pair` and moves it by :func:`platt_step`; the
@@ -192,7 +222,16 @@ def smo_subproblem(K, y, grp, a, g, U, w_same, w_diff, n_groups, tol, selection,
 
 
 @numba.njit(cache=True, nogil=True)
-def accumulate_columns_T(KT, rows, grp, grp_b, dcoef, s, so, with_own):
+def accumulate_columns_T(
+    KT: NDArray[np.floating[Any]],
+    rows: NDArray[np.int64],
+    grp: NDArray[np.int64],
+    grp_b: NDArray[np.int64],
+    dcoef: NDArray[np.float64],
+    s: NDArray[np.float64],
+    so: NDArray[np.float64],
+    with_own: bool,
+) -> None:
     """Score update of a batch, one column group at a time: with ``dcoef = y_B o da_B`` and
     ``KT = K(X_B, X_part)`` (group x all partition rows, as computed: no transposed copy), adds
     ``KT[j, i] dcoef[j]`` to the per-row sum ``s`` (``tot`` part) and, for ``with_own``, to
@@ -213,7 +252,14 @@ def accumulate_columns_T(KT, rows, grp, grp_b, dcoef, s, so, with_own):
 
 
 @numba.njit(cache=True, nogil=True)
-def finish_columns(rows, s, so, tot, own, with_own):
+def finish_columns(
+    rows: NDArray[np.int64],
+    s: NDArray[np.float64],
+    so: NDArray[np.float64],
+    tot: NDArray[np.float64],
+    own: NDArray[np.float64],
+    with_own: bool,
+) -> None:
     """``tot[rows] += s``, and ``own[rows] += so`` for ``with_own`` (see accumulate_columns_T)."""
     for r in range(rows.shape[0]):
         i = rows[r]
@@ -223,7 +269,24 @@ def finish_columns(rows, s, so, tot, own, with_own):
 
 
 @numba.njit(cache=True, nogil=True)
-def scan(rows, y, grp, a, tot, own, w_same, w_diff, p, U, n_groups, g, vup, vlow, gmax, gmin):
+def scan(
+    rows: NDArray[np.int64],
+    y: NDArray[np.float64],
+    grp: NDArray[np.int64],
+    a: NDArray[np.float64],
+    tot: NDArray[np.float64],
+    own: NDArray[np.float64],
+    w_same: float,
+    w_diff: float,
+    p: float,
+    U: Bounds,
+    n_groups: int,
+    g: NDArray[np.float64],
+    vup: NDArray[np.float64],
+    vlow: NDArray[np.float64],
+    gmax: NDArray[np.float64],
+    gmin: NDArray[np.float64],
+) -> float:
     """Gradient and selection statistics of ``rows``.
 
     Writes ``g[i] = y_i (w_diff tot_i + (w_same - w_diff) own_i) + p``, ``vup[i] = -y_i g_i`` for
@@ -260,7 +323,17 @@ def scan(rows, y, grp, a, tot, own, w_same, w_diff, p, U, n_groups, g, vup, vlow
 
 
 @numba.njit(cache=True, nogil=True)
-def class_sums(rows, grp, a, g, tot, own, U, n_groups, out):
+def class_sums(
+    rows: NDArray[np.int64],
+    grp: NDArray[np.int64],
+    a: NDArray[np.float64],
+    g: NDArray[np.float64],
+    tot: NDArray[np.float64],
+    own: NDArray[np.float64],
+    U: Bounds,
+    n_groups: int,
+    out: NDArray[np.float64],
+) -> NDArray[np.float64]:
     """Per group (class) sums for the mScatter test rules, over ``rows``: ``out[c] = [
     sum a own (= ||m_c||^2), sum a tot (= m_c' sum_k m_k), sum_msv a g, sum_msv a,
     sum a g, sum a]`` where ``msv`` are the margin support vectors ``0 < a < U`` and ``g_i``
@@ -284,7 +357,7 @@ def class_sums(rows, grp, a, g, tot, own, U, n_groups, out):
     return out
 
 
-def feasible_start(cls: np.ndarray, n_classes: int, mu) -> np.ndarray:
+def feasible_start(cls: NDArray[np.int64], n_classes: int, mu: Bounds) -> NDArray[np.float64]:
     """Sparse feasible start of the mScatter dual (docs/design.md, 'mScatter-SVM'): in every class,
     its first points (in row order) get ``mu`` (or their own bound ``mu[i]``, weighted patterns)
     until the class's weights sum to 1 (the last one gets the rest).
@@ -298,7 +371,7 @@ def feasible_start(cls: np.ndarray, n_classes: int, mu) -> np.ndarray:
     for i in range(cls.shape[0]):
         c = cls[i]
         if left[c] > 0.0:
-            v = min(mu if np.ndim(mu) == 0 else mu[i], left[c])
+            v = min(bound_at(mu, i), left[c])
             a[i] = v
             left[c] -= v
     return a

@@ -21,17 +21,28 @@ against the ``K_BB`` solve of :mod:`dmcsvm.numerics.pattern`).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numba
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from . import pattern as pt
+from .pattern import Bounds
 from .working_set import pass_cut
+
+if TYPE_CHECKING:
+    from ..kernels import KernelSpec
+
+#: X rows: dense (float32 or float64) or CSR
+Rows: TypeAlias = NDArray[np.floating[Any]] | sp.csr_matrix
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def row_slacks(f, th, f0, cnt, out, i):
+def row_slacks(
+    f: NDArray[np.float64], th: float, f0: int, cnt: int, out: NDArray[np.float64], i: int
+) -> None:
     """Row ``i``'s slacks w.r.t. its class's prototypes ``f0 .. f0 + cnt - 1`` (AS 2005 §4) from
     its scores ``f`` and the largest score ``th`` of another class; ``+inf`` in the unused
     slots.  :func:`positive_slacks` and the sequential dual method's primal checks
@@ -45,7 +56,14 @@ def row_slacks(f, th, f0, cnt, out, i):
 
 
 @numba.njit(cache=True, nogil=True)
-def positive_slacks(F, cls, pcls, first, count, out):
+def positive_slacks(
+    F: NDArray[np.float64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    first: NDArray[np.int64],
+    count: NDArray[np.int64],
+    out: NDArray[np.float64],
+) -> NDArray[np.float64]:
     """Slack of every row w.r.t. each of its positive prototypes (AS 2005 §4):
     ``out[i, s] = max(0, theta_i + 1 - F[i, first[c_i] + s])`` with
     ``theta_i = max_{r in N_i} F[i, r]``, for ``s < count[c_i]``; ``+inf`` in the unused slots
@@ -61,7 +79,7 @@ def positive_slacks(F, cls, pcls, first, count, out):
     return out
 
 
-def epoch_uniforms(seed: int, lo: int, hi: int) -> np.ndarray:
+def epoch_uniforms(seed: int, lo: int, hi: int) -> NDArray[np.float64]:
     """``u[lo:hi]`` of the uniform stream ``u`` of one re-assignment (Eq. 17's draws), the same
     whoever computes which slice: PCG64 skips ahead ``lo`` outputs (one per double), so a
     partition draws its own rows' values and the draw does not depend on the partitioning."""
@@ -70,18 +88,26 @@ def epoch_uniforms(seed: int, lo: int, hi: int) -> np.ndarray:
     return np.random.Generator(bits).random(int(hi) - int(lo))
 
 
-def epoch_seed(rng) -> int:
+def epoch_seed(rng: np.random.RandomState) -> int:
     """The seed of one epoch's draws, from the estimator's ``RandomState``."""
     return int(rng.randint(0, 2**62, dtype=np.int64))
 
 
-def slack_term(xi_own, C, row_C):
+def slack_term(xi_own: NDArray[np.float64], C: float, row_C: NDArray[np.float64] | None) -> float:
     """The primal's slack term ``C sum_i xi_i``, or ``sum_i C_i xi_i`` with per-pattern bounds
     ``row_C`` (class / sample weights)."""
     return C * float(xi_own.sum()) if row_C is None else float(row_C @ xi_own)
 
 
-def redraw_slots(xi, slot, seed, lo, T, C, row_C):
+def redraw_slots(
+    xi: NDArray[np.float64],
+    slot: NDArray[np.int64],
+    seed: int,
+    lo: int,
+    T: float,
+    C: float,
+    row_C: NDArray[np.float64] | None,
+) -> tuple[NDArray[np.int64], float]:
     """The re-assignment of Eq. 17 for the rows ``lo, lo + 1, ...`` whose slacks are ``xi`` and
     current slots ``slot``, with their slice of the epoch's uniforms (:func:`epoch_uniforms`):
     ``(new slots, the slack term at them)``.  The coordinator's in-memory path (``lo = 0``, all
@@ -95,7 +121,14 @@ def redraw_slots(xi, slot, seed, lo, T, C, row_C):
 
 
 @numba.njit(cache=True, nogil=True)
-def draw_assignment(xi, cur, u, T, C, out):
+def draw_assignment(
+    xi: NDArray[np.float64],
+    cur: NDArray[np.int64],
+    u: NDArray[np.float64],
+    T: float,
+    C: Bounds,
+    out: NDArray[np.int64],
+) -> NDArray[np.int64]:
     """New slot of every row by the annealed rule of AS 2005 Eq. 17:
     ``p_i(s) = exp(-C (xi_i^s - xi_i^0) / T) / Z_i`` with ``xi_i^0 = min_s xi_i^s``, sampled by
     inverting the cumulative distribution at ``u[i]`` (uniform in [0, 1), drawn by the caller).
@@ -133,7 +166,7 @@ def draw_assignment(xi, cur, u, T, C, out):
     return out
 
 
-def linear_coefficients(spec) -> tuple[float, float]:
+def linear_coefficients(spec: KernelSpec) -> tuple[float, float] | None:
     """``(a, c0)`` of a linear kernel ``a <x, z> + c0`` (``'linear'`` or ``'poly'`` of degree 1);
     ``None`` for any other kernel."""
     if spec.name == "linear":
@@ -143,14 +176,18 @@ def linear_coefficients(spec) -> tuple[float, float]:
     return None
 
 
-def has_coefficients(B, rows, yp):
+def has_coefficients(
+    B: NDArray[np.float64], rows: NDArray[np.int64], yp: NDArray[np.int64]
+) -> NDArray[np.bool_]:
     """Which of ``rows`` have any non-zero coefficient, from ``B[i, yp_i]`` alone: a row's
     coefficients sum to zero and all but its positive prototype's are ``<= 0``, so they are all
     zero unless ``alpha_i^{y_i} > 0`` (O(len(rows)), not a scan of the rows' P entries)."""
-    return B[rows, yp[rows]] != 0.0
+    return B[rows, yp[rows]] != 0.0  # type: ignore[no-any-return]  # (numpy: fancy index is Any)
 
 
-def move_step(B, rows, old, new):
+def move_step(
+    B: NDArray[np.float64], rows: NDArray[np.int64], old: NDArray[np.int64], new: NDArray[np.int64]
+) -> NDArray[np.float64]:
     """``dB`` (len(rows) x P) moving each row's positive coefficient ``B[i, old_i]`` to its new
     prototype ``new_i`` (the restore after a re-assignment,
     :mod:`dmcsvm.coordinators.multiprototype`)."""
@@ -162,7 +199,9 @@ def move_step(B, rows, old, new):
     return dB
 
 
-def prototype_step(dB, XB):
+def prototype_step(
+    dB: NDArray[np.float64], XB: Rows
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``(dW, ds) = (dB^T X_B, dB^T 1)``: the change of the explicit prototypes (P x d) and of their
     coefficient sums caused by the batch change ``dB`` (len(ids) x P) of rows ``X_B``
     (dense/CSR)."""
@@ -173,10 +212,18 @@ def prototype_step(dB, XB):
     return np.ascontiguousarray(dW), dB.sum(axis=0)
 
 
-def linear_scores(X, W, s, a, c0, out=None):
+def linear_scores(
+    X: Rows,
+    W: NDArray[np.float64],
+    s: NDArray[np.float64],
+    a: float,
+    c0: float,
+    out: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
     """Prototype scores ``a X W^T + c0 s`` of the rows of ``X`` (dense or CSR), float64."""
     G = X @ W.T
-    G = np.asarray(G.toarray() if sp.issparse(G) else G, dtype=np.float64)
+    # (sp.issparse does not narrow for mypy: scipy ships no types)
+    G = np.asarray(G.toarray() if sp.issparse(G) else G, dtype=np.float64)  # type: ignore[union-attr]
     if out is None:
         out = np.empty((X.shape[0], W.shape[0]))
     np.multiply(G, a, out=out)
@@ -190,7 +237,14 @@ def linear_scores(X, W, s, a, c0, out=None):
 
 
 @numba.njit(cache=True, nogil=True)
-def _csr_row_dot(dW, indptr, indices, data, j, r):
+def _csr_row_dot(
+    dW: NDArray[np.float64],
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64],
+    data: NDArray[np.float64],
+    j: int,
+    r: int,
+) -> float:
     acc = 0.0
     for t in range(indptr[j], indptr[j + 1]):
         acc += dW[r, indices[t]] * data[t]
@@ -198,13 +252,37 @@ def _csr_row_dot(dW, indptr, indices, data, j, r):
 
 
 @numba.njit(cache=True, nogil=True)
-def _csr_row_axpy(dW, indptr, indices, data, j, r, v):
+def _csr_row_axpy(
+    dW: NDArray[np.float64],
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64],
+    data: NDArray[np.float64],
+    j: int,
+    r: int,
+    v: float,
+) -> None:
     for t in range(indptr[j], indptr[j + 1]):
         dW[r, indices[t]] += v * data[t]
 
 
 @numba.njit(cache=True, nogil=True)
-def _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a, c0, gx, f):
+def _row_scores(
+    j: int,
+    Fb: NDArray[np.float64],
+    Xd: NDArray[np.float64],
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64],
+    data: NDArray[np.float64],
+    dense: bool,
+    dW: NDArray[np.float64],
+    dWT: NDArray[np.float64],
+    ds: NDArray[np.float64],
+    touched: NDArray[np.bool_],
+    a: float,
+    c0: float,
+    gx: NDArray[np.float64],
+    f: NDArray[np.float64],
+) -> None:
     """Current scores of batch row ``j`` into ``f``: its reported scores plus the batch's change so
     far, ``a dW x_j + c0 ds`` (only the prototypes the batch touched)."""
     P = f.shape[0]
@@ -230,31 +308,31 @@ def _row_scores(j, Fb, Xd, indptr, indices, data, dense, dW, dWT, ds, touched, a
 
 @numba.njit(cache=True, nogil=True)
 def _optimize_row(
-    code,
-    j,
-    Bb,
-    dB,
-    f,
-    Xd,
-    indptr,
-    indices,
-    data,
-    dense,
-    dW,
-    dWT,
-    ds,
-    touched,
-    yb,
-    cb,
-    pcls,
-    kdiag,
-    Cj,
-    tol,
-    fp_eps,
-    b,
-    b0,
-    relax,
-):
+    code: int,
+    j: int,
+    Bb: NDArray[np.float64],
+    dB: NDArray[np.float64],
+    f: NDArray[np.float64],
+    Xd: NDArray[np.float64],
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64],
+    data: NDArray[np.float64],
+    dense: bool,
+    dW: NDArray[np.float64],
+    dWT: NDArray[np.float64],
+    ds: NDArray[np.float64],
+    touched: NDArray[np.bool_],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    Cj: float,
+    tol: float,
+    fp_eps: float,
+    b: NDArray[np.float64],
+    b0: NDArray[np.float64],
+    relax: float,
+) -> tuple[float, bool]:
     """Optimize batch row ``j`` exactly (``optimize_pattern``) at scores ``f`` and fold its change
     into ``dB``, ``dW`` (or ``dWT``) and ``ds``; ``relax > 1`` over-relaxes an exact step
     (:func:`dmcsvm.numerics.pattern.relaxed_step`).  Returns the gain and whether anything moved."""
@@ -283,28 +361,28 @@ def _optimize_row(
 
 @numba.njit(cache=True, nogil=True)
 def _batch_linear(
-    code,
-    Bb,
-    Fb,
-    Xd,
-    indptr,
-    indices,
-    data,
-    d,
-    yb,
-    cb,
-    pcls,
-    kdiag,
-    C,
-    tol,
-    fp_eps,
-    sweeps,
-    a,
-    c0,
-    max_steps,
-    inner_tol,
-    relax,
-):
+    code: int,
+    Bb: NDArray[np.float64],
+    Fb: NDArray[np.float64],
+    Xd: NDArray[np.float64],
+    indptr: NDArray[np.int64],
+    indices: NDArray[np.int64],
+    data: NDArray[np.float64],
+    d: int,
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    sweeps: int,
+    a: float,
+    c0: float,
+    max_steps: int,
+    inner_tol: float,
+    relax: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """Shared body of the dense / CSR batch solves (``Xd`` empty for CSR).
 
     ``max_steps == 0``: ``sweeps`` passes in order (:func:`dmcsvm.numerics.pattern.solve_batch`).
@@ -444,24 +522,24 @@ def _batch_linear(
 
 
 def solve_batch_linear(
-    code,
-    Bb,
-    Fb,
-    XB,
-    yb,
-    cb,
-    pcls,
-    kdiag,
-    C,
-    tol,
-    fp_eps,
-    sweeps,
-    a,
-    c0,
-    max_steps=0,
-    inner_tol=0.0,
-    relax=1.0,
-):
+    code: int,
+    Bb: NDArray[np.float64],
+    Fb: NDArray[np.float64],
+    XB: Rows,
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    sweeps: int,
+    a: float,
+    c0: float,
+    max_steps: int = 0,
+    inner_tol: float = 0.0,
+    relax: float = 1.0,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """The coordinator's batch solve (as :func:`dmcsvm.numerics.pattern.solve_batch`) for a linear
     kernel ``a <x, z> + c0``, with explicit prototypes instead of ``K_BB``: the batch patterns are
     optimized in order, each scored as ``F_reported + a dW x_j + c0 ds`` where ``dW = sum_k dB_k
@@ -491,7 +569,7 @@ def solve_batch_linear(
         float(relax),
     )
     if sp.issparse(XB):
-        Xc = XB.tocsr()
+        Xc = XB.tocsr()  # type: ignore[union-attr]  # (sp.issparse does not narrow)
         return _batch_linear(
             code,
             Bb,
@@ -520,18 +598,46 @@ class LinearBatchSolver:
     explicit prototypes (called with the batch's X rows where the kernel solves take ``K_BB``):
     one pass in order (``__call__``) or the working-set solve (``working_set``)."""
 
-    def __init__(self, a: float, c0: float):
+    def __init__(self, a: float, c0: float) -> None:
         self.a, self.c0 = float(a), float(c0)
 
-    def __call__(self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
+    def __call__(
+        self,
+        code: int,
+        Bb: NDArray[np.float64],
+        Fb: NDArray[np.float64],
+        XB: Rows,
+        yb: NDArray[np.int64],
+        cb: NDArray[np.int64],
+        pcls: NDArray[np.int64],
+        kdiag: NDArray[np.float64],
+        C: Bounds,
+        tol: float,
+        fp_eps: float,
+        sweeps: int,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         dB, gains, _ = solve_batch_linear(
             code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps, self.a, self.c0
         )
         return dB, gains
 
     def working_set(
-        self, code, Bb, Fb, XB, yb, cb, pcls, kdiag, C, tol, fp_eps, max_steps, inner_tol, relax=1.0
-    ):
+        self,
+        code: int,
+        Bb: NDArray[np.float64],
+        Fb: NDArray[np.float64],
+        XB: Rows,
+        yb: NDArray[np.int64],
+        cb: NDArray[np.int64],
+        pcls: NDArray[np.int64],
+        kdiag: NDArray[np.float64],
+        C: Bounds,
+        tol: float,
+        fp_eps: float,
+        max_steps: int,
+        inner_tol: float,
+        relax: float = 1.0,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
         return solve_batch_linear(
             code,
             Bb,

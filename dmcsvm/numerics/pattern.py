@@ -16,10 +16,13 @@ can be tested alone against a NumPy reference and run unchanged on the coordinat
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numba
 import numpy as np
 from numba import types
 from numba.extending import overload
+from numpy.typing import NDArray
 
 # optimizer codes
 OPT_BASIC, OPT_ALL_PAIRS, OPT_KKT, OPT_FIXED_POINT, OPT_EXACT = 0, 1, 2, 3, 4
@@ -37,23 +40,32 @@ SELECTIONS = {"kkt": SEL_KKT, "amg": SEL_AMG, "bmg": SEL_BMG}
 _C_REL = 1e-12  # alpha_y within C * (1 - _C_REL) of C counts as "at the upper bound"
 _MAX_INNER = 100000  # guard on inner loops (never reached on sane inputs)
 
+#: the upper bound of a dual variable: one ``C`` for every row, or one per row (weighted patterns)
+Bounds: TypeAlias = float | NDArray[np.float64]
 
-def bound_at(C, i):
+
+def bound_at(C: Bounds, i: int) -> float:
     """Row ``i``'s upper bound: ``C`` itself when it is a scalar (every row has the same box),
     else ``C[i]`` (per-pattern bounds ``C_i = C * class_weight[y_i] * sample_weight_i``,
     :mod:`dmcsvm.estimators._weights`).  The functions over many rows take either."""
-    return C if np.ndim(C) == 0 else C[i]
+    # (np.ndim does not narrow the union for mypy; the jitted callers use _bound_at_nb)
+    return C if np.ndim(C) == 0 else C[i]  # type: ignore[index,return-value]
 
 
-@overload(bound_at, jit_options={"cache": True})
-def _bound_at_nb(C, i):
+# Unannotated: numba requires an implementation's parameters to equal its typing function's,
+# annotations included, and these implementations are lambdas.  numba's stubs leave ``cache`` out
+# of the jit options (overload passes them on to jit, which takes it).
+@overload(bound_at, jit_options={"cache": True})  # type: ignore[typeddict-unknown-key]
+def _bound_at_nb(C, i):  # type: ignore[no-untyped-def]
     if isinstance(C, types.Array):
         return lambda C, i: C[i]
     return lambda C, i: C
 
 
 @numba.njit(cache=True, nogil=True)
-def pair_step(b, f, y, ra, rb, kpp, C):
+def pair_step(
+    b: NDArray[np.float64], f: NDArray[np.float64], y: int, ra: int, rb: int, kpp: float, C: float
+) -> tuple[float, float]:
     """Optimal clipped step ``v`` and its gain for the pair (ra, rb), rb in N_p (AS 2005 Eq. 14).
 
     ``alpha^ra += y^ra v``, ``alpha^rb -= y^rb v``; for ``ra = y`` this is Case 1 (Eq. 12),
@@ -84,7 +96,16 @@ def pair_step(b, f, y, ra, rb, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def apply_step(b, f, y, ra, rb, v, kpp, C):
+def apply_step(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    ra: int,
+    rb: int,
+    v: float,
+    kpp: float,
+    C: float,
+) -> None:
     """BasicUpdate restricted to the pattern's own row: ``B[p,ra] += v``, ``B[p,rb] -= v`` and the
     matching change ``v K_pp`` of its own scores (docs/design.md, 'The Crammer-Singer dual')."""
     b[ra] += v
@@ -98,12 +119,20 @@ def apply_step(b, f, y, ra, rb, v, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def _is_neg(pcls, c, r):
-    return pcls[r] != c
+def _is_neg(pcls: NDArray[np.int64], c: int, r: int) -> bool:
+    return pcls[r] != c  # type: ignore[no-any-return]  # (numpy types an element as Any)
 
 
 @numba.njit(cache=True, nogil=True)
-def best_pair(b, f, y, c, pcls, kpp, C):
+def best_pair(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+) -> tuple[float, float, int, int]:
     """The basic step of largest gain over every admissible pair (Eq. 14): ``(gain, v, ra, rb)``,
     ``ra = -1`` when no pair gains.  Pairs inside N_p are unordered (``v`` is signed)."""
     P = b.shape[0]
@@ -126,7 +155,16 @@ def best_pair(b, f, y, c, pcls, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_basic(b, f, y, c, pcls, kpp, C, phi):
+def opt_basic(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+) -> float:
     """BasicOptimizeOnPattern (AS 2005 Fig. 4): one basic step on the pair of largest gain."""
     g, v, ra, rb = best_pair(b, f, y, c, pcls, kpp, C)
     if ra >= 0 and g > phi:
@@ -136,7 +174,16 @@ def opt_basic(b, f, y, c, pcls, kpp, C, phi):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_all_pairs(b, f, y, c, pcls, kpp, C, phi):
+def opt_all_pairs(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+) -> float:
     """AllPairsOptimizeOnPattern (AS 2005 Fig. 5): sweep basic steps over every pair until one
     sweep gains no more than ``phi``."""
     P = b.shape[0]
@@ -162,7 +209,16 @@ def opt_all_pairs(b, f, y, c, pcls, kpp, C, phi):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_kkt(b, f, y, c, pcls, kpp, C, phi):
+def opt_kkt(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+) -> float:
     """OptKKTOptimizeOnPattern (AS 2005 Fig. 6): at each step try the three pairs that witness the
     non-optimality conditions of Eq. 15 (a, b, c) and take the one of largest gain; O(P) a step."""
     P = b.shape[0]
@@ -209,7 +265,13 @@ def opt_kkt(b, f, y, c, pcls, kpp, C, phi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _lagrangian_change(b_old, b_new, f_other, y, kpp):
+def _lagrangian_change(
+    b_old: NDArray[np.float64],
+    b_new: NDArray[np.float64],
+    f_other: NDArray[np.float64],
+    y: int,
+    kpp: float,
+) -> float:
     """Change of ``2 alpha_y - ||M||^2`` when the row goes from ``b_old`` to ``b_new``."""
     P = b_old.shape[0]
     dq = 0.0
@@ -218,11 +280,19 @@ def _lagrangian_change(b_old, b_new, f_other, y, kpp):
             kpp * (b_new[r] * b_new[r] - b_old[r] * b_old[r])
             + 2.0 * (b_new[r] - b_old[r]) * f_other[r]
         )
-    return 2.0 * (b_new[y] - b_old[y]) - dq
+    return 2.0 * (b_new[y] - b_old[y]) - dq  # type: ignore[no-any-return]  # (as _is_neg)
 
 
 @numba.njit(cache=True, nogil=True)
-def _reduced_D(b, f, y, c, pcls, kpp, C):
+def _reduced_D(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Crammer-Singer's reduced problem (CS 2001 Eqs. 20, 33) for this pattern: returns
     ``f_other`` (scores without the pattern's own term) and ``D`` over the participating
     prototypes, in CS units (``tau = b / C``, ``beta = 1 / C``)."""
@@ -238,7 +308,18 @@ def _reduced_D(b, f, y, c, pcls, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, exact):
+def _finish_reduced(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    f_other: NDArray[np.float64],
+    tau: NDArray[np.float64],
+    exact: bool,
+) -> float:
     """Install ``b = C tau`` (always when ``exact``, else only if it does not lower the Lagrangian;
     the exact minimizer is installed even when rounding makes its tiny gain look negative)."""
     P = b.shape[0]
@@ -260,7 +341,7 @@ def _finish_reduced(b, f, y, c, pcls, kpp, C, f_other, tau, exact):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sift_down(v, root, end):
+def _sift_down(v: NDArray[np.float64], root: int, end: int) -> None:
     """Min-heap sift of ``v[root]`` within ``v[:end]`` (for :func:`sort_descending`)."""
     while True:
         child = 2 * root + 1
@@ -276,7 +357,7 @@ def _sift_down(v, root, end):
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_descending(v):
+def sort_descending(v: NDArray[np.float64]) -> NDArray[np.float64]:
     """Sort ``v`` in place, largest first: insertion sort for the handful of values the exact
     optimizer usually sorts, heapsort (O(k log k)) beyond.  Written out because numba's generic
     ``np.sort`` costs seconds of compilation on every first run, more than all the rest of the
@@ -300,7 +381,7 @@ def sort_descending(v):
 
 
 @numba.njit(cache=True, nogil=True)
-def theta_sorted(s):
+def theta_sorted(s: NDArray[np.float64]) -> float:
     """``theta`` solving ``sum_r max(s_r - theta, 0) = 1`` (CS 2001 Eq. 37) from the candidate
     values ``s`` in decreasing order (the sort-based method)."""
     csum = 0.0
@@ -316,7 +397,16 @@ def theta_sorted(s):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_exact(b, f, y, c, pcls, kpp, C, phi):
+def opt_exact(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+) -> float:
     """Exact solution of the reduced problem by sorting ``D`` (the sort-based method CS 2001 §6
     mentions): ``theta`` solves ``sum_r max(D_r - theta, 0) = 1`` (Eq. 37),
     ``nu_r = min(theta, D_r)``."""
@@ -349,7 +439,16 @@ def opt_exact(b, f, y, c, pcls, kpp, C, phi):
 
 
 @numba.njit(cache=True, nogil=True)
-def opt_fixed_point(b, f, y, c, pcls, kpp, C, eps):
+def opt_fixed_point(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    eps: float,
+) -> float:
     """Crammer-Singer's fixed-point algorithm (CS 2001 Fig. 3, started as in Fig. 4):
     ``theta <- (1/k) sum_r max(theta, D_r) - 1/k`` until the relative change is at most ``eps``.
 
@@ -395,7 +494,18 @@ def opt_fixed_point(b, f, y, c, pcls, kpp, C, eps):
 
 
 @numba.njit(cache=True, nogil=True)
-def optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps):
+def optimize_pattern(
+    code: int,
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+    fp_eps: float,
+) -> float:
     """Dispatch to the per-pattern optimizer ``code``; returns the Lagrangian gain.  A row whose
     bound is ``C <= 0`` (weight 0) keeps its coefficients at 0: no step, no gain."""
     if C <= 0.0:
@@ -417,7 +527,14 @@ def optimize_pattern(code, b, f, y, c, pcls, kpp, C, phi, fp_eps):
 
 
 @numba.njit(cache=True, nogil=True)
-def psi_value(b, f, y, c, pcls, C):
+def psi_value(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    C: float,
+) -> float:
     """Crammer-Singer's KKT violation ``psi`` (CS 2001 Eq. 32) in margin units (``C`` times CS's):
     ``max_r (f_r - d_ry) - min_{r: tau_r < d_ry} (f_r - d_ry)``; zero iff the row is optimal."""
     P = b.shape[0]
@@ -441,13 +558,29 @@ def psi_value(b, f, y, c, pcls, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def amg_value(b, f, y, c, pcls, kpp, C):
+def amg_value(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+) -> float:
     """Approximate Maximum Gain: the best single basic step ``max V^p_{ra,rb}`` (AS 2005 §5.3)."""
     return best_pair(b, f, y, c, pcls, kpp, C)[0]
 
 
 @numba.njit(cache=True, nogil=True)
-def bmg_value(b, f, y, c, pcls, kpp, C):
+def bmg_value(
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+) -> float:
     """True Maximum Gain: the whole gain of solving the pattern's reduced problem (AS 2005 §5.3),
     computed exactly on a copy."""
     bb = b.copy()
@@ -456,7 +589,18 @@ def bmg_value(b, f, y, c, pcls, kpp, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def row_value(sel, b, f, y, c, pcls, kpp, C, p, tol):
+def row_value(
+    sel: int,
+    b: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    p: float,
+    tol: float,
+) -> float:
     """Selection value of one row whose KKT violation is ``p``: 0 unless ``p > tol``, then ``psi``
     (KKT), the best single step (AMG) or the whole reduced-problem gain (BMG)."""
     if p <= tol:
@@ -469,7 +613,19 @@ def row_value(sel, b, f, y, c, pcls, kpp, C, p, tol):
 
 
 @numba.njit(cache=True, nogil=True)
-def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
+def selection_values(
+    sel: int,
+    B: NDArray[np.float64],
+    F: NDArray[np.float64],
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    rows: NDArray[np.int64],
+    V: NDArray[np.float64],
+    psi: NDArray[np.float64],
+) -> None:
     """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``
     (``C``: a scalar or one bound per row of ``B``)."""
     for j in range(rows.shape[0]):
@@ -480,7 +636,13 @@ def selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi):
 
 
 @numba.njit(cache=True, nogil=True)
-def objective_parts(B, F, yp, cls, pcls):
+def objective_parts(
+    B: NDArray[np.float64],
+    F: NDArray[np.float64],
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+) -> tuple[float, float, float]:
     """Per-partition pieces of the dual and primal (docs/design.md, 'The Crammer-Singer dual'):
     ``sum alpha_y``, ``sum B*F`` (= this partition's share of ``||M||^2``) and ``sum xi`` with ``xi
     = max(0, max_N F + 1 - F_y)``."""
@@ -503,7 +665,13 @@ def objective_parts(B, F, yp, cls, pcls):
 
 
 @numba.njit(cache=True, nogil=True)
-def weighted_slack(F, yp, cls, pcls, C):
+def weighted_slack(
+    F: NDArray[np.float64],
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    C: NDArray[np.float64],
+) -> float:
     """``sum_i C_i xi_i`` (the primal's slack term with per-pattern bounds ``C``, one per row;
     ``xi_i = max(0, max_N F + 1 - F_y)``)."""
     n, P = F.shape
@@ -522,7 +690,22 @@ def weighted_slack(F, yp, cls, pcls, C):
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, calm, V, psi):
+def scan_rows(
+    sel: int,
+    B: NDArray[np.float64],
+    F: NDArray[np.float64],
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    active: NDArray[np.int64],
+    shrink_margin: float,
+    calm: NDArray[np.int64],
+    V: NDArray[np.float64],
+    psi: NDArray[np.float64],
+) -> tuple[float, float, float, float, float, float, int]:
     """One fused pass over a partition (the per-round work of docs/design.md, 'Batched rounds'):
 
     ``C`` is a scalar or one bound per row of ``B`` (weighted patterns).
@@ -571,7 +754,20 @@ def scan_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, active, shrink_margin, ca
 
 
 @numba.njit(cache=True, nogil=True)
-def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
+def solve_batch(
+    code: int,
+    Bb: NDArray[np.float64],
+    Fb: NDArray[np.float64],
+    Kbb: NDArray[np.float64],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    sweeps: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Coordinator's batch solve (docs/design.md, 'Batched rounds'): optimize the batch patterns one
     after the other in the given order, each seeing the exact scores left by the earlier ones (``F_j
     += K_jk dB_k``), using only ``K_BB``.  With ``sweeps > 1`` the batch is swept again while any of
@@ -622,7 +818,9 @@ def solve_batch(code, Bb, Fb, Kbb, yb, cb, pcls, kdiag, C, tol, fp_eps, sweeps):
 
 
 @numba.njit(cache=True, nogil=True)
-def _over_relax(b, b0, y, C, relax, g):
+def _over_relax(
+    b: NDArray[np.float64], b0: NDArray[np.float64], y: int, C: float, relax: float, g: float
+) -> float:
     """Lengthen the exact step ``b - b0`` of one pattern to ``t (b - b0)``, ``t = relax`` or less
     where a coefficient would pass its bound (``alpha_y <= C``, the others ``<= 0``).  The exact
     step maximizes the concave dual over the pattern's feasible set, so along its line the dual is
@@ -660,7 +858,20 @@ def _over_relax(b, b0, y, C, relax, g):
 
 
 @numba.njit(cache=True, nogil=True)
-def relaxed_step(code, b, b0, f, y, c, pcls, kpp, C, phi, fp_eps, relax):
+def relaxed_step(
+    code: int,
+    b: NDArray[np.float64],
+    b0: NDArray[np.float64],
+    f: NDArray[np.float64],
+    y: int,
+    c: int,
+    pcls: NDArray[np.int64],
+    kpp: float,
+    C: float,
+    phi: float,
+    fp_eps: float,
+    relax: float,
+) -> float:
     """One working-set step of a pattern: ``optimize_pattern`` from ``b`` (``b0``: a copy of
     it), then, for the exact optimizer, the step over-relaxed by ``relax`` (:func:`_over_relax`;
     the other optimizers' steps are not exact maximizers along their line).  The kernel and the

@@ -9,40 +9,68 @@ one is computed.  A prefetch is only a hint: it changes no value, only when the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numba.core.base import BaseContext
+    from numba.core.typing.context import Context
+    from numba.core.typing.templates import Signature
+
+    #: an intrinsic's code generation (llvmlite ships no type information: ``ir`` is Any here)
+    Codegen: TypeAlias = Callable[
+        [BaseContext, ir.IRBuilder, Signature, Sequence[ir.Value]], ir.Value
+    ]
+
+# Typing: numba's code generation helpers (cgutils, the target context's methods) are unannotated,
+# hence the `no-untyped-call` ignores below; and numba's stub types a call of an intrinsic with all
+# the parameters of its typing function, typing context included, which numba supplies itself,
+# hence the `call-arg` (and `arg-type`) ignores on calls of prefetch and prefetch2 in numba code.
 
 
-def _emit_prefetch(builder, ptr):
+def _emit_prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
     """``llvm.prefetch(ptr, read, high locality, data cache)``."""
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+    fn = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+        builder.module, fnty, "llvm.prefetch.p0i8"
+    )
     builder.call(
         fn,
         [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)],
     )
 
 
-def _prefetch_codegen(context, builder, sig, args):
+def _prefetch_codegen(
+    context: BaseContext, builder: ir.IRBuilder, sig: Signature, args: Sequence[ir.Value]
+) -> ir.Value:
     """Lower ``prefetch(arr, *indices)``: the address of ``arr[indices]``, then the hint."""
     aty = sig.args[0]
     idx = [
-        context.cast(builder, v, t, types.intp)
+        context.cast(builder, v, t, types.intp)  # type: ignore[no-untyped-call]
         for v, t in zip(args[1:], sig.args[1:], strict=False)
     ]
-    ary = context.make_array(aty)(context, builder, args[0])
+    ary = context.make_array(aty)(context, builder, args[0])  # type: ignore[no-untyped-call]
     _emit_prefetch(
-        builder, cgutils.get_item_pointer(context, builder, aty, ary, idx, wraparound=False)
+        builder,
+        cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
+            context, builder, aty, ary, idx, wraparound=False
+        ),
     )
-    return context.get_dummy_value()
+    return context.get_dummy_value()  # type: ignore[no-untyped-call]
 
 
 @intrinsic
-def prefetch(typingctx, arr, i):
+def prefetch(
+    typingctx: Context, arr: types.Type, i: types.Type
+) -> tuple[Signature, Codegen] | None:
     """Ask for the cache line holding ``arr[i]`` (1-d ``arr``; numba only; no bounds check, and
     none needed: a prefetch of a bad address is dropped, never a fault)."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
@@ -51,7 +79,9 @@ def prefetch(typingctx, arr, i):
 
 
 @intrinsic
-def prefetch2(typingctx, arr, i, k):
+def prefetch2(
+    typingctx: Context, arr: types.Type, i: types.Type, k: types.Type
+) -> tuple[Signature, Codegen] | None:
     """Ask for the cache line holding ``arr[i, k]`` (2-d ``arr``; numba only)."""
     if not (
         isinstance(arr, types.Array)
@@ -63,29 +93,29 @@ def prefetch2(typingctx, arr, i, k):
     return types.void(arr, i, k), _prefetch_codegen
 
 
-def prefetch_row(rows, i):
+def prefetch_row(rows: tuple[NDArray[Any], ...], i: int) -> None:
     """Ask for X row ``i`` (its first 1 KB and its end; numba only): ``rows`` is ``(Xd,)``
     (dense) or ``(indptr, indices, data)`` (CSR), as :mod:`.sequential_dual` takes them."""
 
 
 @overload(prefetch_row)
-def _prefetch_row(rows, i):
+def _prefetch_row(rows: Any, i: Any) -> Callable[[Any, Any], None]:
     if len(rows) == 1:
 
-        def impl(rows, i):
+        def impl(rows: Any, i: Any) -> None:
             Xd = rows[0]
             d = Xd.shape[1]
             # every line of the first 1 KB (the hardware prefetcher follows a longer row)
             for k in range(0, min(d, 128), 8):
-                prefetch2(Xd, i, k)
-            prefetch2(Xd, i, d - 1)
+                prefetch2(Xd, i, k)  # type: ignore[call-arg, arg-type]
+            prefetch2(Xd, i, d - 1)  # type: ignore[call-arg]
     else:
 
-        def impl(rows, i):
+        def impl(rows: Any, i: Any) -> None:
             indptr, indices, data = rows
             a = indptr[i]
             b = max(indptr[i + 1] - 1, a)
-            prefetch(indices, a)
+            prefetch(indices, a)  # type: ignore[call-arg]
             prefetch(indices, b)
             prefetch(data, a)
             prefetch(data, b)

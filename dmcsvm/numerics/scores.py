@@ -8,12 +8,17 @@ at 16 threads in benchmarks/bench_thread_scaling.py).  The loop below gives the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
+from numpy.typing import NDArray
 
 
 @numba.njit(cache=True, nogil=True)
-def add_rows(F: np.ndarray, rows: np.ndarray, dK: np.ndarray) -> None:
+def add_rows(
+    F: NDArray[np.float64], rows: NDArray[np.int64], dK: NDArray[np.floating[Any]]
+) -> None:
     """``F[rows[i]] += dK[i]`` for every i (``rows`` distinct), ``dK`` float32 or float64."""
     P = F.shape[1]
     for i in range(rows.shape[0]):

@@ -36,13 +36,18 @@ one machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
 import numba
 import numpy as np
 from numba.extending import overload
+from numpy.typing import NDArray
 
 from . import pattern as pt
 from .linear_prototypes import row_slacks
-from .prefetch import prefetch2, prefetch_row
+from .pattern import Bounds
+from .prefetch import prefetch2, prefetch_row  # (calls of prefetch2: see prefetch's typing note)
 
 _C_REL = pt._C_REL  # alpha_y within C * (1 - _C_REL) of C is at the bound
 
@@ -59,21 +64,27 @@ _FM = {"reassoc", "contract", "nsz", "arcp"}
 # ``(indptr, indices, data)`` for CSR rows.  The two are different numba types, so every kernel
 # is compiled once per layout with the row access resolved at compile time (a run-time
 # ``dense`` flag in the inner loop kept LLVM from vectorizing it: 10x slower).
+XRows: TypeAlias = (
+    tuple[NDArray[np.float64]] | tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]
+)
 
 
-def row_dot(W, r, rows, i):
+# row_dot and row_axpy have no Python body: numba compiles their @overload; the typing functions
+# and their implementations take Any, as numba requires them to have equal parameters, annotations
+# included, and the one is called with numba types and the other with arrays
+def row_dot(W: NDArray[np.float64], r: int, rows: XRows, i: int) -> float:  # type: ignore[empty-body]
     """``W[r] . x_i`` (numba only)."""
 
 
-def row_axpy(W, r, rows, i, v):
+def row_axpy(W: NDArray[np.float64], r: int, rows: XRows, i: int, v: float) -> None:
     """``W[r] += v x_i`` (numba only)."""
 
 
 @overload(row_dot, jit_options={"fastmath": _FM})
-def _row_dot(W, r, rows, i):
+def _row_dot(W: Any, r: Any, rows: Any, i: Any) -> Callable[[Any, Any, Any, Any], float]:
     if len(rows) == 1:
 
-        def impl(W, r, rows, i):
+        def impl(W: Any, r: Any, rows: Any, i: Any) -> float:
             Xd = rows[0]
             acc = 0.0
             for k in range(Xd.shape[1]):
@@ -81,7 +92,7 @@ def _row_dot(W, r, rows, i):
             return acc
     else:
 
-        def impl(W, r, rows, i):
+        def impl(W: Any, r: Any, rows: Any, i: Any) -> float:
             indptr, indices, data = rows
             acc = 0.0
             for t in range(indptr[i], indptr[i + 1]):
@@ -92,16 +103,18 @@ def _row_dot(W, r, rows, i):
 
 
 @overload(row_axpy, jit_options={"fastmath": _FM})
-def _row_axpy(W, r, rows, i, v):
+def _row_axpy(
+    W: Any, r: Any, rows: Any, i: Any, v: Any
+) -> Callable[[Any, Any, Any, Any, Any], None]:
     if len(rows) == 1:
 
-        def impl(W, r, rows, i, v):
+        def impl(W: Any, r: Any, rows: Any, i: Any, v: Any) -> None:
             Xd = rows[0]
             for k in range(Xd.shape[1]):
                 W[r, k] += v * Xd[i, k]
     else:
 
-        def impl(W, r, rows, i, v):
+        def impl(W: Any, r: Any, rows: Any, i: Any, v: Any) -> None:
             indptr, indices, data = rows
             for t in range(indptr[i], indptr[i + 1]):
                 W[r, indices[t]] += v * data[t]
@@ -110,7 +123,16 @@ def _row_axpy(W, r, rows, i, v):
 
 
 @numba.njit(cache=True, nogil=True)
-def subproblem(G, b, k, ypos, Ai, C, work, out):
+def subproblem(
+    G: NDArray[np.float64],
+    b: NDArray[np.float64],
+    k: int,
+    ypos: int,
+    Ai: float,
+    C: float,
+    work: NDArray[np.float64],
+    out: NDArray[np.float64],
+) -> None:
     """Exact solution of one pattern's reduced problem on its ``k`` active prototypes
     (LIBLINEAR's ``solve_sub_problem``; the sort-based method of CS 2001 §6).
 
@@ -155,13 +177,21 @@ def subproblem(G, b, k, ypos, Ai, C, work, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def seed(s):
+def seed(s: int) -> None:
     """Seed numba's generator (the pass order) of this thread."""
     np.random.seed(s)
 
 
 @numba.njit(cache=True, nogil=True)
-def reset_active(yp, cls, pcls, act, asz, nfull, rows):
+def reset_active(
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    act: NDArray[np.int32],
+    asz: NDArray[np.int64],
+    nfull: NDArray[np.int64],
+    rows: NDArray[np.int64],
+) -> None:
     """Active prototype list of every row in ``rows``: its positive prototype ``yp[i]`` first,
     then the prototypes of the other classes (``nfull[i]`` of them in all)."""
     P = pcls.shape[0]
@@ -179,8 +209,25 @@ def reset_active(yp, cls, pcls, act, asz, nfull, rows):
 
 @numba.njit(cache=True, nogil=True)
 def passes(
-    rows, xsq, a, c0, yp, B, W, s, C, act, asz, nfull, order, ctl, tol, max_passes, shrinking, stage
-):
+    rows: XRows,
+    xsq: NDArray[np.float64],
+    a: float,
+    c0: float,
+    yp: NDArray[np.int64],
+    B: NDArray[np.float64],
+    W: NDArray[np.float64],
+    s: NDArray[np.float64],
+    C: Bounds,
+    act: NDArray[np.int32],
+    asz: NDArray[np.int64],
+    nfull: NDArray[np.int64],
+    order: NDArray[np.int64],
+    ctl: NDArray[np.float64],
+    tol: float,
+    max_passes: int,
+    shrinking: bool,
+    stage: bool,
+) -> tuple[int, bool, float, int]:
     """Up to ``max_passes`` passes of the sequential dual method (module docstring).
 
     State carried between calls (so a caller may stop after any pass, e.g. to check the primal):
@@ -221,11 +268,11 @@ def passes(
                 i2 = order[j + 2]
                 prefetch_row(rows, i2)
                 for t in range(0, asz[i2], 16):
-                    prefetch2(act, i2, t)
+                    prefetch2(act, i2, t)  # type: ignore[call-arg, arg-type]
             if j + 1 < n_act:
                 i2 = order[j + 1]
                 for t in range(asz[i2]):
-                    prefetch2(B, i2, act[i2, t])
+                    prefetch2(B, i2, act[i2, t])  # type: ignore[call-arg, arg-type]
             Ai = a * xsq[i] + c0
             y = yp[i]
             Ci = pt.bound_at(C, i)
@@ -349,7 +396,18 @@ def passes(
 
 
 @numba.njit(cache=True, nogil=True)
-def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
+def slacks(
+    rows: XRows,
+    a: float,
+    c0: float,
+    W: NDArray[np.float64],
+    s: NDArray[np.float64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    first: NDArray[np.int64],
+    count: NDArray[np.int64],
+    out: NDArray[np.float64],
+) -> NDArray[np.float64]:
     """Slack of every row w.r.t. each of its positive prototypes, as
     :func:`~dmcsvm.numerics.linear_prototypes.positive_slacks` gives from a score matrix, with
     the scores ``a <W_r, x_i> + c0 s_r`` made row by row (no n x P score matrix: one pass over
@@ -359,7 +417,7 @@ def slacks(rows, a, c0, W, s, cls, pcls, first, count, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _range_max(f, lo, hi, m):
+def _range_max(f: NDArray[np.float64], lo: int, hi: int, m: float) -> float:
     """``max(m, f[lo:hi])`` on four running maxima (one serial chain of compares kept the
     slack pass at ~1 ns per score; a maximum is exact, so the value is the same)."""
     m0 = m
@@ -380,7 +438,18 @@ def _range_max(f, lo, hi, m):
 
 
 @numba.njit(cache=True, nogil=True)
-def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
+def slacks_of_scores(
+    G: NDArray[np.float64],
+    a: float,
+    c0: float,
+    s: NDArray[np.float64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    first: NDArray[np.int64],
+    count: NDArray[np.int64],
+    out: NDArray[np.float64],
+    lo: int,
+) -> NDArray[np.float64]:
     """:func:`slacks` of rows ``lo..lo+len(G)-1`` from their products with the prototypes,
     ``G[i - lo, r] = <x_i, W_r>`` (a GEMM of a block of dense rows; the scores are
     ``a G + c0 s``).  On dense rows the GEMM and this pass take about half the time of
@@ -402,7 +471,20 @@ def slacks_of_scores(G, a, c0, s, cls, pcls, first, count, out, lo):
 
 
 @numba.njit(cache=True, nogil=True)
-def slacks_range(rows, a, c0, W, s, cls, pcls, first, count, out, lo, hi):
+def slacks_range(
+    rows: XRows,
+    a: float,
+    c0: float,
+    W: NDArray[np.float64],
+    s: NDArray[np.float64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    first: NDArray[np.int64],
+    count: NDArray[np.int64],
+    out: NDArray[np.float64],
+    lo: int,
+    hi: int,
+) -> NDArray[np.float64]:
     """:func:`slacks` of rows ``lo..hi-1`` only (threads split the rows; each row alone)."""
     P = W.shape[0]
     f = np.empty(P)

@@ -12,39 +12,42 @@ papers' one-pass batch solve (:func:`~dmcsvm.numerics.pattern.solve_batch`) live
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numba
 import numpy as np
+from numpy.typing import NDArray
 
-from .pattern import _C_REL, _MAX_INNER, bound_at, psi_value, relaxed_step
+from .pattern import _C_REL, _MAX_INNER, Bounds, bound_at, psi_value, relaxed_step
 
 __all__ = ["solve_working_set", "psi_columns", "pass_cut"]
 
 
 @numba.njit(cache=True, nogil=True)
 def _step_row(
-    code,
-    j,
-    cj,
-    Bc,
-    BT,
-    FT,
-    G,
-    gj_pos,
-    sg,
-    yb,
-    cb,
-    pcls,
-    kdiag,
-    C,
-    tol,
-    fp_eps,
-    b0,
-    f,
-    kcol,
-    U,
-    slack,
-    relax,
-):
+    code: int,
+    j: int,
+    cj: int,
+    Bc: NDArray[np.float64],
+    BT: NDArray[np.float64],
+    FT: NDArray[np.float64],
+    G: NDArray[np.floating[Any]],
+    gj_pos: int,
+    sg: NDArray[np.int64],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    b0: NDArray[np.float64],
+    f: NDArray[np.float64],
+    kcol: NDArray[np.float64],
+    U: NDArray[np.float64],
+    slack: float,
+    relax: float,
+) -> tuple[float, bool, float]:
     """Optimize batch row ``j`` exactly on its own (``optimize_pattern``) and move the scores of
     every batch row with it, ``F_k += K_kj dB_j`` for the prototypes that changed.  ``FT`` holds
     the batch scores transposed, P x |B|, row ``j`` in column ``cj``, the columns in increasing
@@ -107,7 +110,17 @@ def _step_row(
 
 
 @numba.njit(cache=True, nogil=True)
-def psi_columns(FT, BT, ycol, ccol, Ccol, pcls, mx, mn, out):
+def psi_columns(
+    FT: NDArray[np.float64],
+    BT: NDArray[np.float64],
+    ycol: NDArray[np.int64],
+    ccol: NDArray[np.int64],
+    Ccol: NDArray[np.float64],
+    pcls: NDArray[np.int64],
+    mx: NDArray[np.float64],
+    mn: NDArray[np.float64],
+    out: NDArray[np.float64],
+) -> None:
     """:func:`psi_value` of every column of the transposed scores ``FT`` (P x m, coefficients
     ``BT`` alike, positive prototype ``ycol``, class ``ccol``, bound ``Ccol`` per column) into
     ``out``, prototype by prototype: each step of the loop is one contiguous stream that LLVM
@@ -136,7 +149,9 @@ def psi_columns(FT, BT, ycol, ccol, Ccol, pcls, mx, mn, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def pass_cut(mx, tol, inner_tol, first, total, max_steps):
+def pass_cut(
+    mx: float, tol: float, inner_tol: float, first: bool, total: int, max_steps: int
+) -> float:
     """The working-set solve's rule for its next pass, from the largest violation ``mx`` of the
     batch now: -1 to stop (below ``inner_tol``, or ``tol`` on the first pass, which always runs
     while some row violates ``tol``; or ``max_steps`` spent), else the pass's cut (optimize the
@@ -154,25 +169,36 @@ ROWS_FIRST_REQUEST = 16
 ROWS_MOST_REQUEST = 4096
 
 
+class KernelRows(Protocol):
+    """The ``rows`` of :func:`solve_working_set`: row ``g`` of ``G`` holds the columns below
+    ``stamp[g]`` among the ``m`` in use; ``ensure(positions)`` computes the missing ones (the
+    coordinator's ``_GramCache``)."""
+
+    stamp: NDArray[np.int64]
+    m: int
+
+    def ensure(self, rows: NDArray[np.int64]) -> None: ...
+
+
 def solve_working_set(
-    code,
-    Bb,
-    Fb,
-    G,
-    gpos,
-    yb,
-    cb,
-    pcls,
-    kdiag,
-    C,
-    tol,
-    fp_eps,
-    max_steps,
-    inner_tol,
-    relax=1.0,
-    rows=None,
-    first_request=ROWS_FIRST_REQUEST,
-):
+    code: int,
+    Bb: NDArray[np.float64],
+    Fb: NDArray[np.float64],
+    G: NDArray[np.floating[Any]],
+    gpos: NDArray[np.int64],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    max_steps: int,
+    inner_tol: float,
+    relax: float = 1.0,
+    rows: KernelRows | None = None,
+    first_request: int = ROWS_FIRST_REQUEST,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
     rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
     exactly (``optimize_pattern``), the rows whose KKT violation ``psi`` (CS 2001 Eq. 32) NOW
@@ -261,6 +287,7 @@ def solve_working_set(
         )
         if k == 0:
             break
+        assert rows is not None  # (without rows every row of G is complete: k is 0)
         rows.ensure(gpos[want[:k]])
         ask = min(2 * ask, want.shape[0])
     return Bc - Bb, gains, steps
@@ -273,36 +300,36 @@ _N_STATE = 6
 
 @numba.njit(cache=True, nogil=True)
 def _working_set_passes(
-    code,
-    Bc,
-    BT,
-    FT,
-    G,
-    gpos,
-    col,
-    sg,
-    yb,
-    cb,
-    ycol,
-    ccol,
-    Ccol,
-    pcls,
-    kdiag,
-    C,
-    tol,
-    fp_eps,
-    max_steps,
-    inner_tol,
-    relax,
-    stamp,
-    m,
-    state,
-    scal,
-    steps,
-    gains,
-    U,
-    want,
-):
+    code: int,
+    Bc: NDArray[np.float64],
+    BT: NDArray[np.float64],
+    FT: NDArray[np.float64],
+    G: NDArray[np.floating[Any]],
+    gpos: NDArray[np.int64],
+    col: NDArray[np.int64],
+    sg: NDArray[np.int64],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    ycol: NDArray[np.int64],
+    ccol: NDArray[np.int64],
+    Ccol: NDArray[np.float64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: Bounds,
+    tol: float,
+    fp_eps: float,
+    max_steps: int,
+    inner_tol: float,
+    relax: float,
+    stamp: NDArray[np.int64],
+    m: int,
+    state: NDArray[np.int64],
+    scal: NDArray[np.float64],
+    steps: NDArray[np.int64],
+    gains: NDArray[np.float64],
+    U: NDArray[np.float64],
+    want: NDArray[np.int64],
+) -> int:
     """The passes of :func:`solve_working_set` on its prepared arrays: ``Bc`` (the batch's
     coefficients, updated in place; ``BT`` the same by column), ``FT`` (scores, P x |B|,
     columns in cache place), ``col`` (batch row -> column), ``sg`` (cache place of each column)

@@ -12,10 +12,17 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 import scipy.sparse as sp
 import zarr
+from numpy.typing import ArrayLike, DTypeLike, NDArray
+
+if TYPE_CHECKING:
+    from zarr.core.array_spec import ArrayConfigParams
 
 from .layout import (
     FORMAT_NAME,
@@ -40,7 +47,7 @@ _LABEL_LIMIT = 2**20  # distinct labels kept while a label column still looks nu
 # --------------------------------------------------------------------------- targets
 
 
-def _prepare_target(path, overwrite):
+def _prepare_target(path: str | os.PathLike[str], overwrite: bool) -> str:
     """Resolve and check the target of a writer before any source is read.
 
     Returns the absolute local path.  Raises ValueError for a remote URL, a missing parent
@@ -65,7 +72,7 @@ def _prepare_target(path, overwrite):
     return target
 
 
-def _check_replaceable(target):
+def _check_replaceable(target: str) -> None:
     """Refuse to delete anything but a dmcsvm data store or an empty directory."""
     if os.path.isdir(target) and not os.path.islink(target):
         if not os.listdir(target):
@@ -82,12 +89,14 @@ def _check_replaceable(target):
 class _Appender:
     """Writes a stream of row blocks to a zarr array in whole chunks, growing it if asked."""
 
-    def __init__(self, arr, chunk, grow=False):
+    pending: list[NDArray[Any]]
+
+    def __init__(self, arr: zarr.Array[Any], chunk: int, grow: bool = False) -> None:
         self.arr, self.chunk, self.grow = arr, chunk, grow
         self.pos = 0
         self.pending, self.n_pending = [], 0
 
-    def append(self, block):
+    def append(self, block: NDArray[Any]) -> None:
         if len(block) == 0:
             return
         self.pending.append(block)
@@ -100,14 +109,14 @@ class _Appender:
             self.pending = [rest] if len(rest) else []
             self.n_pending = len(rest)
 
-    def _write(self, block):
+    def _write(self, block: NDArray[Any]) -> None:
         end = self.pos + len(block)
         if self.grow and end > self.arr.shape[0]:
             self.arr.resize((end,) + tuple(self.arr.shape[1:]))
         self.arr[self.pos : end] = block
         self.pos = end
 
-    def close(self):
+    def close(self) -> int:
         if self.pending:
             self._write(np.concatenate(self.pending))
             self.pending, self.n_pending = [], 0
@@ -116,7 +125,7 @@ class _Appender:
 
 #: zarr leaves out chunks that equal the fill value (all zeros); dmcsvm writes every chunk, so
 #: that a chunk missing from a store it wrote is damage, never data (layout.check_chunks)
-_ALL_CHUNKS = {"write_empty_chunks": True}
+_ALL_CHUNKS: ArrayConfigParams = {"write_empty_chunks": True}
 
 
 class _StoreBuilder:
@@ -127,21 +136,37 @@ class _StoreBuilder:
     removes the temporary directory.
     """
 
-    def __init__(self, target, overwrite):
+    tmp: str | None
+
+    def __init__(self, target: str, overwrite: bool) -> None:
         self.target, self.overwrite = target, overwrite
         self.tmp = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         parent, name = os.path.split(self.target)
         self.tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         if self.tmp is not None and os.path.exists(self.tmp):
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
 
-    def create(self, n, d, sparse, rows_per_chunk, labels, nnz=None, weights=False):
+    def create(
+        self,
+        n: int,
+        d: int,
+        sparse: bool,
+        rows_per_chunk: int | None,
+        labels: _LabelPlan,
+        nnz: int | None = None,
+        weights: bool = False,
+    ) -> None:
         """Create the arrays of a store of ``n`` rows and ``d`` features in the temp directory
         (with ``weights``, also the optional per-row ``sample_weight`` array)."""
         if rows_per_chunk is None:
@@ -203,7 +228,12 @@ class _StoreBuilder:
             )
         self.rows = 0
 
-    def append(self, X_block, y_block, w_block=None):
+    def append(
+        self,
+        X_block: NDArray[Any] | sp.csr_matrix,
+        y_block: ArrayLike,
+        w_block: ArrayLike | None = None,
+    ) -> None:
         """Append validated rows: float32 dense array or canonical float32 CSR, encoded labels
         (and their checked weights when the store has them)."""
         if (w_block is None) != (self.w is None):
@@ -214,18 +244,20 @@ class _StoreBuilder:
             self.w.append(np.asarray(w_block, dtype=np.float64))
         if self.sparse:
             block = X_block if sp.issparse(X_block) else sp.csr_matrix(X_block)
-            self.indices.append(np.asarray(block.indices, dtype=np.int32))
+            # (sp.issparse does not narrow X_block for mypy: scipy ships no types)
+            self.indices.append(np.asarray(block.indices, dtype=np.int32))  # type: ignore[union-attr]
             self.data.append(np.asarray(block.data, dtype=np.float32))
-            self.indptr.append(np.asarray(block.indptr[1:], dtype=np.int64) + self.nnz)
-            self.nnz += int(block.indptr[-1])
+            self.indptr.append(np.asarray(block.indptr[1:], dtype=np.int64) + self.nnz)  # type: ignore[union-attr]
+            self.nnz += int(block.indptr[-1])  # type: ignore[union-attr]
         else:
-            block = X_block.toarray() if sp.issparse(X_block) else X_block
+            block = X_block.toarray() if sp.issparse(X_block) else X_block  # type: ignore[union-attr]
             self.X.append(np.ascontiguousarray(block, dtype=np.float32))
         self.y.append(np.asarray(y_block, dtype=self.labels.dtype))
         self.rows += X_block.shape[0]
 
     def commit(self) -> StoreInfo:
         """Finish the arrays, write the attributes and rename the store into place."""
+        assert self.tmp is not None  # (made by __enter__)
         if self.rows != self.n:
             raise ValueError(
                 f"expected {self.n} rows but the source gave {self.rows} (did it change while "
@@ -275,16 +307,16 @@ class _StoreBuilder:
 class _LabelPlan:
     """How labels are stored: dtype (int64/float64) and, for string labels, the classes."""
 
-    def __init__(self, dtype, classes=None):
+    def __init__(self, dtype: DTypeLike, classes: list[str] | None = None) -> None:
         self.dtype = np.dtype(dtype)
         self.classes = classes
         if classes is not None:
             self._sorted = np.array(classes, dtype=str)
 
-    def encode_numbers(self, values):
+    def encode_numbers(self, values: ArrayLike) -> NDArray[np.int64 | np.float64]:
         return np.asarray(values).astype(self.dtype)
 
-    def encode_strings(self, strings):
+    def encode_strings(self, strings: ArrayLike) -> NDArray[np.int64 | np.float64]:
         """int64 codes of string labels, or the labels parsed as numbers when not classes."""
         if self.classes is None:
             return np.asarray(strings, dtype=str).astype(np.float64).astype(self.dtype)
@@ -299,28 +331,30 @@ class _LabelPlan:
 class _LabelScan:
     """Accumulates what labels look like over a first pass: integers, reals or strings."""
 
-    def __init__(self):
+    strings: set[str]
+
+    def __init__(self) -> None:
         self.numeric = True
         self.integral = True
         self.strings = set()
         self.overflow = False
         self.first_nonfinite = None
 
-    def add_numbers(self, values):
+    def add_numbers(self, values: ArrayLike) -> None:
         values = np.asarray(values, dtype=np.float64)
         if self.integral and values.size:
             self.integral = bool(
                 np.all(np.floor(values) == values) and np.all(np.abs(values) <= 2**53)
             )
 
-    def add_strings(self, strings):
+    def add_strings(self, strings: Iterable[str]) -> None:
         if self.overflow:
             return
         self.strings.update(strings)
         if self.numeric and len(self.strings) > _LABEL_LIMIT:
             self.overflow, self.strings = True, set()
 
-    def plan(self, what):
+    def plan(self, what: str) -> _LabelPlan:
         if self.numeric:
             return _LabelPlan(np.int64 if self.integral else np.float64, None)
         if self.overflow:
@@ -331,7 +365,7 @@ class _LabelScan:
         return _LabelPlan(np.int64, sorted(self.strings))
 
 
-def _scan_label_array(scan, block, row0, name="y"):
+def _scan_label_array(scan: _LabelScan, block: ArrayLike, row0: int, name: str = "y") -> None:
     """Add an in-memory block of labels (any dtype) to ``scan``; NaN/inf labels raise."""
     block = np.asarray(block)
     if block.dtype.kind == "O":
@@ -353,7 +387,7 @@ def _scan_label_array(scan, block, row0, name="y"):
         raise ValueError(f"{name} has dtype {block.dtype}; labels must be numbers or strings")
 
 
-def _encode_label_array(plan, block):
+def _encode_label_array(plan: _LabelPlan, block: ArrayLike) -> NDArray[np.int64 | np.float64]:
     block = np.asarray(block)
     if plan.classes is not None:
         return plan.encode_strings(block.astype(str))
@@ -365,20 +399,21 @@ def _encode_label_array(plan, block):
 # --------------------------------------------------------------------------- validation
 
 
-def _first_nonfinite_row(block):
+def _first_nonfinite_row(block: NDArray[np.floating[Any]] | sp.csr_matrix) -> int | None:
     """Local index of the first row of a dense or CSR float block with NaN/inf, or None."""
     if sp.issparse(block):
         bad = np.flatnonzero(~np.isfinite(block.data))
         if not bad.size:
             return None
-        return int(np.searchsorted(block.indptr, bad[0], side="right") - 1)
+        # (sp.issparse does not narrow: scipy ships no types)
+        return int(np.searchsorted(block.indptr, bad[0], side="right") - 1)  # type: ignore[union-attr, call-overload]
     finite = np.isfinite(block)
     if finite.all():
         return None
     return int(np.flatnonzero(~finite.all(axis=1))[0])
 
 
-def _as_float32_block(block):
+def _as_float32_block(block: ArrayLike | sp.spmatrix) -> NDArray[np.float32] | sp.csr_matrix:
     """Dense float32 C array or canonical float32 CSR (sorted, duplicates summed)."""
     if sp.issparse(block):
         block = sp.csr_matrix(block, dtype=np.float32)
@@ -392,7 +427,7 @@ def _as_float32_block(block):
     return np.ascontiguousarray(block, dtype=np.float32)
 
 
-def _block_rows(d, buffer_rows, buffer_bytes):
+def _block_rows(d: int, buffer_rows: int, buffer_bytes: int) -> int:
     """Rows per block so a float32 block of ``d`` columns stays near ``buffer_bytes``."""
     buffer_rows = int(buffer_rows)
     if buffer_rows < 1:

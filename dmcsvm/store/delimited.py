@@ -8,8 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ._builder import (
     DEFAULT_BUFFER_BYTES,
@@ -19,7 +22,11 @@ from ._builder import (
     _prepare_target,
     _StoreBuilder,
 )
+from .layout import StoreInfo
 from .text import _check_source, _Meter, _open_binary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["WHITESPACE", "from_csv"]
 
@@ -28,7 +35,7 @@ WHITESPACE = "whitespace"
 """``from_csv(delimiter=WHITESPACE)``: fields separated by any run of spaces or tabs."""
 
 
-def _check_delimiter(delimiter):
+def _check_delimiter(delimiter: str | None) -> str:
     """The delimiter of :func:`from_csv`: one character, or ``"whitespace"`` / None."""
     if delimiter is None or delimiter == WHITESPACE:
         return WHITESPACE
@@ -40,7 +47,7 @@ def _check_delimiter(delimiter):
     return delimiter
 
 
-def _whitespace_records(src, f):
+def _whitespace_records(src: str, f: Iterator[str]) -> Iterator[tuple[list[str], int]]:
     """``(fields, line_number)`` of every line split at runs of whitespace (blank lines give an
     empty list, as csv.reader's records)."""
     line_num = 0
@@ -55,7 +62,7 @@ def _whitespace_records(src, f):
         yield line.split(), line_num
 
 
-def _csv_records(src, f, delimiter):
+def _csv_records(src: str, f: Iterable[str], delimiter: str) -> Iterator[tuple[list[str], int]]:
     reader = csv.reader(f, delimiter=delimiter)
     while True:
         try:
@@ -67,7 +74,14 @@ def _csv_records(src, f, delimiter):
         yield row, reader.line_num
 
 
-def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=None):
+def _csv_buffers(
+    src: str,
+    delimiter: str,
+    skip_header: bool | int,
+    buffer_rows: int,
+    buffer_bytes: int,
+    meter: _Meter | None = None,
+) -> Iterator[tuple[list[list[str]], list[int]]]:
     """Yield ``(rows, line_numbers)`` buffers of non-empty CSV records from a text file."""
     if int(buffer_rows) < 1:
         raise ValueError(f"buffer_rows must be at least 1, got {buffer_rows}")
@@ -93,7 +107,7 @@ def _csv_buffers(src, delimiter, skip_header, buffer_rows, buffer_bytes, meter=N
             yield rows, lines
 
 
-def _normalize_column(j, ncols, what, src):
+def _normalize_column(j: int, ncols: int, what: str, src: str) -> int:
     j = int(j)
     if not -ncols <= j < ncols:
         raise ValueError(f"{src}: {what} {j} is out of range for {ncols} columns")
@@ -101,19 +115,19 @@ def _normalize_column(j, ncols, what, src):
 
 
 def from_csv(
-    src,
-    path,
-    label_column=0,
-    delimiter=",",
-    skip_header=False,
-    drop_columns=(),
-    rows_per_chunk=None,
-    overwrite=False,
-    buffer_rows=DEFAULT_BUFFER_ROWS,
-    buffer_bytes=DEFAULT_BUFFER_BYTES,
-    progress=None,
-    weight_column=None,
-):
+    src: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    label_column: int = 0,
+    delimiter: str | None = ",",
+    skip_header: bool | int = False,
+    drop_columns: Iterable[int] = (),
+    rows_per_chunk: int | None = None,
+    overwrite: bool = False,
+    buffer_rows: int = DEFAULT_BUFFER_ROWS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    progress: Callable[[int, int], object] | None = None,
+    weight_column: int | None = None,
+) -> StoreInfo:
     """Convert a delimited text file (numeric features, one label column) to a dense store.
 
     Parameters
@@ -194,7 +208,14 @@ class _Fallback(Exception):
     the exact reader reads the file again and names the line."""
 
 
-def _columns_of(src, delimiter, skip_header, label_column, drop_columns, weight_column):
+def _columns_of(
+    src: str,
+    delimiter: str,
+    skip_header: bool | int,
+    label_column: int,
+    drop_columns: Iterable[int],
+    weight_column: int | None,
+) -> tuple[int, int, list[int], int | None]:
     """``(ncols, label_col, feature_cols, weight_col)`` from the first record after the
     header (the exact reader's rules and messages)."""
     for rows, _ in _csv_buffers(src, delimiter, skip_header, 1, 1):
@@ -205,7 +226,9 @@ def _columns_of(src, delimiter, skip_header, label_column, drop_columns, weight_
     return (ncols, *_column_plan(src, ncols, label_column, drop_columns, weight_column))
 
 
-def _column_plan(src, ncols, label_column, drop_columns, weight_column):
+def _column_plan(
+    src: str, ncols: int, label_column: int, drop_columns: Iterable[int], weight_column: int | None
+) -> tuple[int, list[int], int | None]:
     """``(label_col, feature_cols, weight_col)`` of records of ``ncols`` fields: the label,
     weight and dropped columns checked against each other (errors name the file)."""
     label_col = _normalize_column(label_column, ncols, "label_column", src)
@@ -226,7 +249,16 @@ def _column_plan(src, ncols, label_column, drop_columns, weight_column):
     return label_col, feature_cols, weight_col
 
 
-def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_rows, meter):
+def _pandas_chunks(
+    src: str,
+    delimiter: str,
+    skip_header: bool | int,
+    ncols: int,
+    usecols: list[int] | None,
+    dtype: Mapping[int, type],
+    chunk_rows: int,
+    meter: _Meter | None,
+) -> Iterator[pd.DataFrame]:
     """``pandas.read_csv`` of ``src`` in chunks of ``chunk_rows`` records (C engine; every
     record must have ``ncols`` fields); any parser error is a :class:`_Fallback`."""
     import pandas as pd
@@ -257,18 +289,18 @@ def _pandas_chunks(src, delimiter, skip_header, ncols, usecols, dtype, chunk_row
 
 
 def _from_csv_pandas(
-    src,
-    target,
-    label_column,
-    delimiter,
-    skip_header,
-    drop_columns,
-    rows_per_chunk,
-    overwrite,
-    buffer_rows,
-    progress,
-    weight_column,
-):
+    src: str,
+    target: str,
+    label_column: int,
+    delimiter: str,
+    skip_header: bool | int,
+    drop_columns: Iterable[int],
+    rows_per_chunk: int | None,
+    overwrite: bool,
+    buffer_rows: int,
+    progress: Callable[[int, int], object] | None,
+    weight_column: int | None,
+) -> StoreInfo:
     """:func:`from_csv` by ``pandas.read_csv(chunksize=)`` where pandas is installed
     (``pip install "dmcsvm[csv]"``): 15x faster than the ``csv`` module's parse, 11x the
     whole conversion (benchmarks/results/libraries.md).  Without pandas, or for a file it
@@ -316,7 +348,7 @@ def _from_csv_pandas(
     # silently); a short record leaves the last field missing: checked below
     last = ncols - 1
     usecols = None
-    dtype = {j: str for j in range(ncols)}
+    dtype: dict[int, type] = {j: str for j in range(ncols)}
     dtype.update({j: np.float64 for j in feature_cols})
     if weight_col is not None:
         dtype[weight_col] = np.float64
@@ -350,19 +382,19 @@ def _from_csv_pandas(
 
 
 def _from_csv_exact(
-    src,
-    target,
-    label_column,
-    delimiter,
-    skip_header,
-    drop_columns,
-    rows_per_chunk,
-    overwrite,
-    buffer_rows,
-    buffer_bytes,
-    progress,
-    weight_column,
-):
+    src: str,
+    target: str,
+    label_column: int,
+    delimiter: str,
+    skip_header: bool | int,
+    drop_columns: Iterable[int],
+    rows_per_chunk: int | None,
+    overwrite: bool,
+    buffer_rows: int,
+    buffer_bytes: int,
+    progress: Callable[[int, int], object] | None,
+    weight_column: int | None,
+) -> StoreInfo:
     """:func:`from_csv` by the ``csv`` module, record by record: the reader that names the
     line (and column) of every problem."""
     # pass 1: rows, columns, labels
@@ -414,10 +446,11 @@ def _from_csv_exact(
                 X = table[:, feature_cols].astype(np.float64).astype(np.float32)
             except ValueError:
                 _locate_csv_error(src, rows, lines, feature_cols)
-            bad = _first_nonfinite_row(X)
-            if bad is not None:
+            bad_row = _first_nonfinite_row(X)
+            if bad_row is not None:
                 raise ValueError(
-                    f"{src} contains NaN or infinity at row {row0 + bad} (line {lines[bad]})"
+                    f"{src} contains NaN or infinity at row {row0 + bad_row} "
+                    f"(line {lines[bad_row]})"
                 )
             y = plan.encode_strings(np.char.strip(table[:, label_col]))
             w = None if weight_col is None else _weights_of(src, table[:, weight_col], lines)
@@ -429,7 +462,7 @@ def _from_csv_exact(
     return info
 
 
-def _weights_of(src, column, lines):
+def _weights_of(src: str, column: NDArray[np.str_], lines: list[int]) -> NDArray[np.float64]:
     """The weight column of a block as float64 (one conversion for the block), refusing a
     non-number, NaN/inf or a negative weight with the file, line and value."""
     try:
@@ -452,7 +485,9 @@ def _weights_of(src, column, lines):
     return w
 
 
-def _locate_csv_error(src, rows, lines, feature_cols):
+def _locate_csv_error(
+    src: str, rows: list[list[str]], lines: list[int], feature_cols: list[int]
+) -> NoReturn:
     """Raise ValueError naming the line and column of the first feature that is not a number."""
     for row, ln in zip(rows, lines, strict=False):
         for j in feature_cols:

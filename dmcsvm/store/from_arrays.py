@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..errors import check_sample_weight
 from ._builder import (
@@ -21,21 +24,25 @@ from ._builder import (
     _scan_label_array,
     _StoreBuilder,
 )
+from .layout import StoreInfo
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 __all__ = ["from_dask", "from_npy", "write_arrays"]
 
 
 def write_arrays(
-    path,
-    X,
-    y,
-    rows_per_chunk=None,
-    overwrite=False,
-    sparse=None,
-    buffer_rows=DEFAULT_BUFFER_ROWS,
-    buffer_bytes=DEFAULT_BUFFER_BYTES,
-    sample_weight=None,
-):
+    path: str | os.PathLike[str],
+    X: ArrayLike | sp.spmatrix,
+    y: ArrayLike,
+    rows_per_chunk: int | None = None,
+    overwrite: bool = False,
+    sparse: bool | None = None,
+    buffer_rows: int = DEFAULT_BUFFER_ROWS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    sample_weight: ArrayLike | None = None,
+) -> StoreInfo:
     """Write in-memory arrays to a new store (dense numpy or scipy.sparse features).
 
     Parameters
@@ -94,7 +101,7 @@ def write_arrays(
             sparse,
             rows_per_chunk,
             plan,
-            nnz=X.nnz if is_sparse else None,
+            nnz=X.nnz if is_sparse else None,  # type: ignore[union-attr]  # (X is CSR here)
             weights=sample_weight is not None,
         )
         for lo in range(0, n, step):
@@ -112,15 +119,15 @@ def write_arrays(
 
 
 def from_npy(
-    X_path,
-    y_path,
-    path,
-    rows_per_chunk=None,
-    overwrite=False,
-    buffer_rows=DEFAULT_BUFFER_ROWS,
-    buffer_bytes=DEFAULT_BUFFER_BYTES,
-    progress=None,
-):
+    X_path: str | os.PathLike[str],
+    y_path: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    rows_per_chunk: int | None = None,
+    overwrite: bool = False,
+    buffer_rows: int = DEFAULT_BUFFER_ROWS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    progress: Callable[[int, int], object] | None = None,
+) -> StoreInfo:
     """Convert a pair of ``.npy`` files (features, labels) to a store, memory-mapped.
 
     Parameters
@@ -186,15 +193,15 @@ def from_npy(
 
 
 def from_dask(
-    X,
-    y,
-    path,
-    rows_per_chunk=None,
-    overwrite=False,
-    sparse=None,
-    buffer_rows=DEFAULT_BUFFER_ROWS,
-    buffer_bytes=DEFAULT_BUFFER_BYTES,
-):
+    X: da.Array,
+    y: da.Array | ArrayLike,
+    path: str | os.PathLike[str],
+    rows_per_chunk: int | None = None,
+    overwrite: bool = False,
+    sparse: bool | None = None,
+    buffer_rows: int = DEFAULT_BUFFER_ROWS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+) -> StoreInfo:
     """Write dask arrays to a store, computing one row block at a time.
 
     Any chunking of ``X`` works (uneven, or split along features): each block of rows is
@@ -218,20 +225,21 @@ def from_dask(
     -------
     StoreInfo
     """
-    import dask
     import dask.array as da
+    from dask.base import compute  # (dask.compute: re-exported without __all__)
 
     target = _prepare_target(path, overwrite)
+    # (dask's functions are unannotated: calls to them are untyped calls, returning Any)
     X = X if isinstance(X, da.Array) else da.asarray(X)
-    y = y if isinstance(y, da.Array) else da.asarray(np.asarray(y))
+    y = y if isinstance(y, da.Array) else cast("da.Array", da.asarray(np.asarray(y)))  # type: ignore[no-untyped-call]
     if X.ndim != 2:
         raise ValueError(f"X must be two-dimensional, got shape {X.shape}")
     if y.ndim != 1:
         raise ValueError(f"y must be one-dimensional, got shape {y.shape}")
     if np.isnan(X.shape[0]):
-        X = X.compute_chunk_sizes()
+        X = X.compute_chunk_sizes()  # type: ignore[no-untyped-call]
     if np.isnan(y.shape[0]):
-        y = y.compute_chunk_sizes()
+        y = cast("da.Array", y.compute_chunk_sizes())  # type: ignore[no-untyped-call]
     n, d = int(X.shape[0]), int(X.shape[1])
     if y.shape[0] != n:
         raise ValueError(f"X has {n} rows but y has {y.shape[0]}")
@@ -249,7 +257,7 @@ def from_dask(
         builder.create(n, d, bool(sparse), rows_per_chunk, plan)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
-            xb, yb = dask.compute(X[lo:hi], y[lo:hi])
+            xb, yb = compute(X[lo:hi], y[lo:hi])  # type: ignore[no-untyped-call]
             block = _as_float32_block(xb)
             bad = _first_nonfinite_row(block)
             if bad is not None:

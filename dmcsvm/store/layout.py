@@ -19,10 +19,13 @@ foreign store fails at once with a message that names the problem.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import zarr
+from numpy.typing import NDArray
 
 __all__ = [
     "FORMAT_NAME",
@@ -82,8 +85,8 @@ class StoreInfo:
     n_features: int
     sparse: bool
     rows_per_chunk: int
-    classes: list | None
-    chunk_bounds: list = field(repr=False)
+    classes: list[str] | None
+    chunk_bounds: list[tuple[int, int]] = field(repr=False)
     nnz: int | None = None
     label_dtype: str = "int64"
     complete: bool = True
@@ -99,7 +102,9 @@ class StoreInfo:
         return len(self.chunk_bounds)
 
 
-def default_rows_per_chunk(n_features, n_samples=None, sparse=False, nnz=None):
+def default_rows_per_chunk(
+    n_features: int, n_samples: int | None = None, sparse: bool = False, nnz: int | None = None
+) -> int:
     """Rows per chunk so that one chunk of features is about 8 MiB (at least one row).
 
     Parameters
@@ -130,7 +135,7 @@ def default_rows_per_chunk(n_features, n_samples=None, sparse=False, nnz=None):
     return rows
 
 
-def chunk_bounds(n_samples, rows_per_chunk):
+def chunk_bounds(n_samples: int, rows_per_chunk: int) -> list[tuple[int, int]]:
     """``(lo, hi)`` row range of each chunk of ``n_samples`` rows cut every ``rows_per_chunk``.
 
     Returns
@@ -140,7 +145,7 @@ def chunk_bounds(n_samples, rows_per_chunk):
     return [(lo, min(lo + rows_per_chunk, n_samples)) for lo in range(0, n_samples, rows_per_chunk)]
 
 
-def _normalize_url(url):
+def _normalize_url(url: str | os.PathLike[str]) -> str:
     """Absolute path for a local path; other store URLs (``file://``, ``s3://``...) unchanged."""
     url = os.fspath(url)
     if not isinstance(url, str):
@@ -150,7 +155,7 @@ def _normalize_url(url):
     return os.path.abspath(url)
 
 
-def _local_path(url):
+def _local_path(url: str) -> str | None:
     """Local filesystem path of ``url`` or None when it names a remote store."""
     if "://" not in url:
         return url
@@ -159,7 +164,7 @@ def _local_path(url):
     return None
 
 
-def _open_group(url):
+def _open_group(url: str) -> zarr.Group:
     """Open the zarr group at ``url`` read-only, or raise ValueError('... is not a zarr store')."""
     local = _local_path(url)
     if local is not None and not os.path.exists(local):
@@ -170,7 +175,7 @@ def _open_group(url):
         raise ValueError(f"{url} is not a zarr store: {exc}") from exc
 
 
-def _get_array(group, url, name):
+def _get_array(group: zarr.Group, url: str, name: str) -> zarr.Array[Any]:
     """The array ``name`` of the group, or ValueError naming the missing array."""
     try:
         node = group[name]
@@ -181,7 +186,7 @@ def _get_array(group, url, name):
     return node
 
 
-def _int_attr(attrs, url, name, minimum):
+def _int_attr(attrs: Mapping[str, object], url: str, name: str, minimum: int) -> int:
     value = attrs.get(name)
     if value is None:
         raise ValueError(f"{url} is missing attribute {name!r}")
@@ -190,18 +195,18 @@ def _int_attr(attrs, url, name, minimum):
     return value
 
 
-def _len(arr):
+def _len(arr: zarr.Array[Any]) -> int:
     return arr.shape[0] if arr.ndim else 0
 
 
-def _check_dtype(arr, url, name, expected):
+def _check_dtype(arr: zarr.Array[Any], url: str, name: str, expected: str) -> None:
     if arr.dtype != np.dtype(expected):
         raise ValueError(f"{url}: {name} has dtype {arr.dtype}; expected {expected}")
 
 
-def _check_indptr(indptr, url, n, nnz):
+def _check_indptr(indptr: zarr.Array[Any], url: str, n: int, nnz: int) -> None:
     """Check that ``indptr`` starts at 0, never decreases and ends at ``nnz``, chunk by chunk."""
-    first = int(indptr[0])
+    first = int(indptr[0])  # type: ignore[arg-type]  # (zarr types an element as any scalar)
     if first != 0:
         raise ValueError(f"{url}: indptr is inconsistent: indptr[0] is {first}, expected 0")
     prev = 0
@@ -228,20 +233,20 @@ def _check_indptr(indptr, url, n, nnz):
 # chunks exist, and decoding errors name the chunk.
 
 
-def _store_key(arr, i):
+def _store_key(arr: zarr.Array[Any], i: int) -> tuple[str, str]:
     """Store key of chunk ``i`` (along the rows) of ``arr`` and the key inside the array."""
     key = arr.metadata.encode_chunk_key((int(i),) + (0,) * (arr.ndim - 1))
     prefix = arr.store_path.path
     return (f"{prefix}/{key}" if prefix else key), key
 
 
-def _exists(arr, full_key) -> bool:
+def _exists(arr: zarr.Array[Any], full_key: str) -> bool:
     from zarr.core.sync import sync
 
     return bool(sync(arr.store_path.store.exists(full_key)))
 
 
-def missing_chunks(arr, lo=0, hi=None) -> list[int]:
+def missing_chunks(arr: zarr.Array[Any], lo: int = 0, hi: int | None = None) -> list[int]:
     """Indices of the chunks of ``arr`` holding its elements ``[lo, hi)`` (along the first axis)
     that are not in the store."""
     n = arr.shape[0] if arr.ndim else 0
@@ -252,7 +257,9 @@ def missing_chunks(arr, lo=0, hi=None) -> list[int]:
     return [i for i in range(lo // R, (hi - 1) // R + 1) if not _exists(arr, _store_key(arr, i)[0])]
 
 
-def _chunk_error(url, name, arr, i, what="is missing"):
+def _chunk_error(
+    url: str, name: str, arr: zarr.Array[Any], i: int, what: str = "is missing"
+) -> ValueError:
     R = arr.chunks[0]
     lo, hi = i * R, min((i + 1) * R, arr.shape[0])
     unit = "rows" if name in ("X", "y", "indptr", "sample_weight") else "entries"
@@ -261,7 +268,9 @@ def _chunk_error(url, name, arr, i, what="is missing"):
     )
 
 
-def read_checked(arr, url, name, lo, hi, complete=True):
+def read_checked(
+    arr: zarr.Array[Any], url: str, name: str, lo: int, hi: int, complete: bool = True
+) -> NDArray[Any]:
     """``arr[lo:hi]`` as a NumPy array, after checking that every chunk it reads exists; a chunk
     that cannot be decoded is named in the error."""
     if complete:
@@ -282,14 +291,16 @@ def read_checked(arr, url, name, lo, hi, complete=True):
         raise ValueError(f"{url}: cannot read {name}[{lo}:{hi}]: {exc}") from exc
 
 
-def check_all_chunks_present(group, url, names, complete=True) -> None:
+def check_all_chunks_present(
+    group: zarr.Group, url: str, names: Iterable[str], complete: bool = True
+) -> None:
     """Every chunk of the arrays ``names`` is in the store (one listing per array).
 
     Stores that dmcsvm wrote declare ``all_chunks_written``: for them a missing chunk is an error.
     Stores built by other tools may leave out all-zero chunks as zarr does by default; they are
     read as zarr reads them, with a warning naming the first absent chunk."""
     for name in names:
-        arr = group[name]
+        arr = cast("zarr.Array[Any]", group[name])  # (open_store checked each: _get_array)
         if arr.size and arr.nchunks_initialized < arr.nchunks:
             gone = missing_chunks(arr)
             if not gone:
@@ -307,7 +318,7 @@ def check_all_chunks_present(group, url, names, complete=True) -> None:
             )
 
 
-def open_store(url) -> StoreInfo:
+def open_store(url: str | os.PathLike[str]) -> StoreInfo:
     """Open and validate a dmcsvm data store before any computation touches it.
 
     Parameters
@@ -412,6 +423,7 @@ def open_store(url) -> StoreInfo:
         group, url, ("indptr", "indices", "data", "y") if sparse else ("X", "y"), complete
     )
     if sparse and n > 0:
+        assert nnz is not None  # (set with the sparse arrays above)
         _check_indptr(indptr, url, n, nnz)
 
     return StoreInfo(

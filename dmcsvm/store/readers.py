@@ -7,9 +7,14 @@ validated first.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 import zarr
+from numpy.typing import NDArray
 
 from ..errors import NonFiniteError
 from .layout import StoreInfo, open_store, read_checked
@@ -24,18 +29,18 @@ __all__ = [
 ]
 
 
-def _info(info_or_url) -> StoreInfo:
+def _info(info_or_url: StoreInfo | str | os.PathLike[str]) -> StoreInfo:
     """The StoreInfo of ``info_or_url``, opening and validating a location if needed."""
     if isinstance(info_or_url, StoreInfo):
         return info_or_url
     return open_store(info_or_url)
 
 
-def _array(info, name):
+def _array(info: StoreInfo, name: str) -> zarr.Array[Any]:
     return zarr.open_array(info.url, path=name, mode="r")
 
 
-def _check_range(info, lo, hi):
+def _check_range(info: StoreInfo, lo: int, hi: int | None) -> tuple[int, int]:
     """Validate ``0 <= lo <= hi <= n`` and return them as ints."""
     n = info.n_samples
     hi = n if hi is None else hi
@@ -45,7 +50,9 @@ def _check_range(info, lo, hi):
     return lo, hi
 
 
-def read_rows(info_or_url, lo, hi):
+def read_rows(
+    info_or_url: StoreInfo | str | os.PathLike[str], lo: int, hi: int
+) -> NDArray[np.float32] | sp.csr_matrix:
     """Read feature rows ``[lo, hi)``: one partition's block, in the store's layout.
 
     Parameters
@@ -89,7 +96,9 @@ def read_rows(info_or_url, lo, hi):
     return sp.csr_matrix((data, indices, indptr - start), shape=(hi - lo, d))
 
 
-def read_labels(info_or_url: StoreInfo | str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+def read_labels(
+    info_or_url: StoreInfo | str | os.PathLike[str], lo: int = 0, hi: int | None = None
+) -> NDArray[np.int64 | np.float64]:
     """Read labels of rows ``[lo, hi)`` (all rows by default).
 
     Parameters
@@ -116,7 +125,9 @@ def read_labels(info_or_url: StoreInfo | str, lo: int = 0, hi: int | None = None
     return y
 
 
-def read_sample_weight(info_or_url):
+def read_sample_weight(
+    info_or_url: StoreInfo | str | os.PathLike[str],
+) -> NDArray[np.float64] | None:
     """The store's optional per-row weights (the float64 array ``sample_weight``, one value
     per row, chunked like ``y``), or None when the store has none.
 
@@ -146,13 +157,13 @@ def read_sample_weight(info_or_url):
     return w
 
 
-def _read(info, name, lo, hi):
+def _read(info: StoreInfo, name: str, lo: int, hi: int) -> NDArray[Any]:
     """Elements ``[lo, hi)`` of array ``name``: every chunk read must exist (zarr would give
     zeros for a missing one) and a damaged chunk is named."""
     return read_checked(_array(info, name), info.url, name, lo, hi, info.complete)
 
 
-def _check_finite(info, block, lo):
+def _check_finite(info: StoreInfo, block: NDArray[np.floating[Any]], lo: int) -> None:
     """NaN or inf in rows read from a store: an error naming the first such row."""
     ok = np.isfinite(block)
     if ok.all():
@@ -169,7 +180,9 @@ def _check_finite(info, block, lo):
     )
 
 
-def iter_chunks(info_or_url):
+def iter_chunks(
+    info_or_url: StoreInfo | str | os.PathLike[str],
+) -> Iterator[tuple[int, int, NDArray[np.float32] | sp.csr_matrix, NDArray[np.int64 | np.float64]]]:
     """Yield ``(lo, hi, X_block, y_block)`` for every row chunk in order (streaming a store).
 
     Parameters
@@ -186,7 +199,9 @@ def iter_chunks(info_or_url):
         yield lo, hi, read_rows(info, lo, hi), read_labels(info, lo, hi)
 
 
-def read_all(url):
+def read_all(
+    url: StoreInfo | str | os.PathLike[str],
+) -> tuple[NDArray[np.float32] | sp.csr_matrix, NDArray[np.int64 | np.float64]]:
     """Read a whole (small) store into memory: a convenience for tests and small data.
 
     Parameters
@@ -204,7 +219,7 @@ def read_all(url):
     return read_rows(info, 0, info.n_samples), read_labels(info)
 
 
-def verify_store(info_or_url) -> int:
+def verify_store(info_or_url: StoreInfo | str | os.PathLike[str]) -> int:
     """Read every chunk of a store: each must exist, decode and hold finite values.
 
     Returns

@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Literal, TypeAlias
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from ._builder import (
     DEFAULT_BUFFER_BYTES,
@@ -18,6 +21,7 @@ from ._builder import (
     _prepare_target,
     _StoreBuilder,
 )
+from .layout import StoreInfo
 from .text import _check_source, _line_buffers, _Meter
 
 __all__ = ["TextFormatError", "from_svmlight"]
@@ -29,16 +33,16 @@ class TextFormatError(ValueError):
     ``suggestion`` is ``"csv"`` (comma-separated values) or ``"whitespace"`` (columns separated
     by runs of spaces or tabs: :func:`from_csv` with ``delimiter="whitespace"``)."""
 
-    def __init__(self, message, suggestion):
+    def __init__(self, message: str, suggestion: str) -> None:
         super().__init__(message)
         self.suggestion = suggestion
 
 
-def _short(token, limit=30):
+def _short(token: str, limit: int = 30) -> str:
     return token if len(token) <= limit else token[:limit] + "..."
 
 
-def _looks_like(parts):
+def _looks_like(parts: list[bytes]) -> Literal["csv", "whitespace"] | None:
     """``"csv"`` or ``"whitespace"`` when the tokens of a line (no ``index:value`` anywhere) are
     delimited numbers or text, else None."""
     if any(b":" in t for t in parts):
@@ -65,13 +69,28 @@ class _SvmlightBlock:
     """One buffer of svmlight lines, parsed: labels, CSR pieces and the line of every row."""
 
     __slots__ = ("labels", "indptr", "index", "values", "lines")
+    labels: NDArray[np.float64]
+    indptr: NDArray[np.int64]
+    index: NDArray[np.int64]
+    values: NDArray[np.float32]
+    lines: NDArray[np.int64]
 
 
-def _svmlight_error(src, line, msg):
+#: a parsed buffer: ``(labels, counts, index, values, lineno)``
+ParsedLines: TypeAlias = tuple[
+    NDArray[np.float64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.float64],
+    NDArray[np.int64],
+]
+
+
+def _svmlight_error(src: str, line: int | None, msg: str) -> ValueError:
     return ValueError(f"{src}, line {line}: {msg}")
 
 
-def _parse_svmlight_fast(lines, first):
+def _parse_svmlight_fast(lines: list[bytes], first: int) -> ParsedLines | None:
     """Vectorized parse of a buffer of svmlight lines; None when anything looks unusual.
 
     Tokenizes the whole buffer at once with numpy (a label token then ``index:value``
@@ -133,7 +152,7 @@ def _parse_svmlight_fast(lines, first):
     return labels, counts, index, nums[feature_at + 1], lineno
 
 
-def _parse_svmlight_slow(src, lines, first):
+def _parse_svmlight_slow(src: str, lines: list[bytes], first: int) -> ParsedLines:
     """Line-by-line parse of a buffer; raises ValueError naming the first bad line.
 
     Returns
@@ -191,7 +210,7 @@ def _parse_svmlight_slow(src, lines, first):
     )
 
 
-def _parse_svmlight(src, lines, first):
+def _parse_svmlight(src: str, lines: list[bytes], first: int) -> _SvmlightBlock:
     """Parse and validate a buffer of svmlight lines (indices as written, not yet offset)."""
     parsed = _parse_svmlight_fast(lines, first)
     if parsed is None:
@@ -232,12 +251,14 @@ def _parse_svmlight(src, lines, first):
 class _NonFinite(Exception):
     """Internal: a parsed buffer holds NaN/inf in the features of local row ``row``."""
 
-    def __init__(self, row, line):
+    def __init__(self, row: int, line: int) -> None:
         super().__init__(row, line)
         self.row, self.line = row, line
 
 
-def _svmlight_blocks(src, buffer_rows, buffer_bytes, meter=None):
+def _svmlight_blocks(
+    src: str, buffer_rows: int, buffer_bytes: int, meter: _Meter | None = None
+) -> Iterator[tuple[int, _SvmlightBlock]]:
     """Yield ``(row0, block)`` parsed buffers of an svmlight file; NaN/inf raise ValueError."""
     row0 = 0
     for lines, first in _line_buffers(src, buffer_rows, buffer_bytes, meter):
@@ -253,17 +274,17 @@ def _svmlight_blocks(src, buffer_rows, buffer_bytes, meter=None):
 
 
 def from_svmlight(
-    src,
-    path,
-    n_features=None,
-    sparse=None,
-    zero_based="auto",
-    rows_per_chunk=None,
-    overwrite=False,
-    buffer_rows=DEFAULT_BUFFER_ROWS,
-    buffer_bytes=DEFAULT_BUFFER_BYTES,
-    progress=None,
-):
+    src: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    n_features: int | None = None,
+    sparse: bool | None = None,
+    zero_based: bool | Literal["auto"] = "auto",
+    rows_per_chunk: int | None = None,
+    overwrite: bool = False,
+    buffer_rows: int = DEFAULT_BUFFER_ROWS,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    progress: Callable[[int, int], object] | None = None,
+) -> StoreInfo:
     """Convert a LIBSVM/svmlight text file to a store, streaming it in two passes.
 
     Lines are ``label [qid:q] index:value ...`` with optional ``# comments``; blank lines are
@@ -379,7 +400,7 @@ def from_svmlight(
     return info
 
 
-def _find_svmlight_index(src, value, buffer_rows, buffer_bytes):
+def _find_svmlight_index(src: str, value: int, buffer_rows: int, buffer_bytes: int) -> int:
     """Line number of the first row holding feature index ``value`` (for error messages)."""
     for _, blk in _svmlight_blocks(src, buffer_rows, buffer_bytes):
         hit = np.flatnonzero(blk.index == value)
