@@ -431,6 +431,10 @@ def test_small_memory_cache_reaches_the_optimum_of_an_ample_one():
     assert 0 < hits[0] < hits[1]  # the small one evicted
     d0, d1, d2 = (m.history_["dual"][-1] for m in (plain, small, ample))
     assert abs(d1 - d2) <= 1e-12 * abs(d2)
-    assert abs(d0 - d2) <= 1e-7 * abs(d2)
+    # the optimum lies between each fit's dual and primal: the duals differ by at most the
+    # larger duality gap (a fixed 1e-7 relative held by luck of the path: 1.5e-7 once the
+    # working sets kept every class's share)
+    gap = max(m.history_["primal"][-1] - m.history_["dual"][-1] for m in (plain, ample))
+    assert abs(d0 - d2) <= gap < 1e-4 * abs(d2)
     np.testing.assert_array_equal(small.predict(X), ample.predict(X))
     np.testing.assert_array_equal(plain.predict(X), ample.predict(X))

@@ -401,6 +401,10 @@ class CandidateHint:
         self.top = np.zeros(0)  # the k largest selection values of violators so far
         self.n_viol = 0
         self.near = None if part.s.near_tol is None else near_tol_of(part.s)
+        # with class shares (PartitionSettings.class_quota): each class's running top share too
+        n_cls = int(part.pcls.max()) + 1 if part.s.class_quota and part.pcls is not None else 0
+        self.share = self.k // n_cls if n_cls > 1 else 0
+        self.class_top = [np.zeros(0) for _ in range(n_cls if self.share else 0)]
 
     def offer(self, rows, Xa) -> None:
         """Rows ``rows`` (partition-local, their scores final) with their X rows ``Xa``."""
@@ -424,6 +428,20 @@ class CandidateHint:
         self.n_viol += nv
         thr = self.top.min() if self.top.shape[0] >= self.k else -np.inf
         keep = viol & (V >= thr)
+        if self.share and nv:
+            cls = p.cls[rows]
+            for c, top in enumerate(self.class_top):
+                mine = viol & (cls == c)
+                if not mine.any():
+                    continue
+                pool = np.concatenate([top, V[mine]])
+                if pool.shape[0] > self.share:
+                    pool = np.partition(pool, pool.shape[0] - self.share)[-self.share :]
+                self.class_top[c] = pool
+                if pool.shape[0] >= self.share:
+                    keep |= mine & (V >= pool.min())
+                else:
+                    keep |= mine
         if self.near is not None and self.n_viol < self.k:
             # too few violators so far: the report fills up with the rows nearest to violating
             keep |= (psi > self.near) & ~viol
