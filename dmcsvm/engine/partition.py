@@ -419,35 +419,33 @@ class CandidateHint:
         viol = psi > s.tol
         nv = int(np.count_nonzero(viol))
         if nv:
-            pool = np.concatenate([self.top, V[viol]])
-            self.top = (
-                pool
-                if pool.shape[0] <= self.k
-                else np.partition(pool, pool.shape[0] - self.k)[-self.k :]
-            )
+            self.top = _running_top(self.top, V[viol], self.k)
         self.n_viol += nv
-        thr = self.top.min() if self.top.shape[0] >= self.k else -np.inf
-        keep = viol & (V >= thr)
+        keep = viol & (V >= _threshold(self.top, self.k))
         if self.share and nv:
             cls = p.cls[rows]
             for c, top in enumerate(self.class_top):
                 mine = viol & (cls == c)
-                if not mine.any():
-                    continue
-                pool = np.concatenate([top, V[mine]])
-                if pool.shape[0] > self.share:
-                    pool = np.partition(pool, pool.shape[0] - self.share)[-self.share :]
-                self.class_top[c] = pool
-                if pool.shape[0] >= self.share:
-                    keep |= mine & (V >= pool.min())
-                else:
-                    keep |= mine
+                if mine.any():
+                    self.class_top[c] = top = _running_top(top, V[mine], self.share)
+                    keep |= mine & (V >= _threshold(top, self.share))
         if self.near is not None and self.n_viol < self.k:
             # too few violators so far: the report fills up with the rows nearest to violating
             keep |= (psi > self.near) & ~viol
         keep &= ~p.shipped[rows]
         for j in np.flatnonzero(keep):
             p.data.remember(int(rows[j]), Xa[j : j + 1] if p.data.sparse else Xa[j : j + 1].copy())
+
+
+def _running_top(top, values, k):
+    """The ``k`` largest of the running ``top`` and the new ``values`` (all when fewer)."""
+    pool = np.concatenate([top, values])
+    return pool if pool.shape[0] <= k else np.partition(pool, pool.shape[0] - k)[-k:]
+
+
+def _threshold(top, k) -> float:
+    """The least value a row needs to stay among ``top``'s ``k`` (any, before ``k`` are seen)."""
+    return top.min() if top.shape[0] >= k else -np.inf
 
 
 def near_tol_of(s) -> float:

@@ -298,6 +298,11 @@ class MultiPrototypeSVC(SVMEstimator):
             )
         if not linear:
             td = in_kernel_precision(self, td)  # float32 kernel values by default
+        # the batch of the best by V alone (no class shares, messages.pick_order): the shares
+        # were measured on MulticlassSVC only, and with them the explicit-prototype and kernel
+        # paths of the annealed search parted after 7 epochs on a small problem (rounding of
+        # the scores deciding a share), where they step the same search without
+        settings = replace(settings, class_quota=False)
         final = settings
         if linear:  # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if opts["batch_size"] is None:
@@ -308,12 +313,6 @@ class MultiPrototypeSVC(SVMEstimator):
                 # mprot_working_set.md) for 20x fewer rounds
                 settings = replace(settings, inner_steps=0.0)
             final = replace(settings, batch_sweeps=20) if opts["batch_sweeps"] is None else settings
-        # the batch of the best by V alone (no class shares, messages.pick_order): the shares
-        # were measured on MulticlassSVC only, and with them the explicit-prototype and kernel
-        # paths of the annealed search parted after 7 epochs on a small problem (rounding of
-        # the scores deciding a share), where they step the same search without
-        settings = replace(settings, class_quota=False)
-        final = replace(final, class_quota=False)
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
         # explicit prototypes compute no kernel column and score every row each round: no
