@@ -331,24 +331,29 @@ def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
     """``gather`` / ``put_many`` (a round's columns at once) leave the cache as ``get`` /
     ``put`` one column at a time do: the same columns read, misses, slots, LRU order and pins,
     through evictions (keys evicted by a later key of the same call), skipped puts when
-    everything is pinned, growth, compaction and a width change."""
+    everything is pinned, growth, compaction and a width change.  ``put_many(..., rows=)``
+    (the partitions' misses copied straight from the round's block) stores the same."""
     from dmcsvm.engine.cache import ColumnCache
 
     rng = np.random.default_rng(capacity)
     one, many = ColumnCache(capacity * 8 * 4), ColumnCache(capacity * 8 * 4)
+    direct = ColumnCache(capacity * 8 * 4)
     width = 8
     for step in range(300):
         if step == 150:  # shrinking: both re-pack
             keep = np.arange(width) % 3 != 1
             one.compact(keep)
             many.compact(keep)
+            direct.compact(keep)
             width = int(keep.sum())
         if step == 250:  # the active set grew: emptied
             one.clear()
             many.clear()
+            direct.clear()
             width = 6
         one.start_round()
         many.start_round()
+        direct.start_round()
         keys = rng.choice(60, rng.integers(1, 12), replace=False)
         out_one = np.zeros((len(keys), width), dtype=np.float32)
         miss_one = []
@@ -366,10 +371,18 @@ def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
         for k, col in zip(keys[miss_one], new, strict=False):
             one.put(int(k), col)
         many.put_many(keys[miss_one], new)
+        # the round's whole block: hits (here noise) and misses in their rows
+        block = rng.random((len(keys), width), dtype=np.float32)
+        assert direct.gather(keys, block) == miss_one
+        block[miss_one] = new
+        direct.put_many(keys[miss_one], block, rows=miss_one)
         assert list(many._slot.items()) == list(one._slot.items())
+        assert list(direct._slot.items()) == list(one._slot.items())
         assert many._pinned == one._pinned and many._next == one._next
+        assert direct._pinned == one._pinned and direct._next == one._next
         used = one._next * one._width
         np.testing.assert_array_equal(many._buf[:used], one._buf[:used])
+        np.testing.assert_array_equal(direct._buf[:used], one._buf[:used])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

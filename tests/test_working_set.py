@@ -269,6 +269,25 @@ def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
     ]
 
 
+def test_gram_cache_takes_its_places_once_and_no_more_than_the_problem_has():
+    """The block is allocated once, at the budget's places or the problem's rows if fewer (a
+    growth copied the block into fresh pages), and still holds ``K_BB`` as batches come."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(50, 6)).astype(np.float32)
+    spec = KernelSpec("rbf", gamma=0.2)
+    small = _GramCache(spec, 1e9, np.float32, n_rows=50)  # the budget would hold 15,811
+    big = _GramCache(spec, 40 * 40 * 4, np.float32)  # 40 places, no problem size
+    for cache, cap in ((small, 50), (big, 40)):
+        blocks = []
+        for ids in (np.arange(0, 10), np.arange(5, 35), np.arange(20, 50)):
+            G, p = cache.block(ids, X[ids])
+            blocks.append(G)
+            cache.ensure(p)
+            ref = kernel_block(spec, X[ids], X[ids], dtype=np.float32)
+            np.testing.assert_allclose(G[np.ix_(p, p)], ref, atol=1e-6)
+        assert all(G is blocks[0] for G in blocks) and blocks[0].shape == (cap, cap)
+
+
 def test_gram_cache_places_rows_and_computes_only_those_asked():
     """A working set whose solve steps a few rows computes those rows (and the solve's request
     around them), not the whole block: a batch of 200 where only row 3 violates (and a narrow

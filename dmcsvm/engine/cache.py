@@ -120,13 +120,16 @@ class ColumnCache:
             out[pos] = table[slots]
         return miss
 
-    def put_many(self, keys, cols) -> None:
+    def put_many(self, keys, cols, rows=None) -> None:
         """:meth:`put` of ``cols[j]`` under ``keys[j]`` for every ``j``, in order (the same slots
-        and evictions), with one scatter into the buffer."""
+        and evictions); with ``rows``, of ``cols[rows[j]]`` (copied straight from ``cols``: the
+        misses of a round's first rounds were hundreds of MB gathered twice into temporaries,
+        page-faulted in afresh every round)."""
         keys = [int(k) for k in keys]
         if not keys:
             return
         cols = np.asarray(cols)
+        src = range(len(keys)) if rows is None else [int(r) for r in rows]
         if cols.shape[1] * cols.itemsize > self.budget or cols.shape[1] == 0:
             return
         if self._buf is None or cols.dtype != self._buf.dtype:
@@ -136,7 +139,7 @@ class ColumnCache:
             self.clear()
         if not self._slot:
             self._width, self._next = cols.shape[1], 0
-        rows, slots = [], []
+        taken, slots = [], []
         for j, key in enumerate(keys):
             slot = self._slot.pop(key, None)
             if slot is None:
@@ -150,13 +153,13 @@ class ColumnCache:
                         continue
                     slot = self._slot.pop(victim)
             self._slot[key] = slot
-            rows.append(j)
+            taken.append(src[j])
             slots.append(slot)
-        if rows:
-            # a slot taken twice in this call (a column evicted by a later one) ends with the
-            # later column, as sequential puts leave it
-            table = self._buf[: self._next * self._width].reshape(-1, self._width)
-            table[slots] = cols[rows]
+        # a slot taken twice in this call (a column evicted by a later one) ends with the later
+        # column, as sequential puts leave it
+        table = self._buf[: self._next * self._width].reshape(-1, self._width)
+        for slot, r in zip(slots, taken, strict=True):
+            table[slot] = cols[r]
 
     def put(self, key: int, col: np.ndarray) -> None:
         """Copy ``col`` into the cache (evicting the least recently used unpinned columns)."""

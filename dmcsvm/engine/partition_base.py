@@ -177,7 +177,7 @@ class PartitionBase:
             else:
                 KT[miss] = self._kernel_T(Xm)
             if cache_ok and self.cache.budget:
-                self.cache.put_many(np.asarray(ids)[miss], KT[miss])
+                self.cache.put_many(np.asarray(ids)[miss], KT, rows=miss)
             for j in miss if cache_ok and self.disk.capacity else ():
                 self.disk.put(int(ids[j]), KT[j], self.active)
         return KT.T

@@ -99,13 +99,26 @@ AUTO_GRAM_MAX = 800.0
 AUTO_CACHE_CLUSTER = 200.0
 
 
-def cache_mb(est) -> float:
+#: ``cache_size='auto'``: features per row (nonzeros for sparse rows) from which a kernel value
+#: is worth its whole budget; below, the budgets shrink in proportion, to no less than
+#: AUTO_CACHE_CLUSTER (see :func:`cache_mb`)
+AUTO_CACHE_FULL_FEATURES = 256
+
+
+def cache_mb(est, features: float | None = None) -> float:
     """The kernel cache budget (MB) of ``est.cache_size``: a number is itself; ``'auto'`` is an
     eighth of this machine's physical memory, at most 4096 MB, in-process (the coordinator's
     Gram block of the working sets and the partitions' kernel columns grow to it only as they
     need), and 200 MB with a ``client``.  A kernel column computed again costs ``n d`` flops;
     on 25,000 deformed MNIST digits 2,000 MB instead of 200 MB computed 39,230 columns instead
-    of 257,564 and halved the fit (benchmarks/results/deformed_series.md)."""
+    of 257,564 and halved the fit (benchmarks/results/deformed_series.md).
+
+    With ``features`` (per row; nonzeros for sparse rows) below
+    :data:`AUTO_CACHE_FULL_FEATURES`, 'auto' takes that share of it, at least 200 MB: a cached
+    value is memory written once and read back, a computed one ``features`` multiply-adds, and
+    on few features the first costs more (its pages are faulted in, 0.3-2 s per GB on the
+    project's VM): shuttle (9 features, 43,500 rows) held 1.5 GB and fitted in 2.6-4.3 s, at
+    200 MB in 1.9 s (benchmarks/results/HISTORY.md, 'Budgets by features')."""
     v = est.cache_size
     if not isinstance(v, str):
         return float(v)
@@ -115,16 +128,34 @@ def cache_mb(est) -> float:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return 1024.0
-    return float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2**20))
+    return _by_features(float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2**20)), features)
 
 
-def gram_mb(est) -> float | None:
+def gram_mb(est, features: float | None = None) -> float | None:
     """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
     for a number, ``min(cache_mb, 800)`` for 'auto' (measurements: benchmarks/results/HISTORY.md,
-    'Kernel cache defaults')."""
+    'Kernel cache defaults'), shared as :func:`cache_mb` by ``features``."""
     if not isinstance(est.cache_size, str):
         return None
-    return min(cache_mb(est), AUTO_GRAM_MAX)
+    return _by_features(min(cache_mb(est), AUTO_GRAM_MAX), features)
+
+
+def _by_features(mb: float, features: float | None) -> float:
+    """An 'auto' budget ``mb`` for rows of ``features`` features (:func:`cache_mb`)."""
+    if features is None or features >= AUTO_CACHE_FULL_FEATURES:
+        return mb
+    return max(min(mb, AUTO_CACHE_CLUSTER), mb * max(features, 1.0) / AUTO_CACHE_FULL_FEATURES)
+
+
+def features_per_row(td) -> float:
+    """Multiply-adds of one kernel value of the training rows ``td``: their features, or their
+    mean nonzeros when sparse (a CSR array in memory or a sparse store)."""
+    if not td.sparse:
+        return float(td.d)
+    nnz = getattr(td.store, "nnz", None)
+    if nnz is None:
+        nnz = getattr(td.original, "nnz", None) or getattr(td.source, "nnz", None)
+    return float(td.d) if nnz is None else float(nnz) / max(int(td.n), 1)
 
 
 def blas_limits(n_jobs, threads):

@@ -24,7 +24,7 @@ from ..engine.partition import PartitionSettings
 from ..engine.problem_rows import ConstantRows, PairSigns
 from ..kernels import KernelSpec
 from ._base import SVMEstimator, integers, one_of, reals
-from ._engine import cache_mb, make_executor, release_executor
+from ._engine import cache_mb, features_per_row, make_executor, release_executor
 from ._inputs import (
     RowsView,
     TrainingData,
@@ -88,7 +88,7 @@ class SMOEngine:
                 tol=float(settings.tol),
                 n_candidates=int(settings.per_group),
                 shrinking=False,
-                cache_bytes=int(cache_mb(est) * 2**20 / n_parts),
+                cache_bytes=int(cache_mb(est, features_per_row(td)) * 2**20 / n_parts),
                 kernel_dtype=str(td.dtype),
                 extra=settings.partition_extra(with_own),
                 x_in_memory=True,

@@ -3,6 +3,7 @@ estimator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +27,7 @@ from ._base import (
 from ._checkpoint import CheckpointSession
 from ._engine import (
     cache_mb,
+    features_per_row,
     gram_mb,
     make_executor,
     n_threads,
@@ -70,6 +72,13 @@ def cs_settings(est, opts: dict, **more) -> SolverSettings:
         gram_cache_size=gram_mb(est),
         **more,
     )
+
+
+def fit_budgets(est, settings: SolverSettings, td) -> SolverSettings:
+    """``settings`` with the cache budgets for the training rows ``td``: 'auto' ones shrink on
+    rows of few features (:func:`~._engine.cache_mb`), numbers stay."""
+    f = features_per_row(td)
+    return replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram_mb(est, f))
 
 
 def cs_partition_settings(
@@ -305,6 +314,7 @@ class MulticlassSVC(SVMEstimator):
                 self, td, settings, classes, y_idx, row_C, start, threads=n_threads(self.n_jobs)
             )
         td = in_kernel_precision(self, td)  # float32 kernel values by default
+        settings = fit_budgets(self, settings, td)
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)

@@ -40,7 +40,7 @@ from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, i
 from ._scoring import best_prototype_per_class, multiprototype_scores
 from ._warm_start import mprot_start
 from ._weights import fit_bounds, weights_doc
-from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings, cs_settings
+from .multiclass import CS_SOLVER_CONSTRAINTS, cs_partition_settings, cs_settings, fit_budgets
 
 
 @weights_doc(
@@ -302,7 +302,7 @@ class MultiPrototypeSVC(SVMEstimator):
         # were measured on MulticlassSVC only, and with them the explicit-prototype and kernel
         # paths of the annealed search parted after 7 epochs on a small problem (rounding of
         # the scores deciding a share), where they step the same search without
-        settings = replace(settings, class_quota=False)
+        settings = fit_budgets(self, replace(settings, class_quota=False), td)
         final = settings
         if linear:  # resolve the defaults of the fast path (see batch_size, batch_sweeps)
             if opts["batch_size"] is None:

@@ -1,0 +1,81 @@
+"""The 'auto' kernel cache budgets (``estimators._engine.cache_mb`` / ``gram_mb``): the whole
+budget on rows of many features, a share on few (a cached value is memory paged in, a computed
+one ``features`` multiply-adds), never below LIBSVM's 200 MB unless the machine's budget is
+smaller; numbers given by the user and cluster fits keep theirs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dmcsvm.estimators.multiclass as mc
+from dmcsvm import MulticlassSVC
+from dmcsvm.estimators import _engine
+from dmcsvm.estimators._engine import cache_mb, features_per_row, gram_mb
+from dmcsvm.estimators._inputs import fit_inputs, in_kernel_precision
+
+
+def _machine(monkeypatch, gib):
+    """cache_mb's view of a machine with ``gib`` GiB of memory."""
+    sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": gib * 2**30 // 4096}
+    monkeypatch.setattr(_engine.os, "sysconf", lambda name: sizes[name])
+
+
+def test_auto_budgets_by_features(monkeypatch):
+    _machine(monkeypatch, 24)  # an eighth: 3072 MB; the Gram block at most 800 MB
+    est = MulticlassSVC()
+    assert (cache_mb(est), gram_mb(est)) == (3072.0, 800.0)
+    for f in (256, 784, 10_000):
+        assert (cache_mb(est, f), gram_mb(est, f)) == (3072.0, 800.0)
+    assert (cache_mb(est, 128), gram_mb(est, 128)) == (1536.0, 400.0)
+    assert (cache_mb(est, 36), gram_mb(est, 36)) == (432.0, 200.0)
+    assert (cache_mb(est, 9), gram_mb(est, 9)) == (200.0, 200.0)
+    assert (cache_mb(est, 0.2), gram_mb(est, 0.2)) == (200.0, 200.0)
+
+
+def test_auto_budgets_never_exceed_the_machines(monkeypatch):
+    _machine(monkeypatch, 1)  # an eighth: 128 MB, below LIBSVM's 200
+    est = MulticlassSVC()
+    assert cache_mb(est) == 128.0 and cache_mb(est, 9) == 128.0 and gram_mb(est, 9) == 128.0
+
+
+def test_given_budgets_and_cluster_fits_keep_theirs(monkeypatch):
+    _machine(monkeypatch, 24)
+    est = MulticlassSVC(cache_size=50)
+    assert cache_mb(est, 9) == 50.0 and gram_mb(est, 9) is None
+    est = MulticlassSVC(client="tcp://127.0.0.1:1")  # (not contacted)
+    assert cache_mb(est, 9) == cache_mb(est, 784) == 200.0
+
+
+def test_features_per_row_dense_sparse_and_float32():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 30))
+    y = np.repeat([0, 1], 20)
+    est = MulticlassSVC()
+    td, _, _ = fit_inputs(est, X, y)
+    assert features_per_row(td) == 30.0
+    assert features_per_row(in_kernel_precision(est, td)) == 30.0
+    S = sp.random(40, 1000, density=0.01, format="csr", random_state=1)
+    td, _, _ = fit_inputs(est, S, y)
+    assert features_per_row(td) == pytest.approx(S.nnz / 40)
+    assert features_per_row(in_kernel_precision(est, td)) == pytest.approx(S.nnz / 40)
+
+
+def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
+    """MulticlassSVC's solve gets the budgets of its rows' features: 9 features take 200 MB
+    where 300 take the whole budget."""
+    _machine(monkeypatch, 24)
+    seen = []
+    solve = mc.solve
+
+    def spy(executor, n, pcls, spec, settings, *a, **kw):
+        seen.append((settings.cache_size, settings.gram_cache_size))
+        return solve(executor, n, pcls, spec, settings, *a, **kw)
+
+    monkeypatch.setattr(mc, "solve", spy)
+    rng = np.random.default_rng(2)
+    y = np.repeat([0, 1, 2], 20)
+    for d in (9, 300):
+        MulticlassSVC(n_jobs=1).fit(rng.normal(size=(60, d)) + y[:, None], y)
+    assert seen == [(200.0, 200.0), (3072.0, 800.0)]
