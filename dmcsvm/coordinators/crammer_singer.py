@@ -323,14 +323,18 @@ class _GramCache:
                 else {}
             )
             K = kernel_block(self.spec, self.X[ra], self.X[lo:m], dtype=self.dtype, **kw)
-            return lo, K[: r.shape[0]]
+            # written by the thread that computed it (chunks own disjoint rows): the block's
+            # fresh pages are faulted in on every thread at once, and a small problem's block
+            # is mostly fresh pages (pendigits: 200 MB in its first rounds)
+            self.G[r, lo:m] = K[: r.shape[0]]
 
         if self.threads < 2 or len(chunks) < 2:
-            blocks = [compute(r) for r in chunks]
+            for r in chunks:
+                compute(r)
         else:
-            blocks = list(self._pool.map(compute, chunks))
-        for r, (lo, K) in zip(chunks, blocks, strict=False):
-            self.G[r, lo:m] = K
+            for _ in self._pool.map(compute, chunks):
+                pass
+        for r in chunks:
             self.stamp[r] = m
         self.rows_computed += rows.shape[0]
 
