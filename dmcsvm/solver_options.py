@@ -36,7 +36,11 @@ OPTIONS = (
         "Working-set size: patterns (Crammer-Singer family) or dual variables (SMO "
         "family) optimized in one round.  Crammer-Singer: each partition reports up "
         "to this many candidates and the coordinator solves them on their kernel "
-        "block; 1 is the papers' sequential algorithm.  MultiPrototypeSVC: None is "
+        "block; 1 is the papers' sequential algorithm.  MulticlassSVC: None sizes it "
+        "by the data: half the training rows, at least 5000 and at most the rows the "
+        "coordinator's kernel block holds within its budget (cache_size), on dense "
+        "rows of 256 features or more with a nonlinear kernel; 5000 otherwise.  "
+        "MultiPrototypeSVC: None is "
         "1000 on the kernel path and every violator on the linear fast path.  SMO: "
         "the batch_size / 2 top violators of each side; 2 is plain SMO.",
     ),
@@ -154,7 +158,7 @@ _SMO = {"pair_selection": "wss2", "batch_size": 128, "n_partitions": None}
 #: estimator -> {option: default}; the options an estimator takes are the keys of its entry.
 DEFAULTS: dict[str, dict] = {
     "MulticlassSVC": {
-        "batch_size": 5000,
+        "batch_size": None,
         "pattern_selection": "bmg",
         "gap_tol": 0.0,
         **_CS_COMMON,

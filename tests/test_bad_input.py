@@ -158,15 +158,15 @@ BAD_PARAMS = [
     ),
     (
         {"solver_options": {"batch_size": 0}},
-        _bad_option("batch_size", "an int in the range [1, inf)", "0"),
+        _bad_option("batch_size", "an int in the range [1, inf) or None", "0"),
     ),
     (
         {"solver_options": {"batch_size": -5}},
-        _bad_option("batch_size", "an int in the range [1, inf)", "-5"),
+        _bad_option("batch_size", "an int in the range [1, inf) or None", "-5"),
     ),
     (
         {"solver_options": {"batch_size": 2.5}},
-        _bad_option("batch_size", "an int in the range [1, inf)", "2.5"),
+        _bad_option("batch_size", "an int in the range [1, inf) or None", "2.5"),
     ),
     ({"tol": 0}, _bad("tol", "a float in the range (0.0, inf)", "0")),
     ({"tol": -0.001}, _bad("tol", "a float in the range (0.0, inf)", "-0.001")),

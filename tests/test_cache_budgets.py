@@ -1,7 +1,8 @@
 """The 'auto' kernel cache budgets (``estimators._engine.cache_mb`` / ``gram_mb``): the whole
 budget on rows of many features, a share on few (a cached value is memory paged in, a computed
 one ``features`` multiply-adds), never below LIBSVM's 200 MB unless the machine's budget is
-smaller; numbers given by the user and cluster fits keep theirs."""
+smaller; numbers given by the user and cluster fits keep theirs.  MulticlassSVC's working set
+sized by the data (``batch_size=None``, ``auto_batch``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import scipy.sparse as sp
 import dmcsvm.estimators.multiclass as mc
 from dmcsvm import MulticlassSVC
 from dmcsvm.estimators import _engine
-from dmcsvm.estimators._engine import cache_mb, features_per_row, gram_mb
+from dmcsvm.estimators._engine import auto_batch, cache_mb, features_per_row, gram_mb
 from dmcsvm.estimators._inputs import fit_inputs, in_kernel_precision
 
 
@@ -62,15 +63,31 @@ def test_features_per_row_dense_sparse_and_float32():
     assert features_per_row(in_kernel_precision(est, td)) == pytest.approx(S.nnz / 40)
 
 
+def test_auto_batch_by_rows_features_and_gram_places():
+    # half the rows, at least 5,000, at most the Gram block's places (800 MiB of float32: 14,481)
+    assert auto_batch(20_000, 784, 800.0, 4, True) == 10_000
+    assert auto_batch(50_000, 784, 800.0, 4, True) == 14_481
+    assert auto_batch(50_000, 784, 800.0, 8, True) == 10_240  # float64 kernel values
+    assert auto_batch(8_000, 784, 800.0, 4, True) == 5_000
+    assert auto_batch(50_000, 784, 200.0, 4, True) == 7_240  # a smaller budget
+    assert auto_batch(12_000, 256, 800.0, 4, True) == 6_000
+    # few features, sparse rows or a linear kernel (dense=False), no Gram block: 5,000
+    assert auto_batch(50_000, 255, 800.0, 4, True) == 5_000
+    assert auto_batch(50_000, 784, 800.0, 4, False) == 5_000
+    assert auto_batch(50_000, 784, 0.0, 4, True) == 5_000
+
+
 def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
-    """MulticlassSVC's solve gets the budgets of its rows' features: 9 features take 200 MB
-    where 300 take the whole budget."""
+    """MulticlassSVC's solve gets the budgets and working set of its rows: 9 features take
+    200 MB where 300 take the whole budget; the working set is half the rows on 300 features
+    (the least lowered to 10 here), the least on 9, and a given batch_size stays."""
     _machine(monkeypatch, 24)
+    monkeypatch.setattr(_engine, "AUTO_BATCH_MIN", 10)
     seen = []
     solve = mc.solve
 
     def spy(executor, n, pcls, spec, settings, *a, **kw):
-        seen.append((settings.cache_size, settings.gram_cache_size))
+        seen.append((settings.cache_size, settings.gram_cache_size, settings.batch_size))
         return solve(executor, n, pcls, spec, settings, *a, **kw)
 
     monkeypatch.setattr(mc, "solve", spy)
@@ -78,4 +95,5 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
     y = np.repeat([0, 1, 2], 20)
     for d in (9, 300):
         MulticlassSVC(n_jobs=1).fit(rng.normal(size=(60, d)) + y[:, None], y)
-    assert seen == [(200.0, 200.0), (3072.0, 800.0)]
+    MulticlassSVC(n_jobs=1, solver_options={"batch_size": 7}).fit(rng.normal(size=(60, 300)), y)
+    assert seen == [(200.0, 200.0, 10), (3072.0, 800.0, 30), (3072.0, 800.0, 7)]

@@ -51,9 +51,12 @@ def test_every_estimator_has_its_options_in_the_one_table():
 
 
 def test_solver_settings_read_the_same_defaults():
+    from dmcsvm.estimators._engine import AUTO_BATCH_MIN
+
     s, d = SolverSettings(), DEFAULTS["MulticlassSVC"]
+    # batch_size None: sized by the data in fit, never below what the settings take alone
+    assert d["batch_size"] is None and s.batch_size == AUTO_BATCH_MIN
     assert (
-        s.batch_size,
         s.inner_steps,
         s.selection,
         s.optimizer,
@@ -62,7 +65,6 @@ def test_solver_settings_read_the_same_defaults():
         s.threshold,
         s.threshold_fraction,
     ) == (
-        d["batch_size"],
         d["inner_steps"],
         d["pattern_selection"],
         d["optimizer"],
@@ -89,7 +91,7 @@ def test_one_name_per_meaning():
             {"batch_size": 0},
             InvalidParameterError,
             "The 'batch_size' entry of MulticlassSVC's solver_options must be an int in the range "
-            "[1, inf). Got 0 instead.",
+            "[1, inf) or None. Got 0 instead.",
         ),
         (
             MulticlassSVC,

@@ -88,7 +88,9 @@ class SolverSettings:
     tol: float = 1e-3
     gap_tol: float = _DEFAULTS["gap_tol"]
     max_iter: int = -1
-    batch_size: int = _DEFAULTS["batch_size"]
+    #: (MulticlassSVC's batch_size=None sizes it by the data, estimators._engine.auto_batch; this
+    #: is its least, and what the settings take alone)
+    batch_size: int = 5000
     batch_sweeps: int = _DEFAULTS["batch_sweeps"]
     # the coordinator's working-set solve (working_set.solve_working_set; 0: one pass in order,
     # pattern.solve_batch, as MultiPrototypeSVC's linear path uses): at most inner_steps per-pattern

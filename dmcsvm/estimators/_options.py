@@ -46,6 +46,7 @@ def _constraints(choices, integers, reals, one_of):
     }
     smo = {"batch_size": [integers(2)]}
     per = {
+        "MulticlassSVC": {"batch_size": [integers(1), None]},
         "MultiPrototypeSVC": {
             "batch_size": [integers(1), None],
             "batch_sweeps": [integers(1), None],

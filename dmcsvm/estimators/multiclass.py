@@ -26,6 +26,8 @@ from ._base import (
 )
 from ._checkpoint import CheckpointSession
 from ._engine import (
+    AUTO_BATCH_MIN,
+    auto_batch,
     cache_mb,
     features_per_row,
     gram_mb,
@@ -74,11 +76,18 @@ def cs_settings(est, opts: dict, **more) -> SolverSettings:
     )
 
 
-def fit_budgets(est, settings: SolverSettings, td) -> SolverSettings:
+def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> SolverSettings:
     """``settings`` with the cache budgets for the training rows ``td``: 'auto' ones shrink on
-    rows of few features (:func:`~._engine.cache_mb`), numbers stay."""
+    rows of few features (:func:`~._engine.cache_mb`), numbers stay; with ``auto_size`` (a
+    ``batch_size`` of None) the working set sized by the data too (:func:`~._engine.auto_batch`)."""
     f = features_per_row(td)
-    return replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram_mb(est, f))
+    s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram_mb(est, f))
+    if auto_size:
+        g = s.cache_size if s.gram_cache_size is None else s.gram_cache_size
+        dense = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
+        b = auto_batch(int(td.n), f, float(g), np.dtype(td.dtype).itemsize, dense)
+        s = replace(s, batch_size=b)
+    return s
 
 
 def cs_partition_settings(
@@ -246,7 +255,8 @@ class MulticlassSVC(SVMEstimator):
         return cs_settings(
             self,
             opts,
-            batch_size=int(opts["batch_size"]),
+            # (None: sized by the data in fit, fit_budgets)
+            batch_size=int(opts["batch_size"] or AUTO_BATCH_MIN),
             batch_sweeps=int(opts["batch_sweeps"]),
             verbose=bool(self.verbose),
             inner_steps=float(opts["inner_steps"]),
@@ -314,7 +324,7 @@ class MulticlassSVC(SVMEstimator):
                 self, td, settings, classes, y_idx, row_C, start, threads=n_threads(self.n_jobs)
             )
         td = in_kernel_precision(self, td)  # float32 kernel values by default
-        settings = fit_budgets(self, settings, td)
+        settings = fit_budgets(self, settings, td, auto_size=opts["batch_size"] is None)
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)
