@@ -24,11 +24,12 @@ def _machine(monkeypatch, gib):
 
 
 def test_auto_budgets_by_features(monkeypatch):
-    _machine(monkeypatch, 24)  # an eighth: 3072 MB; the Gram block at most 800 MB
-    est = MulticlassSVC()
+    _machine(monkeypatch, 24)  # an eighth: 3072 MB; the Gram block at most 800 MB on few
+    est = MulticlassSVC()  # features (or none known), all of it on many
     assert (cache_mb(est), gram_mb(est)) == (3072.0, 800.0)
     for f in (256, 784, 10_000):
-        assert (cache_mb(est, f), gram_mb(est, f)) == (3072.0, 800.0)
+        assert (cache_mb(est, f), gram_mb(est, f)) == (3072.0, 3072.0)
+    assert gram_mb(est, 255.9) == 800.0 * 255.9 / 256
     assert (cache_mb(est, 128), gram_mb(est, 128)) == (1536.0, 400.0)
     assert (cache_mb(est, 36), gram_mb(est, 36)) == (432.0, 200.0)
     assert (cache_mb(est, 9), gram_mb(est, 9)) == (200.0, 200.0)
@@ -79,8 +80,9 @@ def test_auto_batch_by_rows_features_and_gram_places():
 
 def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
     """MulticlassSVC's solve gets the budgets and working set of its rows: 9 features take
-    200 MB where 300 take the whole budget; the working set is half the rows on 300 features
-    (the least lowered to 10 here), the least on 9, and a given batch_size stays."""
+    200 MB where 300 take the whole budget (the Gram block too); the working set is half the
+    rows on 300 features (the least lowered to 10 here), the least on 9, and a given batch_size
+    stays."""
     _machine(monkeypatch, 24)
     monkeypatch.setattr(_engine, "AUTO_BATCH_MIN", 10)
     seen = []
@@ -96,4 +98,4 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
     for d in (9, 300):
         MulticlassSVC(n_jobs=1).fit(rng.normal(size=(60, d)) + y[:, None], y)
     MulticlassSVC(n_jobs=1, solver_options={"batch_size": 7}).fit(rng.normal(size=(60, 300)), y)
-    assert seen == [(200.0, 200.0, 10), (3072.0, 800.0, 30), (3072.0, 800.0, 7)]
+    assert seen == [(200.0, 200.0, 10), (3072.0, 3072.0, 30), (3072.0, 3072.0, 7)]
