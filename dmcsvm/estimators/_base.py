@@ -116,7 +116,8 @@ WHERE_IT_RUNS_DOC = (
         Kernel cache budget in MB; 'auto' is an eighth of the machine's memory, at most 4096.
         It holds the partitions' kernel columns (shared by every binary problem of one fit)
         and, for the Crammer-Singer family, the coordinator's kernel block of the working
-        sets (at most 800 MB of an 'auto' budget); both grow to it only as they need.  With a
+        sets (at most 800 MB of an 'auto' budget on rows of fewer than 256 features, all of it
+        on more, where it bounds the working set); both grow to it only as they need.  With a
         ``client``, 'auto' is 200 MB (the workers have memory limits of their own).  A larger
         cache computes fewer kernel columns again: on 25,000 deformed MNIST digits 2,000 MB
         instead of 200 MB halved the fit.  On rows of fewer than 256 features (nonzeros, when
