@@ -161,6 +161,19 @@ class SolverSettings:
             raise ValueError(f"cache_size must be a number of MB >= 0, got {self.cache_size!r}")
         return self
 
+    @property
+    def gram_mb(self) -> float:
+        """The budget (MB) of the coordinator's Gram block: ``gram_cache_size``, or
+        ``cache_size`` when it is None."""
+        return self.cache_size if self.gram_cache_size is None else self.gram_cache_size
+
+
+def gram_places(budget_bytes: float, itemsize: int) -> int:
+    """Rows (and columns) of the largest Gram block of ``itemsize``-byte values within
+    ``budget_bytes`` (:class:`_GramCache`; what bounds MulticlassSVC's working set sized by the
+    data, :func:`~dmcsvm.estimators._engine.auto_batch`)."""
+    return int(np.sqrt(budget_bytes / itemsize))
+
 
 @dataclass
 class SolveResult:
@@ -345,7 +358,7 @@ class _GramCache:
 
     def _limit(self) -> int:
         """Rows (and columns) of the largest block within the budget."""
-        return int(np.sqrt(self.budget / self.dtype.itemsize))
+        return gram_places(self.budget, self.dtype.itemsize)
 
     def _evict(self, ids, p, limit) -> None:
         """Keep only the rows of this working set (``p >= 0``; ``p`` is rewritten to their new
@@ -502,7 +515,7 @@ def solve(
     # prototypes)
     greedy = s.inner_steps > 0 and (batch_solver is None or hasattr(batch_solver, "working_set"))
     # an in-process fit's threads idle while the coordinator works: its Gram rows use them
-    gram_mb = s.cache_size if s.gram_cache_size is None else s.gram_cache_size
+    gram_mb = s.gram_mb
     gram = (
         _GramCache(
             spec,

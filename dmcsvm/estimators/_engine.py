@@ -6,8 +6,7 @@ from __future__ import annotations
 import numbers
 import os
 
-import numpy as np
-
+from ..coordinators.crammer_singer import gram_places
 from ..engine.executor import InProcessExecutor
 
 #: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and
@@ -160,10 +159,11 @@ def _by_features(mb: float, features: float | None) -> float:
 AUTO_BATCH_MIN = 5000
 
 
-def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, dense: bool) -> int:
+def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, gram_block: bool) -> int:
     """MulticlassSVC's ``batch_size=None`` for ``n`` rows of ``features`` features: half the rows,
     at least :data:`AUTO_BATCH_MIN`, at most the places of the coordinator's Gram block within
-    ``gram_mb`` (``itemsize``-byte kernel values), on ``dense`` rows of at least
+    ``gram_mb`` (``itemsize``-byte kernel values), when the coordinator keeps that block
+    (``gram_block``: dense rows, a nonlinear kernel) and the rows have at least
     :data:`AUTO_CACHE_FULL_FEATURES` features; :data:`AUTO_BATCH_MIN` otherwise.
 
     Each round ends with a pass over every active row and their kernel columns for the moved
@@ -174,10 +174,9 @@ def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, dense: bo
     in 138.6 s at 14,142 against 187 s.  On few features rounds are cheap and the steps of a
     larger set cost more than the rounds it saves: shuttle (9 features) 1.9 s at 7,071
     against 1.5 s (benchmarks/results/HISTORY.md, 'Working-set size by the data')."""
-    if not dense or features < AUTO_CACHE_FULL_FEATURES or gram_mb <= 0:
+    if not gram_block or features < AUTO_CACHE_FULL_FEATURES or gram_mb <= 0:
         return AUTO_BATCH_MIN
-    places = int(np.sqrt(gram_mb * 2**20 / itemsize))
-    return int(max(AUTO_BATCH_MIN, min(n // 2, places)))
+    return int(max(AUTO_BATCH_MIN, min(n // 2, gram_places(gram_mb * 2**20, itemsize))))
 
 
 def features_per_row(td) -> float:

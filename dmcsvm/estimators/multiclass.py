@@ -83,9 +83,8 @@ def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> S
     f = features_per_row(td)
     s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram_mb(est, f))
     if auto_size:
-        g = s.cache_size if s.gram_cache_size is None else s.gram_cache_size
-        dense = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
-        b = auto_batch(int(td.n), f, float(g), np.dtype(td.dtype).itemsize, dense)
+        gram_block = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
+        b = auto_batch(int(td.n), f, float(s.gram_mb), np.dtype(td.dtype).itemsize, gram_block)
         s = replace(s, batch_size=b)
     return s
 
