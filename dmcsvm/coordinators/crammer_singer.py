@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ..engine.cache import compact_block
+from ..engine.cache import compact_block, gram_places
 from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.row_bank import RowBank
@@ -166,13 +166,6 @@ class SolverSettings:
         """The budget (MB) of the coordinator's Gram block: ``gram_cache_size``, or
         ``cache_size`` when it is None."""
         return self.cache_size if self.gram_cache_size is None else self.gram_cache_size
-
-
-def gram_places(budget_bytes: float, itemsize: int) -> int:
-    """Rows (and columns) of the largest Gram block of ``itemsize``-byte values within
-    ``budget_bytes`` (:class:`_GramCache`; what bounds MulticlassSVC's working set sized by the
-    data, :func:`~dmcsvm.estimators._engine.auto_batch`)."""
-    return int(np.sqrt(budget_bytes / itemsize))
 
 
 @dataclass

@@ -32,6 +32,13 @@ def compact_slots(buf, slots, old_width, keep_idx):
 
 
 @numba.njit(cache=True, nogil=True)
+def gram_places(budget_bytes: float, itemsize: int) -> int:
+    """Rows (and columns) of the largest square Gram block of ``itemsize``-byte values within
+    ``budget_bytes`` (the coordinator's ``_GramCache``; what bounds MulticlassSVC's working set
+    sized by the data, :func:`~dmcsvm.estimators._engine.auto_batch`)."""
+    return int(np.sqrt(budget_bytes / itemsize))
+
+
 def compact_block(G, keep):
     """Move the block ``G[keep][:, keep]`` (``keep`` increasing) to ``G[:k, :k]`` in place, the
     coordinator's Gram cache keeping one working set's rows (a fancy-indexed copy made a k x k

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 import os
 
-from ..coordinators.crammer_singer import gram_places
+from ..engine.cache import gram_places
 from ..engine.executor import InProcessExecutor
 
 #: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and
