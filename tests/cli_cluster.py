@@ -7,6 +7,7 @@ then waited 90 s for it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -57,3 +58,19 @@ def scheduler_address(scheduler_file, proc, timeout: float = 90.0) -> str:
             )
         time.sleep(0.1)
     raise TimeoutError(f"dask scheduler wrote no {path} within {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def notes_on_failure(procs_and_logs):
+    """On an exception inside, add to it (``add_note``: pytest prints notes) every process's exit
+    code (None: still running) and the last lines of the log its stderr went to: a worker lost
+    on a loaded CI machine then says why it went."""
+    try:
+        yield
+    except BaseException as e:
+        for proc, log in procs_and_logs:
+            log = Path(log)
+            tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
+            e.add_note(f"--- {' '.join(map(str, proc.args[1:3]))}: exit code {proc.poll()}, {log}:")
+            e.add_note("\n".join(tail))
+        raise

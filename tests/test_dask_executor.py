@@ -341,3 +341,53 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
             ex.step(RoundMessage())
         assert time.perf_counter() - t < 60
         ex.parts = []
+
+
+@pytest.mark.cluster
+def test_a_paused_worker_is_named_when_no_worker_runs():
+    """A worker paused for memory runs no task, so the executor does not count it; when no
+    other worker is running, the error after ``recover_timeout`` names it and its status (it
+    said only that the cluster had no workers)."""
+    import dask
+
+    X, y = _problem()
+    ps = PartitionSettings(
+        kernel=KernelSpec("rbf", 0.2).to_dict(),
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=1e-3,
+        n_candidates=8,
+        pcls=np.arange(4),
+    )
+    # a worker in this process pauses for real: this process holds more than 1 % of 2 GB
+    memory = {
+        "distributed.worker.memory.pause": 0.01,
+        "distributed.worker.memory.target": False,
+        "distributed.worker.memory.spill": False,
+        "distributed.worker.memory.terminate": False,
+        "distributed.worker.memory.monitor-interval": "50ms",
+    }
+    with (
+        dask.config.set(memory),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit="2GB",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        (addr,) = client.scheduler_info()["workers"]
+        deadline = time.monotonic() + 30
+        while client.scheduler_info()["workers"][addr]["status"] != "paused":
+            assert time.monotonic() < deadline, "the worker never paused"
+            time.sleep(0.1)
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                "the Dask cluster has no running workers (waited 2 s for one to join); the "
+                f"scheduler has {addr} (status 'paused')"
+            ),
+        ):
+            DaskExecutor(client, recover_timeout=2).start(X, y, y, ps)

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from cli_cluster import dask_cli, scheduler_address, scheduler_args
+from cli_cluster import dask_cli, notes_on_failure, scheduler_address, scheduler_args
 from dmcsvm_cli import run_cli
 from test_model_io import _rewrite_meta  # noqa: E402 - one helper that edits a model's JSON
 
@@ -493,11 +493,12 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
         if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
     }
     sched_file = tmp_path / "scheduler.json"
+    logs = [tmp_path / "scheduler.log", tmp_path / "worker.log"]
     procs = [
         subprocess.Popen(
             [cli, *scheduler_args(sched_file)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(logs[0], "wb"),  # noqa: SIM115 - the child holds it; closed at its exit
             env=env,
         )
     ]
@@ -517,11 +518,11 @@ def test_workers_without_a_nanny_give_the_in_process_model(tmp_path):
                     "127.0.0.1",
                 ],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=open(logs[1], "wb"),  # noqa: SIM115
                 env=env,
             )
         )
-        with Client(addr, timeout=60) as c:
+        with notes_on_failure(zip(procs, logs, strict=True)), Client(addr, timeout=60) as c:
             c.wait_for_workers(1, timeout=120)
 
             def worker_blas():

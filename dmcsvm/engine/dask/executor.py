@@ -89,6 +89,7 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         self._gen: list = []  # per partition: removals of its worker seen when placed
         self._losses: list = []  # per partition: times it was rebuilt
         self._suspect: dict = {}  # address -> its removals when its connection broke
+        self._not_running: dict = {}  # address -> status, of workers known but not running
         self.parts = []  # actors, one per group
         self.placement = []  # worker address of each partition
         self._watch = Watch()

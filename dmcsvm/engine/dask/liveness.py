@@ -35,6 +35,7 @@ class Liveness:
 
     Reads ``client``, ``recover_timeout``, ``placement``, ``groups``, ``plans``, ``_x_bytes``,
     ``_settings``, ``_watch``, ``_gen``, ``_suspect``, ``_info_kw``, ``_t_start_restarts``;
+    sets ``_not_running``;
     updates ``worker_info``."""
 
     def _first_workers(self) -> dict:
@@ -50,8 +51,8 @@ class Liveness:
                 raise self._memory_error(None, restarts, "before any worker could take")
             if time.monotonic() - t0 > self.recover_timeout:
                 raise ValueError(
-                    f"the Dask cluster has no workers (waited "
-                    f"{self.recover_timeout:.0f} s for one to join)"
+                    f"the Dask cluster has no running workers (waited "
+                    f"{self.recover_timeout:.0f} s for one to join){self._not_running_note()}"
                 )
             time.sleep(0.5)
 
@@ -132,11 +133,10 @@ class Liveness:
                 f"the Dask scheduler {self._scheduler_address()} did not answer within "
                 f"{limits.CALL_TIMEOUT_S:.0f} s ({e!r}); the fit cannot go on"
             ) from e
-        workers = {
-            a: w
-            for a, w in info.get("workers", {}).items()
-            if w.get("status", "running") == "running"
-        }
+        every = info.get("workers", {})
+        workers = {a: w for a, w in every.items() if w.get("status", "running") == "running"}
+        # the others (paused for memory, closing), named when a wait for a worker ends
+        self._not_running = {a: str(w.get("status")) for a, w in every.items() if a not in workers}
         self.worker_info.update(workers)
         return workers
 
@@ -158,9 +158,22 @@ class Liveness:
                 raise RuntimeError(
                     f"no Dask worker is left {what} partition {k} (its worker "
                     f"{self.placement[k]} died); waited {self.recover_timeout:.0f} s for one "
-                    f"to join"
+                    f"to join{self._not_running_note()}"
                 )
             time.sleep(0.5)
+
+    def _not_running_note(self) -> str:
+        """The workers the scheduler knows but does not count as running, and why (a worker
+        pauses when its memory passes distributed.worker.memory.pause), or those whose
+        connection broke: what a failed wait for a worker tells the user beside its timeout."""
+        seen = dict(self._not_running)
+        seen.update({a: "its connection broke" for a in self._suspect if self._is_suspect(a)})
+        if not seen:
+            return ""
+        return "; the scheduler has " + ", ".join(
+            f"{a} ({why if why.startswith('its') else 'status ' + repr(why)})"
+            for a, why in sorted(seen.items())
+        )
 
     def _is_lost(self, k) -> bool:
         """Whether the scheduler has removed partition ``k``'s worker since it was placed there
