@@ -31,7 +31,6 @@ def compact_slots(buf, slots, old_width, keep_idx):
             buf[dst + i] = buf[src + keep_idx[i]]
 
 
-@numba.njit(cache=True, nogil=True)
 def gram_places(budget_bytes: float, itemsize: int) -> int:
     """Rows (and columns) of the largest square Gram block of ``itemsize``-byte values within
     ``budget_bytes`` (the coordinator's ``_GramCache``; what bounds MulticlassSVC's working set
@@ -39,6 +38,7 @@ def gram_places(budget_bytes: float, itemsize: int) -> int:
     return int(np.sqrt(budget_bytes / itemsize))
 
 
+@numba.njit(cache=True, nogil=True)
 def compact_block(G, keep):
     """Move the block ``G[keep][:, keep]`` (``keep`` increasing) to ``G[:k, :k]`` in place, the
     coordinator's Gram cache keeping one working set's rows (a fancy-indexed copy made a k x k
