@@ -451,3 +451,34 @@ def test_small_memory_cache_reaches_the_optimum_of_an_ample_one():
     assert abs(d0 - d2) <= gap < 1e-4 * abs(d2)
     np.testing.assert_array_equal(small.predict(X), ample.predict(X))
     np.testing.assert_array_equal(plain.predict(X), ample.predict(X))
+
+
+def test_candidates_hold_the_violators_then_rows_from_a_tenth_of_tol():
+    """A partition reports its violators and, in the room left, the rows with
+    ``tol / 10 < psi <= tol`` (they are the ones a working set's steps push over ``tol``); a row
+    at or below ``tol / 10`` is not reported."""
+    from dmcsvm.engine.messages import RoundMessage
+    from dmcsvm.engine.partition import NEAR_TOL_FRACTION, Partition, PartitionSettings
+    from dmcsvm.numerics import pattern as pt
+
+    tol = 1e-3
+    psi = np.array([0.5, 2e-3, 9e-4, 2e-4, 1.01e-4, 1e-4, 5e-5, 0.0])
+    n, P = psi.shape[0], 3
+    y = np.zeros(n, dtype=np.int64)
+    ps = PartitionSettings(
+        kernel={"name": "rbf", "gamma": 0.5},
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=tol,
+        n_candidates=100,
+        pcls=np.arange(P),
+        shrinking=False,
+    )
+    part = Partition(0, 0, n, np.random.default_rng(0).normal(size=(n, 4)), y, y, ps)
+    # every coefficient 0: psi = max(F_y - 1, max_r F_r) - (F_y - 1) = F_1 when F_y = 1
+    part.F[:, 0] = 1.0
+    part.F[:, 1] = psi
+    reply = part.step(RoundMessage())
+    assert NEAR_TOL_FRACTION == 0.1
+    np.testing.assert_allclose(reply.cand_psi, psi[:5])
+    assert reply.cand_ids.tolist() == [0, 1, 2, 3, 4]

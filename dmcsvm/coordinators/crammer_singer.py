@@ -97,7 +97,7 @@ class SolverSettings:
     # optimizations per batch row; while violators are left out of the batch it stops at
     # max psi <= max(tol, inner_frac * max psi of the batch), once the batch holds every violator
     # at max(inner_floor * tol, inner_prog * max psi) (measurements: benchmarks/results/HISTORY.md,
-    # 'Working-set solve settings').  Rows with psi in (tol / 2, tol]
+    # 'Working-set solve settings').  Rows with psi in (tol / 10, tol]
     # (PartitionSettings.near_tol) fill a batch that has room (they are about to violate)
     inner_steps: float = _DEFAULTS["inner_steps"]
     # the working-set solves' over-relaxation of exact steps (pattern._over_relax, kernel and

@@ -52,7 +52,7 @@ class PartitionSettings:
     kernel_block_bytes: int = 64 * 2**20  # largest kernel block a partition materializes
     extra: dict = field(default_factory=dict)
     #: rows with ``tol >= psi > near_tol`` are reported too (after every violator), so that the
-    #: coordinator's working set can hold the rows about to violate; 'auto': tol / 2; None:
+    #: coordinator's working set can hold the rows about to violate; 'auto': tol / 10; None:
     #: violators only
     near_tol: float | str | None = "auto"
     #: report, beside the best ``n_candidates`` violators, every class's best
