@@ -99,3 +99,21 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
         MulticlassSVC(n_jobs=1).fit(rng.normal(size=(60, d)) + y[:, None], y)
     MulticlassSVC(n_jobs=1, solver_options={"batch_size": 7}).fit(rng.normal(size=(60, 300)), y)
     assert seen == [(200.0, 200.0, 10), (3072.0, 3072.0, 30), (3072.0, 3072.0, 7)]
+
+
+def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeypatch):
+    """On many features, in process, the Gram block holds a working set of half the rows when
+    the cache budget would not, up to a third of the machine's memory; few features, a given
+    budget or a cluster fit keep their rule."""
+    _machine(monkeypatch, 24)  # cache: 3072 MB; a third: 8192 MB
+    est = MulticlassSVC()
+    assert gram_mb(est, 784, rows=40_000) == 3072.0  # 20,000^2 float32: 1,526 MB
+    assert gram_mb(est, 784, rows=60_000) == pytest.approx(30_000**2 * 4 / 2**20)  # 3,433 MB
+    assert gram_mb(est, 784, rows=70_000, itemsize=8) == 8192.0  # 35,000^2 float64: 9,346 MB
+    assert gram_mb(est, 784, rows=200_000) == 8192.0
+    assert gram_mb(est, 16, rows=200_000) == 200.0  # 800 MB by 16/256 features, at least 200
+    assert gram_mb(MulticlassSVC(cache_size=500), 784, rows=200_000) is None
+    assert gram_mb(MulticlassSVC(client="tcp://127.0.0.1:1"), 784, rows=200_000) == 200.0
+    # what the fit's working set becomes: half the rows while the block holds them
+    assert auto_batch(60_000, 784, gram_mb(est, 784, rows=60_000), 4, True) == 30_000
+    assert auto_batch(200_000, 784, 8192.0, 4, True) == 46_340

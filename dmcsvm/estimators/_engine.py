@@ -91,6 +91,9 @@ def n_threads(n_jobs) -> int:
 #: ``cache_size='auto'`` in-process: this share of the machine's memory, at most AUTO_CACHE_MAX MB
 AUTO_CACHE_SHARE = 1 / 8
 AUTO_CACHE_MAX = 4096.0
+#: ``cache_size='auto'`` in-process, rows of many features: the coordinator's Gram block may grow
+#: past the cache budget to hold a working set of half the rows, up to this share of the memory
+AUTO_GRAM_SHARE = 1 / 3
 #: ``cache_size='auto'``: the coordinator's Gram block of the working sets takes at most this
 #: (MB; 14,000 rows of float32): every row new to it is computed against all it holds, so a
 #: larger block costs rounds whose candidates churn (shuttle, letter: 7-15 % slower at 3 GB)
@@ -125,25 +128,42 @@ def cache_mb(est, features: float | None = None) -> float:
         return float(v)
     if est.client is not None:
         return AUTO_CACHE_CLUSTER
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+    total = _memory_mb()
+    if total is None:  # pragma: no cover - not POSIX
         return 1024.0
-    return _by_features(float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE / 2**20)), features)
+    return _by_features(float(min(AUTO_CACHE_MAX, total * AUTO_CACHE_SHARE)), features)
 
 
-def gram_mb(est, features: float | None = None) -> float | None:
+def _memory_mb() -> float | None:
+    """This machine's physical memory (MB), None where POSIX cannot say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def gram_mb(
+    est, features: float | None = None, rows: int | None = None, itemsize: int = 4
+) -> float | None:
     """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
     for a number; for 'auto', ``min(cache_mb, 800)`` (measurements: benchmarks/results/HISTORY.md,
     'Kernel cache defaults'), shared as :func:`cache_mb` by ``features`` below
-    :data:`AUTO_CACHE_FULL_FEATURES`, and the whole of ``cache_mb`` from there on.  On many
-    features the block bounds the working set (:func:`auto_batch`), and a larger one takes
-    fewer rounds: 100,000 deformed digits fitted in 397 s and 53 rounds with 4 GB (working
-    sets of 32,768) against 609 s and 173 rounds with 800 MB (14,481)."""
+    :data:`AUTO_CACHE_FULL_FEATURES`, and the whole of ``cache_mb`` from there on.
+
+    On many features the block bounds the working set (:func:`auto_batch`), and a larger one
+    takes fewer rounds, so in process the block grows past ``cache_mb`` to hold a working set of
+    half the ``rows`` (of ``itemsize``-byte values), up to :data:`AUTO_GRAM_SHARE` of the
+    machine's memory: 100,000 deformed digits fitted in 305 s and 15 rounds with 8 GB (working
+    sets of 44,721) against 488 s and 40 rounds with 3 GB (28,377)."""
     if not isinstance(est.cache_size, str):
         return None
     if features is not None and features >= AUTO_CACHE_FULL_FEATURES:
-        return cache_mb(est)
+        mb = cache_mb(est)
+        if rows is None or est.client is not None:
+            return mb
+        need = (rows // 2) ** 2 * itemsize / 2**20  # a working set of half the rows
+        total = _memory_mb()
+        return max(mb, min(need, total * AUTO_GRAM_SHARE)) if total else mb
     return _by_features(min(cache_mb(est), AUTO_GRAM_MAX), features)
 
 

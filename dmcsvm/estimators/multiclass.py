@@ -81,7 +81,8 @@ def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> S
     rows of few features (:func:`~._engine.cache_mb`), numbers stay; with ``auto_size`` (a
     ``batch_size`` of None) the working set sized by the data too (:func:`~._engine.auto_batch`)."""
     f = features_per_row(td)
-    s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram_mb(est, f))
+    gram = gram_mb(est, f, rows=int(td.n), itemsize=np.dtype(td.dtype).itemsize)
+    s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram)
     if auto_size:
         gram_block = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
         b = auto_batch(int(td.n), f, float(s.gram_mb), np.dtype(td.dtype).itemsize, gram_block)
