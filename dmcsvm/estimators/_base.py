@@ -119,7 +119,7 @@ WHERE_IT_RUNS_DOC = (
         sets (at most 800 MB of an 'auto' budget on rows of fewer than 256 features, all of it
         on more, where it bounds the working set, and in process more still, to hold a working
         set of half the rows, up to a third of the machine's memory: 100,000 deformed digits
-        fitted in 305 s with 8 GB against 488 s with 3 GB); both grow to it only as they
+        fitted in 375 s with 8 GB against 488 s with 3 GB); both grow to it only as they
         need.  With a
         ``client``, 'auto' is 200 MB (the workers have memory limits of their own).  A larger
         cache computes fewer kernel columns again: on 25,000 deformed MNIST digits 2,000 MB

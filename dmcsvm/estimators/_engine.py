@@ -153,8 +153,8 @@ def gram_mb(
     On many features the block bounds the working set (:func:`auto_batch`), and a larger one
     takes fewer rounds, so in process the block grows past ``cache_mb`` to hold a working set of
     half the ``rows`` (of ``itemsize``-byte values), up to :data:`AUTO_GRAM_SHARE` of the
-    machine's memory: 100,000 deformed digits fitted in 305 s and 15 rounds with 8 GB (working
-    sets of 44,721) against 488 s and 40 rounds with 3 GB (28,377)."""
+    machine's memory: 100,000 deformed digits fitted in 375 s and 22 rounds with the block
+    grown to 8 GB (working sets of 46,340) against 488 s and 40 rounds with 3 GB (28,377)."""
     if not isinstance(est.cache_size, str):
         return None
     if features is not None and features >= AUTO_CACHE_FULL_FEATURES:
