@@ -218,6 +218,19 @@ def test_bad_client_value():
         MulticlassSVC(client=42).fit(X, y)
 
 
+def _bmg_settings():
+    """Partition settings of the tests that start a cluster of their own (``_problem``'s four
+    classes, RBF, BMG selection)."""
+    return PartitionSettings(
+        kernel=KernelSpec("rbf", 0.2).to_dict(),
+        C=1.0,
+        selection=pt.SEL_BMG,
+        tol=1e-3,
+        n_candidates=8,
+        pcls=np.arange(4),
+    )
+
+
 # ------------------------------------------------------------------ a real cluster
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
@@ -313,15 +326,7 @@ def test_lost_worker_fails_the_round_instead_of_hanging(monkeypatch):
 
     monkeypatch.setattr(limits, "ACTOR_POLL_S", 0.5)
     X, y = _problem()
-    spec = KernelSpec("rbf", 0.2)
-    ps = PartitionSettings(
-        kernel=spec.to_dict(),
-        C=1.0,
-        selection=pt.SEL_BMG,
-        tol=1e-3,
-        n_candidates=8,
-        pcls=np.arange(4),
-    )
+    ps = _bmg_settings()
     # a cluster of its own, not the session's: this test kills one of its workers
     with (
         LocalCluster(
@@ -351,14 +356,7 @@ def test_a_paused_worker_is_named_when_no_worker_runs():
     import dask
 
     X, y = _problem()
-    ps = PartitionSettings(
-        kernel=KernelSpec("rbf", 0.2).to_dict(),
-        C=1.0,
-        selection=pt.SEL_BMG,
-        tol=1e-3,
-        n_candidates=8,
-        pcls=np.arange(4),
-    )
+    ps = _bmg_settings()
     # a worker in this process pauses for real: this process holds more than 1 % of 2 GB
     memory = {
         "distributed.worker.memory.pause": 0.01,

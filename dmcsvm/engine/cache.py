@@ -38,6 +38,12 @@ def gram_places(budget_bytes: float, itemsize: int) -> int:
     return int(np.sqrt(budget_bytes / itemsize))
 
 
+def gram_bytes(places: int, itemsize: int) -> int:
+    """Bytes of a square Gram block of ``places`` rows of ``itemsize``-byte values (the inverse
+    of :func:`gram_places`)."""
+    return int(places) ** 2 * int(itemsize)
+
+
 @numba.njit(cache=True, nogil=True)
 def compact_block(G, keep):
     """Move the block ``G[keep][:, keep]`` (``keep`` increasing) to ``G[:k, :k]`` in place, the

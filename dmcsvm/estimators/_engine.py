@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 import os
 
-from ..engine.cache import gram_places
+from ..engine.cache import gram_bytes, gram_places
 from ..engine.executor import InProcessExecutor
 
 #: The thread policy: every estimator's ``n_jobs`` docstring (:mod:`._base`) and
@@ -161,7 +161,7 @@ def gram_mb(
         mb = cache_mb(est)
         if rows is None or est.client is not None:
             return mb
-        need = (rows // 2) ** 2 * itemsize / 2**20  # a working set of half the rows
+        need = gram_bytes(half_the_rows(rows), itemsize) / 2**20
         total = _memory_mb()
         return max(mb, min(need, total * AUTO_GRAM_SHARE)) if total else mb
     return _by_features(min(cache_mb(est), AUTO_GRAM_MAX), features)
@@ -177,6 +177,12 @@ def _by_features(mb: float, features: float | None) -> float:
 #: MulticlassSVC's ``batch_size=None``: the working set's patterns at least (and on rows of few
 #: features, or sparse ones, or a linear kernel: always)
 AUTO_BATCH_MIN = 5000
+
+
+def half_the_rows(n: int) -> int:
+    """The working set ``batch_size=None`` aims at on ``n`` rows (:func:`auto_batch`), and what
+    the 'auto' Gram block grows to hold (:func:`gram_mb`)."""
+    return n // 2
 
 
 def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, gram_block: bool) -> int:
@@ -196,7 +202,7 @@ def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, gram_bloc
     against 1.5 s (benchmarks/results/HISTORY.md, 'Working-set size by the data')."""
     if not gram_block or features < AUTO_CACHE_FULL_FEATURES or gram_mb <= 0:
         return AUTO_BATCH_MIN
-    return int(max(AUTO_BATCH_MIN, min(n // 2, gram_places(gram_mb * 2**20, itemsize))))
+    return int(max(AUTO_BATCH_MIN, min(half_the_rows(n), gram_places(gram_mb * 2**20, itemsize))))
 
 
 def features_per_row(td) -> float:

@@ -166,14 +166,11 @@ class Liveness:
         """The workers the scheduler knows but does not count as running, and why (a worker
         pauses when its memory passes distributed.worker.memory.pause), or those whose
         connection broke: what a failed wait for a worker tells the user beside its timeout."""
-        seen = dict(self._not_running)
-        seen.update({a: "its connection broke" for a in self._suspect if self._is_suspect(a)})
-        if not seen:
+        why = {a: f"status {status!r}" for a, status in self._not_running.items()}
+        why.update({a: "its connection broke" for a in self._suspect if self._is_suspect(a)})
+        if not why:
             return ""
-        return "; the scheduler has " + ", ".join(
-            f"{a} ({why if why.startswith('its') else 'status ' + repr(why)})"
-            for a, why in sorted(seen.items())
-        )
+        return "; the scheduler has " + ", ".join(f"{a} ({w})" for a, w in sorted(why.items()))
 
     def _is_lost(self, k) -> bool:
         """Whether the scheduler has removed partition ``k``'s worker since it was placed there
