@@ -117,3 +117,33 @@ def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeyp
     # what the fit's working set becomes: half the rows while the block holds them
     assert auto_batch(60_000, 784, gram_mb(est, 784, rows=60_000), 4, True) == 30_000
     assert auto_batch(200_000, 784, 8192.0, 4, True) == 46_340
+
+
+def test_gram_block_grows_only_for_the_working_set_it_sizes(monkeypatch):
+    """The 'auto' Gram block grows past the cache budget only where ``batch_size=None`` sizes
+    the working set by it (dense rows, a nonlinear kernel): sparse rows (no block) and a given
+    ``batch_size`` keep the cache budget (a linear kernel's fit takes the explicit-prototype
+    path, which has no Gram block).  A cache
+    budget of 0.001 MB stands for one smaller than half the rows' block (30^2 float32 values:
+    0.0034 MB) on 60 rows."""
+    _machine(monkeypatch, 24)
+    monkeypatch.setattr(_engine, "AUTO_CACHE_MAX", 0.001)
+    monkeypatch.setattr(_engine, "AUTO_BATCH_MIN", 10)
+    seen = []
+    solve = mc.solve
+
+    def spy(executor, n, pcls, spec, settings, *a, **kw):
+        seen.append((settings.gram_cache_size, settings.batch_size))
+        return solve(executor, n, pcls, spec, settings, *a, **kw)
+
+    monkeypatch.setattr(mc, "solve", spy)
+    rng = np.random.default_rng(3)
+    y = np.repeat([0, 1, 2], 20)
+    X = rng.normal(size=(60, 300)) + y[:, None]
+    grown = 30 * 30 * 4 / 2**20
+    MulticlassSVC(n_jobs=1).fit(X, y)
+    assert seen[-1] == (pytest.approx(grown), 30)  # half the rows, held by the grown block
+    MulticlassSVC(n_jobs=1).fit(sp.csr_matrix(X), y)
+    MulticlassSVC(n_jobs=1, solver_options={"batch_size": 7}).fit(X, y)
+    assert seen[1:] == [(0.001, 10), (0.001, 7)]
+    assert gram_mb(MulticlassSVC(), 300, rows=60) == pytest.approx(grown)

@@ -79,13 +79,19 @@ def cs_settings(est, opts: dict, **more) -> SolverSettings:
 def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> SolverSettings:
     """``settings`` with the cache budgets for the training rows ``td``: 'auto' ones shrink on
     rows of few features (:func:`~._engine.cache_mb`), numbers stay; with ``auto_size`` (a
-    ``batch_size`` of None) the working set sized by the data too (:func:`~._engine.auto_batch`)."""
+    ``batch_size`` of None) the working set sized by the data too (:func:`~._engine.auto_batch`).
+    The Gram block grows past the cache budget (:func:`~._engine.gram_mb` given the rows) only
+    for the working set it sizes: dense rows, a nonlinear kernel and ``auto_size``; sparse rows
+    keep no block, a linear kernel none in the solve, and a given ``batch_size`` is not asked
+    to grow."""
     f = features_per_row(td)
-    gram = gram_mb(est, f, rows=int(td.n), itemsize=np.dtype(td.dtype).itemsize)
+    gram_block = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
+    sizes = auto_size and gram_block
+    itemsize = np.dtype(td.dtype).itemsize
+    gram = gram_mb(est, f, rows=int(td.n) if sizes else None, itemsize=itemsize)
     s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram)
     if auto_size:
-        gram_block = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
-        b = auto_batch(int(td.n), f, float(s.gram_mb), np.dtype(td.dtype).itemsize, gram_block)
+        b = auto_batch(int(td.n), f, float(s.gram_mb), itemsize, gram_block)
         s = replace(s, batch_size=b)
     return s
 
