@@ -378,10 +378,10 @@ class Partition(PartitionBase):
 
     def save_state(self, directory) -> tuple:
         """Write what the next rounds read of this partition (scores ``F``, its ``B`` rows, the
-        active set and the shrinking counters) beside a checkpoint, so that a resumed fit takes
-        the same rounds as the uninterrupted one (a rebuild from ``B`` alone would give scores
-        that differ in the last bits, and shrinking would start over).  npz without pickle,
-        crc32 per array; returns ``(part_id, lo, hi)``."""
+        active set, the shrinking counters and the unshrink's log) beside a checkpoint, so that
+        a resumed fit takes the same rounds as the uninterrupted one (a rebuild from ``B``
+        alone would give scores that differ in the last bits, and shrinking would start over).
+        npz without pickle, crc32 per array; returns ``(part_id, lo, hi)``."""
         arrays = {
             "F": self.F,
             "B": self.B,
