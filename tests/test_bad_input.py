@@ -236,6 +236,8 @@ def test_bad_hyper_parameter_rejected_before_touching_data():
         ("threshold", "x", "threshold must be one of"),
         ("tol", float("nan"), "tol must be a positive number"),
         ("batch_size", 0, "batch_size must be an integer >= 1"),
+        ("inner_skip", 1.0, r"inner_skip must be in \[0, 1\), got 1.0"),
+        ("inner_skip", -0.1, r"inner_skip must be in \[0, 1\), got -0.1"),
     ],
 )
 def test_solver_settings_check(field, value, message):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 THRESHOLDS = ("max", "mean", "exp", "linear", "log")
 EPS0 = 0.999  # CS 2001 §7: initial accuracy of every cooling scheme
 
@@ -27,3 +29,17 @@ def threshold_value(kind: str, t: int, max_v: float, mean_v: float, fraction: fl
     if kind == "log":
         return EPS0 / math.log10(t + 10)
     raise ValueError(f"threshold must be one of {THRESHOLDS}, got {kind!r}")
+
+
+def reference_violation(psi, skip: float) -> float:
+    """The largest of ``psi`` once its ``floor(skip * len(psi))`` largest values are set aside
+    (``skip = 0``: the largest): the working set's violation that its solve's stopping point is
+    taken relative to, so that a handful of outlying rows do not end a solve of thousands
+    after a few dozen steps (``SolverSettings.inner_skip``)."""
+    k = int(skip * len(psi))
+    if k <= 0:
+        return float(max(psi))
+    if k >= len(psi):
+        k = len(psi) - 1
+    i = len(psi) - 1 - k
+    return float(np.partition(psi, i)[i])
