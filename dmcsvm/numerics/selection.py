@@ -4,8 +4,10 @@ MAX/MEAN)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 THRESHOLDS = ("max", "mean", "exp", "linear", "log")
 EPS0 = 0.999  # CS 2001 §7: initial accuracy of every cooling scheme
@@ -31,7 +33,7 @@ def threshold_value(kind: str, t: int, max_v: float, mean_v: float, fraction: fl
     raise ValueError(f"threshold must be one of {THRESHOLDS}, got {kind!r}")
 
 
-def reference_violation(psi, skip: float) -> float:
+def reference_violation(psi: NDArray[np.floating[Any]], skip: float) -> float:
     """The largest of ``psi`` once its ``floor(skip * len(psi))`` largest values are set aside
     (``skip = 0``: the largest): the working set's violation that its solve's stopping point is
     taken relative to, so that a handful of outlying rows do not end a solve of thousands
