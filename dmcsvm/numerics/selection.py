@@ -40,7 +40,7 @@ def reference_violation(psi: NDArray[np.floating[Any]], skip: float) -> float:
     after a few dozen steps (``SolverSettings.inner_skip``)."""
     k = int(skip * len(psi))
     if k <= 0:
-        return float(max(psi))
+        return float(np.max(psi))
     if k >= len(psi):
         k = len(psi) - 1
     i = len(psi) - 1 - k
