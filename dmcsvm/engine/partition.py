@@ -416,8 +416,9 @@ class Partition(PartitionBase):
                 got = {k: z[k] for k in (*_STATE_KEYS, "bounds", "crc32")}
                 # (states written before the unshrink's log have none: their shrunk rows are
                 # rebuilt from the support, as they were then)
-                keys = _STATE_KEYS + (_LOG_KEYS if all(k in z.files for k in _LOG_KEYS) else ())
-                got.update({k: z[k] for k in keys[len(_STATE_KEYS) :]})
+                has_log = all(k in z.files for k in _LOG_KEYS)
+                keys = _STATE_KEYS + (_LOG_KEYS if has_log else ())
+                got.update({k: z[k] for k in _LOG_KEYS if has_log})
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"{path}: cannot read the partition state ({e})") from None
         if list(got["bounds"]) != [self.lo, self.hi]:
@@ -427,7 +428,7 @@ class Partition(PartitionBase):
         crc = [zlib.crc32(np.ascontiguousarray(got[k])) for k in keys]
         if crc != list(got["crc32"]) or got["F"].shape != (n, P) or got["B"].shape != (n, P):
             raise ValueError(f"{path}: the partition state fails its checksum or shape")
-        self._load_log(got if len(keys) > len(_STATE_KEYS) else None, path)
+        self._load_log(got if has_log else None, path)
         self.F[:] = got["F"]
         self.B[:] = got["B"]
         self.calm[:] = got["calm"]
