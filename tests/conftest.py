@@ -85,9 +85,15 @@ def _session_cluster():
         )
     # not the default client: it would send every dask computation of the session to this
     # cluster (dask's scheduler setting), and `default_client()` would find it in every test
-    with cluster, Client(cluster, set_as_default=False) as client:
+    client = Client(cluster, set_as_default=False)
+    try:
         pids = list(client.run(os.getpid).values())
         yield client
+    finally:
+        # closed with time limits (a close waits on the workers' replies): a session's end must
+        # not wait forever on a worker that stopped answering
+        client.close(timeout=30)
+        cluster.close(timeout=60)
     deadline = time.monotonic() + 30
     while [p for p in pids if _running(p)] and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -117,7 +117,7 @@ def test_rebuilt_rows_get_a_key_of_their_own(local_client, reference):
         hashed = local_client.scatter(X[lo:hi], workers=[w], direct=True)
         again = [ex._rows_for(0, w) for _ in range(2)]
         assert len({hashed.key, again[0].key, again[1].key}) == 3
-        np.testing.assert_array_equal(again[0].result(), X[lo:hi])
+        np.testing.assert_array_equal(again[0].result(timeout=120), X[lo:hi])
         # cancelled at once, but its worker's one thread still sleeps it out (cancel does not
         # interrupt a running task): 30 s here made the next test on the session cluster wait
         slow = local_client.submit(time.sleep, 3, pure=False)

@@ -131,11 +131,11 @@ def test_dask_array_fit_and_lazy_predict(local_client):
     keys = [str(k) for k in pred.__dask_graph__().keys()]
     assert any("dmcsvm-predict" in k for k in keys)
     # the session client is not the default one: compute on the cluster explicitly
-    np.testing.assert_array_equal(local_client.compute(pred).result(), ref.predict(X))
+    np.testing.assert_array_equal(local_client.compute(pred).result(timeout=120), ref.predict(X))
     dec = est.decision_function(Xd)
     # float32 kernels of 70-row blocks vs one 300-row block: equal to float32 precision
     np.testing.assert_allclose(
-        local_client.compute(dec).result(), ref.decision_function(X), rtol=0, atol=1e-5
+        local_client.compute(dec).result(timeout=120), ref.decision_function(X), rtol=0, atol=1e-5
     )
     inproc = MulticlassSVC(n_jobs=2, **PARAMS, solver_options=OPTS).fit(Xd, y)
     _same_model(ref, inproc, atol=1e-9)

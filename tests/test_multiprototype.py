@@ -645,7 +645,7 @@ def test_store_and_dask_array_inputs_on_dask_equal_arrays_in_process(
     lazy = on_store.predict(da.from_array(X, chunks=25))
     assert isinstance(lazy, da.Array)
     # the session client is not the default one: compute on the cluster explicitly
-    np.testing.assert_array_equal(local_client.compute(lazy).result(), expected)
+    np.testing.assert_array_equal(local_client.compute(lazy).result(timeout=120), expected)
     np.testing.assert_allclose(
         on_store.decision_function(url), ref.decision_function(X), rtol=0, atol=1e-5
     )

@@ -425,4 +425,4 @@ def test_store_and_dask_array_inputs_train_on_the_workers_like_arrays(local_clie
         lazy = est.predict(da.from_array(X, chunks=25))
         assert isinstance(lazy, da.Array)
         # the session client is not the default one: compute on the cluster explicitly
-        np.testing.assert_array_equal(local_client.compute(lazy).result(), expected)
+        np.testing.assert_array_equal(local_client.compute(lazy).result(timeout=120), expected)
