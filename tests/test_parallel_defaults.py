@@ -73,7 +73,12 @@ def test_omp_num_threads_bounds_the_default_in_a_fresh_process():
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     assert out.strip() == "1"
 
