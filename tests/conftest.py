@@ -3,8 +3,10 @@ direct solver driver) live in ``tests/oracles.py``; import it as ``import oracle
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
+import sys
 import time
 
 import oracles
@@ -24,6 +26,21 @@ def _import_dmcsvm_from_here_in_subprocesses():
 
 
 _import_dmcsvm_from_here_in_subprocesses()
+
+
+def pytest_configure(config):
+    """A watchdog on every test process (the xdist workers and the main one): a run still going
+    after ``DMCSVM_TEST_WATCHDOG_S`` seconds (default 2400: the README's run takes 6-10 minutes
+    on 2 cores, and CI stops a run at 90; 0 turns it off) prints every thread's stack and
+    exits.  pytest-timeout (600 s a test, in pyproject.toml) ends a test hung in Python; this
+    also ends one hung while holding the GIL, where no signal handler runs."""
+    limit = float(os.environ.get("DMCSVM_TEST_WATCHDOG_S", "2400"))
+    if limit > 0:
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            # the main process of an xdist run waits 2 more minutes: a worker's exit is reported
+            # as that worker's test having crashed, and the run goes on without it
+            limit += 120
+        faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -118,3 +118,23 @@ def test_a_saved_state_keeps_the_log(tmp_path):
     part._unshrink(sv)
     again._unshrink(sv)
     np.testing.assert_array_equal(again.F, part.F)
+
+
+@pytest.mark.parametrize("below", [True, False])
+def test_a_partition_shrinks_once_its_calm_rows_reach_the_shrink_step(below):
+    """Each shrink re-packs the cached kernel columns, so a partition waits until at least
+    ``SHRINK_STEP`` of its active rows have stayed calm (zero coefficients, margin beyond the
+    round's) for ``shrink_after`` rounds: one row fewer keeps every row active."""
+    rng = np.random.default_rng(7)
+    n, P = 200, 3
+    X = rng.normal(size=(n, 4))
+    y = rng.integers(0, P, n)
+    ps = _settings(KernelSpec("rbf", gamma=0.3), P, np.float64, shrink_after=1)
+    part = Partition(0, 0, n, X, y, y, ps)
+    k = int(np.ceil(partition.SHRINK_STEP * n)) - (1 if below else 0)
+    calm = np.sort(rng.choice(n, k, replace=False))
+    part.F[calm, y[calm]] = 5.0  # margin 5 - 1 - 0 beyond the round's 0.5: calm
+    part._report(0.5)
+    assert np.all(part.calm[calm] == 1) and np.count_nonzero(part.calm) == k
+    want = np.arange(n) if below else np.setdiff1d(np.arange(n), calm)
+    np.testing.assert_array_equal(part.active, want)

@@ -25,6 +25,10 @@ from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
 from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401
 
 #: arrays of a partition's saved state (save_state / load_state)
+#: a partition shrinks once at least this fraction of its active rows has stayed calm for
+#: ``shrink_after`` rounds (each shrink re-packs the cached kernel columns)
+SHRINK_STEP = 0.05
+
 _STATE_KEYS = ("F", "B", "active", "calm")
 #: the unshrink's log in a saved state (Partition._log_arrays)
 _LOG_KEYS = ("shrunk_at", "log_t0", "log_rows", "log_X", "log_dB")
@@ -347,8 +351,9 @@ class Partition(PartitionBase):
         )
         if s.shrinking:
             keep = self.calm[rows] < s.shrink_after
-            # shrink in steps of >= 5% of the active set: every step re-packs the cached columns
-            if na - np.count_nonzero(keep) >= max(1, 0.05 * na):
+            # shrink in steps of >= SHRINK_STEP of the active set: every step re-packs the
+            # cached columns
+            if na - np.count_nonzero(keep) >= max(1, SHRINK_STEP * na):
                 self._shrink(keep)
         return reply
 
