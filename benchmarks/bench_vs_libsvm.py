@@ -329,16 +329,7 @@ def table(results) -> str:
 
 
 #: the sets of ``--defaults``: every real set with >= 2,000 training rows (loader in _data)
-DEFAULT_SETS = {
-    "letter": "load_letter",
-    "usps": "load_usps_scaled",
-    "satimage": "load_satimage",
-    "pendigits": "load_pendigits",
-    "dna": "load_dna",
-    "shuttle": "load_shuttle",
-    "optdigits": "load_optdigits",
-    "mnist": "load_mnist_test_split",
-}
+DEFAULT_SETS = _data.DEFAULT_SETS
 
 
 def run_defaults(name, data, repeat):

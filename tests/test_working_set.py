@@ -509,6 +509,35 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
     np.testing.assert_array_equal(B1, B2)
 
 
+def test_on_dask_the_coordinators_gram_rows_use_n_jobs_threads(cs, local_client, monkeypatch):
+    """With a client the workers wait while the coordinator solves: its Gram rows run on
+    ``n_jobs`` threads of the fitting process (``n_jobs=1``: none started), and the model is
+    the same bit for bit."""
+    from dmcsvm.engine.dask import DaskExecutor
+    from dmcsvm.estimators._engine import make_executor, release_executor
+
+    monkeypatch.setattr(_GramCache, "CHUNK", 5)
+    pooled = []
+    ensure = _GramCache.ensure
+
+    def recording_ensure(self, rows):
+        ensure(self, rows)
+        pooled.append(self._pool.started)
+
+    monkeypatch.setattr(_GramCache, "ensure", recording_ensure)
+    X, y = cs.make_blobs_problem(11, 120, 5, 4, spread=1.3, scale=1.5)
+    opts = {"batch_size": 40, "n_partitions": 2}
+    ex, owned = make_executor(MulticlassSVC(client=local_client, n_jobs=3))
+    assert isinstance(ex, DaskExecutor) and ex.n_threads == 3
+    release_executor(ex, owned)
+    a = MulticlassSVC(client=local_client, n_jobs=1, tol=1e-6, solver_options=opts).fit(X, y)
+    n1 = len(pooled)
+    b = MulticlassSVC(client=local_client, n_jobs=2, tol=1e-6, solver_options=opts).fit(X, y)
+    assert n1 > 0 and not any(pooled[:n1]) and all(pooled[n1:])
+    assert a.n_iter_ == b.n_iter_
+    np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
+
+
 def test_over_relaxed_step_stays_feasible_and_gains_what_it_reports():
     """``_over_relax`` lengthens an exact step by ``relax`` unless a bound stops it first; the
     dual along the step's line is ``D0 + g (2t - t^2)``, so the step gains ``g t (2 - t)``."""

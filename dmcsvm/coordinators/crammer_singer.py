@@ -514,7 +514,8 @@ def solve(
     # the working-set solve needs K_BB, or a batch_solver with a working_set method (explicit
     # prototypes)
     greedy = s.inner_steps > 0 and (batch_solver is None or hasattr(batch_solver, "working_set"))
-    # an in-process fit's threads idle while the coordinator works: its Gram rows use them
+    # the executor's threads idle while the coordinator works (in-process: the partitions'; on
+    # Dask: this process's cores, the workers waiting for the next round): its Gram rows use them
     gram_mb = s.gram_mb
     gram = (
         _GramCache(

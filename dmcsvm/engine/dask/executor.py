@@ -55,6 +55,10 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
     bank_rows : bool
         Each group banks the batch rows it applied and a message leaves out the rows every
         group holds (:mod:`.bank`; default).
+    n_threads : int
+        Threads of the coordinator's own kernel work in this process (the Gram rows of its
+        working-set solves), as :class:`~dmcsvm.engine.executor.InProcessExecutor`'s: the
+        workers wait while the coordinator solves, so its cores are free then.
 
     A lost scheduler ends the fit with :class:`~.client.SchedulerLostError`; every wait is
     bounded (:mod:`.liveness`).
@@ -71,10 +75,12 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         direct: bool | None = None,
         tree="auto",
         bank_rows: bool = True,
+        n_threads: int = 1,
     ):
         if tree not in ("auto", True, False):
             raise ValueError(f"tree must be 'auto', True or False, got {tree!r}")
         self.tree = tree
+        self.n_threads = max(1, int(n_threads))
         self.groups: list = []  # per actor: its partitions, ascending
         self._seq = 0  # number of the last round sent
         self.client = client

@@ -1,0 +1,142 @@
+"""dmcsvm on a Dask LocalCluster against in-process, both at defaults on the same cores.
+
+Issue 39 asks that ``MulticlassSVC(client='local')``, the demo's way, take at most 1.1x the
+in-process fit on the same cores.  Three ways to fit every real set of ``_data.DEFAULT_SETS``,
+each at every default (C=1, gamma='scale', n_jobs=None) on float64 input as read, alternated in
+one process: in-process (``MulticlassSVC()``); on a LocalCluster already running (two worker
+processes of one thread each here: the cores of this machine, started once before any fit);
+and ``client='local'``, where each fit starts its own LocalCluster and closes it, as a script
+that fits once does.  Reports the best and first fit of each, the ratios to in-process, and
+whether the models are equal bit for bit.  Writes ``results/local_cluster.json`` and ``.md``.
+
+Usage::
+
+    python benchmarks/bench_local_cluster.py [--data-dir ../shared/data] [--repeat 3]
+    python benchmarks/bench_local_cluster.py --datasets usps,letter --repeat 2 --out /tmp/lc.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _data  # noqa: E402
+import _report  # noqa: E402
+
+MODES = ("in-process", "running LocalCluster", "client='local'")
+
+
+def _fit(make, X, y):
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = make().fit(X, y)
+    return time.perf_counter() - t, m
+
+
+def run_set(name, data, client, repeat) -> dict:
+    """Every mode ``repeat`` times, alternated, after untimed warm-ups on 500 rows."""
+    from dmcsvm import MulticlassSVC
+
+    Xtr, ytr, Xte, yte = data
+    makers = {
+        MODES[0]: lambda: MulticlassSVC(),
+        MODES[1]: lambda: MulticlassSVC(client=client),
+        MODES[2]: lambda: MulticlassSVC(client="local"),
+    }
+    for mode in MODES[:2]:
+        _fit(makers[mode], Xtr[:500], ytr[:500])
+    times: dict = {m: [] for m in MODES}
+    models: dict = {}
+    for _ in range(repeat):
+        for mode in MODES:
+            t, models[mode] = _fit(makers[mode], Xtr, ytr)
+            times[mode].append(t)
+    ref = models[MODES[0]]
+    out = {"n_train": int(Xtr.shape[0]), "n_features": int(Xtr.shape[1])}
+    for mode in MODES:
+        m = models[mode]
+        out[mode] = {
+            "fits_s": times[mode],
+            "best_s": min(times[mode]),
+            "first_s": times[mode][0],
+            "rounds": int(m.n_iter_),
+            "accuracy": float(m.score(Xte, yte)),
+            "equal_to_in_process": bool(np.array_equal(m.dual_coef_, ref.dual_coef_)),
+            "solve_s": float(np.sum(m.history_["t_solve"])),
+            "parts_s": float(np.sum(m.history_["t_parts"])),
+        }
+    for mode in MODES[1:]:
+        out[mode]["ratio_best"] = out[mode]["best_s"] / out[MODES[0]]["best_s"]
+        out[mode]["ratio_first"] = out[mode]["first_s"] / out[MODES[0]]["first_s"]
+    return out
+
+
+def table(results) -> str:
+    head = ["set", "rows", "in-process best / first s", "running cluster best / first s",
+            "ratio best / first", "client='local' best / first s", "ratio best / first",
+            "equal models"]  # fmt: skip
+    rows = []
+    for name, r in results.items():
+        a, b, c = (r[m] for m in MODES)
+        rows.append([
+            name, f"{r['n_train']:,}",
+            f"{a['best_s']:.2f} / {a['first_s']:.2f}",
+            f"{b['best_s']:.2f} / {b['first_s']:.2f}",
+            f"{b['ratio_best']:.2f} / {b['ratio_first']:.2f}",
+            f"{c['best_s']:.2f} / {c['first_s']:.2f}",
+            f"{c['ratio_best']:.2f} / {c['ratio_first']:.2f}",
+            "yes" if b["equal_to_in_process"] and c["equal_to_in_process"] else "no",
+        ])  # fmt: skip
+    return "\n".join(_report.md_table(head, rows, "lrrrrrrl"))
+
+
+def main(argv=None):
+    ap = _report.parser(__doc__.splitlines()[0], "local_cluster.json", data_dir=True)
+    ap.add_argument("--datasets", default=",".join(_data.DEFAULT_SETS))
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args(argv)
+    run = _report.Run(__file__, "LocalCluster vs in-process, defaults", _report.settings_of(a))
+    from distributed import Client, LocalCluster
+
+    cores = len(os.sched_getaffinity(0))
+    results = {}
+    with LocalCluster(
+        n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        for name in a.datasets.split(","):
+            data = getattr(_data, _data.DEFAULT_SETS[name])(a.data_dir)
+            results[name] = run_set(name, data, client, a.repeat)
+            print(table({name: results[name]}).splitlines()[-1], flush=True)
+    out = run.envelope(results, repeat=a.repeat, workers=cores)
+    md = [
+        "# dmcsvm on a Dask LocalCluster against in-process, both at defaults",
+        "",
+        _report.machine_line(out, ("numpy", "numba", "distributed")) + "  "
+        + _report.load_line(out),
+        "",
+        f"`MulticlassSVC()` in-process ({cores} threads), on a LocalCluster of {cores} worker "
+        f"processes of one thread started once before the fits, and with `client='local'` (each "
+        f"fit starts its own such LocalCluster and closes it: its start, the workers' first "
+        f"fit and the close are in its time). Every parameter at its default, float64 input as "
+        f"read, features scaled to [-1, 1] on the training rows; best and first of {a.repeat} "
+        f"fits, the three alternated in one process. 'equal models': the dual coefficients of "
+        f"both cluster fits equal the in-process fit's bit for bit.",
+        "",
+        table(results),
+        "",
+        f"Script runtime {out['script_runtime_s']:.1f} s.",
+    ]  # fmt: skip
+    outp = _report.write(out, a.out, "\n".join(md))
+    print(f"wrote {outp} and {outp.with_suffix('.md')}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
