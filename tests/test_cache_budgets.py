@@ -102,9 +102,9 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
 
 
 def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeypatch):
-    """On many features, in process, the Gram block holds a working set of half the rows when
-    the cache budget would not, up to a third of the machine's memory; few features, a given
-    budget or a cluster fit keep their rule."""
+    """On many features the Gram block holds a working set of half the rows when the cache
+    budget would not, up to a third of the machine's memory; few features and a given budget
+    keep their rule."""
     _machine(monkeypatch, 24)  # cache: 3072 MB; a third: 8192 MB
     est = MulticlassSVC()
     assert gram_mb(est, 784, rows=40_000) == 3072.0  # 20,000^2 float32: 1,526 MB
@@ -113,7 +113,13 @@ def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeyp
     assert gram_mb(est, 784, rows=200_000) == 8192.0
     assert gram_mb(est, 16, rows=200_000) == 200.0  # 800 MB by 16/256 features, at least 200
     assert gram_mb(MulticlassSVC(cache_size=500), 784, rows=200_000) is None
-    assert gram_mb(MulticlassSVC(client="tcp://127.0.0.1:1"), 784, rows=200_000) == 200.0
+    # the block lives in the fitting process whatever the executor: a cluster fit's too (its
+    # partitions' columns, on the workers, keep the cluster's 200 MB)
+    on_cluster = MulticlassSVC(client="tcp://127.0.0.1:1")
+    assert cache_mb(on_cluster, 784) == 200.0
+    assert gram_mb(on_cluster, 784, rows=200_000) == 8192.0
+    assert gram_mb(on_cluster, 784, rows=40_000) == 3072.0
+    assert gram_mb(on_cluster, 16, rows=200_000) == 200.0
     # what the fit's working set becomes: half the rows while the block holds them
     assert auto_batch(60_000, 784, gram_mb(est, 784, rows=60_000), 4, True) == 30_000
     assert auto_batch(200_000, 784, 8192.0, 4, True) == 46_340
