@@ -13,7 +13,13 @@ import scipy.sparse as sp
 import dmcsvm.estimators.multiclass as mc
 from dmcsvm import MulticlassSVC
 from dmcsvm.estimators import _engine
-from dmcsvm.estimators._engine import auto_batch, cache_mb, features_per_row, gram_mb
+from dmcsvm.estimators._engine import (
+    auto_batch,
+    cache_mb,
+    cluster_cache_mb,
+    features_per_row,
+    gram_mb,
+)
 from dmcsvm.estimators._inputs import fit_inputs, in_kernel_precision
 
 
@@ -48,6 +54,52 @@ def test_given_budgets_and_cluster_fits_keep_theirs(monkeypatch):
     assert cache_mb(est, 9) == 50.0 and gram_mb(est, 9) is None
     est = MulticlassSVC(client="tcp://127.0.0.1:1")  # (not contacted)
     assert cache_mb(est, 9) == cache_mb(est, 784) == 200.0
+
+
+def test_auto_partition_cache_on_a_cluster_follows_its_workers_memory():
+    """'auto' on a Dask cluster: an eighth of the smallest worker memory limit per worker that
+    holds partitions, at most 4096 MB a worker, by features; a worker with no limit, a given
+    budget or an in-process fit keep their rule (None)."""
+    from types import SimpleNamespace
+
+    GiB = 2**30
+    on_cluster = MulticlassSVC(client="tcp://127.0.0.1:1")  # (not contacted)
+
+    def ex(*limits):
+        return SimpleNamespace(
+            worker_info={f"w{i}": {"memory_limit": m} for i, m in enumerate(limits)}
+        )
+
+    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 2) == 3072.0
+    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 4 * GiB), 784, 2) == 1024.0  # the smallest
+    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 1) == 1536.0  # 1 worker used
+    assert cluster_cache_mb(on_cluster, ex(64 * GiB), 784, 4) == 4096.0  # at most 4096 a worker
+    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 16, 2) == 200.0  # few features
+    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 0), 784, 2) is None  # no limit
+    assert cluster_cache_mb(on_cluster, ex(), 784, 2) is None
+    given = MulticlassSVC(client="tcp://127.0.0.1:1", cache_size=50)
+    assert cluster_cache_mb(given, ex(12 * GiB), 784, 2) is None
+    assert cluster_cache_mb(MulticlassSVC(), ex(12 * GiB), 784, 2) is None
+
+
+def test_a_cluster_fit_gives_its_partitions_the_workers_share(local_client, monkeypatch):
+    """Through a fit on the session's LocalCluster: each partition's column cache is its share
+    of an eighth of the workers' memory limit, not of the cluster's fixed 200 MB."""
+    seen = []
+    make = mc.cs_partition_settings
+
+    def spy(settings, spec, pcls, td, n_parts, cache, **kw):
+        seen.append((n_parts, cache))
+        return make(settings, spec, pcls, td, n_parts, cache, **kw)
+
+    monkeypatch.setattr(mc, "cs_partition_settings", spy)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 300))
+    y = rng.integers(0, 3, 300)
+    MulticlassSVC(client=local_client, max_iter=2).fit(X, y)
+    info = local_client.scheduler_info(n_workers=-1)["workers"].values()
+    per = min(4096.0, min(w["memory_limit"] for w in info) / 2**20 / 8)
+    assert seen == [(2, per * 2)] and per * 2 > 200.0
 
 
 def test_features_per_row_dense_sparse_and_float32():

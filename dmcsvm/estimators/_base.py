@@ -120,10 +120,11 @@ WHERE_IT_RUNS_DOC = (
         on more, where it bounds the working set, and more still, to hold a working set of
         half the rows, up to a third of the machine's memory: 100,000 deformed digits fitted
         in 375 s with 8 GB against 488 s with 3 GB); both grow to it only as they need.  With
-        a ``client``, the partitions' 'auto' is 200 MB (the workers have memory limits of
-        their own); the coordinator's block, in this process, keeps this machine's rule.  A
-        larger cache computes fewer kernel columns again: on 25,000 deformed MNIST digits 2,000 MB
-        instead of 200 MB halved the fit.  On rows of fewer than 256 features (nonzeros, when
+        a ``client``, 'auto' gives the partitions an eighth of their workers' memory limit (at
+        most 4096 MB a worker; 200 MB where a worker has no limit), and the coordinator's
+        block, in this process, keeps this machine's rule.  A larger cache computes fewer
+        kernel columns again: on 25,000 deformed MNIST digits 2,000 MB instead of 200 MB
+        halved the fit.  On rows of fewer than 256 features (nonzeros, when
         sparse) 'auto' takes features / 256 of both budgets, at least 200 MB: a kernel value
         then costs less to compute than the memory to keep it (shuttle, 9 features: 1.5 GB
         held and 2.6-4.3 s, 200 MB and 1.5-1.7 s).  Explicit linear prototypes use none.
