@@ -171,21 +171,21 @@ def gram_mb(
     est, features: float | None = None, rows: int | None = None, itemsize: int = 4
 ) -> float | None:
     """The coordinator's Gram budget (MB) for ``est.cache_size``: None (the cache size itself)
-    for a number; for 'auto', ``min(cache_mb, 800)`` (measurements: benchmarks/results/HISTORY.md,
-    'Kernel cache defaults'), shared as :func:`cache_mb` by ``features`` below
-    :data:`AUTO_CACHE_FULL_FEATURES`, and the whole of ``cache_mb`` from there on.
+    for a number; for 'auto', with ``mb`` this machine's in-process 'auto' (:func:`cache_mb`),
+    ``min(mb, 800)`` (measurements: benchmarks/results/HISTORY.md, 'Kernel cache defaults'),
+    shared as :func:`cache_mb` by ``features`` below :data:`AUTO_CACHE_FULL_FEATURES`, and the
+    whole of ``mb`` from there on.
 
     On many features the block bounds the working set (:func:`auto_batch`), and a larger one
-    takes fewer rounds, so in process the block grows past ``cache_mb`` to hold a working set of
+    takes fewer rounds, so the block grows past ``mb`` to hold a working set of
     half the ``rows`` (of ``itemsize``-byte values), up to :data:`AUTO_GRAM_SHARE` of the
     machine's memory: 100,000 deformed digits fitted in 375 s and 22 rounds with the block
     grown to 8 GB (working sets of 46,340) against 488 s and 40 rounds with 3 GB (28,377).
 
     The block lives in the fitting process whatever the executor, so a fit with a ``client``
-    takes this machine's rule too (its partitions' columns, on the workers, keep
-    :data:`AUTO_CACHE_CLUSTER`): with the 200 MB of the cluster's budget, 25,000 deformed
-    digits on a running 2-worker LocalCluster took 39 rounds and 57.6 s against 14 rounds and
-    29.2 s in process."""
+    takes this machine's rule too (its partitions' columns, on the workers, take
+    :func:`cluster_cache_mb`): with the cluster's 200 MB, 25,000 deformed digits on a running
+    2-worker LocalCluster took 39 rounds and 57.6 s against 14 rounds and 29.2 s in process."""
     if not isinstance(est.cache_size, str):
         return None
     mb = _machine_auto_mb()
