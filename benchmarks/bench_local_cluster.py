@@ -43,7 +43,7 @@ def _fit(make, X, y):
     return time.perf_counter() - t, m
 
 
-def run_set(name, data, client, repeat) -> dict:
+def run_set(data, client, repeat) -> dict:
     """Every mode ``repeat`` times, alternated, after untimed warm-ups on 500 rows."""
     from dmcsvm import MulticlassSVC
 
@@ -131,12 +131,11 @@ def main(argv=None):
     ) as cluster, Client(cluster) as client:  # fmt: skip
         for name in a.datasets.split(","):
             data = getattr(_data, _data.DEFAULT_SETS[name])(a.data_dir)
-            results[name] = run_set(name, data, client, a.repeat)
+            results[name] = run_set(data, client, a.repeat)
             print(table({name: results[name]}).splitlines()[-1], flush=True)
         if a.deformed:
             name = f"deformed {a.deformed // 1000}k"
-            results[name] = run_set(name, _deformed(a.deformed, a.data_dir), client,
-                                    a.deformed_repeat)  # fmt: skip
+            results[name] = run_set(_deformed(a.deformed, a.data_dir), client, a.deformed_repeat)
             print(table({name: results[name]}).splitlines()[-1], flush=True)
     import distributed
 

@@ -16,9 +16,9 @@ from dmcsvm.estimators import _engine
 from dmcsvm.estimators._engine import (
     auto_batch,
     cache_mb,
-    cluster_cache_mb,
     features_per_row,
     gram_mb,
+    partition_cache_mb,
 )
 from dmcsvm.estimators._inputs import fit_inputs, in_kernel_precision
 
@@ -59,7 +59,7 @@ def test_given_budgets_and_cluster_fits_keep_theirs(monkeypatch):
 def test_auto_partition_cache_on_a_cluster_follows_its_workers_memory():
     """'auto' on a Dask cluster: an eighth of the smallest worker memory limit per worker that
     holds partitions, at most 4096 MB a worker, by features; a worker with no limit, a given
-    budget or an in-process fit keep their rule (None)."""
+    budget or an in-process fit keep cache_mb's budget."""
     from types import SimpleNamespace
 
     GiB = 2**30
@@ -70,16 +70,17 @@ def test_auto_partition_cache_on_a_cluster_follows_its_workers_memory():
             worker_info={f"w{i}": {"memory_limit": m} for i, m in enumerate(limits)}
         )
 
-    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 2) == 3072.0
-    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 4 * GiB), 784, 2) == 1024.0  # the smallest
-    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 1) == 1536.0  # 1 worker used
-    assert cluster_cache_mb(on_cluster, ex(64 * GiB), 784, 4) == 4096.0  # at most 4096 a worker
-    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 16, 2) == 200.0  # few features
-    assert cluster_cache_mb(on_cluster, ex(12 * GiB, 0), 784, 2) is None  # no limit
-    assert cluster_cache_mb(on_cluster, ex(), 784, 2) is None
+    assert partition_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 2) == 3072.0
+    assert partition_cache_mb(on_cluster, ex(12 * GiB, 4 * GiB), 784, 2) == 1024.0  # the smallest
+    assert partition_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 784, 1) == 1536.0  # 1 worker used
+    assert partition_cache_mb(on_cluster, ex(64 * GiB), 784, 4) == 4096.0  # at most 4096 a worker
+    assert partition_cache_mb(on_cluster, ex(12 * GiB, 12 * GiB), 16, 2) == 200.0  # few features
+    assert partition_cache_mb(on_cluster, ex(12 * GiB, 0), 784, 2) == 200.0  # no limit
+    assert partition_cache_mb(on_cluster, ex(), 784, 2) == 200.0
     given = MulticlassSVC(client="tcp://127.0.0.1:1", cache_size=50)
-    assert cluster_cache_mb(given, ex(12 * GiB), 784, 2) is None
-    assert cluster_cache_mb(MulticlassSVC(), ex(12 * GiB), 784, 2) is None
+    assert partition_cache_mb(given, ex(12 * GiB), 784, 2) == 50.0
+    in_process = MulticlassSVC()
+    assert partition_cache_mb(in_process, ex(12 * GiB), 784, 2) == cache_mb(in_process, 784)
 
 
 def test_a_cluster_fit_gives_its_partitions_the_workers_share(local_client, monkeypatch):

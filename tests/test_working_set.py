@@ -486,9 +486,9 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
     threaded.close()
 
 
-def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
-    """The coordinator computes its Gram rows on the in-process executor's threads: the same
-    partitions on one thread or two give the same solve bit for bit."""
+def _record_gram_pools(monkeypatch) -> list:
+    """Gram rows in chunks of 5 rows; the returned list gets, at each ``_GramCache.ensure``,
+    whether its thread pool has started."""
     monkeypatch.setattr(_GramCache, "CHUNK", 5)
     pooled = []
     ensure = _GramCache.ensure
@@ -498,6 +498,13 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
         pooled.append(self._pool.started)
 
     monkeypatch.setattr(_GramCache, "ensure", recording_ensure)
+    return pooled
+
+
+def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
+    """The coordinator computes its Gram rows on the in-process executor's threads: the same
+    partitions on one thread or two give the same solve bit for bit."""
+    pooled = _record_gram_pools(monkeypatch)
     X, y = cs.make_blobs_problem(7, 90, 4, 3, spread=1.4, scale=1.5)
     spec = KernelSpec("rbf", gamma=0.4)
     kw = dict(batch_size=40, tol=1e-6, n_partitions=2, inner_steps=20.0)
@@ -516,15 +523,7 @@ def test_on_dask_the_coordinators_gram_rows_use_n_jobs_threads(cs, local_client,
     from dmcsvm.engine.dask import DaskExecutor
     from dmcsvm.estimators._engine import make_executor, release_executor
 
-    monkeypatch.setattr(_GramCache, "CHUNK", 5)
-    pooled = []
-    ensure = _GramCache.ensure
-
-    def recording_ensure(self, rows):
-        ensure(self, rows)
-        pooled.append(self._pool.started)
-
-    monkeypatch.setattr(_GramCache, "ensure", recording_ensure)
+    pooled = _record_gram_pools(monkeypatch)
     X, y = cs.make_blobs_problem(11, 120, 5, 4, spread=1.3, scale=1.5)
     opts = {"batch_size": 40, "n_partitions": 2}
     ex, owned = make_executor(MulticlassSVC(client=local_client, n_jobs=3))

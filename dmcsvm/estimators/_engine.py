@@ -100,7 +100,7 @@ AUTO_GRAM_SHARE = 1 / 3
 #: larger block costs rounds whose candidates churn (shuttle, letter: 7-15 % slower at 3 GB)
 AUTO_GRAM_MAX = 800.0
 #: ``cache_size='auto'`` with a ``client`` whose workers have no memory limit: each fit's budget
-#: on the cluster (LIBSVM's default, what dmcsvm had before 'auto'; see :func:`cluster_cache_mb`)
+#: on the cluster (LIBSVM's default, what dmcsvm had before 'auto'; see :func:`partition_cache_mb`)
 AUTO_CACHE_CLUSTER = 200.0
 
 
@@ -115,7 +115,7 @@ def cache_mb(est, features: float | None = None) -> float:
     eighth of this machine's physical memory, at most 4096 MB, in-process (the coordinator's
     Gram block of the working sets and the partitions' kernel columns grow to it only as they
     need), and 200 MB with a ``client`` (its partitions get their workers' share instead:
-    :func:`cluster_cache_mb`).  A kernel column computed again costs ``n d`` flops;
+    :func:`partition_cache_mb`).  A kernel column computed again costs ``n d`` flops;
     on 25,000 deformed MNIST digits 2,000 MB instead of 200 MB computed 39,230 columns instead
     of 257,564 and halved the fit (benchmarks/results/deformed_series.md).
 
@@ -133,20 +133,20 @@ def cache_mb(est, features: float | None = None) -> float:
     return _by_features(_machine_auto_mb(), features)
 
 
-def cluster_cache_mb(est, executor, features: float | None, n_parts: int) -> float | None:
-    """'auto' on a Dask cluster (``est.client``): the partitions' column cache (MB) by their
-    workers' memory, as in process by the machine's: an eighth of the smallest worker memory
-    limit, at most AUTO_CACHE_MAX MB, for each worker that holds partitions (at most
-    ``n_parts`` of them), by ``features`` as :func:`cache_mb`.  None (the cluster's
-    AUTO_CACHE_CLUSTER stays) for a number, in process, or where a worker has no limit.  With
-    200 MB, 25,000 deformed digits on a running 2-worker LocalCluster computed 166,218 kernel
-    columns (partitions 22.5 s) against 34,580 (13.9 s) in process with 3 GB."""
+def partition_cache_mb(est, executor, features: float | None, n_parts: int) -> float:
+    """The partitions' column-cache budget (MB) of a fit on ``executor``: :func:`cache_mb`,
+    except 'auto' on a Dask cluster (``est.client``) whose workers all have a memory limit:
+    there by their workers' memory, as in process by the machine's, an eighth of the smallest
+    worker memory limit, at most AUTO_CACHE_MAX MB, for each worker that holds partitions (at
+    most ``n_parts`` of them), by ``features`` as :func:`cache_mb`.  With the cluster's 200 MB,
+    25,000 deformed digits on a running 2-worker LocalCluster computed 166,218 kernel columns
+    (partitions 22.5 s) against 34,580 (13.9 s) in process with 3 GB."""
     if not isinstance(est.cache_size, str) or est.client is None:
-        return None
+        return cache_mb(est, features)
     info = getattr(executor, "worker_info", None) or {}
     limits = [int(w.get("memory_limit") or 0) for w in info.values()]
     if not limits or min(limits) <= 0:
-        return None
+        return cache_mb(est, features)
     per_worker = min(AUTO_CACHE_MAX, min(limits) / 2**20 * AUTO_CACHE_SHARE)
     return _by_features(per_worker * min(len(limits), max(1, n_parts)), features)
 
@@ -184,7 +184,7 @@ def gram_mb(
 
     The block lives in the fitting process whatever the executor, so a fit with a ``client``
     takes this machine's rule too (its partitions' columns, on the workers, take
-    :func:`cluster_cache_mb`): with the cluster's 200 MB, 25,000 deformed digits on a running
+    :func:`partition_cache_mb`): with the cluster's 200 MB, 25,000 deformed digits on a running
     2-worker LocalCluster took 39 rounds and 57.6 s against 14 rounds and 29.2 s in process."""
     if not isinstance(est.cache_size, str):
         return None

@@ -24,13 +24,7 @@ from ..engine.partition import PartitionSettings
 from ..engine.problem_rows import ConstantRows, PairSigns
 from ..kernels import KernelSpec
 from ._base import SVMEstimator, integers, one_of, reals
-from ._engine import (
-    cache_mb,
-    cluster_cache_mb,
-    features_per_row,
-    make_executor,
-    release_executor,
-)
+from ._engine import features_per_row, make_executor, partition_cache_mb, release_executor
 from ._inputs import (
     RowsView,
     TrainingData,
@@ -87,8 +81,7 @@ class SMOEngine:
         self._fresh = True
         try:
             n_parts = max(1, min(self.executor.n_partitions, self.n))
-            f = features_per_row(td)
-            part_mb = cluster_cache_mb(est, self.executor, f, n_parts)
+            cache = partition_cache_mb(est, self.executor, features_per_row(td), n_parts)
             ps = PartitionSettings(
                 kernel=spec.to_dict(),
                 C=float(settings.U),
@@ -96,9 +89,7 @@ class SMOEngine:
                 tol=float(settings.tol),
                 n_candidates=int(settings.per_group),
                 shrinking=False,
-                cache_bytes=int(
-                    (cache_mb(est, f) if part_mb is None else part_mb) * 2**20 / n_parts
-                ),
+                cache_bytes=int(cache * 2**20 / n_parts),
                 kernel_dtype=str(td.dtype),
                 extra=settings.partition_extra(with_own),
                 x_in_memory=True,

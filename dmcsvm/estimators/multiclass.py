@@ -29,11 +29,11 @@ from ._engine import (
     AUTO_BATCH_MIN,
     auto_batch,
     cache_mb,
-    cluster_cache_mb,
     features_per_row,
     gram_mb,
     make_executor,
     n_threads,
+    partition_cache_mb,
     release_executor,
 )
 from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel
@@ -336,14 +336,13 @@ class MulticlassSVC(SVMEstimator):
         disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
-        part_mb = cluster_cache_mb(self, executor, features_per_row(td), n_parts)
         psettings = cs_partition_settings(
             settings,
             spec,
             pcls,
             td,
             n_parts,
-            settings.cache_size if part_mb is None else part_mb,
+            partition_cache_mb(self, executor, features_per_row(td), n_parts),
             disk_cache_bytes=int(disk_mb * 2**20 / n_parts),
             disk_cache_stream_only=isinstance(opts["disk_cache_size"], str),
             cache_dir=opts["cache_dir"],

@@ -32,10 +32,10 @@ from ..store.class_index import class_counts
 from ._base import SVMEstimator, integers, reals
 from ._engine import (
     blas_limits,
-    cluster_cache_mb,
     features_per_row,
     make_executor,
     n_threads,
+    partition_cache_mb,
     release_executor,
 )
 from ._inputs import chunked_method, fit_inputs, in_kernel_precision, is_dask, is_store
@@ -317,7 +317,6 @@ class MultiPrototypeSVC(SVMEstimator):
             final = replace(settings, batch_sweeps=20) if opts["batch_sweeps"] is None else settings
         executor, owned = make_executor(self)
         n_parts = max(1, min(executor.n_partitions, td.n))
-        part_mb = cluster_cache_mb(self, executor, features_per_row(td), n_parts)
         # explicit prototypes compute no kernel column and score every row each round: no
         # cache, and the rows stay in memory
         psettings = cs_partition_settings(
@@ -326,7 +325,7 @@ class MultiPrototypeSVC(SVMEstimator):
             pcls,
             td,
             n_parts,
-            0.0 if linear else settings.cache_size if part_mb is None else part_mb,
+            0.0 if linear else partition_cache_mb(self, executor, features_per_row(td), n_parts),
             x_in_memory=True if linear else "auto",
         )
         progress = self._print_epoch if self.verbose else None
