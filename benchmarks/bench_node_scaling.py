@@ -1,0 +1,200 @@
+"""Speed-up over cores on one many-core machine (issue 39 item 4): the deformed digits of
+:mod:`deformed_digits` fitted at defaults with 1, 2, 4, ... one-thread Dask workers and with
+1, 2, 4, ... in-process threads.
+
+Every fit is ``MulticlassSVC()`` at its defaults (C=1, gamma='scale') on the float64 array a
+user reads, tested on the 5,000 originals no training row comes from.  A fit on ``W`` workers
+gives its coordinator ``n_jobs=W`` threads too (the coordinator's Gram rows run while the
+workers wait), so a point of either sweep uses ``W`` cores; the speed-up is against 1 worker
+(1 thread).  Each LocalCluster is started, warmed with a small fit (numba's cache loads) and
+closed outside the timed fit.  The JSON is written after every fit, so a run cut short keeps
+what it measured; ``--budget-s`` stops starting fits past that many seconds.  ``--report``
+writes the markdown table and the plot from the JSON alone (on a machine without the data).
+
+    python benchmarks/bench_node_scaling.py --n 25000 --workers 1,16,8,4,2 --threads 1,16,8,4,2
+    python benchmarks/bench_node_scaling.py --report
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from itertools import zip_longest
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _report  # noqa: E402
+import deformed_digits as dd  # noqa: E402
+from bench_deformed_series import _fit_dmcsvm  # noqa: E402
+
+
+def training_rows(data_dir, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` deformed training rows as float64 (as read from the store), the blocks made
+    on threads (scipy's filters release the GIL)."""
+    import dask
+
+    blocks = dask.compute(
+        *[dask.delayed(dd.block)(str(data_dir), b) for b in range(-(-n // dd.BLOCK))],
+        scheduler="threads",
+    )
+    X = np.concatenate([b[0] for b in blocks])[:n].astype(np.float64)
+    y = np.concatenate([b[1] for b in blocks])[:n]
+    return X, y
+
+
+def _summary(r: dict) -> dict:
+    """A fit's record without its per-round trajectory (kept only for the 1-core fits)."""
+    return {k: v for k, v in r.items() if k != "trajectory"}
+
+
+def measure(a) -> None:
+    from distributed import Client, LocalCluster
+
+    from dmcsvm import MulticlassSVC
+
+    t0 = time.perf_counter()
+    workers = [int(v) for v in a.workers.split(",") if v]
+    threads = [int(v) for v in a.threads.split(",") if v]
+    run = _report.Run(__file__, "speed-up over cores on one machine", _report.settings_of(a))
+    out: dict = {"n": a.n, "fits": []}
+
+    def save():
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        _report.write(run.envelope(out), a.out)
+
+    t = time.perf_counter()
+    X, y = training_rows(a.data_dir, a.n)
+    Xte, yte = dd.test_set(a.data_dir)
+    out["make_data_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    MulticlassSVC(n_jobs=1).fit(X[:2000], y[:2000])  # numba compiles (or loads its cache)
+    out["warm_up_s"] = time.perf_counter() - t
+    print(f"data {X.shape} in {out['make_data_s']:.1f} s, warm-up {out['warm_up_s']:.1f} s")
+    save()
+
+    def record(kind, cores, r, **extra):
+        r = {"kind": kind, "cores": cores, "load": list(os.getloadavg()), **r, **extra}
+        if cores != 1:
+            r = _summary(r)
+        out["fits"].append(r)
+        print(
+            f"{kind} {cores}: fit {r['fit']:.1f} s, {r['rounds']} rounds, solve "
+            f"{r['t_solve']:.1f} s, partitions {r['t_parts']:.1f} s, acc {r['accuracy']:.4f}",
+            flush=True,
+        )
+        save()
+
+    on_dask, in_process = [("dask", w) for w in workers], [("inprocess", t) for t in threads]
+    plan = on_dask + in_process
+    if a.interleave:  # a worker count, then a thread count, ...: a run cut short has both sweeps
+        plan = [p for pair in zip_longest(on_dask, in_process) for p in pair if p]
+    for kind, cores in plan:
+        if time.perf_counter() - t0 > a.budget_s:
+            print(f"budget of {a.budget_s} s spent: {kind} {cores} not run")
+            out.setdefault("not_run", []).append([kind, cores])
+            save()
+            continue
+        if kind == "inprocess":
+            record(kind, cores, _fit_dmcsvm(X, y, Xte, yte, n_jobs=cores))
+            continue
+        t = time.perf_counter()
+        cluster = LocalCluster(
+            n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        client = Client(cluster)
+        start_s = time.perf_counter() - t
+        try:
+            MulticlassSVC(client=client, n_jobs=cores).fit(X[:2000], y[:2000])
+            warm_s = time.perf_counter() - t - start_s
+            r = _fit_dmcsvm(X, y, Xte, yte, client=client, n_jobs=cores)
+            record(kind, cores, r, cluster_start_s=start_s, cluster_warm_s=warm_s)
+        finally:
+            client.close(timeout=30)
+            cluster.close(timeout=60)
+    out["total_s"] = time.perf_counter() - t0
+    save()
+
+
+def report(path) -> str:
+    """The markdown table (and a PNG) of a result file: fit time and speed-up per core count."""
+    env = json.loads(Path(path).read_text())
+    res = env["results"]
+    fits = res["fits"]
+    base = {
+        k: next((f["fit"] for f in fits if f["kind"] == k and f["cores"] == 1), None)
+        for k in ("dask", "inprocess")
+    }
+    ref = base["dask"]
+    lines = [
+        "| run | cores | fit s | rounds | solve s | partitions s | speed-up vs 1 worker "
+        "| vs 1 in-process thread | accuracy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in sorted(fits, key=lambda f: (f["kind"], f["cores"])):
+        su = f"{ref / f['fit']:.2f}" if ref else "–"
+        su_ip = f"{base['inprocess'] / f['fit']:.2f}" if base["inprocess"] else "–"
+        lines.append(
+            f"| {'Dask workers' if f['kind'] == 'dask' else 'in-process threads'} | {f['cores']} | "
+            f"{f['fit']:.1f} | {f['rounds']} | {f['t_solve']:.1f} | {f['t_parts']:.1f} | {su} | "
+            f"{su_ip} | {f['accuracy']:.4f} |"
+        )
+    mach = env["machine"]
+    head = [
+        f"# Speed-up over cores: deformed digits, n = {res['n']:,}, defaults",
+        "",
+        f"`{env['script']}` at `{env['commit']}`; {mach['cpu_count']} cores ({mach['cpu_model']}), "
+        f"{mach['mem_gib']} GiB, Python {mach['python']}, numpy {mach['numpy']}, numba "
+        f"{mach['numba']}; load {env['load_at_start']['loadavg_1m']} at the start (the "
+        "benchmark alone: each fit's load is in the JSON).  `MulticlassSVC()` at defaults, "
+        "float64 input; a fit on W one-thread workers gives its coordinator `n_jobs=W`.  "
+        "solve: the coordinator's working-set solves; partitions: the slowest partition's "
+        "work per round, summed.",
+        "",
+    ]
+    not_run = res.get("not_run")
+    tail = ["", f"Not run (past `--budget-s`): {not_run}."] if not_run else []
+    md = "\n".join(head + lines + tail)
+    _report.write_text(Path(path).with_suffix(".md"), md + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 4))
+        for kind, label in (("dask", "Dask workers"), ("inprocess", "in-process threads")):
+            pts = sorted((f["cores"], f["fit"]) for f in fits if f["kind"] == kind)
+            if pts and ref:
+                ax.plot([p[0] for p in pts], [ref / p[1] for p in pts], "o-", label=label)
+        top = max(f["cores"] for f in fits)
+        ax.plot([1, top], [1, top], ":", color="grey", label="linear")
+        ax.set(xlabel="cores", ylabel="speed-up vs 1 worker", xscale="log", yscale="log")
+        ax.set_title(f"deformed digits, n = {res['n']:,}, defaults")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(Path(path).with_suffix(".png"), dpi=100)
+    except ImportError:
+        pass
+    return md
+
+
+def main(argv=None) -> None:
+    ap = _report.parser(__doc__, "node_scaling.json", data_dir=True)
+    ap.add_argument("--n", type=int, default=25000)
+    ap.add_argument("--workers", default="1,2,4,8,16")
+    ap.add_argument("--threads", default="1,2,4,8,16")
+    ap.add_argument("--interleave", action="store_true", help="alternate the two sweeps")
+    ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument("--report", action="store_true", help="only the table and plot of --out")
+    a = ap.parse_args(argv)
+    if not a.report:
+        measure(a)
+    print(report(a.out))
+
+
+if __name__ == "__main__":
+    main()
