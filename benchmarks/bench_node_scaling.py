@@ -88,12 +88,12 @@ def measure(a) -> None:
         )
         save()
 
-    on_dask, in_process = [("dask", w) for w in workers], [("inprocess", t) for t in threads]
+    on_dask, in_process = [("dask", k) for k in workers], [("inprocess", k) for k in threads]
     plan = on_dask + in_process
     if a.interleave:  # a worker count, then a thread count, ...: a run cut short has both sweeps
         plan = [p for pair in zip_longest(on_dask, in_process) for p in pair if p]
     for kind, cores in plan:
-        if time.perf_counter() - t0 > a.budget_s:
+        if a.budget_s is not None and time.perf_counter() - t0 > a.budget_s:
             print(f"budget of {a.budget_s} s spent: {kind} {cores} not run")
             out.setdefault("not_run", []).append([kind, cores])
             save()
@@ -188,7 +188,9 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", default="1,2,4,8,16")
     ap.add_argument("--threads", default="1,2,4,8,16")
     ap.add_argument("--interleave", action="store_true", help="alternate the two sweeps")
-    ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument(
+        "--budget-s", type=float, default=None, help="start no fit past this many seconds"
+    )
     ap.add_argument("--report", action="store_true", help="only the table and plot of --out")
     a = ap.parse_args(argv)
     if not a.report:
