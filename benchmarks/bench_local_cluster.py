@@ -86,13 +86,7 @@ def _deformed(n, data_dir):
     5,000 original test digits."""
     import deformed_digits as dd
 
-    Xs, ys = [], []
-    for b in range(-(-n // dd.BLOCK)):
-        X, y = dd.block(data_dir, b)
-        Xs.append(X)
-        ys.append(y)
-    Xte, yte = dd.test_set(data_dir)
-    return np.concatenate(Xs)[:n].astype(np.float64), np.concatenate(ys)[:n], Xte, yte
+    return (*dd.training_rows(data_dir, n), *dd.test_set(data_dir))
 
 
 def table(results) -> str:

@@ -24,26 +24,10 @@ import time
 from itertools import zip_longest
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
 import deformed_digits as dd  # noqa: E402
 from bench_deformed_series import _fit_dmcsvm  # noqa: E402
-
-
-def training_rows(data_dir, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``n`` deformed training rows as float64 (as read from the store), the blocks made
-    on threads (scipy's filters release the GIL)."""
-    import dask
-
-    blocks = dask.compute(
-        *[dask.delayed(dd.block)(str(data_dir), b) for b in range(-(-n // dd.BLOCK))],
-        scheduler="threads",
-    )
-    X = np.concatenate([b[0] for b in blocks])[:n].astype(np.float64)
-    y = np.concatenate([b[1] for b in blocks])[:n]
-    return X, y
 
 
 def _summary(r: dict) -> dict:
@@ -67,7 +51,7 @@ def measure(a) -> None:
         _report.write(run.envelope(out), a.out)
 
     t = time.perf_counter()
-    X, y = training_rows(a.data_dir, a.n)
+    X, y = dd.training_rows(a.data_dir, a.n)
     Xte, yte = dd.test_set(a.data_dir)
     out["make_data_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -129,30 +113,33 @@ def report(path) -> str:
         for k in ("dask", "inprocess")
     }
     ref = base["dask"]
-    lines = [
-        "| run | cores | fit s | rounds | solve s | partitions s | speed-up vs 1 worker "
-        "| vs 1 in-process thread | accuracy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    rows = [
+        [
+            "Dask workers" if f["kind"] == "dask" else "in-process threads",
+            f["cores"],
+            f"{f['fit']:.1f}",
+            f["rounds"],
+            f"{f['t_solve']:.1f}",
+            f"{f['t_parts']:.1f}",
+            f"{ref / f['fit']:.2f}" if ref else "–",
+            f"{base['inprocess'] / f['fit']:.2f}" if base["inprocess"] else "–",
+            f"{f['accuracy']:.4f}",
+        ]
+        for f in sorted(fits, key=lambda f: (f["kind"], f["cores"]))
     ]
-    for f in sorted(fits, key=lambda f: (f["kind"], f["cores"])):
-        su = f"{ref / f['fit']:.2f}" if ref else "–"
-        su_ip = f"{base['inprocess'] / f['fit']:.2f}" if base["inprocess"] else "–"
-        lines.append(
-            f"| {'Dask workers' if f['kind'] == 'dask' else 'in-process threads'} | {f['cores']} | "
-            f"{f['fit']:.1f} | {f['rounds']} | {f['t_solve']:.1f} | {f['t_parts']:.1f} | {su} | "
-            f"{su_ip} | {f['accuracy']:.4f} |"
-        )
-    mach = env["machine"]
+    head = ["run", "cores", "fit s", "rounds", "solve s", "partitions s"]
+    head += ["speed-up vs 1 worker", "vs 1 in-process thread", "accuracy"]
+    lines = _report.md_table(head, rows)
     head = [
         f"# Speed-up over cores: deformed digits, n = {res['n']:,}, defaults",
         "",
-        f"`{env['script']}` at `{env['commit']}`; {mach['cpu_count']} cores ({mach['cpu_model']}), "
-        f"{mach['mem_gib']} GiB, Python {mach['python']}, numpy {mach['numpy']}, numba "
-        f"{mach['numba']}; load {env['load_at_start']['loadavg_1m']} at the start (the "
-        "benchmark alone: each fit's load is in the JSON).  `MulticlassSVC()` at defaults, "
-        "float64 input; a fit on W one-thread workers gives its coordinator `n_jobs=W`.  "
-        "solve: the coordinator's working-set solves; partitions: the slowest partition's "
-        "work per round, summed.",
+        _report.machine_line(env) + "  " + _report.load_line(env),
+        "",
+        f"Memory {env['machine']['mem_gib']} GiB.  `MulticlassSVC()` at defaults, float64 "
+        "input; a fit on W one-thread workers gives its coordinator `n_jobs=W`.  The benchmark "
+        "ran alone (each fit's load is in the JSON; a load at the start is the last minute's, "
+        "of a run before it).  solve: the coordinator's working-set solves; "
+        "partitions: the slowest partition's work per round, summed.",
         "",
     ]
     not_run = res.get("not_run")

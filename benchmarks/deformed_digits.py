@@ -58,6 +58,19 @@ def block(data_dir, b: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, lab.astype(np.int64)
 
 
+def training_rows(data_dir, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` training rows in memory, float64 (as a user reads them from the store),
+    and their labels; the blocks made on threads (scipy's filters release the GIL)."""
+    import dask
+
+    blocks = dask.compute(
+        *[dask.delayed(block)(str(data_dir), b, seed) for b in range(-(-n // BLOCK))],
+        scheduler="threads",
+    )
+    X = np.concatenate([b[0] for b in blocks])[:n].astype(np.float64)
+    return X, np.concatenate([b[1] for b in blocks])[:n]
+
+
 def test_set(data_dir) -> tuple[np.ndarray, np.ndarray]:
     """The last 5,000 MNIST test digits, scaled as the training rows, float64."""
     imgs, y = _source(data_dir)

@@ -24,11 +24,11 @@ from .messages import CSReply, RoundMessage, class_quota, has_batch
 from .partition_base import PartitionBase, PartitionSettings  # noqa: F401
 from .rows import CompactRows, StoreRows, StoreSource, make_rows, stack_rows, take_rows  # noqa: F401
 
-#: arrays of a partition's saved state (save_state / load_state)
 #: a partition shrinks once at least this fraction of its active rows has stayed calm for
 #: ``shrink_after`` rounds (each shrink re-packs the cached kernel columns)
 SHRINK_STEP = 0.05
 
+#: arrays of a partition's saved state (save_state / load_state)
 _STATE_KEYS = ("F", "B", "active", "calm")
 #: the unshrink's log in a saved state (Partition._log_arrays)
 _LOG_KEYS = ("shrunk_at", "log_t0", "log_rows", "log_X", "log_dB")
