@@ -516,6 +516,103 @@ def test_solve_with_threaded_gram_rows_equals_one_thread(cs, monkeypatch):
     np.testing.assert_array_equal(B1, B2)
 
 
+def _split_problem(seed, nb, P):
+    """A batch at shuffled cache places, with feasible coefficients and scores off the optimum."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(nb, 5))
+    y = rng.integers(0, P, nb).astype(np.int64)
+    K = kernel_reference(KernelSpec("rbf", gamma=float(rng.uniform(0.1, 2.0))), X, X)
+    gpos = rng.permutation(nb).astype(np.int64)
+    G = np.empty_like(K)
+    G[np.ix_(gpos, gpos)] = K
+    B = np.zeros((nb, P))
+    for i in range(0, nb, 4):
+        a = rng.uniform(0.0, 1.0)
+        B[i, y[i]], B[i, (y[i] + 1) % P] = a, -a
+    F = K @ B + rng.normal(scale=0.3, size=(nb, P))
+    return B, F, G, gpos, y
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize(
+    ("code", "max_steps", "on_request"),
+    [
+        (pt.OPT_EXACT, None, False),
+        (pt.OPT_EXACT, None, True),
+        (pt.OPT_BASIC, 37, True),
+        (pt.OPT_FIXED_POINT, "half", True),
+    ],
+)
+def test_split_passes_take_the_one_thread_steps_bit_for_bit(
+    threads, code, max_steps, on_request, monkeypatch
+):
+    """The passes split over threads (each owning a block of the batch and its score columns,
+    :mod:`dmcsvm.numerics.split_passes`) give the one-thread coefficients, gains and steps bit
+    for bit: with the whole ``K_BB``, with its rows asked for on the way (the passes stop and go
+    on where they stopped, on every thread), and when ``max_steps`` ends them inside a pass."""
+    from dmcsvm.engine.threads import LazyPool
+
+    monkeypatch.setattr(ws, "SPLIT_MIN_BLOCK", 16)
+    for seed, nb, P in ((3, 150, 3), (5, 413, 7)):
+        B, F, G, gpos, y = _split_problem(seed, nb, P)
+        steps = {None: 20 * nb, "half": nb // 2}.get(max_steps, max_steps)
+        rest = (gpos, y, y, np.arange(P), np.ones(nb), np.full(nb, 1.0), 1e-3, 5e-4, steps, 1e-3)
+        one = ws.solve_working_set(code, B, F, G, *rest)
+        pool = LazyPool(threads, "test")
+        rows = _RowsFromMatrix(G) if on_request else None
+        try:
+            split = ws.solve_working_set(
+                code, B, F, G if rows is None else rows.G, *rest, rows=rows, pool=pool
+            )
+            assert pool.started  # (the passes ran on the pool's threads)
+        finally:
+            pool.close()
+        for a, b in zip(one, split, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert one[2].sum() > 0
+        if on_request:
+            assert len(rows.requests) > 1
+        if max_steps is not None:
+            assert one[2].sum() == steps
+
+
+def test_split_passes_need_a_block_per_thread(monkeypatch):
+    """A batch below SPLIT_MIN_BLOCK rows per thread runs on one thread (the pool stays unused)."""
+    from dmcsvm.engine.threads import LazyPool
+
+    monkeypatch.setattr(ws, "SPLIT_MIN_BLOCK", 100)
+    B, F, G, gpos, y = _split_problem(9, 150, 3)
+    rest = (gpos, y, y, np.arange(3), np.ones(150), 1.0, 1e-3, 5e-4, 3000, 1e-3)
+    pool = LazyPool(2, "test")
+    ws.solve_working_set(pt.OPT_EXACT, B, F, G, *rest, pool=pool)
+    assert not pool.started
+
+
+def test_fit_with_split_passes_equals_one_thread(cs, monkeypatch):
+    """In a fit the passes borrow the Gram rows' threads: ``n_threads`` 1 and 3 give the same
+    solve bit for bit, and the three-thread one split its passes."""
+    from dmcsvm.numerics import split_passes
+
+    monkeypatch.setattr(ws, "SPLIT_MIN_BLOCK", 8)
+    calls = []
+    real = split_passes.split_passes
+
+    def counting(*a):
+        calls.append(a[0])
+        return real(*a)
+
+    monkeypatch.setattr(split_passes, "split_passes", counting)
+    X, y = cs.make_blobs_problem(5, 120, 4, 4, spread=1.4, scale=1.5)
+    spec = KernelSpec("rbf", gamma=0.4)
+    kw = dict(batch_size=60, tol=1e-6, n_partitions=2, inner_steps=20.0)
+    B1, r1 = cs.run_solver(X, y, 4, spec, 2.0, n_threads=1, **kw)
+    assert not calls
+    B3, r3 = cs.run_solver(X, y, 4, spec, 2.0, n_threads=3, **kw)
+    assert set(calls) == {0, 1, 2}
+    assert r1.n_iter == r3.n_iter
+    np.testing.assert_array_equal(B1, B3)
+
+
 def test_on_dask_the_coordinators_gram_rows_use_n_jobs_threads(cs, local_client, monkeypatch):
     """With a client the workers wait while the coordinator solves: its Gram rows run on
     ``n_jobs`` threads of the fitting process (``n_jobs=1``: none started), and the model is

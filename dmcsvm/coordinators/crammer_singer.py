@@ -295,6 +295,12 @@ class _GramCache:
         self.m = m + nn
         return self.G, p
 
+    @property
+    def pool(self) -> LazyPool | None:
+        """The threads of the Gram rows, lent to the working-set solve's passes between
+        requests (:mod:`dmcsvm.numerics.split_passes`); None on one thread."""
+        return self._pool if self.threads > 1 else None
+
     def next_request(self) -> int:
         """Rows the next working-set solve asks for at first: as many as the last solve had
         computed (at least :data:`~dmcsvm.numerics.working_set.ROWS_FIRST_REQUEST`), so that a
@@ -626,6 +632,7 @@ def solve(
                             first_request=(
                                 ROWS_FIRST_REQUEST if gram is None else gram.next_request()
                             ),
+                            pool=None if gram is None else gram.pool,
                         )
                     else:
                         dB, gains, st = batch_solver.working_set(

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from .pattern import _C_REL, _MAX_INNER, Bounds, bound_at, psi_value, relaxed_step
 
-__all__ = ["solve_working_set", "psi_columns", "pass_cut"]
+__all__ = ["solve_working_set", "psi_columns", "pass_cut", "apply_step", "ask_rows"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -72,41 +72,70 @@ def _step_row(
     kpp = kdiag[j]
     phi = (0.1 * tol) ** 2 / (2.0 * kpp) if kpp > 0.0 else 0.0
     g = relaxed_step(code, b, b0, f, yb[j], cb[j], pcls, kpp, bound_at(C, j), phi, fp_eps, relax)
+    for r in range(P):
+        BT[r, cj] = b[r]
+        b0[r] = b[r] - b0[r]  # (b0 now holds the step)
+    ch, moved_most = apply_step(b0, 0, nb, G, gj_pos, sg, FT, U, kcol, slack)
+    return g, ch, moved_most
+
+
+@numba.njit(cache=True, nogil=True)
+def apply_step(
+    d: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    G: NDArray[np.floating[Any]],
+    gj_pos: int,
+    sg: NDArray[np.int64],
+    FT: NDArray[np.float64],
+    U: NDArray[np.float64],
+    kcol: NDArray[np.float64],
+    slack: float,
+) -> tuple[bool, float]:
+    """A step ``d`` (the change of a batch row's coefficients, its kernel row in ``G[gj_pos]``)
+    on the score columns ``lo:hi``: ``F_k += K_kj d`` for the prototypes that changed, and the
+    bounds ``U`` (see :func:`_step_row`).  Each column goes through the same operations whatever
+    the range, so a step applied in parts (:mod:`.split_passes`) gives the values of one applied
+    whole, bit for bit.  Returns whether anything changed and ``max_k |K_kj| max_r |d_r|`` over
+    these columns."""
+    P = d.shape[0]
     first = -1
     dup = 0.0  # the largest rise and the largest fall of a coefficient
     ddown = 0.0
     for r in range(P):
-        BT[r, cj] = b[r]
-        d = b[r] - b0[r]
-        if d != 0.0 and first < 0:
+        dr = d[r]
+        if dr != 0.0 and first < 0:
             first = r
-        dup = max(dup, d)
-        ddown = max(ddown, -d)
+        dup = max(dup, dr)
+        ddown = max(ddown, -dr)
     if first < 0:
-        return g, False, 0.0
+        return False, 0.0
     dmax = max(dup, ddown)
     gj = G[gj_pos]  # K_BB is symmetric: row j is the column, read contiguously
     # row k's largest score rises by at most |K_kj| times one of dup / ddown and its smallest
     # falls by at most |K_kj| times the other (which one: the sign of K_kj)
     w = (1.0 + 1e-9) * (dup + ddown)
+    n = hi - lo
+    sgl = sg[lo:hi]  # (slices from 0: a loop over range(lo, hi) keeps negative-index
+    Ul = U[lo:hi]  # wraparound and does not vectorize)
+    Fr = FT[first, lo:hi]
+    dr = d[first]
     kmax = 0.0
-    d = b[first] - b0[first]
-    Fr = FT[first]
-    for t in range(nb):  # one pass: the column, the first changed score row, the bounds
-        k = gj[sg[t]]
+    for t in range(n):  # one pass: the column, the first changed score row, the bounds
+        k = gj[sgl[t]]
         kcol[t] = k
-        Fr[t] += k * d
+        Fr[t] += k * dr
         a = abs(k)
-        U[t] += w * a + slack
+        Ul[t] += w * a + slack
         kmax = max(kmax, a)
     for r in range(first + 1, P):
-        d = b[r] - b0[r]
-        if d == 0.0:
+        dr = d[r]
+        if dr == 0.0:
             continue
-        Fr = FT[r]
-        for t in range(nb):
-            Fr[t] += kcol[t] * d
-    return g, True, kmax * dmax
+        Fr = FT[r, lo:hi]
+        for t in range(n):
+            Fr[t] += kcol[t] * dr
+    return True, kmax * dmax
 
 
 @numba.njit(cache=True, nogil=True)
@@ -169,6 +198,20 @@ ROWS_FIRST_REQUEST = 16
 ROWS_MOST_REQUEST = 4096
 
 
+#: batch rows per thread below which the passes run on one thread: each thread's share of a step
+#: must outweigh following the others' steps and handing the visits on
+SPLIT_MIN_BLOCK = 1024
+
+
+class ThreadPool(Protocol):
+    """The ``pool`` of :func:`solve_working_set` (:class:`~dmcsvm.engine.threads.LazyPool`):
+    ``workers`` threads that run ``submit(fn, *args)``."""
+
+    workers: int
+
+    def submit(self, fn: Any, *args: Any) -> Any: ...
+
+
 class KernelRows(Protocol):
     """The ``rows`` of :func:`solve_working_set`: row ``g`` of ``G`` holds the columns below
     ``stamp[g]`` among the ``m`` in use; ``ensure(positions)`` computes the missing ones (the
@@ -198,6 +241,7 @@ def solve_working_set(
     relax: float = 1.0,
     rows: KernelRows | None = None,
     first_request: int = ROWS_FIRST_REQUEST,
+    pool: ThreadPool | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
     rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
@@ -218,6 +262,9 @@ def solve_working_set(
     :data:`ROWS_MOST_REQUEST`): a working set of thousands of candidates of which a few dozen
     move (a round of shuttle's first hundred) computes a few dozen kernel rows, not thousands.
     The passes, cuts and steps are the same whether rows are given whole or on request.
+    With a ``pool`` of 2+ workers, a batch of at least :data:`SPLIT_MIN_BLOCK` rows per thread
+    runs the passes on that many threads, each owning a block of the batch
+    (:mod:`.split_passes`), with the same steps and results bit for bit.
     Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
     optimizations of every batch row.
 
@@ -225,9 +272,15 @@ def solve_working_set(
     inside numba, ``argsort`` and fancy indexing compiled a sort and the shape-error formatting
     into the first fit (about 3.5 s of its 23 s of compilation)."""
     nb, P = Bb.shape
-    # score columns in increasing cache place (see _step_row); rows are still visited in batch
-    # order, so the passes, cuts and steps are those of batch-ordered columns
-    place = np.argsort(gpos, kind="stable")
+    W = 1 if pool is None else int(max(1, min(pool.workers, nb // SPLIT_MIN_BLOCK)))
+    # score columns in increasing cache place (see _step_row), by block when the passes are
+    # split; rows are still visited in batch order, so the passes, cuts and steps are those of
+    # batch-ordered columns
+    bounds = (np.arange(W + 1, dtype=np.int64) * nb) // W
+    if W > 1:
+        place = np.lexsort((gpos, np.repeat(np.arange(W), np.diff(bounds))))
+    else:
+        place = np.argsort(gpos, kind="stable")
     col = np.empty(nb, dtype=np.int64)  # batch row j -> its column
     col[place] = np.arange(nb)
     sg = np.ascontiguousarray(gpos[place])
@@ -253,44 +306,102 @@ def solve_working_set(
     U = np.empty(nb)
     want = np.empty(min(nb, ROWS_MOST_REQUEST), dtype=np.int64)
     ask = int(min(max(first_request, 1), want.shape[0]))
+    args = (code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol, pcls, kdiag, C, tol)
+    args2 = (fp_eps, max_steps, inner_tol, float(relax), stamp, m, state, scal)
+    if W > 1:
+        from .split_passes import CURSOR, STOP_AT, split_passes, sync_array
+
+        S_of, mx_of = np.zeros(W), np.zeros(W)
+        log_j, log_d = np.zeros(nb, dtype=np.int64), np.zeros((nb, P))
+        rest = np.empty(want.shape[0], dtype=np.int64)
     while True:
-        k = _working_set_passes(
-            code,
-            Bc,
-            BT,
-            FT,
-            G,
-            gpos,
-            col,
-            sg,
-            yb,
-            cb,
-            ycol,
-            ccol,
-            Ccol,
-            pcls,
-            kdiag,
-            C,
-            tol,
-            fp_eps,
-            max_steps,
-            inner_tol,
-            float(relax),
-            stamp,
-            m,
-            state,
-            scal,
-            steps,
-            gains,
-            U,
-            want[:ask],
-        )
-        if k == 0:
-            break
+        if W == 1:
+            k = _working_set_passes(*args, *args2, steps, gains, U, want[:ask])
+            if k == 0:
+                break
+        else:
+            sync = sync_array(W)
+            sync[8 * CURSOR] = state[1] if state[0] == 1 else 0
+            split = (bounds, *args, *args2, S_of, mx_of, sync, log_j, log_d, steps, gains, U)
+            assert pool is not None
+            others = [pool.submit(split_passes, w, *split) for w in range(1, W)]
+            stopped = split_passes(0, *split)
+            for fut in others:
+                fut.result()
+            if stopped == 0:
+                break
+            k = ask_rows(
+                int(sync[8 * STOP_AT]),
+                want[:ask],
+                rest,
+                col,
+                gpos,
+                stamp,
+                m,
+                U,
+                inner_tol,
+                Bc,
+                FT,
+                yb,
+                cb,
+                pcls,
+                C,
+            )
         assert rows is not None  # (without rows every row of G is complete: k is 0)
         rows.ensure(gpos[want[:k]])
         ask = min(2 * ask, want.shape[0])
     return Bc - Bb, gains, steps
+
+
+@numba.njit(cache=True, nogil=True)
+def ask_rows(
+    j: int,
+    want: NDArray[np.int64],
+    rest: NDArray[np.int64],
+    col: NDArray[np.int64],
+    gpos: NDArray[np.int64],
+    stamp: NDArray[np.int64],
+    m: int,
+    U: NDArray[np.float64],
+    inner_tol: float,
+    Bc: NDArray[np.float64],
+    FT: NDArray[np.float64],
+    yb: NDArray[np.int64],
+    cb: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    C: Bounds,
+) -> int:
+    """The passes stopped at batch row ``j``, whose row of ``K_BB`` is not computed: write into
+    ``want`` the batch rows to compute, ``j`` and the rows this solve may step next, those
+    violating more than ``inner_tol`` now, in the order the passes visit them (this one's rest,
+    then the next's start); what room is left goes to the next missing rows in visiting order
+    (``rest``, filled in the same scan): a request of a few rows streams all of X's placed rows
+    through memory for a handful of values, and the requests double in size
+    (:func:`solve_working_set`).  Returns how many."""
+    nb = Bc.shape[0]
+    want[0] = j
+    k = 1
+    n_rest = 0
+    for q in range(1, nb):
+        if k == want.shape[0]:
+            break
+        jj = j + q if j + q < nb else j + q - nb
+        if stamp[gpos[jj]] >= m:
+            continue
+        cc = col[jj]
+        if (
+            U[cc] > inner_tol
+            and psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj)) > inner_tol
+        ):
+            want[k] = jj
+            k += 1
+        elif n_rest < rest.shape[0]:
+            rest[n_rest] = jj
+            n_rest += 1
+    for i in range(min(n_rest, want.shape[0] - k)):
+        want[k] = rest[i]
+        k += 1
+    return k
 
 
 #: the passes' state between requests for kernel rows: phase (0 a pass starts, 1 inside a pass,
@@ -408,35 +519,9 @@ def _working_set_passes(
             if p <= cut:
                 continue
             if stamp[gpos[j]] < m:
-                # K_BB's row j is not computed: ask for it and for the rows this solve may
-                # step next, those violating more than inner_tol now, in the order the passes
-                # visit them (this one's rest, then the next's start); what room is left goes
-                # to the next missing rows in visiting order (``rest``, filled in the same
-                # scan): a request of a few rows streams all of X's placed rows through memory
-                # for a handful of values, and the requests double in size (solve_working_set)
-                want[0] = j
-                k = 1
-                n_rest = 0
-                for q in range(1, nb):
-                    if k == want.shape[0]:
-                        break
-                    jj = j + q if j + q < nb else j + q - nb
-                    if stamp[gpos[jj]] >= m:
-                        continue
-                    cc = col[jj]
-                    if (
-                        U[cc] > inner_tol
-                        and psi_value(Bc[jj], FT[:, cc], yb[jj], cb[jj], pcls, bound_at(C, jj))
-                        > inner_tol
-                    ):
-                        want[k] = jj
-                        k += 1
-                    elif n_rest < rest.shape[0]:
-                        rest[n_rest] = jj
-                        n_rest += 1
-                for i in range(min(n_rest, want.shape[0] - k)):
-                    want[k] = rest[i]
-                    k += 1
+                k = ask_rows(
+                    j, want, rest, col, gpos, stamp, m, U, inner_tol, Bc, FT, yb, cb, pcls, C
+                )
                 state[0], state[1], state[2], state[3] = 1, j, total, 0 if first else 1
                 state[4], state[5] = 1 if moved else 0, passes
                 scal[0], scal[1] = cut, S
