@@ -21,9 +21,9 @@ def test_warmup_thread_compiles_without_touching_the_model():
     assert not t.is_alive()
     assert model.get_params() == before and not hasattr(model, "classes_")
     # the code the warm-up compiled is what the real fit uses: no new specialization
-    from dmcsvm.numerics import pattern, working_set
+    from dmcsvm.numerics import passes, pattern
 
-    funcs = {"_working_set_passes": working_set._working_set_passes, "scan_rows": pattern.scan_rows}
+    funcs = {"run_passes": passes.run_passes, "scan_rows": pattern.scan_rows}
     sigs = {name: len(f.signatures) for name, f in funcs.items()}
     MulticlassSVC(C=10.0, n_jobs=1).fit(X[:300], y[:300])
     assert {n: len(f.signatures) for n, f in funcs.items()} == sigs

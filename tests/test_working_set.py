@@ -21,6 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 from dmcsvm import MulticlassSVC
 from dmcsvm.coordinators.crammer_singer import SolverSettings, _GramCache
 from dmcsvm.kernels import KernelSpec, kernel_block, kernel_reference
+from dmcsvm.numerics import passes
 from dmcsvm.numerics import pattern as pt
 from dmcsvm.numerics import working_set as ws
 from dmcsvm.numerics.selection import THRESHOLDS
@@ -122,7 +123,8 @@ def _full_scan_solve(code, B, F, K, y, pcls, kd, C, tol, fp_eps, max_steps, inne
 
     total, first = 0, True
     while True:
-        cut = ws.pass_cut(max(psi(k) for k in range(nb)), tol, inner_tol, first, total, max_steps)
+        mx = max(psi(k) for k in range(nb))
+        cut = passes.pass_cut(mx, tol, inner_tol, first, total, max_steps)
         if cut < 0.0:
             break
         first, moved = False, False
@@ -165,7 +167,7 @@ def test_psi_columns_equal_psi_value():
     F = rng.normal(size=(m, P))
     FT, BT = np.ascontiguousarray(F.T), np.ascontiguousarray(B.T)
     out = np.empty(m)
-    ws.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
+    passes.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
     want = np.array([pt.psi_value(B[k], F[k], yp[k], cls[k], pcls, Cc[k]) for k in rows])
     assert np.array_equal(out, want)
     assert (want == 0.0).any() and (want > 0.0).any()
@@ -547,7 +549,7 @@ def test_split_passes_take_the_one_thread_steps_bit_for_bit(
     threads, code, max_steps, on_request, monkeypatch
 ):
     """The passes split over threads (each owning a block of the batch and its score columns,
-    :mod:`dmcsvm.numerics.split_passes`) give the one-thread coefficients, gains and steps bit
+    :mod:`dmcsvm.numerics.passes`) give the one-thread coefficients, gains and steps bit
     for bit: with the whole ``K_BB``, with its rows asked for on the way (the passes stop and go
     on where they stopped, on every thread), and when ``max_steps`` ends them inside a pass."""
     from dmcsvm.engine.threads import LazyPool
@@ -590,23 +592,22 @@ def test_split_passes_need_a_block_per_thread(monkeypatch):
 
 def test_fit_with_split_passes_equals_one_thread(cs, monkeypatch):
     """In a fit the passes borrow the Gram rows' threads: ``n_threads`` 1 and 3 give the same
-    solve bit for bit, and the three-thread one split its passes."""
-    from dmcsvm.numerics import split_passes
-
+    solve bit for bit, and the three-thread one ran its passes on three threads."""
     monkeypatch.setattr(ws, "SPLIT_MIN_BLOCK", 8)
     calls = []
-    real = split_passes.split_passes
+    real = passes.run_passes
 
     def counting(*a):
         calls.append(a[0])
         return real(*a)
 
-    monkeypatch.setattr(split_passes, "split_passes", counting)
+    monkeypatch.setattr(ws, "run_passes", counting)
     X, y = cs.make_blobs_problem(5, 120, 4, 4, spread=1.4, scale=1.5)
     spec = KernelSpec("rbf", gamma=0.4)
     kw = dict(batch_size=60, tol=1e-6, n_partitions=2, inner_steps=20.0)
     B1, r1 = cs.run_solver(X, y, 4, spec, 2.0, n_threads=1, **kw)
-    assert not calls
+    assert set(calls) == {0}
+    calls.clear()
     B3, r3 = cs.run_solver(X, y, 4, spec, 2.0, n_threads=3, **kw)
     assert set(calls) == {0, 1, 2}
     assert r1.n_iter == r3.n_iter

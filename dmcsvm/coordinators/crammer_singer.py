@@ -298,7 +298,7 @@ class _GramCache:
     @property
     def pool(self) -> LazyPool | None:
         """The threads of the Gram rows, lent to the working-set solve's passes between
-        requests (:mod:`dmcsvm.numerics.split_passes`); None on one thread."""
+        requests (:mod:`dmcsvm.numerics.passes`); None on one thread."""
         return self._pool if self.threads > 1 else None
 
     def next_request(self) -> int:

@@ -1,5 +1,5 @@
 """Acquire / release loads and stores of int64 array elements, and a yield to the OS scheduler,
-for numba functions that hand work between threads (:mod:`.split_passes`).
+for numba functions that hand work between threads (:mod:`.passes`).
 
 numba has no atomics and no ``volatile``: a plain load in a spin loop may be hoisted out of it,
 and plain stores may be reordered past the one that publishes them.  These intrinsics emit LLVM's

@@ -29,8 +29,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from . import pattern as pt
+from .passes import pass_cut
 from .pattern import Bounds
-from .working_set import pass_cut
 
 if TYPE_CHECKING:
     from ..kernels import KernelSpec
