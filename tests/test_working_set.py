@@ -153,10 +153,10 @@ def test_psi_columns_equal_psi_value():
     """Every column's psi taken prototype by prototype equals :func:`pattern.psi_value` bit for
     bit: classes of 2 / 1 / 3 prototypes (the positive class's other prototypes do not count),
     positive coefficients at, near and below their bound, negatives at 0 and below, per-column
-    bounds."""
+    bounds; over all columns and over a range that starts and ends inside its blocks."""
     rng = np.random.default_rng(21)
     pcls = np.array([0, 0, 1, 2, 2, 2], dtype=np.int64)
-    m, P = 300, pcls.shape[0]
+    m, P = 700, pcls.shape[0]
     cls = rng.integers(0, 3, m).astype(np.int64)
     first = np.array([0, 2, 3])
     yp = first[cls] + (rng.integers(0, 3, m) % np.array([2, 1, 3])[cls])
@@ -167,10 +167,14 @@ def test_psi_columns_equal_psi_value():
     F = rng.normal(size=(m, P))
     FT, BT = np.ascontiguousarray(F.T), np.ascontiguousarray(B.T)
     out = np.empty(m)
-    passes.psi_columns(FT, BT, yp, cls, Cc, pcls, np.empty(m), np.empty(m), out)
+    passes.psi_columns(FT, BT, yp, cls, Cc, pcls, 0, m, out)
     want = np.array([pt.psi_value(B[k], F[k], yp[k], cls[k], pcls, Cc[k]) for k in rows])
     assert np.array_equal(out, want)
     assert (want == 0.0).any() and (want > 0.0).any()
+    lo, hi = 37, 601
+    part = np.full(m, -1.0)
+    passes.psi_columns(FT, BT, yp, cls, Cc, pcls, lo, hi, part)
+    assert np.array_equal(part[: hi - lo], want[lo:hi]) and (part[hi - lo :] == -1.0).all()
 
 
 @pytest.mark.parametrize("gamma", [0.4, 6.0])
