@@ -65,9 +65,10 @@ def _both(monkeypatch, model, store, out, *flags, fast=True):
 
 def _same(a: bytes, b: bytes) -> bool:
     """Two prediction outputs agree: the same header and labels, line for line, and numbers
-    equal to 1e-12 relative. The two paths compute kernel blocks in row chunks of their own, and
-    a BLAS build may round a GEMM's entries by the tile they fall in (OpenBLAS on some AMD
-    machines: 1-2 ulp in a decision value), so digits past the 12th are not compared."""
+    equal to 1e-9 relative (1e-12 absolute). The two paths compute kernel blocks in row chunks
+    of their own, and a BLAS build may round a GEMM's entries by the tile they fall in; an RBF
+    decision value, a difference of kernel sums, carries that rounding into its 12th digit
+    (OpenBLAS on an AMD EPYC VM, a scaled model under ``pytest -n 3``: 4.4e-12 relative)."""
     la, lb = a.decode().splitlines(), b.decode().splitlines()
     if len(la) != len(lb):
         return False
@@ -82,7 +83,7 @@ def _same(a: bytes, b: bytes) -> bool:
                 if u != v:
                     return False
                 continue
-            if not np.isclose(fu, fv, rtol=1e-12, atol=1e-14):
+            if not np.isclose(fu, fv, rtol=1e-9, atol=1e-12):
                 return False
     return True
 
