@@ -547,7 +547,7 @@ def psi_value(
     cy = C * (1.0 - _C_REL)
     for r in range(P):
         isy = r == y
-        ok = isy or pcls[r] != c  # y, or a prototype of another class (_is_neg)
+        ok = isy or _is_neg(pcls, c, r)  # y, or a prototype of another class
         g = f[r] - 1.0 if isy else f[r]
         free = b[r] < (cy if isy else 0.0)
         mx = g if ok and g > mx else mx

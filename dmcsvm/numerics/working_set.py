@@ -114,10 +114,7 @@ def solve_working_set(
     # batch order, same results bit for bit); rows are still visited in batch order, so the
     # passes, cuts and steps are those of batch-ordered columns
     bounds = (np.arange(W + 1, dtype=np.int64) * nb) // W
-    if W > 1:
-        place = np.lexsort((gpos, np.repeat(np.arange(W), np.diff(bounds))))
-    else:
-        place = np.argsort(gpos, kind="stable")
+    place = np.lexsort((gpos, np.repeat(np.arange(W), np.diff(bounds))))  # (stable)
     col = np.empty(nb, dtype=np.int64)  # batch row j -> its column
     col[place] = np.arange(nb)
     sg = np.ascontiguousarray(gpos[place])
