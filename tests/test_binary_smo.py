@@ -251,13 +251,20 @@ def test_one_vs_one_matches_libsvm_ovo():
 
 
 def test_shared_cache_does_not_change_the_solution():
+    """The cache hands back the columns it was given.  Not bit for bit: OpenBLAS (0.3.31)
+    rounds a kernel column differently in a batch of 1, 3, 7, 19 or 21 columns than in a
+    larger one (a cached column was computed in another batch), and at tol=1e-8 that last bit
+    moves one coefficient by 4.6e-8 (with a product whose rounding does not depend on its
+    shape the two fits are equal bit for bit).  A wrong column would move them far more."""
     X, y = _multi(seed=10)
     a = OneVsOneSVC(C=1.0, tol=1e-8, cache_size=0, n_jobs=1).fit(X, y)
     b = OneVsOneSVC(C=1.0, tol=1e-8, cache_size=50, n_jobs=1).fit(X, y)
     assert sum(s["rows_cached"] for s in a.engine_stats_) == 0
     assert sum(s["rows_cached"] for s in b.engine_stats_) > 0
-    np.testing.assert_allclose(a.dual_coef_.toarray(), b.dual_coef_.toarray(), atol=1e-10)
-    np.testing.assert_allclose(a.intercept_, b.intercept_, atol=1e-10)
+    np.testing.assert_allclose(a.dual_coef_.toarray(), b.dual_coef_.toarray(), atol=1e-6)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, atol=1e-6)
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), atol=1e-6)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
 
 @pytest.mark.parametrize("Est", [OneVsRestSVC, OneVsOneSVC])

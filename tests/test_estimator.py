@@ -353,7 +353,7 @@ def test_unfitted_model_raises(iris):
 
 
 def test_prediction_in_chunks_on_threads(iris, iris_model):
-    # more rows than one prediction chunk (2048): the chunked, threaded path gives the same scores
+    # many row blocks of 256 on two threads and on one: the same scores, those of the reference
     X, _ = iris
     Xbig = np.tile(X, (15, 1))
     m = clone(iris_model).set_params(n_jobs=2).fit(*iris)

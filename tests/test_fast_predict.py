@@ -175,19 +175,30 @@ def test_fast_predict_of_a_sparse_store(est, digits, tmp_path, monkeypatch):
     assert np.array_equal(_labels(a, True), load_model(path).predict(Xt).astype(str))
 
 
-def test_the_thread_count_does_not_change_the_scores():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [600, 5000])
+def test_the_thread_count_does_not_change_the_scores(n, dtype):
     """A FastModel counts its threads without scikit-learn (joblib's count within
-    OMP_NUM_THREADS): the chunks and BLAS's share may differ from the estimator's, the values
-    may not."""
-    from dmcsvm.estimators._scoring import prototype_scores
+    OMP_NUM_THREADS), and a store's chunks are other blocks than the whole array's: a row's
+    scores may depend on neither.  (Failed with OpenBLAS 0.3.31 when a block's product ran on
+    several BLAS threads, or in single precision.)"""
+    from dmcsvm.estimators._scoring import kernel_times, prototype_scores
     from dmcsvm.kernels import KernelSpec
 
     rng = np.random.default_rng(0)
-    X, SV = rng.normal(size=(5000, 30)), rng.normal(size=(300, 30))
-    coef = rng.normal(size=(4, 300))
-    runs = [prototype_scores(X, KernelSpec("rbf", 0.05), SV, coef, n) for n in (1, 2, 3, None)]
+    X, SV = rng.normal(size=(n, 30)).astype(dtype), rng.normal(size=(299, 30)).astype(dtype)
+    coef = rng.normal(size=(5, 299))
+    spec = KernelSpec("rbf", 0.05)
+    runs = [prototype_scores(X, spec, SV, coef, j) for j in (1, 2, 3, None)]
     for r in runs[1:]:
         np.testing.assert_array_equal(r, runs[0])
+    for a, b in ((0, 256), (256, 600), (8, 336), (n - 88, n)):
+        np.testing.assert_array_equal(prototype_scores(X[a:b], spec, SV, coef, 2), runs[0][a:b])
+    est = type("E", (), dict(kernel="rbf", gamma_=0.05, degree=3, coef0=0.0, n_jobs=1))
+    sparse_coef = sp.csr_matrix(np.where(np.abs(coef.T) > 1, coef.T, 0.0))
+    ref = kernel_times(est, X, SV, sparse_coef)
+    est.n_jobs = 3
+    np.testing.assert_array_equal(kernel_times(est, X, SV, sparse_coef), ref)
 
 
 @pytest.mark.slow  # a fresh interpreter

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..estimators import _scoring as sc
-from ..estimators._engine import blas_limits, cpu_threads
+from ..estimators._engine import cpu_threads
 from ..kernels import KERNELS, KernelSpec
 from ..model_io import (
     MODEL_FORMAT,
@@ -185,8 +185,7 @@ class FastModel:
             )
             return S[:, 1] - S[:, 0] if S.shape[1] == 2 else S
         if self.name == "MultiPrototypeSVC":
-            with blas_limits(self.n_jobs, 1):
-                S = sc.multiprototype_scores(X, self, self._spec)
+            S = sc.multiprototype_scores(X, self, self._spec)
             return sc.best_prototype_per_class(S, self.n_prototypes_, m)
         if self.name == "BinarySVC":
             return (

@@ -22,14 +22,15 @@ THREAD_POLICY = f"""\
         Inside ``joblib.parallel_config(n_jobs=k)`` it is ``k``; ``-1`` is every core, ``-2``
         all but one, a positive integer itself.  dmcsvm uses ``n_jobs`` threads in all and no
         more: numba kernels are single-threaded and BLAS is limited to one thread per
-        partition while training (to ``n_jobs // chunks`` threads while predicting), so
-        nested parallelism never oversubscribes the cores.  The default row partitions
-        (solver option ``n_partitions``) are one per thread, and the row partitioning is part
-        of the solver's trajectory: set ``n_partitions`` for the same model on machines with
-        other core counts.  Partitions of fewer than {InProcessExecutor.POOL_MIN_ROWS:,} rows
-        run in turn on one thread (a thread hand-off costs more than their round).  With a
-        ``client`` the cluster's worker threads run the partitions, and ``n_jobs`` threads of
-        this process compute the coordinator's kernel rows while the workers wait."""
+        partition while training and per row block while predicting, so nested parallelism
+        never oversubscribes the cores and predictions do not depend on ``n_jobs``.  The
+        default row partitions (solver option ``n_partitions``) are one per thread, and the
+        row partitioning is part of the solver's trajectory: set ``n_partitions`` for the same
+        model on machines with other core counts.  Partitions of fewer than
+        {InProcessExecutor.POOL_MIN_ROWS:,} rows run in turn on one thread (a thread hand-off
+        costs more than their round).  With a ``client`` the cluster's worker threads run the
+        partitions, and ``n_jobs`` threads of this process compute the coordinator's kernel
+        rows while the workers wait."""
 
 
 def available_threads() -> int:
@@ -247,26 +248,17 @@ def features_per_row(td) -> float:
     return float(td.d) if nnz is None else float(nnz) / max(int(td.n), 1)
 
 
-def blas_limits(n_jobs, threads):
-    """Context that limits BLAS to its share of ``n_jobs`` while ``threads`` threads run
-    (prediction in row chunks): ``max(1, n_threads(n_jobs) // threads)`` threads each.  A share
-    of one is the counted hold of :mod:`dmcsvm.engine.threads`, which a fit running beside the
-    prediction shares without either undoing the other's limit."""
-    share = max(1, n_threads(n_jobs) // max(1, threads))
-    if share == 1:
-        from ..engine.threads import one_blas_thread
-
-        return one_blas_thread()
-    from ..engine.threads import limit_blas
-
-    return limit_blas(share)
-
-
 def run_chunks(n_jobs, chunks, work) -> None:
-    """``work(chunk)`` for every chunk, on ``min(n_threads(n_jobs), len(chunks))`` threads with
-    BLAS held to its share of ``n_jobs`` (:data:`THREAD_POLICY`)."""
+    """``work(chunk)`` for every chunk, on ``min(n_threads(n_jobs), len(chunks))`` threads, BLAS
+    on one thread in each (:data:`THREAD_POLICY`): several BLAS threads split a product in ways
+    that depend on its shape and round a row differently (OpenBLAS 0.3.31), one thread gives
+    a row the same bits whatever the thread count (:func:`~dmcsvm.estimators._scoring.blocks`).
+    The hold is the counted one of :mod:`dmcsvm.engine.threads`, which a fit running beside
+    the prediction shares without either undoing the other's limit."""
+    from ..engine.threads import one_blas_thread
+
     threads = min(n_threads(n_jobs), len(chunks))
-    with blas_limits(n_jobs, threads):
+    with one_blas_thread():
         if threads > 1:
             from concurrent.futures import ThreadPoolExecutor
 

@@ -18,85 +18,85 @@ import scipy.sparse as sp
 from ..kernels import KernelSpec, kernel_block, prefer_numpy, row_norms_sq
 from ._engine import run_chunks
 
-#: rows of one kernel block of a prediction
-PREDICT_CHUNK = 2048
+#: rows of one block of a prediction (its kernel values are one block x n_SV)
+PREDICT_BLOCK = 256
 
 
-def _chunks(n):
-    return [(a, min(a + PREDICT_CHUNK, n)) for a in range(0, n, PREDICT_CHUNK)]
+def blocks(n) -> list[tuple[int, int]]:
+    """The row blocks ``(a, b)`` of an ``n``-row prediction: :data:`PREDICT_BLOCK` rows each
+    from row 0, whatever the thread count.
+
+    Why fixed, and why float64 with BLAS on one thread per block (:func:`_as_float64`,
+    :func:`~dmcsvm.estimators._engine.run_chunks`): OpenBLAS rounds a row of a product in a
+    way that depends on the product's shape.  Several BLAS threads split the product by its
+    shape, and a single-precision product rounds a row by the block it is in.  A
+    double-precision product on one thread gives a row the same bits in any block of a
+    multiple of 8 rows; an odd block's last row goes through an edge kernel that sums in
+    another order (measured with 0.3.31: blocks of 8, 88, 256, 600 or 2,048 rows agree, of 1,
+    3, 5, ... rows not).  So a row's prediction does not depend on ``n_jobs``, and the whole
+    array and a store's chunks of 256 rows give the same bits."""
+    return [(a, min(a + PREDICT_BLOCK, n)) for a in range(0, n, PREDICT_BLOCK)]
 
 
-def score_block(X, spec: dict, SV, sv_norms, coef, jit=True) -> np.ndarray:
-    """Prototype scores ``K(X, SV) @ coef`` of one row block (float64); ``jit=False``: the
-    kernel's element-wise pass in NumPy (:func:`dmcsvm.kernels.prefer_numpy`)."""
-    if SV.shape[0] == 0 or X.shape[0] == 0:
-        return np.zeros((X.shape[0], coef.shape[1]))
-    K = kernel_block(KernelSpec(**spec), X, SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
-    return K @ coef
+def _as_float64(A):
+    """``A`` (dense or sparse) in float64: a prediction's products run in double precision
+    (:func:`blocks`)."""
+    return A if A.dtype == np.float64 else A.astype(np.float64)
 
 
 def prototype_scores(X, spec: KernelSpec, SV, dual_coef, n_jobs) -> np.ndarray:
-    """``K(X, SV) @ dual_coef.T`` (n_samples, n_prototypes) in row chunks on ``n_jobs`` threads:
+    """``K(X, SV) @ dual_coef.T`` (n_samples, n_prototypes) in row blocks on ``n_jobs`` threads:
     MulticlassSVC's class scores (one prototype per class)."""
-    n = X.shape[0]
-    out = np.zeros((n, dual_coef.shape[0]))
-    if SV.shape[0] == 0 or n == 0:
-        return out
-    spec_d = spec.to_dict()
-    sv_norms = row_norms_sq(SV)
     coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
-    jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
-
-    def work(ab):
-        a, b = ab
-        out[a:b] = score_block(X[a:b], spec_d, SV, sv_norms, coef, jit=jit)
-
-    run_chunks(n_jobs, _chunks(n), work)  # n_jobs threads in all (THREAD_POLICY)
-    return out
+    return _kernel_product(X, spec, SV, coef, n_jobs)
 
 
 def kernel_times(est, X, SV, coef) -> np.ndarray:
-    """``K(X, SV) @ coef`` in row chunks on ``n_jobs`` threads (``coef`` dense or sparse,
+    """``K(X, SV) @ coef`` in row blocks on ``n_jobs`` threads (``coef`` dense or sparse,
     (n_SV, k)); returns a dense (n, k) array.  ``est`` gives ``kernel``, ``gamma_``, ``degree``,
     ``coef0`` and ``n_jobs``."""
+    spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
+    return _kernel_product(X, spec, SV, coef, est.n_jobs)
+
+
+def _kernel_product(X, spec: KernelSpec, SV, coef, n_jobs) -> np.ndarray:
+    """``K(X, SV) @ coef`` (dense (n, k)) in the row blocks of :func:`blocks`, in float64."""
     n = X.shape[0]
-    k = coef.shape[1]
-    out = np.zeros((n, k))
+    out = np.zeros((n, coef.shape[1]))
     if SV.shape[0] == 0 or n == 0:
         return out
-    spec = KernelSpec(est.kernel, est.gamma_, int(est.degree), float(est.coef0))
+    SV = _as_float64(SV)
     sv_norms = row_norms_sq(SV)
     jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
 
     def work(ab):
         a, b = ab
-        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64, jit=jit)
-        r = coef.T @ K.T if sp.issparse(coef) else K @ coef
-        out[a:b] = r.T if sp.issparse(coef) else r
+        K = kernel_block(spec, _as_float64(X[a:b]), SV, norms_b=sv_norms, jit=jit)
+        if sp.issparse(coef):
+            out[a:b] = (coef.T @ K.T).T
+        else:
+            out[a:b] = K @ coef
 
-    run_chunks(est.n_jobs, _chunks(n), work)  # n_jobs threads in all (THREAD_POLICY)
+    run_chunks(n_jobs, blocks(n), work)  # n_jobs threads in all (THREAD_POLICY)
     return out
 
 
 def multiprototype_scores(X, est, spec: KernelSpec):
     """MultiPrototypeSVC's prototype scores (n_samples, n_prototypes): ``X @ prototypes_.T +
     intercept_`` for explicit linear prototypes (``est.prototypes_`` not None), else
-    ``K(X, support_vectors_) @ dual_coef_.T`` in row chunks on the calling thread (its caller
-    holds BLAS to ``n_jobs``)."""
-    if est.prototypes_ is not None:
-        S = X @ est.prototypes_.T
-        return np.asarray(S, dtype=np.float64) + est.intercept_
-    SV, dual_coef = est.support_vectors_, est.dual_coef_
+    ``K(X, support_vectors_) @ dual_coef_.T``; in row blocks on ``est.n_jobs`` threads."""
     n = X.shape[0]
-    out = np.zeros((n, dual_coef.shape[0]))
-    if SV.shape[0] == 0 or n == 0:
-        return out
-    sv_norms = row_norms_sq(SV)
-    coef = np.ascontiguousarray(np.asarray(dual_coef, dtype=np.float64).T)
-    for a, b in _chunks(n):
-        K = kernel_block(spec, X[a:b], SV, norms_b=sv_norms, dtype=np.float64)
-        out[a:b] = K @ coef
-    return out
+    if est.prototypes_ is not None:
+        W = _as_float64(np.asarray(est.prototypes_))
+        out = np.zeros((n, W.shape[0]))
+
+        def linear(ab):
+            a, b = ab
+            out[a:b] = np.asarray(_as_float64(X[a:b]) @ W.T)
+
+        run_chunks(est.n_jobs, blocks(n), linear)
+        return out + est.intercept_
+    return prototype_scores(X, spec, est.support_vectors_, est.dual_coef_, est.n_jobs)
 
 
 def best_prototype_per_class(S, n_prototypes, m) -> np.ndarray:

@@ -31,7 +31,6 @@ from ..numerics.linear_prototypes import linear_coefficients
 from ..store.class_index import class_counts
 from ._base import SVMEstimator, integers, reals
 from ._engine import (
-    blas_limits,
     features_per_row,
     make_executor,
     n_threads,
@@ -454,12 +453,10 @@ class MultiPrototypeSVC(SVMEstimator):
         return spec or KernelSpec(self.kernel, self.gamma_, int(self.degree), float(self.coef0))
 
     def prototype_scores(self, X):
-        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total); BLAS on
-        at most ``n_jobs`` threads (the thread policy of ``n_jobs``)."""
+        """Scores ``f_r(x)`` of every prototype, shape (n_samples, n_prototypes_total), on
+        ``n_jobs`` threads (the thread policy of ``n_jobs``)."""
         check_is_fitted(self)
-        X = self._check_X(X)
-        with blas_limits(self.n_jobs, 1):
-            return self._prototype_scores(X)
+        return self._prototype_scores(self._check_X(X))
 
     def _prototype_scores(self, X):
         return multiprototype_scores(X, self, self._kernel_spec())
