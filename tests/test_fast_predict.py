@@ -192,7 +192,7 @@ def test_the_thread_count_does_not_change_the_scores(n, dtype):
     runs = [prototype_scores(X, spec, SV, coef, j) for j in (1, 2, 3, None)]
     for r in runs[1:]:
         np.testing.assert_array_equal(r, runs[0])
-    for a, b in ((0, 256), (256, 600), (8, 336), (n - 88, n)):
+    for a, b in ((0, 256), (256, 600), (64, 448), (n - 128, n)):
         np.testing.assert_array_equal(prototype_scores(X[a:b], spec, SV, coef, 2), runs[0][a:b])
     est = type("E", (), dict(kernel="rbf", gamma_=0.05, degree=3, coef0=0.0, n_jobs=1))
     sparse_coef = sp.csr_matrix(np.where(np.abs(coef.T) > 1, coef.T, 0.0))

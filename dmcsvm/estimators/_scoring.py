@@ -32,9 +32,10 @@ def blocks(n) -> list[tuple[int, int]]:
     shape, and a single-precision product rounds a row by the block it is in.  A
     double-precision product on one thread gives a row the same bits in any block of a
     multiple of 8 rows; an odd block's last row goes through an edge kernel that sums in
-    another order (measured with 0.3.31: blocks of 8, 88, 256, 600 or 2,048 rows agree, of 1,
-    3, 5, ... rows not).  So a row's prediction does not depend on ``n_jobs``, and the whole
-    array and a store's chunks of 256 rows give the same bits."""
+    another order (measured with 0.3.31's Haswell kernels: blocks of 8, 88, 256, 600 or 2,048
+    rows agree, of 1, 3, 5, ... rows not; other CPUs' kernels tile by up to 16 or 32 rows).
+    So a row's prediction does not depend on ``n_jobs``, and the whole array and a store's
+    chunks of 256 rows give the same bits."""
     return [(a, min(a + PREDICT_BLOCK, n)) for a in range(0, n, PREDICT_BLOCK)]
 
 
