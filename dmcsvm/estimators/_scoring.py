@@ -60,26 +60,32 @@ def kernel_times(est, X, SV, coef) -> np.ndarray:
     return _kernel_product(X, spec, SV, coef, est.n_jobs)
 
 
+def _in_blocks(n, k, n_jobs, block) -> np.ndarray:
+    """The (n, k) float64 array whose rows ``a:b`` are ``block(a, b)`` for every row block of
+    :func:`blocks`, on ``n_jobs`` threads in all (THREAD_POLICY)."""
+    out = np.zeros((n, k))
+
+    def work(ab):
+        out[ab[0] : ab[1]] = block(*ab)
+
+    run_chunks(n_jobs, blocks(n), work)
+    return out
+
+
 def _kernel_product(X, spec: KernelSpec, SV, coef, n_jobs) -> np.ndarray:
     """``K(X, SV) @ coef`` (dense (n, k)) in the row blocks of :func:`blocks`, in float64."""
     n = X.shape[0]
-    out = np.zeros((n, coef.shape[1]))
     if SV.shape[0] == 0 or n == 0:
-        return out
+        return np.zeros((n, coef.shape[1]))
     SV = _as_float64(SV)
     sv_norms = row_norms_sq(SV)
     jit = not prefer_numpy(n * SV.shape[0])  # a small prediction skips numba's start
 
-    def work(ab):
-        a, b = ab
+    def block(a, b):
         K = kernel_block(spec, _as_float64(X[a:b]), SV, norms_b=sv_norms, jit=jit)
-        if sp.issparse(coef):
-            out[a:b] = (coef.T @ K.T).T
-        else:
-            out[a:b] = K @ coef
+        return (coef.T @ K.T).T if sp.issparse(coef) else K @ coef
 
-    run_chunks(n_jobs, blocks(n), work)  # n_jobs threads in all (THREAD_POLICY)
-    return out
+    return _in_blocks(n, coef.shape[1], n_jobs, block)
 
 
 def multiprototype_scores(X, est, spec: KernelSpec):
@@ -89,14 +95,10 @@ def multiprototype_scores(X, est, spec: KernelSpec):
     n = X.shape[0]
     if est.prototypes_ is not None:
         W = _as_float64(np.asarray(est.prototypes_))
-        out = np.zeros((n, W.shape[0]))
-
-        def linear(ab):
-            a, b = ab
-            out[a:b] = np.asarray(_as_float64(X[a:b]) @ W.T)
-
-        run_chunks(est.n_jobs, blocks(n), linear)
-        return out + est.intercept_
+        S = _in_blocks(
+            n, W.shape[0], est.n_jobs, lambda a, b: np.asarray(_as_float64(X[a:b]) @ W.T)
+        )
+        return S + est.intercept_
     return prototype_scores(X, spec, est.support_vectors_, est.dual_coef_, est.n_jobs)
 
 
