@@ -18,6 +18,7 @@ _LAZY = {
     "OneVsOneSVC": "estimators",
     "save": "model_io",
     "load": "model_io",
+    "close_local_clusters": "engine.dask.local",
 }
 _RENAMED = {"save": "save_model", "load": "load_model"}
 
@@ -30,6 +31,7 @@ __all__ = [
     "BinarySVC",
     "OneVsRestSVC",
     "OneVsOneSVC",
+    "close_local_clusters",
     "__version__",
 ]
 

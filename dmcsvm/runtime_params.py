@@ -38,12 +38,10 @@ class RuntimeParam(NamedTuple):
 PARAMS = (
     RuntimeParam(
         "client",
-        "where training runs: in-process, a Dask cluster, or a LocalCluster started for the fit",
+        "where training runs: in-process, a Dask cluster, or this process's kept LocalCluster",
         "--scheduler / --local-workers",
     ),
-    RuntimeParam(
-        "n_workers", "workers of the LocalCluster started for client='local'", "--local-workers"
-    ),
+    RuntimeParam("n_workers", "workers of the LocalCluster of client='local'", "--local-workers"),
     RuntimeParam(
         "threads_per_worker", "threads of each worker of that LocalCluster", "--threads-per-worker"
     ),

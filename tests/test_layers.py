@@ -227,14 +227,15 @@ def test_readme_shows_the_table():
 SIBLINGS = {
     "dmcsvm.engine.dask": {
         "limits": (),
-        "client": (),
+        "local": (),
+        "client": ("local",),
         "liveness": ("limits", "client"),
         "placement": ("limits", "liveness"),
         "routing": ("limits",),
         "recovery": ("limits", "client", "liveness"),
         "bank": (),
         "executor": ("limits", "client", "liveness", "placement", "routing", "recovery", "bank"),
-        "__init__": ("client", "executor"),
+        "__init__": ("client", "executor", "local"),
     },
     "dmcsvm.cli": {
         "_usage": (),

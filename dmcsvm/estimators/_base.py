@@ -108,10 +108,13 @@ WHERE_IT_RUNS_DOC = (
     + """
     client : None, 'local', str or distributed.Client, default=None
         Where training runs: None in-process; a ``distributed.Client`` or a scheduler address on
-        that Dask cluster; ``'local'`` starts (and afterwards closes) a ``LocalCluster``.
+        that Dask cluster; ``'local'`` a ``LocalCluster`` of worker processes, started by the
+        first such fit and kept for this process's later fits of the same size (its start
+        and close cost seconds); ``dmcsvm.close_local_clusters()`` or the end of the process
+        closes it.
     n_workers, threads_per_worker, memory_limit : optional
-        Size of the ``LocalCluster`` started for ``client='local'``: workers, threads of each,
-        and each worker's memory limit (bytes, or a string such as ``'4GB'``).
+        Size of the ``LocalCluster`` of ``client='local'``: workers, threads of each, and each
+        worker's memory limit (bytes, or a string such as ``'4GB'``).
     cache_size : 'auto' or float, default='auto'
         Kernel cache budget in MB; 'auto' is an eighth of the machine's memory, at most 4096.
         It holds the partitions' kernel columns (shared by every binary problem of one fit)

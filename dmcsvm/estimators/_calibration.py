@@ -23,8 +23,8 @@ and ``predict_proba`` applies it to the decision values of every block, so a zar
 array is handled chunk by chunk exactly like ``predict``.
 
 The fold trainings run where the estimator trains (same parameters): with a ``distributed.Client``
-or a scheduler address they share that cluster; with ``client='local'`` each starts its own
-LocalCluster, so pass a Client to pay for one.  The folds of a dense zarr store are dask arrays of
+or a scheduler address they share that cluster, and with ``client='local'`` the LocalCluster
+this process keeps.  The folds of a dense zarr store are dask arrays of
 its chunks (read by the tasks, never gathered); a sparse store's fold rows are read into memory.
 """
 

@@ -10,6 +10,7 @@ One module per job:
 * :mod:`.liveness` -- bounded waits on the scheduler and the workers;
 * :mod:`.client` -- the Dask client (``'local'``, an address, a ``Client``) and the scheduler's
   worker events;
+* :mod:`.local` -- the LocalCluster that ``client='local'`` starts once and keeps;
 * :mod:`.limits` -- the bounds of every wait.
 
 Without a lost worker the rounds are exactly those of the in-process executor, bit for bit.  See
@@ -20,5 +21,12 @@ from __future__ import annotations
 
 from .client import SchedulerLostError, release_client, resolve_client
 from .executor import DaskExecutor
+from .local import close_local_clusters
 
-__all__ = ["DaskExecutor", "SchedulerLostError", "release_client", "resolve_client"]
+__all__ = [
+    "DaskExecutor",
+    "SchedulerLostError",
+    "close_local_clusters",
+    "release_client",
+    "resolve_client",
+]

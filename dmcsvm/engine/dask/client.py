@@ -1,9 +1,9 @@
 """The Dask client an executor talks through, and what the scheduler tells it about the workers.
 
 :func:`resolve_client` follows Dask's conventions (a ``Client`` as is, a scheduler address, or
-``'local'`` for a ``LocalCluster`` this process starts and closes); :class:`Watch` records the
-scheduler's pushed events (a worker removed, a worker restarted by its nanny for memory), so that
-noticing a lost worker costs no request per round."""
+``'local'`` for the ``LocalCluster`` this process keeps for its fits, :mod:`.local`);
+:class:`Watch` records the scheduler's pushed events (a worker removed, a worker restarted by its
+nanny for memory), so that noticing a lost worker costs no request per round."""
 
 from __future__ import annotations
 
@@ -70,24 +70,17 @@ def unsubscribe(client, watch: Watch) -> None:
 
 def resolve_client(client, n_workers=None, threads_per_worker=None, memory_limit=None):
     """Dask's conventions: a ``distributed.Client`` is used as is, a string is a scheduler
-    address, ``'local'`` starts a ``LocalCluster``.  Returns ``(client, owned_objects)``; the
-    owned objects (client and cluster we created) are closed by :func:`release_client`."""
-    from distributed import Client, LocalCluster
+    address, ``'local'`` is this process's kept ``LocalCluster`` of that size (:mod:`.local`).
+    Returns ``(client, owned_objects)``; the owned objects (a client we connected to an address)
+    are closed by :func:`release_client`."""
+    from distributed import Client
 
     if isinstance(client, Client):
         return client, []
     if isinstance(client, str) and client == "local":
-        kw = {
-            "n_workers": n_workers,
-            "threads_per_worker": threads_per_worker or 1,
-            "processes": True,
-            "dashboard_address": None,
-        }
-        if memory_limit is not None:
-            kw["memory_limit"] = memory_limit
-        cluster = LocalCluster(**{k: v for k, v in kw.items() if v is not None})
-        c = Client(cluster)
-        return c, [c, cluster]
+        from .local import local_client
+
+        return local_client(n_workers, threads_per_worker, memory_limit), []
     if isinstance(client, str):
         c = Client(client)
         return c, [c]

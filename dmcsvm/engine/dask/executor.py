@@ -18,6 +18,7 @@ from ..executor import partition_bounds, with_row_bounds
 from ..messages import HeldIds, pack_message, unpack_reply_rows
 from ..partition import Partition, PartitionSettings
 from ..rows import DaskSource
+from ..threads import BlasThreadHold
 from . import limits
 from .bank import HeldRows
 from .client import Watch, subscribe, takes_n_workers, unsubscribe
@@ -80,6 +81,12 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         if tree not in ("auto", True, False):
             raise ValueError(f"tree must be 'auto', True or False, got {tree!r}")
         self.tree = tree
+        # BLAS on one thread in this process from now to close(): workers that are threads of
+        # this process (LocalCluster(processes=False)) read the count this thread sets (one set
+        # from their own threads is ignored, engine.threads), so their partitions' kernel work
+        # gets the bits it gets on a worker process; without it optdigits' dual coefficients
+        # differed by 1e-2
+        self._blas = BlasThreadHold()
         self.n_threads = max(1, int(n_threads))
         self.groups: list = []  # per actor: its partitions, ascending
         self._seq = 0  # number of the last round sent
@@ -97,6 +104,10 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         self._suspect: dict = {}  # address -> its removals when its connection broke
         self._not_running: dict = {}  # address -> status, of workers known but not running
         self.parts = []  # actors, one per group
+        # the futures that created them: an actor lives while a future of its key does, and an
+        # actor handle made on a worker of this process (a LocalCluster with processes=False) is
+        # passed as is, without the future of its own that an unpickled handle creates
+        self._actor_futs: dict = {}
         self.placement = []  # worker address of each partition
         self._watch = Watch()
         self._info_kw = {"n_workers": -1} if takes_n_workers(client) else {}
@@ -246,8 +257,10 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
             except Exception:  # noqa: BLE001 - a lost worker must not hide the training result
                 pass
         self.parts = []
+        self._actor_futs = {}
         self._build = []
         self._snapshots = {}
         if self._subscribed:
             unsubscribe(self.client, self._watch)
             self._subscribed = False
+        self._blas.release()

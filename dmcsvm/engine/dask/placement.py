@@ -158,6 +158,7 @@ class Placement:
         while True:
             settle(fut)
             if fut.status == "finished":
+                self._actor_futs[g] = fut
                 return fut.result()
             if fut.status == "error":
                 if not self._group_lost(g) and not self._memory_restarts():

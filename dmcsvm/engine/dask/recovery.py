@@ -134,6 +134,7 @@ class Recovery:
             settle(fut)
             self._check_scheduler()
             if fut.status == "finished":
+                self._actor_futs[g] = fut
                 return fut.result()
             if fut.status == "error":
                 return fut.result()  # raises: the caller decides

@@ -1,0 +1,94 @@
+"""The ``LocalCluster`` behind ``client='local'``: started by the first fit that asks for it and
+kept for this process's later fits of the same size, as Dask's own ``Client()`` is.
+
+A 2-worker LocalCluster of processes took 1.6-3.9 s to start, warm up and close on the 2-core VM
+(``benchmarks/results/local_cluster.md``): more than a whole fit of most real sets, and paid by
+every fit of a ``GridSearchCV`` or ``cross_val_score``.  Kept, it is paid once.  It is closed
+when the interpreter exits, or by :func:`close_local_clusters`; one that stopped (its scheduler
+closed, its client disconnected) is started again, and a child process made by ``fork`` starts
+its own instead of talking through its parent's event loop.  Its client is never Dask's default
+client, so it does not capture the user's own computations.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+_lock = threading.Lock()
+#: (n_workers, threads_per_worker, memory_limit) -> (pid, LocalCluster, Client)
+_clusters: dict = {}
+_at_exit = False
+
+
+def local_client(n_workers=None, threads_per_worker=None, memory_limit=None):
+    """The client of this process's LocalCluster of that size (worker processes, no
+    dashboard), started now if there is none or it stopped."""
+    key = (n_workers, threads_per_worker or 1, memory_limit)
+    with _lock:
+        got = _clusters.pop(key, None)
+        if got is not None:
+            if got[0] == os.getpid() and _running(got[1], got[2]):
+                _clusters[key] = got
+                return got[2]
+            if got[0] == os.getpid():
+                _close(got)
+        cluster, client = _start(*key)
+        _clusters[key] = (os.getpid(), cluster, client)
+        _register_exit()
+        return client
+
+
+def close_local_clusters() -> int:
+    """Close every LocalCluster that ``client='local'`` started in this process; returns how
+    many.  The next ``client='local'`` fit starts a new one."""
+    with _lock:
+        got = [v for v in _clusters.values() if v[0] == os.getpid()]
+        _clusters.clear()
+    for entry in got:
+        _close(entry)
+    return len(got)
+
+
+def _start(n_workers, threads_per_worker, memory_limit):
+    from distributed import Client, LocalCluster
+
+    kw = {
+        "n_workers": n_workers,
+        "threads_per_worker": threads_per_worker,
+        "processes": True,
+        "dashboard_address": None,
+        "memory_limit": memory_limit,
+    }
+    cluster = LocalCluster(**{k: v for k, v in kw.items() if v is not None})
+    try:
+        return cluster, Client(cluster, set_as_default=False)
+    except BaseException:
+        cluster.close()
+        raise
+
+
+def _running(cluster, client) -> bool:
+    """Whether the cluster and our client to it are both still up."""
+    status = getattr(getattr(cluster, "status", None), "name", None)
+    return status == "running" and client.status == "running"
+
+
+def _close(entry) -> None:
+    """Close a kept cluster and its client (best effort: a stopped one may raise)."""
+    _, cluster, client = entry
+    for obj in (client, cluster):
+        try:
+            obj.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+
+def _register_exit() -> None:
+    """Close the kept clusters at exit, before distributed's own clean-up (atexit runs the
+    handlers registered last first, and distributed registered its own at import)."""
+    global _at_exit
+    if not _at_exit:
+        atexit.register(close_local_clusters)
+        _at_exit = True
