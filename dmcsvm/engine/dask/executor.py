@@ -81,12 +81,6 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         if tree not in ("auto", True, False):
             raise ValueError(f"tree must be 'auto', True or False, got {tree!r}")
         self.tree = tree
-        # BLAS on one thread in this process from now to close(): workers that are threads of
-        # this process (LocalCluster(processes=False)) read the count this thread sets (one set
-        # from their own threads is ignored, engine.threads), so their partitions' kernel work
-        # gets the bits it gets on a worker process; without it optdigits' dual coefficients
-        # differed by 1e-2
-        self._blas = BlasThreadHold()
         self.n_threads = max(1, int(n_threads))
         self.groups: list = []  # per actor: its partitions, ascending
         self._seq = 0  # number of the last round sent
@@ -115,6 +109,12 @@ class DaskExecutor(Placement, Routing, Recovery, HeldRows, Liveness):
         self._subscribed = True
         self._t_start_restarts = 0
         self.worker_info = {}
+        # BLAS on one thread in this process from now to close(): workers that are threads of
+        # this process (LocalCluster(processes=False)) read the count this thread sets (one set
+        # from their own threads is ignored, engine.threads), so their partitions' kernel work
+        # gets the bits it gets on a worker process; without it optdigits' dual coefficients
+        # differed by 1e-2
+        self._blas = BlasThreadHold()
         try:
             workers = self._first_workers()
         except BaseException:
