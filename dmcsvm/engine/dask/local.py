@@ -27,13 +27,11 @@ def local_client(n_workers=None, threads_per_worker=None, memory_limit=None):
     dashboard), started now if there is none or it stopped."""
     key = (n_workers, threads_per_worker or 1, memory_limit)
     with _lock:
-        got = _clusters.pop(key, None)
-        if got is not None:
-            if got[0] == os.getpid() and _running(got[1], got[2]):
-                _clusters[key] = got
+        got = _clusters.get(key)
+        if got is not None and got[0] == os.getpid():  # (a parent's, after fork: left alone)
+            if _running(got[1], got[2]):
                 return got[2]
-            if got[0] == os.getpid():
-                _close(got)
+            _close(got)
         cluster, client = _start(*key)
         _clusters[key] = (os.getpid(), cluster, client)
         _register_exit()
@@ -71,8 +69,7 @@ def _start(n_workers, threads_per_worker, memory_limit):
 
 def _running(cluster, client) -> bool:
     """Whether the cluster and our client to it are both still up."""
-    status = getattr(getattr(cluster, "status", None), "name", None)
-    return status == "running" and client.status == "running"
+    return cluster.status.name == "running" and client.status == "running"
 
 
 def _close(entry) -> None:
