@@ -45,6 +45,9 @@ def test_client_local_keeps_one_cluster_for_later_fits_and_closes_it():
         np.testing.assert_array_equal(first.dual_coef_, ref.dual_coef_)
         ((pid, cluster, client),) = local._clusters.values()
         assert pid == os.getpid() and client.status == "running"
+        # no Bokeh dashboard on its scheduler (it doubled the cluster's start; the scheduler's
+        # plain HTTP routes stay): none attached to its HTTP application
+        assert cluster.scheduler.http_application.applications == []
         _no_default_client()  # the kept cluster does not capture the user's computations
 
         again = MulticlassSVC(**kw).fit(X, y)  # the same cluster, not a new one

@@ -52,14 +52,15 @@ def close_local_clusters() -> int:
 def _start(n_workers, threads_per_worker, memory_limit):
     from distributed import Client, LocalCluster
 
-    kw = {
-        "n_workers": n_workers,
-        "threads_per_worker": threads_per_worker,
-        "processes": True,
-        "dashboard_address": None,
-        "memory_limit": memory_limit,
-    }
-    cluster = LocalCluster(**{k: v for k, v in kw.items() if v is not None})
+    # (only the sizes left unset take LocalCluster's defaults: dashboard_address=None is what
+    # turns the dashboard off, so it is never dropped with them)
+    sizes = {"n_workers": n_workers, "memory_limit": memory_limit}
+    cluster = LocalCluster(
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        dashboard_address=None,
+        **{k: v for k, v in sizes.items() if v is not None},
+    )
     try:
         return cluster, Client(cluster, set_as_default=False)
     except BaseException:
