@@ -277,7 +277,10 @@ def test_memory_column_cache_lru_pins_and_compaction():
     assert len(c) == 3 and c.nbytes == 3 * 8 * 4
     c.start_round()
     np.testing.assert_array_equal(c.get(0), cols[0])  # 0 is now the most recent
-    c.put(3, cols[3])  # evicts 1, the least recent
+    c.put(3, cols[3])  # never asked for: no column is evicted for it
+    assert 3 not in c and {0, 1, 2} <= set(c._slot)
+    assert c.get(3) is None  # asked for once: more than 1, the least recent, ever was
+    c.put(3, cols[3])  # evicts 1
     assert 1 not in c and {0, 2, 3} <= set(c._slot)
     c.start_round()
     held = c.get(2), c.get(3), c.get(0)  # every column read this round
@@ -324,6 +327,48 @@ def test_memory_column_cache_lru_pins_and_compaction():
     compact_slots(buf, np.array([0, 2, 3]), 10, kept)
     for q, s in enumerate((0, 2, 3)):  # the q-th used slot -> slot q
         np.testing.assert_array_equal(buf[q * 7 : (q + 1) * 7], ref[s])
+
+
+def test_column_cache_keeps_its_columns_through_rounds_larger_than_itself():
+    """Rounds that each ask for more columns than fit (a large problem's batches, most of the
+    same support patterns every round): plain LRU evicted every column before it was asked for
+    again, 0 hits a round; columns are only admitted in place of one asked for no more often,
+    so the first columns stay and hit every round.  A column asked for more often than a held
+    one takes its place."""
+    from dmcsvm.engine.cache import ColumnCache
+
+    width, capacity = 8, 4
+    c = ColumnCache(capacity * width * 4)
+    cols = np.arange(20 * width, dtype=np.float32).reshape(20, width)
+
+    def round_of(keys):
+        c.start_round()
+        out = np.zeros((len(keys), width), dtype=np.float32)
+        miss = c.gather(keys, out)
+        hit = [j for j in range(len(keys)) if j not in miss]
+        np.testing.assert_array_equal(out[hit], cols[np.asarray(keys)[hit]])
+        out[miss] = cols[np.asarray(keys)[miss]]
+        c.put_many(np.asarray(keys)[miss], out, rows=miss)
+        return len(keys) - len(miss)
+
+    keys = list(range(10))
+    assert round_of(keys) == 0
+    assert [round_of(keys) for _ in range(5)] == [capacity] * 5
+    assert sorted(c._slot) == [0, 1, 2, 3]
+    # 7 asked for once more than the held column not asked for this round (0) takes its place
+    assert round_of([7, 1, 2, 3]) == 3 and sorted(c._slot) == [1, 2, 3, 7]
+    assert round_of([7, 1, 2, 3]) == 4
+    # 0 and 5, asked for as often as every held column, evict none
+    assert round_of([0, 5]) == 0 and sorted(c._slot) == [1, 2, 3, 7]
+    # the counts are halved at a round's start once ADMIT_WINDOW cache-fulls were asked for
+    from dmcsvm.engine.cache import ADMIT_WINDOW
+
+    c._asked, before = ADMIT_WINDOW * capacity - 1, dict(c._freq)
+    c.start_round()
+    assert c._freq == before
+    c._asked += 1
+    c.start_round()
+    assert c._asked == 0 and c._freq == {k: v // 2 for k, v in before.items() if v > 1}
 
 
 @pytest.mark.parametrize("capacity", [3, 7, 40])
