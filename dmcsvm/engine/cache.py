@@ -73,8 +73,8 @@ class ColumnCache:
     requests, so they weigh the last few rounds).  Plain LRU fails on a large problem, whose
     rounds each ask for more columns than fit, mostly of the same support patterns: every
     column was evicted before it was asked for again.  On 100,000 deformed digits (columns
-    of 50,000 rows, batches of 13,000-31,000) 7.5 % of the requests hit with LRU, 19 % with
-    admission, and the fit computed 390,585 columns instead of 461,339; on 50,000, 115,329
+    of 50,000 rows, batches of 13,000-31,000) 7.5 % of the requests hit with LRU, 20 % with
+    admission, and the fit computed 396,021 columns instead of 461,339; on 50,000, 115,124
     instead of 112,407 (benchmarks/results/HISTORY.md, 'Column cache admission').
 
     The columns follow the partition's active set: when rows are shrunk away, :meth:`compact`
