@@ -77,6 +77,18 @@ def test_localcluster_matches_inprocess(local_client, reference, optimizer):
     assert r.converged
 
 
+def test_localcluster_matches_inprocess_with_rounds_in_the_block(local_client, reference):
+    """A working set of every row runs the rounds in the coordinator's Gram block
+    (coordinators.whole_block) on either executor; the Dask partitions take the same result
+    in one message and find it converged, as the in-process ones do."""
+    X, y, _ = reference
+    B_ref, r_ref = _run(InProcessExecutor(2), X, y, "exact", batch=200)
+    B, r = _run(DaskExecutor(local_client), X, y, "exact", batch=200)
+    assert r.converged and r.n_iter == r_ref.n_iter
+    assert r.history["rows_computed"][-1] == 0  # no partition computed a kernel column
+    np.testing.assert_array_equal(B, B_ref)
+
+
 def _started(client, X, y, n_partitions) -> DaskExecutor:
     """An executor with its partitions built (no rounds run)."""
     ex = DaskExecutor(client, n_partitions=n_partitions)

@@ -155,6 +155,12 @@ def _example(cls, rng):
         "bank_ids": np.array([0, 3, 5]),
         "unshrink": {"ids": np.arange(2), "X": rng.random((2, 4)), "B": rng.random((2, 5))},
         "assign": {"ids": np.arange(2), "yp": np.array([1, 0])},
+        "settle": {
+            "ids": np.arange(3),
+            "B": rng.random((3, 5)),
+            "F": rng.random((3, 5)),
+            "shipped": np.array([2]),
+        },
         "dW": rng.random((5, 4)),
         "ds": rng.random(5),
         "da": rng.random(6),

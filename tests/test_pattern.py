@@ -542,3 +542,37 @@ def test_sort_descending_equals_numpy(k):
     v = np.round(rng.normal(size=k), 1)  # rounding makes ties
     got = pt.sort_descending(v.copy())
     np.testing.assert_array_equal(got, np.sort(v)[::-1])
+
+
+@pytest.mark.parametrize("sel", sorted(pt.SELECTIONS.values()))
+def test_scan_all_rows_matches_the_partitions_scan_and_a_numpy_objective(sel):
+    """The coordinator's scan of every row (rounds in its Gram block) gives the psi and
+    selection values a partition's scan gives, and the dual's and primal's pieces from NumPy:
+    ``sum alpha_y``, ``sum B*F`` and ``sum_i C_i max(0, max_{r not in c_i} F + 1 - F_y)``."""
+    rng = np.random.default_rng(7)
+    n, P, tol = 40, 4, 1e-3
+    pcls = np.arange(P, dtype=np.int64)
+    cls = rng.integers(0, P, n).astype(np.int64)
+    yp = cls.copy()
+    C = rng.uniform(0.5, 2.0, n)
+    B = np.zeros((n, P))
+    for i in range(0, n, 2):  # half the rows support vectors, feasible: sum 0, B_y in [0, C]
+        a = rng.uniform(0, C[i])
+        B[i, yp[i]] = a
+        B[i, (yp[i] + 1) % P] = -a
+    F = rng.normal(size=(n, P))
+    kdiag = rng.uniform(0.5, 1.5, n)
+    V, psi = np.empty(n), np.empty(n)
+    sa, sbf, sxi = pt.scan_all_rows(sel, B, F, yp, cls, pcls, kdiag, C, tol, V, psi)
+    V0, psi0 = np.empty(n), np.empty(n)
+    rows = np.arange(n, dtype=np.int64)
+    pt.scan_rows(
+        sel, B, F, yp, cls, pcls, kdiag, C, tol, rows, 0.0, np.zeros(n, np.int64), V0, psi0
+    )
+    np.testing.assert_array_equal(psi, psi0)
+    np.testing.assert_array_equal(V, V0)
+    assert np.count_nonzero(psi > tol) > 0 and np.all(V[psi <= tol] == 0.0)
+    other = np.where(pcls[None, :] != cls[:, None], F, -np.inf).max(axis=1)
+    assert sa == pytest.approx(B[rows, yp].sum(), rel=1e-12)
+    assert sbf == pytest.approx(np.sum(B * F), rel=1e-12)
+    assert sxi == pytest.approx(np.sum(C * np.maximum(0.0, other + 1.0 - F[rows, yp])), rel=1e-12)

@@ -362,3 +362,68 @@ def test_degenerate_problem_reaches_exact_optimum(cs, degenerate, optimizer, sel
     _check_optimal(cs, p, B, r, f"degenerate/{optimizer}/{selection}")
     zero = p["X"].shape[0] - 4
     assert B[zero, p["y"][zero]] == pytest.approx(p["C"], abs=1e-12)
+
+
+def _solve_keeping_partitions(p, sparse=False, **extra):
+    """``solve`` on the in-process executor with every row in one working set (batch 500), the
+    rows dense or CSR, returning ``(B, result, [(lo, hi, F) of every partition])``."""
+    import scipy.sparse as sp
+
+    from dmcsvm.coordinators.crammer_singer import SolverSettings, solve
+    from dmcsvm.engine.executor import InProcessExecutor
+    from dmcsvm.engine.partition import PartitionSettings
+
+    X, y, m = p["X"], p["y"], p["m"]
+    if sparse:
+        X = sp.csr_matrix(X)
+    s = SolverSettings(C=p["C"], tol=SOLVER_TOL, gap_tol=0.0, batch_size=500, **extra).check()
+    pset = PartitionSettings(
+        kernel=p["spec"].to_dict(),
+        C=p["C"],
+        selection=pt.SELECTIONS[s.selection],
+        tol=s.tol,
+        n_candidates=s.batch_size,
+        pcls=np.arange(m),
+        cache_bytes=10**6,
+    )
+    ex = InProcessExecutor(2, 3).start(X, y, y, pset)
+    try:
+        r = solve(ex, X.shape[0], np.arange(m), p["spec"], s, X.shape[1], sparse)
+        parts = [(q.lo, q.hi, q.F.copy()) for q in ex.parts]
+    finally:
+        ex.close()
+    B = np.zeros((X.shape[0], m))
+    B[r.support] = r.coef
+    return B, r, parts
+
+
+@pytest.mark.parametrize(
+    "kernel,sparse", [(k, False) for k in PROBLEMS] + [("rbf", True), ("poly", True)]
+)
+def test_rounds_in_the_gram_block_reach_the_exact_optimum(cs, problems, kernel, sparse):
+    """A fresh fit whose working set holds every row runs its rounds in the coordinator's Gram
+    block (coordinators.whole_block; for CSR rows one block computed at once): the partitions
+    compute no kernel column, take the block's scores, which equal ``K B`` of the result, and
+    their check ends the fit at the exact optimum, as the partitions' own rounds reach it."""
+    p = problems[kernel]
+    B, r, parts = _solve_keeping_partitions(p, sparse)
+    _check_optimal(cs, p, B, r, "rounds in the block")
+    assert r.history["rows_computed"][-1] == 0  # no partition computed a kernel column
+    assert r.n_iter >= 3  # several rounds in the block, then the partitions' check
+    for lo, hi, F in parts:
+        np.testing.assert_allclose(F, p["K"][lo:hi] @ B, rtol=0, atol=1e-9)
+    B0, r0, _ = _solve_keeping_partitions(p, sparse, whole_block=False)
+    _check_optimal(cs, p, B0, r0, "the partitions' rounds")
+    assert r0.history["rows_computed"][-1] > 0
+
+
+def test_rounds_in_the_gram_block_stop_at_max_iter_with_the_partitions_in_step(cs, problems):
+    """max_iter counts the rounds run in the block; the partitions still take their result, so
+    the coefficients returned are the ones their scores describe."""
+    p = problems["rbf"]
+    with pytest.warns(ConvergenceWarning, match="max_iter=2 rounds"):
+        B, r, parts = _solve_keeping_partitions(p, max_iter=2)
+    assert r.n_iter == 2 and not r.converged
+    assert np.any(B != 0.0)
+    for lo, hi, F in parts:
+        np.testing.assert_allclose(F, p["K"][lo:hi] @ B, rtol=0, atol=1e-9)

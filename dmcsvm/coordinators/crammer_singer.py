@@ -44,6 +44,7 @@ from ..numerics.working_set import ROWS_FIRST_REQUEST, solve_working_set
 from ..solver_options import DEFAULTS
 from .coefficients import CoefficientRows
 from .history import RoundHistory
+from .whole_block import WholeBlock, covers_problem, run_in_block
 
 _DEFAULTS = DEFAULTS["MulticlassSVC"]
 
@@ -124,6 +125,9 @@ class SolverSettings:
     gram_cache_size: float | None = None
     fp_eps: float | None = None
     verbose: bool = False
+    #: a fresh fit whose first working set holds every row runs its rounds in the coordinator's
+    #: Gram block (:mod:`.whole_block`); False: always the partitions' rounds
+    whole_block: bool = True
 
     def check(self) -> SolverSettings:
         if not (isinstance(self.C, (int, float, np.number)) and np.isfinite(self.C) and self.C > 0):
@@ -495,6 +499,15 @@ def solve(
         :func:`~dmcsvm.numerics.working_set.solve_working_set` the same way.
     """
     s = settings
+    # rounds in the coordinator's Gram block (.whole_block): only a fresh fit of its own
+    fresh = (
+        s.whole_block
+        and state is None
+        and first_msg is None
+        and on_round is None
+        and stop is None
+        and batch_solver is None
+    )
     opt_code = pt.OPTIMIZERS[s.optimizer]
     P = len(pcls)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
@@ -523,6 +536,7 @@ def solve(
     # the executor's threads idle while the coordinator works (in-process: the partitions'; on
     # Dask: this process's cores, the workers waiting for the next round): its Gram rows use them
     gram_mb = s.gram_mb
+    kdtype = np.float32 if np.dtype(x_dtype) == np.float32 else np.float64  # (as _GramCache's)
     gram = (
         _GramCache(
             spec,
@@ -580,6 +594,36 @@ def solve(
                 pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy, n_quota)
                 ids = agg.cand_ids[pick]
                 XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
+                room = (
+                    gram._limit()
+                    if gram is not None
+                    else gram_places(gram_mb * 2**20, np.dtype(kdtype).itemsize)
+                )
+                if greedy and covers_problem(room, n, len(ids), fresh and rounds == 0):
+                    block = gram if gram is not None else WholeBlock(spec, XB, kdtype)
+                    msg, rounds, converged_here = _rounds_in_block(
+                        s,
+                        block,
+                        agg,
+                        pick,
+                        ids,
+                        XB,
+                        B,
+                        bank,
+                        pcls,
+                        n_quota,
+                        max_rounds,
+                        hist,
+                        bar,
+                        t_start,
+                    )
+                    n_sv = B.count_support()
+                    state.n_sv, state.rounds = n_sv, rounds
+                    if rounds >= max_rounds and not converged_here:
+                        executor.step(msg)  # the partitions take the block's result
+                        _warn_max_iter(s, agg.max_psi, gap)
+                        break
+                    continue
                 if greedy and gram is not None:
                     G, gpos = gram.block(ids, XB)
                     Kbb = None
@@ -737,12 +781,7 @@ def solve(
             if rounds >= max_rounds:
                 if msg.ids is not None:
                     executor.step(msg)  # apply the last batch so partitions match B
-                warnings.warn(
-                    f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
-                    f"reaching tol={s.tol} (max psi {agg.max_psi:.3g}, gap {gap:.3g})",
-                    ConvergenceWarning,
-                    stacklevel=3,
-                )
+                _warn_max_iter(s, agg.max_psi, gap)
                 break
     finally:
         limits.release()
@@ -760,6 +799,64 @@ def solve(
         n_iter=rounds,
         converged=converged,
     )
+
+
+def _warn_max_iter(s, max_psi, gap) -> None:
+    warnings.warn(
+        f"dmcsvm solver stopped at max_iter={s.max_iter} rounds before "
+        f"reaching tol={s.tol} (max psi {max_psi:.3g}, gap {gap:.3g})",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
+
+
+def _rounds_in_block(
+    s, gram, agg, pick, ids, XB, B, bank, pcls, n_quota, max_rounds, hist, bar, t_start
+):
+    """Round 0 of a fresh fit whose working set holds every row: the rounds run in the Gram
+    block (:func:`~.whole_block.run_in_block`), each recorded in ``hist`` as a partitions' round
+    would be; ``B`` and the row bank take the result.  Returns the message that hands it to the
+    partitions (``settle``), the rounds run and whether they ended at the stopping rule."""
+    count = [0]
+
+    def on_row(row, Bw):
+        full = dict.fromkeys(HISTORY_KEYS, 0.0)
+        full.update(
+            round=count[0],
+            threshold=0.0,
+            n_active=agg.n_rows,
+            n_sv=int(np.count_nonzero(np.any(Bw != 0.0, axis=1))),
+            elapsed=time.perf_counter() - t_start,
+            gram_rows=gram.rows_computed,
+            **row,
+        )
+        full["t_solve"] = row["t_round"]
+        hist.append(full)
+        count[0] += 1
+        if bar is not None:
+            bar.update(1)
+
+    Bw, Fw, touched, k, done = run_in_block(
+        s,
+        gram,
+        ids,
+        XB,
+        B[ids],
+        agg.cand_F[pick],
+        agg.cand_yp[pick],
+        agg.cand_cls[pick],
+        pcls,
+        agg.cand_kdiag[pick],
+        batch_row_bounds(agg, pick, s.C),
+        n_quota,
+        max_rounds,
+        on_row,
+    )
+    at = np.flatnonzero(touched)
+    B[ids[at]] = Bw[at]
+    bank.add(ids[at], XB[at])
+    msg = RoundMessage(settle={"ids": ids, "B": Bw, "F": Fw, "shipped": ids[at]})
+    return msg, k, done
 
 
 def register_snapshot(

@@ -165,7 +165,8 @@ class GradientReply(Reply):
 class RoundMessage:
     """The Crammer-Singer round: the batch ``ids`` with its X rows ``XB`` and update ``dB``
     (``F += K(X, X_B) dB``), the shrinking margin, an optional unshrink (the support patterns
-    ``{"ids", "X", "B"}`` to rebuild shrunk rows from), ``reship`` (the coordinator pruned its
+    ``{"ids", "X", "B"}`` to rebuild shrunk rows from), an optional ``settle`` (rows' coefficients
+    and scores to take as they are), ``reship`` (the coordinator pruned its
     row bank to the support and this batch) and then ``bank_ids``, the ids its bank kept (the
     Dask workers' banks keep the same rows)."""
 
@@ -176,6 +177,9 @@ class RoundMessage:
     unshrink: dict[str, Any] | None = None
     reship: bool = False
     bank_ids: NDArray[np.int64] | None = None
+    # the result of rounds run in the coordinator's Gram block (coordinators.whole_block):
+    # {"ids", "B", "F", "shipped"}, every row's coefficients and scores, the rows it banked
+    settle: dict[str, Any] | None = None
     # (b, tol) or (b, tol, n_classes): the coordinator picks at most b candidates, violators
     # (psi > tol) first, every class's share with n_classes > 1; a worker sends only those it
     # can still pick (prune_candidates)

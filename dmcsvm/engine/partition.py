@@ -80,6 +80,8 @@ class Partition(PartitionBase):
         tk = tu = 0.0
         if msg.unshrink is not None:
             tk += self._unshrink(msg.unshrink)
+        if msg.settle is not None:
+            self._settle(msg.settle)
         if has_batch(msg):
             ids, dB, XB = msg.ids, msg.dB, msg.XB
             # the batch's kernel block K(X_active, X_B) is built in column groups of bounded size
@@ -114,6 +116,18 @@ class Partition(PartitionBase):
             tu += time.perf_counter() - t2
         t3 = time.perf_counter()
         return self._timed(self._report(float(msg.shrink_margin)), t0, tk, tu, t3)
+
+    def _settle(self, got: dict) -> None:
+        """Take the coefficients and scores of this partition's rows among ``got["ids"]`` as
+        they are (rounds the coordinator ran in its Gram block, coordinators.whole_block), and
+        count the rows of ``got["shipped"]`` as held by the coordinator."""
+        ids = np.asarray(got["ids"], dtype=np.int64)
+        own = (ids >= self.lo) & (ids < self.hi)
+        rows = ids[own] - self.lo
+        self.B[rows] = got["B"][own]
+        self.F[rows] = got["F"][own]
+        sh = np.asarray(got["shipped"], dtype=np.int64)
+        self.shipped[sh[(sh >= self.lo) & (sh < self.hi)] - self.lo] = True
 
     def _apply_streamed(self, ids, XB, dB):
         """``F += K(X_active, X_B) @ dB`` when the rows are re-read from the store: the cached

@@ -753,6 +753,33 @@ def scan_rows(
 
 
 @numba.njit(cache=True, nogil=True)
+def scan_all_rows(
+    sel: int,
+    B: NDArray[np.float64],
+    F: NDArray[np.float64],
+    yp: NDArray[np.int64],
+    cls: NDArray[np.int64],
+    pcls: NDArray[np.int64],
+    kdiag: NDArray[np.float64],
+    C: NDArray[np.float64],
+    tol: float,
+    V: NDArray[np.float64],
+    psi: NDArray[np.float64],
+) -> tuple[float, float, float]:
+    """``psi`` and the selection value ``V`` (0 unless ``psi > tol``) of every row (one bound
+    ``C[i]`` per row), as a partition's report takes them (:func:`scan_rows`), and the dual's and
+    primal's pieces ``(sum alpha_y, sum B*F, sum C_i xi_i)``: the rounds the coordinator runs in
+    its Gram block (:mod:`dmcsvm.coordinators.whole_block`)."""
+    sa, sbf, _ = objective_parts(B, F, yp, cls, pcls)
+    sxi = weighted_slack(F, yp, cls, pcls, C)
+    for i in range(B.shape[0]):
+        p = psi_value(B[i], F[i], yp[i], cls[i], pcls, C[i])
+        psi[i] = p
+        V[i] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C[i], p, tol)
+    return sa, sbf, sxi
+
+
+@numba.njit(cache=True, nogil=True)
 def solve_batch(
     code: int,
     Bb: NDArray[np.float64],
