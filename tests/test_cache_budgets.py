@@ -135,9 +135,10 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
     """MulticlassSVC's solve gets the budgets and working set of its rows: 9 features take
     200 MB where 300 take the whole budget (the Gram block too); the working set is half the
     rows on 300 features (the least lowered to 10 here), the least on 9, and a given batch_size
-    stays."""
+    stays.  (Here the whole problem's block is taken not to fit: see the next test.)"""
     _machine(monkeypatch, 24)
     monkeypatch.setattr(_engine, "AUTO_BATCH_MIN", 10)
+    monkeypatch.setattr(mc, "whole_block_mb", lambda est, n, itemsize: None)
     seen = []
     solve = mc.solve
 
@@ -152,6 +153,39 @@ def test_fit_runs_with_the_budgets_of_its_rows(monkeypatch):
         MulticlassSVC(n_jobs=1).fit(rng.normal(size=(60, d)) + y[:, None], y)
     MulticlassSVC(n_jobs=1, solver_options={"batch_size": 7}).fit(rng.normal(size=(60, 300)), y)
     assert seen == [(200.0, 200.0, 10), (3072.0, 3072.0, 30), (3072.0, 3072.0, 7)]
+
+
+def test_the_whole_problem_is_one_working_set_when_its_block_fits(monkeypatch):
+    """``batch_size=None`` is every row when their whole Gram block fits the machine's 'auto'
+    budget (or the cache_size given), on few features too, and the block's budget grows to
+    hold it; the rounds then run in the coordinator's block (no partition computes a kernel
+    column).  A larger problem, sparse rows or a smaller budget keep the rules above."""
+    _machine(monkeypatch, 24)  # 'auto': 3072 MB, 28,377 float32 places
+    est = MulticlassSVC()
+    assert _engine.whole_block_mb(est, 28_000, 4) == pytest.approx(28_000**2 * 4 / 2**20)
+    assert _engine.whole_block_mb(est, 28_500, 4) is None
+    assert _engine.whole_block_mb(est, 20_100, 8) is None  # float64 values: 3,082 MB
+    assert _engine.whole_block_mb(MulticlassSVC(cache_size=100), 5_000, 4) == pytest.approx(
+        5_000**2 * 4 / 2**20  # 95 MB within a given 100
+    )
+    assert _engine.whole_block_mb(MulticlassSVC(cache_size=90), 5_000, 4) is None
+    seen, hist = [], []
+    solve = mc.solve
+
+    def spy(executor, n, pcls, spec, settings, *a, **kw):
+        seen.append((settings.gram_cache_size, settings.batch_size))
+        res = solve(executor, n, pcls, spec, settings, *a, **kw)
+        hist.append(res.history["rows_computed"][-1])
+        return res
+
+    monkeypatch.setattr(mc, "solve", spy)
+    rng = np.random.default_rng(4)
+    y = np.repeat([0, 1, 2], 30)
+    X = rng.normal(size=(90, 9)) + y[:, None]
+    MulticlassSVC(n_jobs=1).fit(X, y)
+    MulticlassSVC(n_jobs=1).fit(sp.csr_matrix(X), y)
+    assert seen[0] == (200.0, 90) and hist[0] == 0
+    assert seen[1][1] == 5_000  # sparse rows: no Gram block to size (the least working set)
 
 
 def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeypatch):

@@ -72,6 +72,36 @@ class WholeBlock:
         return 1
 
 
+#: the update ``F += K(X, X_moved) dB`` in blocks of this many rows of ``F`` (one task each, on
+#: the block's threads) and products of this many moved rows (a bounded gather of the block's
+#: rows, reused from the heap, instead of a copy of every moved row); fixed, so that the sums,
+#: and the trajectory, do not depend on the thread count
+UPDATE_COLS, UPDATE_ROWS = 4096, 256
+
+
+def add_moved(F, G, gpos, g, dB, in_order: bool, pool) -> None:
+    """``F += K(X, X_moved) dB``: the block's rows ``g`` of the moved patterns (complete over
+    every placed column; column ``gpos[i]`` is row ``i`` of ``F``) times their changes ``dB``,
+    in the kernel's precision as a partition's GEMM (``F`` stays float64)."""
+    n = F.shape[0]
+    dT = dB.T.astype(G.dtype, copy=False)
+
+    def block(a):
+        b = min(a + UPDATE_COLS, n)
+        for q in range(0, g.shape[0], UPDATE_ROWS):
+            rows = g[q : q + UPDATE_ROWS]
+            K = G[rows, a:b] if in_order else G[rows][:, gpos[a:b]]
+            F[a:b] += (dT[:, q : q + UPDATE_ROWS] @ K).T
+
+    starts = range(0, n, UPDATE_COLS)
+    if pool is None or len(starts) < 2:
+        for a in starts:
+            block(a)
+    else:
+        for _ in pool.map(block, starts):
+            pass
+
+
 def run_in_block(
     s: Any,
     gram: Any,
@@ -175,8 +205,7 @@ def run_in_block(
             # F += K(X, X_moved) dB_moved from the block's rows of the moved patterns (each
             # stepped, hence complete over every placed column), in the kernel's precision as
             # a partition's GEMM (F stays float64)
-            Kr = G[gpos[at], :n] if in_order else G[gpos[at]][:, gpos]
-            F += (dB[moved].T.astype(G.dtype, copy=False) @ Kr).T
+            add_moved(F, G, gpos, gpos[at], dB[moved], in_order, gram.pool)
         row["t_round"] = time.perf_counter() - t0
         on_row(row, B)
         if not moved.shape[0] or rounds >= max_rounds:

@@ -237,6 +237,21 @@ def auto_batch(n: int, features: float, gram_mb: float, itemsize: int, gram_bloc
     return int(max(AUTO_BATCH_MIN, min(half_the_rows(n), gram_places(gram_mb * 2**20, itemsize))))
 
 
+def whole_block_mb(est, n: int, itemsize: int) -> float | None:
+    """The Gram block (MB) of all ``n`` rows when it fits ``est.cache_size`` ('auto': this
+    machine's, :func:`_machine_auto_mb`, whatever the features), else None.  MulticlassSVC's
+    ``batch_size=None`` is then ``n``: the whole problem is one working set and its rounds run
+    in the coordinator's block (:mod:`dmcsvm.coordinators.whole_block`), where the partitions
+    would have computed kernel columns of the same values (and keep none: the budget their
+    columns would have taken holds the block).  Deformed digits (784 features): 10,000 rows
+    fit in 4.0 s against 6.9 s with working sets of 5,000 and the partitions' rounds, 25,000 in
+    31.5 s against 34.6 s; usps 0.65-0.71 s against 0.91 s (benchmarks/results/HISTORY.md,
+    'Rounds in the Gram block')."""
+    need = gram_bytes(n, itemsize) / 2**20
+    budget = _machine_auto_mb() if isinstance(est.cache_size, str) else float(est.cache_size)
+    return need if 0 < need <= budget else None
+
+
 def features_per_row(td) -> float:
     """Multiply-adds of one kernel value of the training rows ``td``: their features, or their
     mean nonzeros when sparse (a CSR array in memory or a sparse store)."""

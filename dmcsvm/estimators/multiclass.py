@@ -35,6 +35,7 @@ from ._engine import (
     n_threads,
     partition_cache_mb,
     release_executor,
+    whole_block_mb,
 )
 from ._gram import check_in_process, gram_features, gram_of, is_gram_kernel
 from ._inputs import (
@@ -93,6 +94,10 @@ def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> S
     s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram)
     if auto_size:
         b = auto_batch(int(td.n), f, float(s.gram_mb), itemsize, gram_block)
+        whole = whole_block_mb(est, int(td.n), itemsize) if gram_block else None
+        if whole is not None:  # one working set: the rounds run in the coordinator's block
+            b = int(td.n)
+            s = replace(s, gram_cache_size=max(float(s.gram_mb), whole))
         s = replace(s, batch_size=b)
     return s
 
