@@ -37,8 +37,23 @@ def warm_up(model, X, y, rows=200) -> None:
     Xs, ys = X[:rows], y[:rows]  # a shuffled split: every class is there
     try:
         type(model)(**params).fit(Xs, ys).predict(Xs[:8])
+        if _rounds_in_block(model):
+            # those rows' fit ran its rounds in the coordinator's Gram block
+            # (coordinators.whole_block); the workers' code is the partitions' rounds, which a
+            # working set of a quarter of the rows runs
+            opts = dict(params.get("solver_options") or {}, batch_size=max(2, len(ys) // 4))
+            type(model)(**dict(params, solver_options=opts)).fit(Xs, ys)
     except Exception:  # noqa: BLE001 - see the docstring
         pass
+
+
+def _rounds_in_block(model) -> bool:
+    """Whether ``model``'s fit of a few rows runs its rounds in the coordinator's Gram block
+    (MulticlassSVC with its working set sized by the data)."""
+    from ..estimators.multiclass import MulticlassSVC
+
+    opts = getattr(model, "solver_options", None) or {}
+    return isinstance(model, MulticlassSVC) and opts.get("batch_size") is None
 
 
 def warm_up_on_store(model, info, rows=200) -> None:
