@@ -159,7 +159,8 @@ def test_the_whole_problem_is_one_working_set_when_its_block_fits(monkeypatch):
     """``batch_size=None`` is every row when their whole Gram block fits the machine's 'auto'
     budget (or the cache_size given), on few features too, and the block's budget grows to
     hold it; the rounds then run in the coordinator's block (no partition computes a kernel
-    column).  A larger problem, sparse rows or a smaller budget keep the rules above."""
+    column).  A larger problem, sparse rows, a smaller budget or a warm start keep the rules
+    above."""
     _machine(monkeypatch, 24)  # 'auto': 3072 MB, 28,377 float32 places
     est = MulticlassSVC()
     assert _engine.whole_block_mb(est, 28_000, 4) == pytest.approx(28_000**2 * 4 / 2**20)
@@ -184,8 +185,13 @@ def test_the_whole_problem_is_one_working_set_when_its_block_fits(monkeypatch):
     X = rng.normal(size=(90, 9)) + y[:, None]
     MulticlassSVC(n_jobs=1).fit(X, y)
     MulticlassSVC(n_jobs=1).fit(sp.csr_matrix(X), y)
+    warm = MulticlassSVC(n_jobs=1, warm_start=True).fit(X, y)
+    warm.fit(X, y)
     assert seen[0] == (200.0, 90) and hist[0] == 0
     assert seen[1][1] == 5_000  # sparse rows: no Gram block to size (the least working set)
+    # a warm start continues in the partitions' rounds (so does a checkpointed fit): the
+    # working set is sized for them
+    assert seen[2] == (200.0, 90) and seen[3][1] == 5_000
 
 
 def test_auto_gram_block_grows_to_half_the_rows_within_a_third_of_memory(monkeypatch):

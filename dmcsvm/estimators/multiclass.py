@@ -78,14 +78,17 @@ def cs_settings(est, opts: dict, **more) -> SolverSettings:
     )
 
 
-def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> SolverSettings:
+def fit_budgets(
+    est, settings: SolverSettings, td, auto_size: bool = False, whole: bool = False
+) -> SolverSettings:
     """``settings`` with the cache budgets for the training rows ``td``: 'auto' ones shrink on
     rows of few features (:func:`~._engine.cache_mb`), numbers stay; with ``auto_size`` (a
     ``batch_size`` of None) the working set sized by the data too (:func:`~._engine.auto_batch`).
     The Gram block grows past the cache budget (:func:`~._engine.gram_mb` given the rows) only
     for the working set it sizes: dense rows, a nonlinear kernel and ``auto_size``; sparse rows
     keep no block, a linear kernel none in the solve, and a given ``batch_size`` is not asked
-    to grow."""
+    to grow.  With ``whole`` (a fresh fit) and ``auto_size``, the working set is every row when
+    their block fits (:func:`~._engine.whole_block_mb`): the rounds then run in the block."""
     f = features_per_row(td)
     gram_block = not td.sparse and getattr(est, "kernel", "rbf") != "linear"
     sizes = auto_size and gram_block
@@ -94,10 +97,10 @@ def fit_budgets(est, settings: SolverSettings, td, auto_size: bool = False) -> S
     s = replace(settings, cache_size=cache_mb(est, f), gram_cache_size=gram)
     if auto_size:
         b = auto_batch(int(td.n), f, float(s.gram_mb), itemsize, gram_block)
-        whole = whole_block_mb(est, int(td.n), itemsize) if gram_block else None
-        if whole is not None:  # one working set: the rounds run in the coordinator's block
+        block = whole_block_mb(est, int(td.n), itemsize) if gram_block and whole else None
+        if block is not None:  # one working set: the rounds run in the coordinator's block
             b = int(td.n)
-            s = replace(s, gram_cache_size=max(float(s.gram_mb), whole))
+            s = replace(s, gram_cache_size=max(float(s.gram_mb), block))
         s = replace(s, batch_size=b)
     return s
 
@@ -336,7 +339,14 @@ class MulticlassSVC(SVMEstimator):
                 self, td, settings, classes, y_idx, row_C, start, threads=n_threads(self.n_jobs)
             )
         td = in_kernel_precision(self, td)  # float32 kernel values by default
-        settings = fit_budgets(self, settings, td, auto_size=opts["batch_size"] is None)
+        # (a checkpointed or warm-started fit keeps the partitions' rounds: .whole_block needs
+        # a fresh solve of its own, so its working set is sized as for those rounds)
+        fresh = getattr(self, "checkpoint", None) is None and not (
+            self.warm_start and hasattr(self, "dual_coef_")
+        )
+        settings = fit_budgets(
+            self, settings, td, auto_size=opts["batch_size"] is None, whole=fresh
+        )
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb(opts)
         executor, owned = make_executor(self)
