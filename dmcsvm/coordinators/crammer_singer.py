@@ -601,7 +601,7 @@ def solve(
                 )
                 if greedy and covers_problem(room, n, len(ids), fresh and rounds == 0):
                     block = gram if gram is not None else WholeBlock(spec, XB, kdtype)
-                    msg, rounds, converged_here = _rounds_in_block(
+                    msg, rounds, _ = _rounds_in_block(
                         s,
                         block,
                         agg,
@@ -619,7 +619,7 @@ def solve(
                     )
                     n_sv = B.count_support()
                     state.n_sv, state.rounds = n_sv, rounds
-                    if rounds >= max_rounds and not converged_here:
+                    if rounds >= max_rounds:  # (as a partitions' round: no check round)
                         executor.step(msg)  # the partitions take the block's result
                         _warn_max_iter(s, agg.max_psi, gap)
                         break

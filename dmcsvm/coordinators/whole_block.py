@@ -125,7 +125,8 @@ def run_in_block(
     ``gram``, with the settings ``s`` (:class:`~.crammer_singer.SolverSettings`), until every
     ``psi <= tol`` (or ``gap <= gap_tol``), no pattern moves, or ``max_rounds`` rounds.
 
-    ``on_row(row)`` receives each round's history values (as the partitions' rounds give them).
+    ``on_row(row, B)`` receives each round's history values (as the partitions' rounds give
+    them) and the coefficients after it.
     Returns the coefficients and scores of the rows, which rows' coefficients changed, the rounds
     run and whether they ended at the stopping rule."""
     n, P = B0.shape
