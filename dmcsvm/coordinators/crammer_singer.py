@@ -44,7 +44,7 @@ from ..numerics.working_set import ROWS_FIRST_REQUEST, solve_working_set
 from ..solver_options import DEFAULTS
 from .coefficients import CoefficientRows
 from .history import RoundHistory
-from .whole_block import WholeBlock, covers_problem, run_in_block
+from .whole_block import WholeBlock, run_in_block
 
 _DEFAULTS = DEFAULTS["MulticlassSVC"]
 
@@ -217,6 +217,12 @@ class CoordinatorState:
         return self.B.support()
 
 
+def block_dtype(x_dtype) -> np.dtype:
+    """The coordinator's kernel values for rows of ``x_dtype``: float32 rows give float32 values
+    (the default kernel precision), any other float64."""
+    return np.dtype(np.float32 if np.dtype(x_dtype) == np.float32 else np.float64)
+
+
 class _GramCache:
     """The coordinator's kernel values among the patterns of recent working sets.
 
@@ -248,7 +254,7 @@ class _GramCache:
         self.threads = int(threads)  # threads for the chunks (the partitions idle meanwhile)
         self._pool = LazyPool(self.threads, "gram")  # started at the first request of 2+ chunks
         self.budget = int(budget_bytes)
-        self.dtype = np.dtype(np.float32 if np.dtype(dtype) == np.float32 else np.float64)
+        self.dtype = block_dtype(dtype)
         self.pos = IdIndex()  # pattern id -> its row / column in G
         self.m = 0
         self.G = np.zeros((0, 0), dtype=self.dtype)
@@ -499,15 +505,8 @@ def solve(
         :func:`~dmcsvm.numerics.working_set.solve_working_set` the same way.
     """
     s = settings
-    # rounds in the coordinator's Gram block (.whole_block): only a fresh fit of its own
-    fresh = (
-        s.whole_block
-        and state is None
-        and first_msg is None
-        and on_round is None
-        and stop is None
-        and batch_solver is None
-    )
+    # a fresh solve of its own (rounds in the Gram block need one: .whole_block)
+    fresh = state is None and first_msg is None and on_round is None and stop is None
     opt_code = pt.OPTIMIZERS[s.optimizer]
     P = len(pcls)
     pcls = np.ascontiguousarray(pcls, dtype=np.int64)
@@ -536,7 +535,6 @@ def solve(
     # the executor's threads idle while the coordinator works (in-process: the partitions'; on
     # Dask: this process's cores, the workers waiting for the next round): its Gram rows use them
     gram_mb = s.gram_mb
-    kdtype = np.float32 if np.dtype(x_dtype) == np.float32 else np.float64  # (as _GramCache's)
     gram = (
         _GramCache(
             spec,
@@ -548,6 +546,14 @@ def solve(
         if greedy and batch_solver is None and not sparse and gram_mb > 0
         else None
     )
+    # rounds in the coordinator's Gram block (.whole_block): a fresh fit of its own whose block
+    # (or, for sparse rows, one computed at once) has room for every row
+    room = (
+        gram._limit()
+        if gram is not None
+        else gram_places(gram_mb * 2**20, block_dtype(x_dtype).itemsize)
+    )
+    whole = s.whole_block and fresh and greedy and batch_solver is None and room >= n
     limits = BlasThreadHold()
     prune = False
     # classes whose share a working set keeps (0: none; the partitions report each class's best,
@@ -594,13 +600,9 @@ def solve(
                 pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy, n_quota)
                 ids = agg.cand_ids[pick]
                 XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
-                room = (
-                    gram._limit()
-                    if gram is not None
-                    else gram_places(gram_mb * 2**20, np.dtype(kdtype).itemsize)
-                )
-                if greedy and covers_problem(room, n, len(ids), fresh and rounds == 0):
-                    block = gram if gram is not None else WholeBlock(spec, XB, kdtype)
+                if whole and rounds == 0 and len(ids) == n:
+                    whole = False  # (once: the rounds after it are the partitions')
+                    block = gram if gram is not None else WholeBlock(spec, XB, block_dtype(x_dtype))
                     msg, rounds, _ = _rounds_in_block(
                         s,
                         block,

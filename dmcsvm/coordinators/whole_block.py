@@ -42,13 +42,6 @@ from ..numerics.working_set import solve_working_set
 FIRST_SHARE = 0.5
 
 
-def covers_problem(room: int, n: int, picked: int, fresh: bool) -> bool:
-    """Whether the rounds can run in a block: a fresh fit (no earlier state, first message,
-    checkpoint or stopping rule of a caller) whose first working set holds all ``n`` rows, and
-    a Gram block with ``room`` places for all of them."""
-    return fresh and picked == n and room >= n
-
-
 class WholeBlock:
     """``K(X, X)`` of sparse rows computed at once (the coordinator keeps no Gram cache for
     them: :class:`~.crammer_singer._GramCache` holds dense rows), as the Gram cache offers it to
@@ -81,19 +74,17 @@ class WholeBlock:
 UPDATE_COLS, UPDATE_ROWS = 4096, 256
 
 
-def add_moved(F, G, gpos, g, dB, in_order: bool, pool) -> None:
+def add_moved(F, G, g, dB, pool) -> None:
     """``F += K(X, X_moved) dB``: the block's rows ``g`` of the moved patterns (complete over
-    every placed column; column ``gpos[i]`` is row ``i`` of ``F``) times their changes ``dB``,
-    in the kernel's precision as a partition's GEMM (``F`` stays float64)."""
+    every placed column; column ``i`` is row ``i`` of ``F``) times their changes ``dB``, in the
+    kernel's precision as a partition's GEMM (``F`` stays float64)."""
     n = F.shape[0]
     dT = dB.T.astype(G.dtype, copy=False)
 
     def block(a):
         b = min(a + UPDATE_COLS, n)
         for q in range(0, g.shape[0], UPDATE_ROWS):
-            rows = g[q : q + UPDATE_ROWS]
-            K = G[rows, a:b] if in_order else G[rows][:, gpos[a:b]]
-            F[a:b] += (dT[:, q : q + UPDATE_ROWS] @ K).T
+            F[a:b] += (dT[:, q : q + UPDATE_ROWS] @ G[g[q : q + UPDATE_ROWS], a:b]).T
 
     starts = range(0, n, UPDATE_COLS)
     if pool is None or len(starts) < 2:
@@ -135,7 +126,8 @@ def run_in_block(
     fp_eps = s.fp_eps if s.fp_eps is not None else s.tol / 2.0
     near_tol = 0.1 * s.tol  # (the partitions' 'auto' near_tol, engine.partition.near_tol_of)
     G, gpos = gram.block(ids, XB)
-    in_order = bool(np.array_equal(gpos, np.arange(n)))  # (a fresh block places them so)
+    # a fresh block places the rows in order (row i of F is column i): add_moved relies on it
+    assert np.array_equal(gpos, np.arange(n))
     B = np.array(B0, dtype=np.float64)
     F = np.array(F0, dtype=np.float64)
     touched = np.zeros(n, dtype=bool)
@@ -208,7 +200,7 @@ def run_in_block(
             # F += K(X, X_moved) dB_moved from the block's rows of the moved patterns (each
             # stepped, hence complete over every placed column), in the kernel's precision as
             # a partition's GEMM (F stays float64)
-            add_moved(F, G, gpos, gpos[at], dB[moved], in_order, gram.pool)
+            add_moved(F, G, at, dB[moved], gram.pool)
         row["t_round"] = time.perf_counter() - t0
         on_row(row, B)
         if not moved.shape[0] or rounds >= max_rounds:

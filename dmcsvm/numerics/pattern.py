@@ -624,14 +624,15 @@ def selection_values(
     rows: NDArray[np.int64],
     V: NDArray[np.float64],
     psi: NDArray[np.float64],
+    tol: float = 0.0,
 ) -> None:
-    """``V[j]`` (the selection value ``sel``) and ``psi[j]`` for every row index ``rows[j]``
-    (``C``: a scalar or one bound per row of ``B``)."""
+    """``V[j]`` (the selection value ``sel``, 0 unless ``psi[j] > tol``) and ``psi[j]`` for every
+    row index ``rows[j]`` (``C``: a scalar or one bound per row of ``B``)."""
     for j in range(rows.shape[0]):
         i = rows[j]
         Ci = bound_at(C, i)
         psi[j] = psi_value(B[i], F[i], yp[i], cls[i], pcls, Ci)
-        V[j] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], Ci, psi[j], 0.0)
+        V[j] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], Ci, psi[j], tol)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -772,10 +773,8 @@ def scan_all_rows(
     its Gram block (:mod:`dmcsvm.coordinators.whole_block`)."""
     sa, sbf, _ = objective_parts(B, F, yp, cls, pcls)
     sxi = weighted_slack(F, yp, cls, pcls, C)
-    for i in range(B.shape[0]):
-        p = psi_value(B[i], F[i], yp[i], cls[i], pcls, C[i])
-        psi[i] = p
-        V[i] = row_value(sel, B[i], F[i], yp[i], cls[i], pcls, kdiag[i], C[i], p, tol)
+    rows = np.arange(B.shape[0])
+    selection_values(sel, B, F, yp, cls, pcls, kdiag, C, rows, V, psi, tol)
     return sa, sbf, sxi
 
 
