@@ -97,7 +97,8 @@ def test_a_cluster_fit_gives_its_partitions_the_workers_share(local_client, monk
     rng = np.random.default_rng(3)
     X = rng.normal(size=(300, 300))
     y = rng.integers(0, 3, 300)
-    MulticlassSVC(client=local_client, max_iter=2).fit(X, y)
+    # (working sets of 100 rows: the partitions' rounds, on the workers)
+    MulticlassSVC(client=local_client, max_iter=2, solver_options={"batch_size": 100}).fit(X, y)
     info = local_client.scheduler_info(n_workers=-1)["workers"].values()
     per = min(4096.0, min(w["memory_limit"] for w in info) / 2**20 / 8)
     assert seen == [(2, per * 2)] and per * 2 > 200.0

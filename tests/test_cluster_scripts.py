@@ -302,13 +302,13 @@ def test_training_with_the_client_certificate_matches_in_process(tls_cluster):
     from dmcsvm import MulticlassSVC
 
     X, y = _problem()
-    ref = MulticlassSVC(C=2.0, gamma=0.3, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
+    opts = {"n_partitions": 2, "batch_size": 30}  # the partitions' rounds, on the workers
+    ref = MulticlassSVC(C=2.0, gamma=0.3, n_jobs=1, solver_options=opts).fit(X, y)
     with Client(
         tls_cluster["address"], security=_security(tls_cluster["certs"]), timeout=20
     ) as client:
-        est = MulticlassSVC(
-            C=2.0, gamma=0.3, client=client, solver_options={"n_partitions": 2}
-        ).fit(X, y)
+        est = MulticlassSVC(C=2.0, gamma=0.3, client=client, solver_options=opts).fit(X, y)
+    assert est.engine_stats_[0]["executor"] == "dask"
     np.testing.assert_array_equal(est.support_, ref.support_)
     np.testing.assert_allclose(est.dual_coef_, ref.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(est.predict(X), ref.predict(X))

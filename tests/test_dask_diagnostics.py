@@ -62,8 +62,9 @@ def test_performance_report_of_a_fit(tmp_path):
         Client(cluster) as client,
     ):
         with performance_report(filename=str(tmp_path / "fit.html")):
-            est = MulticlassSVC(C=10, client=client).fit(X, y)
-    assert est.score(X, y) > 0.9
+            # (working sets of 50 rows: the partitions' rounds, on the worker)
+            est = MulticlassSVC(C=10, client=client, solver_options={"batch_size": 50}).fit(X, y)
+    assert est.score(X, y) > 0.9 and est.engine_stats_[0]["executor"] == "dask"
     html = (tmp_path / "fit.html").read_text()
     assert "Dask Performance Report" in html and np.isfinite(len(html))
 

@@ -209,13 +209,32 @@ def test_packed_message_round_trip_is_exact():
 
 def test_estimator_client_switch(local_client):
     X, y = _problem(seed=5, n=120)
-    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2, solver_options={"n_partitions": 2}).fit(X, y)
-    b = MulticlassSVC(
-        C=3.0, gamma=0.3, client=local_client, solver_options={"n_partitions": 2}
-    ).fit(X, y)
+    opts = {"n_partitions": 2, "batch_size": 40}  # the partitions' rounds, on the workers
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2, solver_options=opts).fit(X, y)
+    b = MulticlassSVC(C=3.0, gamma=0.3, client=local_client, solver_options=opts).fit(X, y)
+    assert [s["executor"] for s in b.engine_stats_] == ["dask", "dask"]
     np.testing.assert_array_equal(a.support_, b.support_)
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     assert local_client.status == "running"  # a user's client is never closed for them
+
+
+def test_a_fit_whose_rounds_run_in_the_block_stays_in_this_process(local_client, monkeypatch):
+    """Every row in one working set whose block fits (the default on small data): the rounds
+    run in the coordinator's block, so the rows are never placed on the workers and the model
+    is the in-process one bit for bit; rows in a store stay where the workers read them."""
+    X, y = _problem(seed=5, n=120)
+    a = MulticlassSVC(C=3.0, gamma=0.3, n_jobs=2, solver_options={"n_partitions": 2}).fit(X, y)
+
+    def placed(*args, **kwargs):
+        raise AssertionError("the rows were placed on the workers")
+
+    monkeypatch.setattr(DaskExecutor, "start", placed)
+    b = MulticlassSVC(
+        C=3.0, gamma=0.3, n_jobs=2, client=local_client, solver_options={"n_partitions": 2}
+    ).fit(X, y)
+    assert [s["executor"] for s in b.engine_stats_] == ["inprocess", "inprocess"]
+    np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
+    np.testing.assert_array_equal(a.support_, b.support_)
 
 
 def test_bad_client_value():
@@ -323,8 +342,10 @@ def test_real_cluster_by_address_matches_inprocess(real_cluster, reference, opti
 @pytest.mark.cluster
 def test_estimator_with_scheduler_address(real_cluster):
     X, y = _problem(seed=8, n=80)
-    a = MulticlassSVC(C=2.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
-    b = MulticlassSVC(C=2.0, client=real_cluster, solver_options={"n_partitions": 2}).fit(X, y)
+    opts = {"n_partitions": 2, "batch_size": 30}  # the partitions' rounds, on the workers
+    a = MulticlassSVC(C=2.0, n_jobs=1, solver_options=opts).fit(X, y)
+    b = MulticlassSVC(C=2.0, client=real_cluster, solver_options=opts).fit(X, y)
+    assert b.engine_stats_[0]["executor"] == "dask"
     np.testing.assert_allclose(a.dual_coef_, b.dual_coef_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 

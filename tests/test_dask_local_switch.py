@@ -36,12 +36,17 @@ def test_client_local_keeps_one_cluster_for_later_fits_and_closes_it():
         n_workers=2,
         threads_per_worker=1,
         memory_limit="1GiB",
-        solver_options={"n_partitions": 2},
+        # working sets of 20 rows: the partitions' rounds, on the workers (a working set of
+        # every row runs in this process and starts no cluster)
+        solver_options={"n_partitions": 2, "batch_size": 20},
     )
-    ref = MulticlassSVC(C=1.0, n_jobs=1, solver_options={"n_partitions": 2}).fit(X, y)
+    ref = MulticlassSVC(C=1.0, n_jobs=1, solver_options=kw["solver_options"]).fit(X, y)
     close_local_clusters()
     try:
+        in_block = MulticlassSVC(**{**kw, "solver_options": {"n_partitions": 2}}).fit(X, y)
+        assert local._clusters == {} and in_block.engine_stats_[0]["executor"] == "inprocess"
         first = MulticlassSVC(**kw).fit(X, y)
+        assert first.engine_stats_[0]["executor"] == "dask"
         np.testing.assert_array_equal(first.dual_coef_, ref.dual_coef_)
         ((pid, cluster, client),) = local._clusters.values()
         assert pid == os.getpid() and client.status == "running"
@@ -92,13 +97,15 @@ def test_workers_in_threads_of_this_process_train_the_in_process_model(monkeypat
     rng = np.random.default_rng(3)
     X = rng.normal(size=(400, 30))
     y = (X[:, :3] @ rng.normal(size=(3, 4))).argmax(axis=1)
-    ref = MulticlassSVC(n_jobs=2, solver_options={"n_partitions": 2}).fit(X, y)
+    opts = {"n_partitions": 2, "batch_size": 200}  # the partitions' rounds, on the workers
+    ref = MulticlassSVC(n_jobs=2, solver_options=opts).fit(X, y)
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
-        got = MulticlassSVC(client=client, n_jobs=2, solver_options={"n_partitions": 2}).fit(X, y)
+        got = MulticlassSVC(client=client, n_jobs=2, solver_options=opts).fit(X, y)
+    assert got.engine_stats_[0]["executor"] == "dask"
     np.testing.assert_array_equal(got.dual_coef_, ref.dual_coef_)
     np.testing.assert_array_equal(got.predict(X), ref.predict(X))

@@ -669,7 +669,7 @@ class _Recorder(InProcessExecutor):
 
 def _fit_recorded(monkeypatch, module, est, X, y):
     rec = _Recorder()
-    monkeypatch.setattr(module, "make_executor", lambda e: (rec, []))
+    monkeypatch.setattr(module, "make_executor", lambda e, **kw: (rec, []))
     est.fit(X, y)
     return rec
 

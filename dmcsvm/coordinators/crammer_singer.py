@@ -217,6 +217,23 @@ class CoordinatorState:
         return self.B.support()
 
 
+def block_has_room(s: SolverSettings, n: int, x_dtype) -> bool:
+    """Whether the settings ``s`` let a fresh solve of ``n`` rows (of ``x_dtype``) run its rounds
+    in the coordinator's Gram block (:mod:`.whole_block`): the working-set solve, the block
+    allowed, and room in it for every row."""
+    room = gram_places(s.gram_mb * 2**20, block_dtype(x_dtype).itemsize)
+    return s.whole_block and s.inner_steps > 0 and room >= n
+
+
+def runs_in_block(s: SolverSettings, n: int, x_dtype) -> bool:
+    """Whether a fresh solve of ``n`` rows with the settings ``s`` and no batch solver runs every
+    round in the coordinator's Gram block: :func:`block_has_room`, and a first working set that
+    takes every row (at ``B = 0`` every row is a candidate).  Such a fit needs no partitions
+    but for their check of the result, so an estimator runs it in process whatever its
+    ``client`` (:func:`~dmcsvm.estimators._engine.make_executor`)."""
+    return s.batch_size >= n and block_has_room(s, n, x_dtype)
+
+
 def block_dtype(x_dtype) -> np.dtype:
     """The coordinator's kernel values for rows of ``x_dtype``: float32 rows give float32 values
     (the default kernel precision), any other float64."""
@@ -548,12 +565,7 @@ def solve(
     )
     # rounds in the coordinator's Gram block (.whole_block): a fresh fit of its own whose block
     # (or, for sparse rows, one computed at once) has room for every row
-    room = (
-        gram._limit()
-        if gram is not None
-        else gram_places(gram_mb * 2**20, block_dtype(x_dtype).itemsize)
-    )
-    whole = s.whole_block and fresh and greedy and batch_solver is None and room >= n
+    whole = fresh and batch_solver is None and block_has_room(s, n, x_dtype)
     limits = BlasThreadHold()
     prune = False
     # classes whose share a working set keeps (0: none; the partitions report each class's best,

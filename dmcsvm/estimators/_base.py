@@ -111,7 +111,11 @@ WHERE_IT_RUNS_DOC = (
         that Dask cluster; ``'local'`` a ``LocalCluster`` of worker processes, started by the
         first such fit and kept for this process's later fits of the same size (its start
         and close cost seconds); ``dmcsvm.close_local_clusters()`` or the end of the process
-        closes it.
+        closes it.  A MulticlassSVC fit of rows in memory whose rounds all run in the
+        coordinator's kernel block (every row in one working set: ``batch_size=None`` whenever
+        the block of all rows fits ``cache_size``) needs no workers: it runs in this process,
+        reaches no cluster and starts none (``engine_stats_`` says ``'inprocess'``), and gives
+        the in-process model.  A ``batch_size`` below the rows runs it on the cluster.
     n_workers, threads_per_worker, memory_limit : optional
         Size of the ``LocalCluster`` of ``client='local'``: workers, threads of each, and each
         worker's memory limit (bytes, or a string such as ``'4GB'``).

@@ -284,12 +284,20 @@ def run_chunks(n_jobs, chunks, work) -> None:
                 work(c)
 
 
-def make_executor(est):
+def make_executor(est, in_process: bool = False):
     """The executor for estimator ``est`` (reads ``client``, ``n_jobs``, the solver option
     ``n_partitions``, ``n_workers``, ``threads_per_worker``, ``memory_limit``).  Returns
-    ``(executor, owned)``; pass both to :func:`release_executor` when training ends."""
+    ``(executor, owned)``; pass both to :func:`release_executor` when training ends.
+
+    ``in_process``: the fit's rounds all run in the coordinator's Gram block
+    (:func:`~dmcsvm.coordinators.crammer_singer.runs_in_block`), so its partitions only take
+    the result and check it: they stay in this process whatever ``client`` says, and no
+    cluster is reached or started ('local').  Placing the rows on workers and the two round
+    trips cost 0.03-0.14 s on the small real sets (in-process fits of 0.15-0.25 s), and a
+    first ``client='local'`` fit's cluster start 2.2-2.6 s (benchmarks/results/HISTORY.md,
+    'Fits in the block keep to this process')."""
     n_partitions = est._solver_options()["n_partitions"]
-    if est.client is None:
+    if est.client is None or in_process:
         return InProcessExecutor(n_threads(est.n_jobs), n_partitions), []
     from ..engine.dask import DaskExecutor, resolve_client
 

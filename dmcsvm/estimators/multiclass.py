@@ -7,11 +7,12 @@ from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..coordinators import linear_cs
-from ..coordinators.crammer_singer import SolverSettings, solve
+from ..coordinators.crammer_singer import SolverSettings, runs_in_block, solve
 from ..engine.executor import partition_bounds
 from ..engine.partition import PartitionSettings
 from ..kernels import KERNELS, KernelSpec
@@ -349,7 +350,11 @@ class MulticlassSVC(SVMEstimator):
         )
         pcls = np.arange(m, dtype=np.int64)
         disk_mb = self._disk_cache_mb(opts)
-        executor, owned = make_executor(self)
+        # a fit whose rounds all run in the coordinator's block, on rows held in this process,
+        # needs no workers (rows in a store or a dask array stay where the workers read them)
+        in_memory = isinstance(td.source, np.ndarray) or sp.issparse(td.source)
+        in_block = fresh and in_memory and runs_in_block(settings, int(td.n), td.dtype)
+        executor, owned = make_executor(self, in_process=in_block)
         n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = cs_partition_settings(
             settings,
@@ -371,7 +376,8 @@ class MulticlassSVC(SVMEstimator):
             if "state" not in kw:  # a resumed checkpoint wins over warm_start
                 kw.update(warm_start_kwargs(self, td, classes, y_idx, settings.C, row_C))
             res = solve(executor, td.n, pcls, spec, ck.settings, td.d, td.sparse, td.dtype, **kw)
-            self.engine_stats_ = executor.stats()
+            # (each partition's counters, and where it ran: 'inprocess' or 'dask')
+            self.engine_stats_ = [{**st, "executor": executor.name} for st in executor.stats()]
         finally:
             release_executor(executor, owned)
         self.classes_ = classes
