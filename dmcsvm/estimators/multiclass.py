@@ -210,7 +210,9 @@ class MulticlassSVC(SVMEstimator):
         Rounds run.
     engine_stats_ : list of dict
         Per partition: rows, active rows, whether rows were held in memory, kernel columns
-        computed / served from memory / from the zarr tier, bytes of X re-read.
+        computed / served from memory / from the zarr tier, bytes of X re-read, and where it
+        ran (``'executor'``: ``'inprocess'`` or ``'dask'``; a fit whose rounds all run in the
+        coordinator's block runs in process whatever its ``client``).
     history_ : dict of ndarray
         Per round: dual, primal, gap, max_V, max_psi, n_active, elapsed, kernel rows ...
         At most 10,000 rows (:mod:`dmcsvm.coordinators.history`): a longer fit keeps its older
