@@ -100,8 +100,11 @@ def test_a_default_fit_runs_its_rounds_on_every_usable_core(monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2 * InProcessExecutor.POOL_MIN_ROWS * max(1, _usable_cores()), 4))
     y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)
+    # working sets of 500 rows: the partitions' rounds (a working set of every row runs its
+    # rounds in the coordinator's block, where the partitions step only twice, and a thread
+    # pool may then run both partitions on one thread)
     with pytest.warns(Warning):
-        MulticlassSVC(max_iter=2).fit(X, y)
+        MulticlassSVC(max_iter=6, solver_options={"batch_size": 500}).fit(X, y)
     assert len(seen) == n_threads(None)
 
 
