@@ -365,7 +365,7 @@ def in_memory(est, td) -> bool:
     method applies.  Dask clusters, dask arrays and zarr stores keep the batched rounds."""
     if getattr(est, "client", None) is not None or getattr(est, "checkpoint", None):
         return False
-    return isinstance(td.source, np.ndarray) or sp.issparse(td.source)
+    return td.in_process
 
 
 def seed_of(random_state) -> int:

@@ -63,6 +63,12 @@ class TrainingData:
     #: float32 kernel values (:func:`in_kernel_precision`); None otherwise
     original: object = None
 
+    @property
+    def in_process(self) -> bool:
+        """Whether the rows are held in this process (an ndarray or CSR), not read from a store
+        or a dask array where the workers are."""
+        return isinstance(self.source, np.ndarray) or sp.issparse(self.source)
+
     def gamma(self, gamma) -> float:
         """The kernel coefficient, resolved as scikit-learn's SVC does; with a
         ``sample_weight`` (not all ones) ``'scale'`` uses the variance of X with rows counted
@@ -75,7 +81,7 @@ class TrainingData:
         ):
             var = _weighted_var(self, self.sample_weight)
             return 1.0 / (self.d * var) if var > 0 else 1.0
-        if isinstance(self.source, np.ndarray) or sp.issparse(self.source):
+        if self.in_process:
             return resolve_gamma(gamma, self.source)
         if isinstance(gamma, str) and gamma == "scale":
             return 1.0 / (self.d * self.var) if self.var and self.var > 0 else 1.0

@@ -7,7 +7,6 @@ from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -354,8 +353,7 @@ class MulticlassSVC(SVMEstimator):
         disk_mb = self._disk_cache_mb(opts)
         # a fit whose rounds all run in the coordinator's block, on rows held in this process,
         # needs no workers (rows in a store or a dask array stay where the workers read them)
-        in_memory = isinstance(td.source, np.ndarray) or sp.issparse(td.source)
-        in_block = fresh and in_memory and runs_in_block(settings, int(td.n), td.dtype)
+        in_block = fresh and td.in_process and runs_in_block(settings, int(td.n), td.dtype)
         executor, owned = make_executor(self, in_process=in_block)
         n_parts = max(1, min(executor.n_partitions, td.n))
         psettings = cs_partition_settings(
