@@ -23,7 +23,8 @@ chunk (which zarr would read as zeros) is an error naming the file.
     ids (n_SV,) int64; B (n_SV, P) float64; X (n_SV, d) or X_data/X_indices/X_indptr (CSR);
     assign (n,) int64 (optional); history (rounds, len(history_keys)) float64;
     pending_ids, pending_dB, pending_X (or its CSR triplet): the batch chosen in the checkpointed
-    round, already in B but not yet sent to the partitions;
+    round, already in B but not yet sent to the partitions; pending_scores_ids and
+    pending_scores_F (optional): its working set's scores after the solve;
     part-<k>.npz: each partition's scores, B rows, active set and shrinking counters, written by
     the partition itself (Partition.save_state; attrs "partition_bounds" lists their rows)
 
@@ -227,13 +228,18 @@ class Checkpointer:
             self._put_rows(g, "X", Xsv, sums)
             if self.assign is not None:
                 _put(g, "assign", np.asarray(self.assign, dtype=np.int64), sums)
-            # the pending round message (its ids, XB, dB and shrink_margin), or None
+            # the pending round message (its ids, XB, dB, shrink_margin and the working set's
+            # scores), or None
             pending = getattr(state, "pending", None)
             part_bounds = None
             if getattr(pending, "ids", None) is not None and self.executor is not None:
                 _put(g, "pending_ids", np.asarray(pending.ids, dtype=np.int64), sums)
                 _put(g, "pending_dB", np.asarray(pending.dB, dtype=np.float64), sums)
                 self._put_rows(g, "pending_X", pending.XB, sums)
+                if pending.scores is not None:  # the working set's scores (RoundMessage.scores)
+                    sc = pending.scores
+                    _put(g, "pending_scores_ids", np.asarray(sc["ids"], dtype=np.int64), sums)
+                    _put(g, "pending_scores_F", np.asarray(sc["F"], dtype=np.float64), sums)
                 # every partition writes its own state into the group (in parallel, on its
                 # worker): the coordinator never holds the n x P scores
                 part_bounds = [
@@ -456,6 +462,16 @@ def load_checkpoint(directory) -> Checkpoint:
             "dB": pdB,
             "shrink_margin": float(margin) if margin is not None else np.inf,
         }
+        try:  # (optional: the working set's scores came with the batch)
+            g["pending_scores_ids"]
+        except KeyError:
+            pass
+        else:
+            sids, sF = arr("pending_scores_ids"), arr("pending_scores_F")
+            bad_ids = sids.size and (sids.min() < 0 or sids.max() >= n)
+            if sF.shape != (sids.shape[0], P) or bad_ids:
+                raise ValueError(f"{path}: the pending scores have ids or F of the wrong shape")
+            pending["scores"] = {"ids": sids, "F": sF}
     keys = list(a.get("history_keys", []))
     history = {}
     if keys:

@@ -78,6 +78,26 @@ def test_checkpoint_holds_the_solver_state(digits, tmp_path):
     assert (tmp_path / "LATEST").read_text().strip() == "ckpt-000000037.zarr"
 
 
+def test_a_resume_takes_the_pending_rounds_working_set_scores(digits, tmp_path):
+    """float64 kernel values send the working set's scores with each round (at this tol
+    float32 ones do not: crammer_singer.sends_scores); the checkpoint keeps those of the pending
+    round, and the resumed fit is the uninterrupted one, coefficient for coefficient."""
+    Xtr, ytr, _, _ = digits
+    kw = dict(KW, kernel_dtype="float64")
+    full = MulticlassSVC(**kw, solver_options=OPTS).fit(Xtr, ytr)
+    _interrupted(Xtr, ytr, tmp_path, rounds=20, every=1, kernel_dtype="float64")
+    ck = load_checkpoint(tmp_path)
+    sc = ck.pending["scores"]  # (the working set it came from holds every moved row)
+    assert sc["F"].shape == (sc["ids"].shape[0], len(full.classes_))
+    assert np.isin(ck.pending["ids"], sc["ids"]).all()
+    resumed = MulticlassSVC(
+        **kw, solver_options=OPTS, checkpoint=str(tmp_path), checkpoint_every=10**6, resume=True
+    ).fit(Xtr, ytr)
+    assert resumed.n_iter_ == full.n_iter_
+    assert np.array_equal(resumed.history_["dual"], full.history_["dual"])
+    assert np.array_equal(resumed.dual_coef_, full.dual_coef_)
+
+
 def test_resume_gives_the_same_model(digits, full, tmp_path):
     Xtr, ytr, Xte, _ = digits
     part = _interrupted(Xtr, ytr, tmp_path, rounds=57, every=5)

@@ -161,6 +161,7 @@ def _example(cls, rng):
             "F": rng.random((3, 5)),
             "shipped": np.array([2]),
         },
+        "scores": {"ids": np.arange(4), "F": rng.random((4, 5))},
         "dW": rng.random((5, 4)),
         "ds": rng.random(5),
         "da": rng.random(6),

@@ -234,6 +234,21 @@ def runs_in_block(s: SolverSettings, n: int, x_dtype) -> bool:
     return s.batch_size >= n and block_has_room(s, n, x_dtype)
 
 
+#: the working set's scores go to the partitions (``RoundMessage.scores``) only when ``tol`` is
+#: at least this many units of the kernel values' rounding: the coordinator's Gram block and a
+#: partition's column hold the same kernel values computed by GEMMs of other shapes, a few ulps
+#: apart, and a row whose scores are updated from one, then the other, carries that difference
+#: (at ``tol=1e-9`` on float32 kernel values, 36 repeated rows held ``psi`` at 5.6e-8 round after
+#: round; with the partitions' columns alone the fit ended at 8e-10)
+SCORES_MIN_TOL_EPS = 100
+
+
+def sends_scores(tol: float, x_dtype) -> bool:
+    """Whether the rounds send the working set's scores to the partitions
+    (:data:`SCORES_MIN_TOL_EPS`)."""
+    return float(tol) >= SCORES_MIN_TOL_EPS * float(np.finfo(block_dtype(x_dtype)).eps)
+
+
 def block_dtype(x_dtype) -> np.dtype:
     """The coordinator's kernel values for rows of ``x_dtype``: float32 rows give float32 values
     (the default kernel precision), any other float64."""
@@ -568,6 +583,7 @@ def solve(
     whole = fresh and batch_solver is None and block_has_room(s, n, x_dtype)
     limits = BlasThreadHold()
     prune = False
+    send_scores = sends_scores(s.tol, x_dtype)
     # classes whose share a working set keeps (0: none; the partitions report each class's best,
     # PartitionSettings.class_quota)
     n_quota = int(pcls.max()) + 1 if greedy and s.class_quota and P > 1 else 0
@@ -609,6 +625,7 @@ def solve(
                 converged = True
             else:
                 just_unshrunk = False
+                scores = None
                 pick, viol = pick_candidates(agg, s.batch_size, s.tol, theta, greedy, n_quota)
                 ids = agg.cand_ids[pick]
                 XB = bank.batch(ids, agg.cand_xrow()[pick], agg.cand_X, d, sparse, x_dtype)
@@ -676,6 +693,9 @@ def solve(
                         inner_tol = max(s.inner_floor * s.tol, s.inner_prog * agg.max_psi)
                     max_steps = int(max(1, s.inner_steps * len(ids)))
                     if batch_solver is None:
+                        # the working set's scores after the solve: the partitions take them
+                        # instead of computing these rows' kernel columns (RoundMessage.scores)
+                        F_ws = np.empty((len(ids), P))
                         dB, gains, st = solve_working_set(
                             opt_code,
                             *args[:2],
@@ -691,7 +711,10 @@ def solve(
                                 ROWS_FIRST_REQUEST if gram is None else gram.next_request()
                             ),
                             pool=None if gram is None else gram.pool,
+                            F_out=F_ws,
                         )
+                        if send_scores:
+                            scores = {"ids": ids, "F": F_ws}
                     else:
                         dB, gains, st = batch_solver.working_set(
                             opt_code,
@@ -715,6 +738,7 @@ def solve(
                         args = args[:2] + (kernel_block(spec, XB, XB),) + args[3:]
                     dB, gains = batch(pt.OPT_EXACT, *args)  # type: ignore[arg-type]  # (as above)
                     moved = np.any(dB != 0.0, axis=1)
+                    scores = None  # (the scores are those of the solve above, not this one)
                 if not moved.any():
                     stalled = True
                 if moved.any():
@@ -723,7 +747,11 @@ def solve(
                     B[ids] = B_prev + dB
                     bank.add(ids, XB)
                     msg = RoundMessage(
-                        ids=ids, XB=XB, dB=dB, shrink_margin=min(agg.max_psi, s.shrink_cap)
+                        ids=ids,
+                        XB=XB,
+                        dB=dB,
+                        shrink_margin=min(agg.max_psi, s.shrink_cap),
+                        scores=scores,
                     )
                     batch_ids = ids
             t_end = time.perf_counter()

@@ -209,6 +209,36 @@ class ColumnCache:
         for slot, r in zip(slots, taken, strict=True):
             table[slot] = cols[r]
 
+    def takes(self, keys, width: int, dtype) -> list[bool]:
+        """Which of ``keys`` the cache holds after a :meth:`put_many` of columns of ``width``
+        values of ``dtype`` under them now, in order; nothing changes.  A partition computes a
+        column over every active row only when the cache will keep it (RoundMessage.scores)."""
+        keys = [int(k) for k in keys]
+        itemsize = np.dtype(dtype).itemsize
+        if width * itemsize > self.budget or width == 0:
+            return [False] * len(keys)
+        cleared = (
+            self._buf is None
+            or np.dtype(dtype) != self._buf.dtype
+            or (bool(self._slot) and width != self._width)
+        )
+        held = OrderedDict() if cleared else OrderedDict.fromkeys(self._slot)
+        used = 0 if cleared or not self._slot else self._next
+        cap = (self.budget // itemsize) // width  # (the buffer at the whole budget, _grow)
+        for key in keys:
+            if key in held:
+                held.move_to_end(key)
+            elif used < cap:
+                used += 1
+                held[key] = None
+            else:
+                victim = next((k for k in held if k not in self._pinned), None)
+                if victim is None or self._freq.get(key, 0) <= self._freq.get(victim, 0):
+                    continue
+                del held[victim]
+                held[key] = None
+        return [key in held for key in keys]  # (a key taken may be evicted by a later one)
+
     def put(self, key: int, col: np.ndarray) -> None:
         """Copy ``col`` into the cache (evicting the least recently used unpinned columns)."""
         self.put_many([key], np.asarray(col)[None])

@@ -166,7 +166,8 @@ class RoundMessage:
     """The Crammer-Singer round: the batch ``ids`` with its X rows ``XB`` and update ``dB``
     (``F += K(X, X_B) dB``), the shrinking margin, an optional unshrink (the support patterns
     ``{"ids", "X", "B"}`` to rebuild shrunk rows from), an optional ``settle`` (rows' coefficients
-    and scores to take as they are), ``reship`` (the coordinator pruned its
+    and scores to take as they are), optional ``scores`` (the working set's scores after the
+    solve, taken in place of ``F += K dB`` on those rows), ``reship`` (the coordinator pruned its
     row bank to the support and this batch) and then ``bank_ids``, the ids its bank kept (the
     Dask workers' banks keep the same rows)."""
 
@@ -180,6 +181,11 @@ class RoundMessage:
     # the result of rounds run in the coordinator's Gram block (coordinators.whole_block):
     # {"ids", "B", "F", "shipped"}, every row's coefficients and scores, the rows it banked
     settle: dict[str, Any] | None = None
+    # {"ids", "F"}: the scores of the working set's rows after the coordinator's solve (every
+    # batch step applied, moved rows or not).  A partition takes its rows' scores as they are and
+    # computes the batch's kernel columns over its other active rows only: the coordinator's
+    # solve has already added K(x_i, X_B) dB to every working-set row i
+    scores: dict[str, Any] | None = None
     # (b, tol) or (b, tol, n_classes): the coordinator picks at most b candidates, violators
     # (psi > tol) first, every class's share with n_classes > 1; a worker sends only those it
     # can still pick (prune_candidates)

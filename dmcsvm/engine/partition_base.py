@@ -188,18 +188,19 @@ class PartitionBase:
         if out is None:
             out = np.empty((XB.shape[0], na), dtype=self.kdtype)
         if self.data.in_memory:
-            if na == self.X.shape[0]:
-                Xa = self.X
-            else:
-                if self._X_active is None:
-                    self._X_active = take_rows(self.X, self.active)
-                Xa = self._X_active
+            Xa = self.X if na == self.X.shape[0] else self._active_X()
             return kernel_block(self.spec, XB, Xa, out=out, norms_b=self.norms[self.active])
         for pa, pb, rows, Xa in self._active_blocks():
             out[:, pa:pb] = kernel_block(
                 self.spec, XB, Xa, norms_b=self.norms[rows], dtype=self.kdtype
             )
         return out
+
+    def _active_X(self):
+        """The X rows of the active set (rows in memory), copied once per active set."""
+        if self._X_active is None:
+            self._X_active = take_rows(self.X, self.active)
+        return self._X_active
 
     def _active_blocks(self):
         """Streamed rows: ``(pa, pb, rows, X[rows])`` covering the active set in order (``rows``

@@ -77,6 +77,7 @@ def solve_working_set(
     rows: KernelRows | None = None,
     first_request: int = ROWS_FIRST_REQUEST,
     pool: ThreadPool | None = None,
+    F_out: NDArray[np.float64] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """Coordinator's working-set solve on ``K_BB`` by re-selection (docs/design.md, 'Batched
     rounds': updates inside a batch touch only batch rows): passes over the batch optimize, each
@@ -101,7 +102,9 @@ def solve_working_set(
     runs the passes on that many threads (the caller's and ``pool``'s), each owning a block of
     the batch (:mod:`.passes`), with the same steps and results bit for bit.
     Returns ``dB`` (change of every batch row), the gains and the number of per-pattern
-    optimizations of every batch row.
+    optimizations of every batch row; ``F_out`` (optional, the shape of ``Fb``) receives the batch
+    rows' scores after the solve (``Fb`` plus every step's update), which the partitions take
+    instead of computing the batch rows' kernel columns (``RoundMessage.scores``).
 
     The set-up (the sort by cache place, the gathers) is NumPy and the passes numba functions:
     inside numba, ``argsort`` and fancy indexing compiled a sort and the shape-error formatting
@@ -168,4 +171,6 @@ def solve_working_set(
         assert rows is not None  # (without rows every row of G is complete: no stop)
         rows.ensure(gpos[want[:k]])
         ask = min(2 * ask, want.shape[0])
+    if F_out is not None:
+        F_out[:] = FT.T[col]
     return Bc - Bb, gains, steps
