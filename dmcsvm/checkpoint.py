@@ -462,11 +462,7 @@ def load_checkpoint(directory) -> Checkpoint:
             "dB": pdB,
             "shrink_margin": float(margin) if margin is not None else np.inf,
         }
-        try:  # (optional: the working set's scores came with the batch)
-            g["pending_scores_ids"]
-        except KeyError:
-            pass
-        else:
+        if "pending_scores_ids" in g:  # (optional: the working set's scores came with it)
             sids, sF = arr("pending_scores_ids"), arr("pending_scores_F")
             bad_ids = sids.size and (sids.min() < 0 or sids.max() >= n)
             if sF.shape != (sids.shape[0], P) or bad_ids:

@@ -695,7 +695,7 @@ def solve(
                     if batch_solver is None:
                         # the working set's scores after the solve: the partitions take them
                         # instead of computing these rows' kernel columns (RoundMessage.scores)
-                        F_ws = np.empty((len(ids), P))
+                        F_ws = np.empty((len(ids), P)) if send_scores else None
                         dB, gains, st = solve_working_set(
                             opt_code,
                             *args[:2],
@@ -713,7 +713,7 @@ def solve(
                             pool=None if gram is None else gram.pool,
                             F_out=F_ws,
                         )
-                        if send_scores:
+                        if F_ws is not None:
                             scores = {"ids": ids, "F": F_ws}
                     else:
                         dB, gains, st = batch_solver.working_set(

@@ -187,27 +187,36 @@ class ColumnCache:
             self.clear()
         if not self._slot:
             self._width, self._next = cols.shape[1], 0
-        taken, slots = [], []
-        for j, key in enumerate(keys):
-            slot = self._slot.pop(key, None)
-            if slot is None:
-                if self._next >= self._buf.shape[0] // self._width:
-                    self._grow()
-                if self._next < self._buf.shape[0] // self._width:
-                    slot, self._next = self._next, self._next + 1
-                else:
-                    victim = next((k for k in self._slot if k not in self._pinned), None)
-                    if victim is None or self._freq.get(key, 0) <= self._freq.get(victim, 0):
-                        continue  # nothing evictable, or not asked for more often than it
-                    slot = self._slot.pop(victim)
-            self._slot[key] = slot
-            taken.append(src[j])
-            slots.append(slot)
+        self._grow()  # (the whole budget at once; nothing once it is there)
+        placed, self._next = self._admit(
+            self._slot, self._next, self._buf.shape[0] // self._width, keys
+        )
         # a slot taken twice in this call (a column evicted by a later one) ends with the later
         # column, as sequential puts leave it
         table = self._buf[: self._next * self._width].reshape(-1, self._width)
-        for slot, r in zip(slots, taken, strict=True):
-            table[slot] = cols[r]
+        for j, slot in placed:
+            table[slot] = cols[src[j]]
+
+    def _admit(self, held, used: int, cap: int, keys) -> tuple[list, int]:
+        """Place ``keys`` in order in ``held`` (key -> slot, least recent first; ``used`` of
+        ``cap`` slots taken): a key held moves up, a new one takes a free slot, or the least
+        recent unpinned key's slot if it was asked for more often than that key.  Returns the
+        ``(position in keys, slot)`` of every key placed and the slots used: what
+        :meth:`put_many` does to the cache, and :meth:`takes` to a copy of it."""
+        placed = []
+        for j, key in enumerate(keys):
+            slot = held.pop(key, None)
+            if slot is None:
+                if used < cap:
+                    slot, used = used, used + 1
+                else:
+                    victim = next((k for k in held if k not in self._pinned), None)
+                    if victim is None or self._freq.get(key, 0) <= self._freq.get(victim, 0):
+                        continue  # nothing evictable, or not asked for more often than it
+                    slot = held.pop(victim)
+            held[key] = slot
+            placed.append((j, slot))
+        return placed, used
 
     def takes(self, keys, width: int, dtype) -> list[bool]:
         """Which of ``keys`` the cache holds after a :meth:`put_many` of columns of ``width``
@@ -222,21 +231,10 @@ class ColumnCache:
             or np.dtype(dtype) != self._buf.dtype
             or (bool(self._slot) and width != self._width)
         )
-        held = OrderedDict() if cleared else OrderedDict.fromkeys(self._slot)
+        held = OrderedDict() if cleared else OrderedDict(self._slot)
         used = 0 if cleared or not self._slot else self._next
-        cap = (self.budget // itemsize) // width  # (the buffer at the whole budget, _grow)
-        for key in keys:
-            if key in held:
-                held.move_to_end(key)
-            elif used < cap:
-                used += 1
-                held[key] = None
-            else:
-                victim = next((k for k in held if k not in self._pinned), None)
-                if victim is None or self._freq.get(key, 0) <= self._freq.get(victim, 0):
-                    continue
-                del held[victim]
-                held[key] = None
+        # (the buffer at the whole budget, as _grow makes it)
+        self._admit(held, used, (self.budget // itemsize) // width, keys)
         return [key in held for key in keys]  # (a key taken may be evicted by a later one)
 
     def put(self, key: int, col: np.ndarray) -> None:

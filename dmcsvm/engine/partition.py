@@ -86,7 +86,6 @@ class Partition(PartitionBase):
             ids, dB, XB = msg.ids, msg.dB, msg.XB
             # the batch's kernel block K(X_active, X_B) is built in column groups of bounded size
             # (a few MB per group; a 1000-pattern batch over a million rows would need GBs)
-            g = self._group_size(len(ids))
             known = self._known_rows(msg.scores) if msg.scores is not None else None
             rest = self._rows_to_compute(known[0]) if known is not None else None
             if rest is not None:
@@ -96,20 +95,19 @@ class Partition(PartitionBase):
             elif not self.data.in_memory:
                 # streamed rows: cached columns first, then one pass over X for all the misses
                 tk2, tu2 = self._apply_streamed(ids, XB, dB)
-                tk, tu, g = tk + tk2, tu + tu2, len(ids)
-            for a in range(0, len(ids) if self.data.in_memory and rest is None else 0, g):
-                b = min(a + g, len(ids))
-                t1 = time.perf_counter()
-                K = self._columns(ids[a:b], XB[a:b])
-                t2 = time.perf_counter()
-                # the GEMM runs in the kernel's precision (sgemm for float32 data); F stays float64
-                dK = K @ dB[a:b].astype(K.dtype, copy=False)
-                if self.active.shape[0] == self.F.shape[0]:
-                    self.F += dK
-                else:
-                    add_rows(self.F, self.active, dK)
-                tk += t2 - t1
-                tu += time.perf_counter() - t2
+                tk, tu = tk + tk2, tu + tu2
+            else:
+                g = self._group_size(len(ids))
+                for a in range(0, len(ids), g):
+                    b = min(a + g, len(ids))
+                    t1 = time.perf_counter()
+                    K = self._columns(ids[a:b], XB[a:b])
+                    t2 = time.perf_counter()
+                    # the GEMM runs in the kernel's precision (sgemm for float32 data); F stays
+                    # float64
+                    self._add_to_active(K @ dB[a:b].astype(K.dtype, copy=False))
+                    tk += t2 - t1
+                    tu += time.perf_counter() - t2
             t2 = time.perf_counter()
             if known is not None:
                 self._take_scores(msg.scores, *known)
@@ -136,6 +134,13 @@ class Partition(PartitionBase):
         self.F[rows] = got["F"][own]
         sh = np.asarray(got["shipped"], dtype=np.int64)
         self.shipped[sh[(sh >= self.lo) & (sh < self.hi)] - self.lo] = True
+
+    def _add_to_active(self, dK) -> None:
+        """``F += dK`` on the active rows (``dK``: one row per active row, in order)."""
+        if self.active.shape[0] == self.F.shape[0]:
+            self.F += dK
+        else:
+            add_rows(self.F, self.active, dK)
 
     def _known_rows(self, got):
         """The active positions of this partition's rows among ``got["ids"]`` (the working set
@@ -173,7 +178,6 @@ class Partition(PartitionBase):
         tk = tu = 0.0
         na = self.active.shape[0]
         rows = self.active[rest]
-        Xa = self.X if na == self.X.shape[0] else self._active_X()
         X_rest = None
         g = self._group_size(len(ids))
         for a in range(0, len(ids), g):
@@ -183,7 +187,6 @@ class Partition(PartitionBase):
             KT = self._kt(b - a, na)
             self.cache.start_round()
             miss = self.cache.gather(idg, KT)
-            n_hits = (b - a) - len(miss)
             take = (
                 self.cache.takes(idg[miss], na, self.kdtype)
                 if self.cache.budget
@@ -191,35 +194,30 @@ class Partition(PartitionBase):
             )
             whole = [j for j, t in zip(miss, take, strict=True) if t]
             part = [j for j, t in zip(miss, take, strict=True) if not t]
+            # hits and the columns kept count as :meth:`_columns` counts them; the others cover
+            # the rows `rest` alone
+            self._count_lookup((b - a) - len(miss), 0, len(whole))
+            self.rows_computed += len(part)
+            self.kernel_elements += len(part) * rows.shape[0]
             if whole:
-                KT[whole] = kernel_block(
-                    self.spec, take_rows(XB[a:b], np.asarray(whole)), Xa,
-                    norms_b=self.norms[self.active], dtype=self.kdtype,
-                )  # fmt: skip
+                KT[whole] = self._kernel_T(take_rows(XB[a:b], np.asarray(whole)))
                 self.cache.put_many(idg[whole], KT, rows=whole)
             Kp = None
             if part:
                 if X_rest is None:
+                    Xa = self.X if na == self.X.shape[0] else self._active_X()
                     X_rest = take_rows(Xa, rest)
                 Kp = kernel_block(
                     self.spec, take_rows(XB[a:b], np.asarray(part)), X_rest,
                     norms_b=self.norms[rows], dtype=self.kdtype,
                 )  # fmt: skip
-            self.rows_cached += n_hits
-            self.rows_computed += len(miss)
-            self.kernel_elements += len(whole) * na + len(part) * rows.shape[0]
             t2 = time.perf_counter()
             dBg = dB[a:b].astype(self.kdtype, copy=False)
-            if len(part) < b - a:  # the columns over every active row
-                if part:
-                    full = np.setdiff1d(np.arange(b - a), part, assume_unique=True)
-                    dK = KT[full].T @ dBg[full]
-                else:
-                    dK = KT.T @ dBg
-                if na == self.F.shape[0]:
-                    self.F += dK
-                else:
-                    add_rows(self.F, self.active, dK)
+            if not part:  # every column over every active row
+                self._add_to_active(KT.T @ dBg)
+            elif len(part) < b - a:
+                full = np.setdiff1d(np.arange(b - a), part, assume_unique=True)
+                self._add_to_active(KT[full].T @ dBg[full])
             if Kp is not None:
                 add_rows(self.F, rows, Kp.T @ dBg[part])
             tk += t2 - t1
@@ -236,7 +234,6 @@ class Partition(PartitionBase):
         t0 = time.perf_counter()
         hits, miss = self._lookup(ids)
         na = self.active.shape[0]
-        full = na == self.F.shape[0]
         tk += time.perf_counter() - t0
         if hits:
             hj = np.fromiter(hits, dtype=np.int64)
@@ -246,10 +243,7 @@ class Partition(PartitionBase):
                 sel = hj[a : a + g]
                 KT = np.stack([hits[int(j)] for j in sel]).astype(self.kdtype, copy=False)
                 dK = KT.T @ dB[sel].astype(self.kdtype, copy=False)
-                if full:
-                    self.F += dK
-                else:
-                    add_rows(self.F, self.active, dK)
+                self._add_to_active(dK)
                 tu += time.perf_counter() - t1
         if miss:
             mj = np.asarray(miss, dtype=np.int64)
