@@ -466,10 +466,14 @@ def test_dask_executor_equals_in_process_bit_for_bit(cs, local_client):
     np.testing.assert_array_equal(a.history_["steps"], b.history_["steps"])
 
 
-def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
+@pytest.mark.parametrize("wide", [False, True])
+def test_gram_cache_chunks_on_threads_give_the_serial_values(wide, monkeypatch):
     """Rows are computed in chunks of ``_GramCache.CHUNK`` (a GEMM's rounding depends on its
-    shape); on a thread pool the chunks give the same block bit for bit as in turn."""
+    shape), or, on many placed values, chunks of ``WIDE_CHUNK`` rows cut into column blocks; on
+    a thread pool the chunks give the same block bit for bit as in turn."""
     monkeypatch.setattr(_GramCache, "CHUNK", 128)
+    if wide:
+        _wide_gram(monkeypatch)
     rng = np.random.default_rng(2)
     # float32 GEMMs of these shapes round differently when computed whole (checked: the test
     # fails if the threaded path computes the block in one piece)
@@ -490,6 +494,54 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(monkeypatch):
         )
     assert not serial._pool.started and threaded._pool.started
     threaded.close()
+
+
+def _wide_gram(monkeypatch) -> None:
+    """Gram rows on the wide path (chunks of rows cut into column blocks) from a few placed
+    values on, in blocks of at least 7 columns."""
+    monkeypatch.setattr(_GramCache, "WIDE_VALUES", 2000)
+    monkeypatch.setattr(_GramCache, "WIDE_CHUNK", 96)
+    monkeypatch.setattr(_GramCache, "WIDE_MIN_COLS", 7)
+
+
+def test_gram_cache_wide_blocks_cover_the_missing_columns_once(monkeypatch):
+    """On many placed values a chunk of rows is cut into column blocks that cover the columns
+    each row lacks once, none of one column (a GEMV rounds differently), and the cut is the
+    same whatever the threads; below the threshold the chunks are whole rows."""
+    _wide_gram(monkeypatch)
+    X = np.random.default_rng(3).normal(size=(400, 10)).astype(np.float32)
+    spec = KernelSpec("rbf", gamma=0.1)
+    for threads in (1, 2):
+        cache = _GramCache(spec, 10**6, np.float32, threads=threads)
+        cache.block(np.arange(300), X[:300])
+        tasks = cache._tasks(np.arange(200), cache.m)
+        rows = {len(r) for r, _, _ in tasks}
+        assert rows == {96, 200 - 2 * 96}
+        for r0 in (0, 96, 192):
+            cuts = [(lo, hi) for r, lo, hi in tasks if r[0] == r0]
+            assert cuts[0][0] == 0 and cuts[-1][1] == 300 and len(cuts) == 16
+            assert all(a[1] == b[0] for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+            assert min(hi - lo for lo, hi in cuts) >= 7
+        # a row lacking 190 of 200 columns (x 10 features < 2000 values): whole rows
+        cache.stamp[:5] = 110
+        cache.m = 300
+        ((r, lo, hi),) = cache._tasks(np.arange(5), 300)
+        np.testing.assert_array_equal(r, np.arange(5))
+        assert (lo, hi) == (110, 300)
+        cache.close()
+
+
+def test_solve_with_wide_gram_blocks_on_threads_equals_one_thread(cs, monkeypatch):
+    """A solve whose Gram rows take the wide path gives the same coefficients on one thread or
+    two, bit for bit."""
+    _wide_gram(monkeypatch)
+    X, y = cs.make_blobs_problem(7, 150, 4, 3, spread=1.4, scale=1.5)
+    spec = KernelSpec("rbf", gamma=0.4)
+    kw = dict(batch_size=80, tol=1e-6, n_partitions=2, inner_steps=20.0)
+    B1, r1 = cs.run_solver(X, y, 3, spec, 2.0, n_threads=1, **kw)
+    B2, r2 = cs.run_solver(X, y, 3, spec, 2.0, n_threads=2, **kw)
+    assert r1.n_iter == r2.n_iter
+    np.testing.assert_array_equal(B1, B2)
 
 
 def _record_gram_pools(monkeypatch) -> list:

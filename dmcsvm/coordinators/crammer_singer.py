@@ -279,6 +279,15 @@ class _GramCache:
     #: rows are computed in chunks of this many (a GEMM's rounding depends on its shape, so a
     #: fixed chunk keeps the values, and the trajectory, the same whatever the thread count)
     CHUNK = 128
+    #: from this many placed values (columns x features) on, a chunk is :attr:`WIDE_CHUNK` rows
+    #: cut into column blocks (:meth:`_tasks`): each GEMM call reads and packs all the X rows it
+    #: multiplies, about 15 ms for 25,000 rows of 784 features, so 128-row chunks over every
+    #: placed column spent 15-20 % of a large block's time packing the same rows again
+    WIDE_VALUES = 1 << 22
+    WIDE_CHUNK = 1024
+    #: column blocks of a wide chunk: about this many, at least :attr:`WIDE_MIN_COLS` columns each
+    WIDE_BLOCKS = 16
+    WIDE_MIN_COLS = 512
 
     def __init__(self, spec, budget_bytes, dtype, threads=1, n_rows=None):
         self.spec = spec
@@ -367,39 +376,53 @@ class _GramCache:
         order = np.argsort(self.stamp[rows], kind="stable")
         rows = rows[order]
         cuts = np.flatnonzero(np.diff(self.stamp[rows])) + 1
-        chunks = [
-            g[a : a + self.CHUNK]
-            for g in np.split(rows, cuts)
-            for a in range(0, g.shape[0], self.CHUNK)
-        ]
+        tasks = [t for g in np.split(rows, cuts) for t in self._tasks(g, m)]
 
-        def compute(r):
-            lo = max(int(self.stamp[r[0]]), 0)
-            # one row, or one column, alone would be a GEMV, which rounds differently from a
-            # GEMM: two rows (the row twice) and two columns (one known again), so that the
-            # values do not depend on how the requests fell
-            lo = min(lo, max(m - 2, 0))
+        def compute(task):
+            r, lo, hi = task
             ra = r if r.shape[0] > 1 else np.repeat(r, 2)
             kw = (
-                {"norms_a": self.norms[ra], "norms_b": self.norms[lo:m]}
+                {"norms_a": self.norms[ra], "norms_b": self.norms[lo:hi]}
                 if self.spec.name == "rbf"
                 else {}
             )
-            K = kernel_block(self.spec, self.X[ra], self.X[lo:m], dtype=self.dtype, **kw)
-            # written by the thread that computed it (chunks own disjoint rows): the block's
-            # fresh pages are faulted in on every thread at once, and a small problem's block
-            # is mostly fresh pages (pendigits: 200 MB in its first rounds)
-            self.G[r, lo:m] = K[: r.shape[0]]
+            K = kernel_block(self.spec, self.X[ra], self.X[lo:hi], dtype=self.dtype, **kw)
+            # written by the thread that computed it (tasks own disjoint parts of rows): the
+            # block's fresh pages are faulted in on every thread at once, and a small problem's
+            # block is mostly fresh pages (pendigits: 200 MB in its first rounds)
+            self.G[r, lo:hi] = K[: r.shape[0]]
 
-        if self.threads < 2 or len(chunks) < 2:
-            for r in chunks:
-                compute(r)
+        if self.threads < 2 or len(tasks) < 2:
+            for t in tasks:
+                compute(t)
         else:
-            for _ in self._pool.map(compute, chunks):
+            for _ in self._pool.map(compute, tasks):
                 pass
-        for r in chunks:
-            self.stamp[r] = m
+        self.stamp[rows] = m
         self.rows_computed += rows.shape[0]
+
+    def _tasks(self, g, m) -> list:
+        """The GEMMs ``(rows, lo, hi)`` that compute the rows ``g`` (one stamp) over the columns
+        ``lo:m`` they lack: chunks of :attr:`CHUNK` rows over every column, or, from
+        :attr:`WIDE_VALUES` placed values on, chunks of :attr:`WIDE_CHUNK` rows cut into column
+        blocks, so that each call packs a slice of X, not all of it.  The cut depends on the
+        rows, ``m`` and the features only, never on the threads, so the values do not either."""
+        lo = max(int(self.stamp[g[0]]), 0)
+        # one row, or one column, alone would be a GEMV, which rounds differently from a
+        # GEMM: two rows (the row twice) and two columns (one known again), so that the
+        # values do not depend on how the requests fell
+        lo = min(lo, max(m - 2, 0))
+        cols = m - lo
+        if cols * self.X.shape[1] < self.WIDE_VALUES:
+            return [(g[a : a + self.CHUNK], lo, m) for a in range(0, g.shape[0], self.CHUNK)]
+        width = max(self.WIDE_MIN_COLS, -(-cols // self.WIDE_BLOCKS))
+        # (a last block of one column would be a GEMV: it joins the block before it)
+        edges = list(range(lo, m - 1, width)) + [m]
+        return [
+            (g[a : a + self.WIDE_CHUNK], c0, c1)
+            for a in range(0, g.shape[0], self.WIDE_CHUNK)
+            for c0, c1 in zip(edges[:-1], edges[1:], strict=True)
+        ]
 
     def close(self) -> None:
         self._pool.close()
