@@ -522,9 +522,8 @@ def test_gram_cache_wide_blocks_cover_the_missing_columns_once(monkeypatch):
             assert cuts[0][0] == 0 and cuts[-1][1] == 300 and len(cuts) == 16
             assert all(a[1] == b[0] for a, b in zip(cuts[:-1], cuts[1:], strict=True))
             assert min(hi - lo for lo, hi in cuts) >= 7
-        # a row lacking 190 of 200 columns (x 10 features < 2000 values): whole rows
+        # rows lacking 190 of the 300 columns (x 10 features: 1,900 < 2,000 values): whole rows
         cache.stamp[:5] = 110
-        cache.m = 300
         ((r, lo, hi),) = cache._tasks(np.arange(5), 300)
         np.testing.assert_array_equal(r, np.arange(5))
         assert (lo, hi) == (110, 300)
