@@ -29,13 +29,13 @@ def blocks(n) -> list[tuple[int, int]]:
     Why fixed, and why float64 with BLAS on one thread per block (:func:`_as_float64`,
     :func:`~dmcsvm.estimators._engine.run_chunks`): OpenBLAS rounds a row of a product in a
     way that depends on the product's shape.  Several BLAS threads split the product by its
-    shape, and a single-precision product rounds a row by the block it is in.  A
-    double-precision product on one thread gives a row the same bits in any block of a
-    multiple of 8 rows; an odd block's last row goes through an edge kernel that sums in
-    another order (measured with 0.3.31's Haswell kernels: blocks of 8, 88, 256, 600 or 2,048
-    rows agree, of 1, 3, 5, ... rows not; other CPUs' kernels tile by up to 16 or 32 rows).
-    So a row's prediction does not depend on ``n_jobs``, and the whole array and a store's
-    chunks of 256 rows give the same bits."""
+    shape, and a single-precision product rounds a row by the block it is in.  With the blocks
+    fixed, a row's prediction does not depend on ``n_jobs``, bit for bit.  Other groupings of
+    the same rows (a store's chunks against the whole array) agree to rounding, and to the bit
+    only where the BLAS kernels are shape-stable: 0.3.31's Haswell kernels give a row the same
+    bits in any double-precision block of a multiple of 8 rows; its SkylakeX (AVX-512) kernels
+    sum a 256-row block's last 4 rows against an odd support count, and blocks of fewer than
+    about 40 rows, in another order (1-2 ulps)."""
     return [(a, min(a + PREDICT_BLOCK, n)) for a in range(0, n, PREDICT_BLOCK)]
 
 
