@@ -329,9 +329,13 @@ def machine_line(out, versions=("numpy", "numba")) -> str:
     """``Machine: CPU, cores, platform; numpy ..., numba ...; dmcsvm commit `abc1234`.``"""
     m = out.get("machine") or {}
     vs = ", ".join(f"{v} {m.get(v)}" for v in versions if m.get(v))
+    # the BLAS's kernels name the instruction set (OpenBLAS's Haswell: AVX2; SkylakeX:
+    # AVX-512): the same "AMD EPYC" VM has come with either, and GEMM speed differs
+    arch = {b.get("architecture") for b in m.get("blas") or [] if b.get("architecture")}
     return (
         f"Machine: {m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} cores, "
         f"{m.get('platform', '?')}"
+        + (f", BLAS kernels {'/'.join(sorted(arch))}" if arch else "")
         + (f"; {vs}" if vs else "")
         + f"; dmcsvm commit `{commit_label(out)}`."
     )

@@ -133,8 +133,13 @@ def main(argv=None):
     MulticlassSVC().fit(X0[:1000].astype(np.float64), y0[:1000])  # numba cache, first touch
     rows = []
     out = Path(a.out)
+    import _report
+
+    mi = _report.machine_info()
+    arch = "/".join(sorted({b["architecture"] for b in mi["blas"] if b.get("architecture")}))
     meta = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": f"{mi['cpu_model']}, {os.cpu_count()} cores, BLAS kernels {arch}",
+        "machine_info": mi,
         "load_before": os.getloadavg(),
         "python": platform.python_version(),
         "data": "first 5,000 MNIST test digits + InfiMNIST-like deformations (train), "
@@ -201,7 +206,7 @@ def main(argv=None):
 def write_md(res, path):
     lines = [
         "# dmcsvm vs SVC on deformed MNIST digits as n grows\n",
-        f"{res['meta']}\n",
+        f"{ {k: v for k, v in res['meta'].items() if k != 'machine_info'} }\n",
         "| n | SVC fit (s) | dmcsvm fit (s) | ratio | SVC acc | dmcsvm acc | SVC SVs | "
         "dmcsvm SVs | rounds | unshrinks | dmcsvm solve / parts (s) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
