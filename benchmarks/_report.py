@@ -325,17 +325,23 @@ def md_table(header, rows, align=None) -> list[str]:
     ]
 
 
+def blas_kernels(machine) -> str:
+    """The BLAS kernels of a :func:`machine_info` (``'Haswell'``, ``'SkylakeX'``...; '' if
+    unknown).  They name the instruction set (OpenBLAS's Haswell: AVX2; SkylakeX: AVX-512): the
+    same "AMD EPYC" VM has come with either, and GEMM speed differs."""
+    arch = {b.get("architecture") for b in machine.get("blas") or [] if b.get("architecture")}
+    return "/".join(sorted(arch))
+
+
 def machine_line(out, versions=("numpy", "numba")) -> str:
     """``Machine: CPU, cores, platform; numpy ..., numba ...; dmcsvm commit `abc1234`.``"""
     m = out.get("machine") or {}
     vs = ", ".join(f"{v} {m.get(v)}" for v in versions if m.get(v))
-    # the BLAS's kernels name the instruction set (OpenBLAS's Haswell: AVX2; SkylakeX:
-    # AVX-512): the same "AMD EPYC" VM has come with either, and GEMM speed differs
-    arch = {b.get("architecture") for b in m.get("blas") or [] if b.get("architecture")}
+    arch = blas_kernels(m)
     return (
         f"Machine: {m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} cores, "
         f"{m.get('platform', '?')}"
-        + (f", BLAS kernels {'/'.join(sorted(arch))}" if arch else "")
+        + (f", BLAS kernels {arch}" if arch else "")
         + (f"; {vs}" if vs else "")
         + f"; dmcsvm commit `{commit_label(out)}`."
     )

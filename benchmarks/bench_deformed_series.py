@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
+import _report  # noqa: E402
 import deformed_digits as dd  # noqa: E402
 
 
@@ -133,12 +134,10 @@ def main(argv=None):
     MulticlassSVC().fit(X0[:1000].astype(np.float64), y0[:1000])  # numba cache, first touch
     rows = []
     out = Path(a.out)
-    import _report
-
     mi = _report.machine_info()
-    arch = "/".join(sorted({b["architecture"] for b in mi["blas"] if b.get("architecture")}))
     meta = {
-        "machine": f"{mi['cpu_model']}, {os.cpu_count()} cores, BLAS kernels {arch}",
+        "machine": f"{mi['cpu_model']}, {os.cpu_count()} cores, "
+        f"BLAS kernels {_report.blas_kernels(mi)}",
         "machine_info": mi,
         "load_before": os.getloadavg(),
         "python": platform.python_version(),
