@@ -633,6 +633,62 @@ def test_split_passes_take_the_one_thread_steps_bit_for_bit(
             assert one[2].sum() == steps
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("on_request", [False, True])
+def test_solve_on_its_own_copy_of_kbb_takes_the_same_steps(threads, on_request, monkeypatch):
+    """A batch at scattered places among more columns of ``G`` reads each row's values from
+    its own copy (made on the row's first step) from its second step on: the coefficients,
+    gains and steps of the solve that reads ``G`` every time, bit for bit, on one thread or
+    three, with the rows given whole or asked for on the way (NaN in rows never asked for
+    would show)."""
+    from dmcsvm.engine.threads import LazyPool
+
+    monkeypatch.setattr(ws, "SPLIT_MIN_BLOCK", 16)
+    nb, P, extra = 301, 5, 500
+    B, F, K, gpos, y = _split_problem(21, nb, P)
+    K = K[np.ix_(gpos, gpos)]  # (K_BB in batch order)
+    places = np.sort(np.random.default_rng(4).choice(nb + extra, nb, replace=False))
+    gpos = np.random.default_rng(5).permutation(places).astype(np.int64)
+    G = np.zeros((nb + extra, nb + extra))
+    G[np.ix_(gpos, gpos)] = K
+    rest = (gpos, y, y, np.arange(P), np.ones(nb), np.full(nb, 1.0), 1e-3, 5e-4, 20 * nb, 1e-3)
+    monkeypatch.setattr(ws, "COPY_MOST_BYTES", 0)
+    ref = ws.solve_working_set(pt.OPT_EXACT, B, F, G, *rest)
+    # a row stepped more than once reads its copy
+    assert ref[2].max() > 1 and ref[2].sum() > nb
+    made = []
+    real_empty = np.empty
+
+    def empty(shape, dtype=float):
+        if shape == (nb, nb):
+            made.append(shape)
+            return np.full(shape, np.nan, dtype=dtype)  # (a value read before it is copied shows)
+        return real_empty(shape, dtype=dtype)
+
+    monkeypatch.setattr(ws.np, "empty", empty)
+    monkeypatch.setattr(ws, "COPY_MOST_BYTES", 2**30)
+    pool = LazyPool(threads, "test") if threads > 1 else None
+    rows = _RowsFromMatrix(G) if on_request else None
+    try:
+        got = ws.solve_working_set(
+            pt.OPT_EXACT, B, F, G if rows is None else rows.G, *rest, rows=rows, pool=pool
+        )
+    finally:
+        if pool is not None:
+            pool.close()
+        monkeypatch.setattr(ws.np, "empty", real_empty)
+    assert made  # (the copy was kept: 301 of 801 columns)
+    for a, b in zip(ref, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # no copy where the batch holds more than COPY_MOST_SHARE of G's columns
+    monkeypatch.setattr(ws.np, "empty", empty)
+    monkeypatch.setattr(ws, "COPY_MOST_SHARE", 0.25)
+    made.clear()
+    ws.solve_working_set(pt.OPT_EXACT, B, F, G, *rest)
+    monkeypatch.setattr(ws.np, "empty", real_empty)
+    assert not made
+
+
 def test_split_passes_need_a_block_per_thread(monkeypatch):
     """A batch below SPLIT_MIN_BLOCK rows per thread runs on one thread (the pool stays unused)."""
     from dmcsvm.engine.threads import LazyPool

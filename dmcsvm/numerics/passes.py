@@ -66,13 +66,18 @@ def apply_step(
     U: NDArray[np.float64],
     kcol: NDArray[np.float64],
     slack: float,
+    Kc: NDArray[np.floating[Any]],
+    kr: int,
+    fresh: bool,
 ) -> tuple[bool, float]:
     """A step ``d`` (the change of a batch row's coefficients, its kernel row in ``G[gj_pos]``)
     on the score columns ``lo:hi``: ``F_k += K_kj d`` for the prototypes that changed, and the
     bounds ``U`` (see :func:`run_passes`).  Each column goes through the same operations whatever
     the range, so a step applied in parts (:func:`run_passes`) gives the values of one applied
-    whole, bit for bit.  Returns whether anything changed and ``max_k |K_kj| max_r |d_r|`` over
-    these columns."""
+    whole, bit for bit.  With ``kr >= 0`` the row's values at these columns are read from
+    ``Kc[kr, lo:hi]``, contiguous, and copied there from ``G`` first when ``fresh`` (the row's
+    first step on these columns).  Returns whether anything changed and
+    ``max_k |K_kj| max_r |d_r|`` over these columns."""
     P = d.shape[0]
     first = -1
     dup = 0.0  # the largest rise and the largest fall of a coefficient
@@ -96,13 +101,26 @@ def apply_step(
     Fr = FT[first, lo:hi]
     dr = d[first]
     kmax = 0.0
-    for t in range(n):  # one pass: the column, the first changed score row, the bounds
-        k = gj[sgl[t]]
-        kcol[t] = k
-        Fr[t] += k * dr
-        a = abs(k)
-        Ul[t] += w * a + slack
-        kmax = max(kmax, a)
+    if kr >= 0:
+        kc = Kc[kr, lo:hi]
+        if fresh:
+            for t in range(n):
+                kc[t] = gj[sgl[t]]
+        for t in range(n):  # one pass: the column, the first changed score row, the bounds
+            k = np.float64(kc[t])
+            kcol[t] = k
+            Fr[t] += k * dr
+            a = abs(k)
+            Ul[t] += w * a + slack
+            kmax = max(kmax, a)
+    else:
+        for t in range(n):  # (the same, each value read from its place in G)
+            k = np.float64(gj[sgl[t]])
+            kcol[t] = k
+            Fr[t] += k * dr
+            a = abs(k)
+            Ul[t] += w * a + slack
+            kmax = max(kmax, a)
     for r in range(first + 1, P):
         dr = d[r]
         if dr == 0.0:
@@ -111,6 +129,33 @@ def apply_step(
         for t in range(n):
             Fr[t] += kcol[t] * dr
     return True, kmax * dmax
+
+
+@numba.njit(cache=True, nogil=True)
+def _apply_row_step(
+    d: NDArray[np.float64],
+    j: int,
+    lo: int,
+    hi: int,
+    G: NDArray[np.floating[Any]],
+    gpos: NDArray[np.int64],
+    sg: NDArray[np.int64],
+    FT: NDArray[np.float64],
+    U: NDArray[np.float64],
+    kcol: NDArray[np.float64],
+    slack: float,
+    Kc: NDArray[np.floating[Any]],
+    have: NDArray[np.bool_],
+) -> tuple[bool, float]:
+    """:func:`apply_step` of batch row ``j``'s step, its values read from (and on its first
+    step copied into) row ``j`` of ``Kc`` when ``Kc`` is not empty; ``have`` marks the rows
+    copied."""
+    kr = j if Kc.shape[0] > 0 else -1
+    fresh = kr >= 0 and not have[j]
+    ch, mm = apply_step(d, lo, hi, G, gpos[j], sg, FT, U, kcol, slack, Kc, kr, fresh)
+    if fresh and ch:  # (a step that changes nothing returns before the copy)
+        have[j] = True
+    return ch, mm
 
 
 #: columns per block of :func:`psi_columns`: a block's per-column values (positive prototype,
@@ -265,6 +310,8 @@ def _follow(
     FT: NDArray[np.float64],
     U: NDArray[np.float64],
     kcol: NDArray[np.float64],
+    Kc: NDArray[np.floating[Any]],
+    have: NDArray[np.bool_],
     S: float,
     moved: bool,
 ) -> tuple[int, bool, float, bool]:
@@ -280,8 +327,10 @@ def _follow(
             spins = 0
         while applied < n:
             slack = 8e-16 * (S + 1.0)
-            gp = gpos[log_j[applied]]
-            ch, mm = apply_step(log_d[applied], lo, hi, G, gp, sg, FT, U, kcol, slack)
+            j = log_j[applied]
+            ch, mm = _apply_row_step(
+                log_d[applied], j, lo, hi, G, gpos, sg, FT, U, kcol, slack, Kc, have
+            )
             S += mm
             moved = moved or ch
             applied += 1
@@ -341,6 +390,8 @@ def run_passes(
     steps: NDArray[np.int64],
     gains: NDArray[np.float64],
     U: NDArray[np.float64],
+    Kc: NDArray[np.floating[Any]],
+    have_of: NDArray[np.bool_],
 ) -> int:
     """Thread ``tid``'s part of the passes, on the arrays
     :func:`~dmcsvm.numerics.working_set.solve_working_set` prepared: ``Bc`` (the batch's
@@ -361,10 +412,16 @@ def run_passes(
     thread stops before it with every logged step applied, the visit in ``sync[STOP_AT]``, and
     returns 1; thread 0 has saved the passes' state (``state``, the cut in ``scal``).  Called
     again once the rows are in ``G`` (``sync`` zeroed but ``CURSOR``: that visit), they go on
-    exactly where they stopped.  Returns 0 when done."""
+    exactly where they stopped.  Returns 0 when done.
+
+    ``Kc`` (``|B| x |B|``, or empty): each batch row's kernel values in column order, copied
+    there on the row's first step (``have_of[tid]`` says which rows the thread has copied its
+    columns of), so that its later steps read them contiguously
+    (:func:`~dmcsvm.numerics.working_set.solve_working_set`)."""
     threads = bounds.shape[0] - 1
     lo, hi = bounds[tid], bounds[tid + 1]
     nb, P = Bc.shape
+    have = have_of[tid]
     b0 = np.empty(P)
     f = np.empty(P)
     kcol = np.empty(hi - lo)
@@ -386,6 +443,7 @@ def run_passes(
         for t in range(lo, hi):
             for r in range(P):
                 S = max(S, abs(FT[r, t]))
+    follow = (sync, log_j, log_d, lo, hi, G, gpos, sg, FT, U, kcol, Kc, have)
     gen = 0
     stopped = False
     while True:
@@ -419,9 +477,7 @@ def run_passes(
         base = total  # steps before this pass (or this call), the log's first
         applied = 0
         if hi > j0:
-            applied, stopped, S, moved = _follow(
-                max(lo, j0), applied, sync, log_j, log_d, lo, hi, G, gpos, sg, FT, U, kcol, S, moved
-            )
+            applied, stopped, S, moved = _follow(max(lo, j0), applied, *follow, S, moved)
             if not stopped:
                 slack = 8e-16 * (S + 1.0)
                 for j in range(max(lo, j0), hi):
@@ -454,7 +510,9 @@ def run_passes(
                         d[r] = b[r] - b0[r]
                     log_j[applied] = j
                     store_release(sync, NLOG, applied + 1)
-                    ch, mm = apply_step(d, lo, hi, G, gpos[j], sg, FT, U, kcol, slack)
+                    ch, mm = _apply_row_step(
+                        d, j, lo, hi, G, gpos, sg, FT, U, kcol, slack, Kc, have
+                    )
                     applied += 1
                     U[c] = np.inf  # the row's own step moved its bounds (as on one thread)
                     S += mm
@@ -465,9 +523,7 @@ def run_passes(
                 if not stopped:
                     store_release(sync, CURSOR, hi)
         if not stopped:
-            applied, stopped, S, moved = _follow(
-                nb, applied, sync, log_j, log_d, lo, hi, G, gpos, sg, FT, U, kcol, S, moved
-            )
+            applied, stopped, S, moved = _follow(nb, applied, *follow, S, moved)
         total = base + applied
         if stopped:
             break

@@ -22,7 +22,14 @@ from numpy.typing import NDArray
 from .passes import CURSOR, N_STATE, STOP_AT, ask_rows, run_passes, sync_array
 from .pattern import Bounds
 
-__all__ = ["solve_working_set", "ROWS_FIRST_REQUEST", "ROWS_MOST_REQUEST", "SPLIT_MIN_BLOCK"]
+__all__ = [
+    "solve_working_set",
+    "ROWS_FIRST_REQUEST",
+    "ROWS_MOST_REQUEST",
+    "SPLIT_MIN_BLOCK",
+    "COPY_MOST_BYTES",
+    "COPY_MOST_SHARE",
+]
 
 
 #: batch rows whose kernel rows the working-set solve asks for at once (the row it needs now and
@@ -36,6 +43,16 @@ ROWS_MOST_REQUEST = 4096
 #: batch rows per thread below which the passes run on one thread: each thread's share of a step
 #: must outweigh following the others' steps and handing the visits on
 SPLIT_MIN_BLOCK = 1024
+
+
+#: a solve keeps its own copy of each stepped row's ``K_BB`` values (written as the row's first
+#: step reads them from ``G``) when that block takes at most COPY_MOST_BYTES and the batch
+#: holds at most COPY_MOST_SHARE of ``G``'s columns: a step reads its row at the batch's places,
+#: which in ``G`` lie scattered over the row of every placed column, so each step streams the
+#: whole row from memory (letter: 60 KB rows of 15,000 columns, for working sets of 1,500-4,000
+#: rows stepped 1-11 times each), where the copy is 6-16 KB read contiguously from the cache
+COPY_MOST_BYTES = 64 * 2**20
+COPY_MOST_SHARE = 0.5
 
 
 class ThreadPool(Protocol):
@@ -98,6 +115,9 @@ def solve_working_set(
     :data:`ROWS_MOST_REQUEST`): a working set of thousands of candidates of which a few dozen
     move (a round of shuttle's first hundred) computes a few dozen kernel rows, not thousands.
     The passes, cuts and steps are the same whether rows are given whole or on request.
+    Where the batch is a small share of ``G``'s columns, each row's values at the batch's
+    places are copied into a block of the solve's own on the row's first step, and its later
+    steps read them there (:data:`COPY_MOST_BYTES`): the same values, so the same steps.
     With a ``pool`` of 2+ workers, a batch of at least :data:`SPLIT_MIN_BLOCK` rows per thread
     runs the passes on that many threads (the caller's and ``pool``'s), each owning a block of
     the batch (:mod:`.passes`), with the same steps and results bit for bit.
@@ -146,13 +166,18 @@ def solve_working_set(
     S_of, mx_of = np.zeros(W), np.zeros(W)  # each thread's score bound, pass-start largest psi
     log_j, log_d = np.zeros(nb, dtype=np.int64), np.zeros((nb, P))  # a pass's steps
     rest = np.empty(want.shape[0], dtype=np.int64)
+    if nb * nb * G.itemsize <= COPY_MOST_BYTES and nb <= COPY_MOST_SHARE * m:
+        Kc = np.empty((nb, nb), dtype=G.dtype)  # (pages touched by the rows stepped only)
+    else:
+        Kc = np.empty((0, 0), dtype=G.dtype)
+    have_of = np.zeros((W, nb if Kc.shape[0] else 0), dtype=np.bool_)
     while True:
         sync = sync_array(W)
         sync[CURSOR] = state[1] if state[0] == 1 else 0  # (the visits already decided)
         passes = (
             *(bounds, code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol, pcls, kdiag),
             *(C, tol, fp_eps, max_steps, inner_tol, float(relax), stamp, m, state, scal),
-            *(S_of, mx_of, sync, log_j, log_d, steps, gains, U),
+            *(S_of, mx_of, sync, log_j, log_d, steps, gains, U, Kc, have_of),
         )
         # (W - 1 tasks on a pool of at least W - 1 idle threads: every thread starts, which the
         # passes' barriers need)
