@@ -505,6 +505,8 @@ def test_dask_config_is_what_the_comments_say():
     assert 0.8 < mem["terminate"] < 1
     assert cfg["scheduler"]["allowed-failures"] == 1
     assert cfg["scheduler"]["work-stealing"] is False
+    # workers keep glibc's dynamic thresholds (see engine/dask/local.worker_environ)
+    assert cfg["nanny"]["pre-spawn-environ"] == {"MALLOC_TRIM_THRESHOLD_": None}
 
     # every key exists in distributed's defaults (no silently ignored typo)
     def keys(d, prefix):

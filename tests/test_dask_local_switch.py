@@ -54,6 +54,14 @@ def test_client_local_keeps_one_cluster_for_later_fits_and_closes_it():
         # plain HTTP routes stay): none attached to its HTTP application
         assert cluster.scheduler.http_application.applications == []
         _no_default_client()  # the kept cluster does not capture the user's computations
+        # its workers start without Dask's MALLOC_TRIM_THRESHOLD_ (local.worker_environ), with
+        # the rest of its pre-spawn environment (one BLAS thread)
+        for nanny in cluster.workers.values():
+            assert "MALLOC_TRIM_THRESHOLD_" not in nanny.pre_spawn_env
+            assert nanny.pre_spawn_env["OPENBLAS_NUM_THREADS"] == "1"
+        # (nor from this process's environment, where the session's cluster left it)
+        trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert set(trim.values()) == {None}
 
         again = MulticlassSVC(**kw).fit(X, y)  # the same cluster, not a new one
         np.testing.assert_array_equal(again.dual_coef_, ref.dual_coef_)
@@ -109,3 +117,14 @@ def test_workers_in_threads_of_this_process_train_the_in_process_model(monkeypat
     assert got.engine_stats_[0]["executor"] == "dask"
     np.testing.assert_array_equal(got.dual_coef_, ref.dual_coef_)
     np.testing.assert_array_equal(got.predict(X), ref.predict(X))
+
+
+def test_a_trim_threshold_the_user_configured_is_kept():
+    """Only Dask's default ``MALLOC_TRIM_THRESHOLD_`` is left unset in the workers of
+    ``client='local'``; a value the user configured reaches them."""
+    import dask
+
+    assert dask.config.get(local.TRIM_KEY) == local.DASK_TRIM_DEFAULT
+    assert local.worker_environ() == {local.TRIM_KEY: None}
+    with dask.config.set({local.TRIM_KEY: 2**20}):
+        assert local.worker_environ() == {}

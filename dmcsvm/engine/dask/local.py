@@ -13,6 +13,7 @@ client, so it does not capture the user's own computations.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 
@@ -49,18 +50,58 @@ def close_local_clusters() -> int:
     return len(got)
 
 
+#: the nannies' environment variable that Dask sets to 65536 by default (its
+#: ``distributed.nanny.pre-spawn-environ``) so that workers hand freed memory back to the OS
+TRIM_KEY = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+DASK_TRIM_DEFAULT = 65536
+
+
+def worker_environ() -> dict:
+    """The Dask config this module's LocalCluster starts under: Dask's default
+    ``MALLOC_TRIM_THRESHOLD_=65536`` left unset in its workers (a value the user configured is
+    kept).  Set, it also fixes glibc's mmap threshold, so every freed block goes back to the OS
+    and a fit's partitions, which allocate their kernel columns afresh each round, faulted them
+    in again each round: shuttle's partition steps took 0.75-1.24 s on the workers against
+    0.48-0.55 s in process, and the fit 1.8 s against 1.1 s; unset, 1.19-1.21 s
+    (benchmarks/results/HISTORY.md, session 45)."""
+    import dask
+
+    if dask.config.get(TRIM_KEY, None) in (DASK_TRIM_DEFAULT, str(DASK_TRIM_DEFAULT)):
+        return {TRIM_KEY: None}
+    return {}
+
+
+@contextlib.contextmanager
+def _workers_environ():
+    """:func:`worker_environ` while the cluster starts.  A nanny also sets its variables in the
+    process that starts it, and the workers inherit this process's environment, so Dask's
+    default value left there by an earlier cluster of this process is taken out meanwhile."""
+    import dask
+
+    cfg = worker_environ()
+    name = TRIM_KEY.rsplit(".", 1)[1]
+    held = os.environ.pop(name) if cfg and os.environ.get(name) == str(DASK_TRIM_DEFAULT) else None
+    try:
+        with dask.config.set(cfg):
+            yield
+    finally:
+        if held is not None:
+            os.environ[name] = held
+
+
 def _start(n_workers, threads_per_worker, memory_limit):
     from distributed import Client, LocalCluster
 
     # (only the sizes left unset take LocalCluster's defaults: dashboard_address=None is what
     # turns the dashboard off, so it is never dropped with them)
     sizes = {"n_workers": n_workers, "memory_limit": memory_limit}
-    cluster = LocalCluster(
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        dashboard_address=None,
-        **{k: v for k, v in sizes.items() if v is not None},
-    )
+    with _workers_environ():  # (the nannies read it when they are made)
+        cluster = LocalCluster(
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            dashboard_address=None,
+            **{k: v for k, v in sizes.items() if v is not None},
+        )
     try:
         return cluster, Client(cluster, set_as_default=False)
     except BaseException:
