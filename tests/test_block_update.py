@@ -64,3 +64,34 @@ def test_the_block_kernel_adds_each_change_in_order():
     np.testing.assert_allclose(F, ref, rtol=1e-15, atol=1e-15)
     np.testing.assert_array_equal(F[:10], F0[:10])
     np.testing.assert_array_equal(F[30:], F0[30:])
+
+
+def test_the_scan_in_blocks_gives_every_rows_values_and_the_sums_whatever_the_threads():
+    """``whole_block.scan_rows`` (blocks of SCAN_ROWS rows on the block's threads) gives every
+    row's ``psi`` and selection value of the one-call scan bit for bit, its sums to rounding,
+    and the same bits on one thread or a pool of three."""
+    from dmcsvm.coordinators.whole_block import SCAN_ROWS, scan_rows
+    from dmcsvm.numerics import pattern as pt
+
+    rng = np.random.default_rng(3)
+    n, P = 2 * SCAN_ROWS + 101, 6
+    y = rng.integers(0, P, n).astype(np.int64)
+    B = np.zeros((n, P))
+    for i in range(0, n, 3):  # feasible coefficients: alpha_y = -alpha_r
+        a, r = rng.uniform(0, 1.0), (y[i] + 1 + rng.integers(0, P - 1)) % P
+        B[i, y[i]], B[i, r] = a, -a
+    F = rng.normal(size=(n, P))
+    args = (pt.SELECTIONS["bmg"], B, F, y, y, np.arange(P), np.ones(n), np.full(n, 1.0), 1e-3)
+    V0, psi0 = np.empty(n), np.empty(n)
+    ref = pt.scan_all_rows(*args, V0, psi0)
+    V1, psi1 = np.empty(n), np.empty(n)
+    one = scan_rows(*args, V1, psi1, None)
+    np.testing.assert_array_equal(V1, V0)
+    np.testing.assert_array_equal(psi1, psi0)
+    assert psi0.max() > 1e-3  # (violators: their selection values are computed)
+    np.testing.assert_allclose(one, ref, rtol=1e-13)
+    V2, psi2 = np.empty(n), np.empty(n)
+    with ThreadPoolExecutor(3) as pool:
+        three = scan_rows(*args, V2, psi2, pool)
+    assert three == one
+    np.testing.assert_array_equal(V2, V0)

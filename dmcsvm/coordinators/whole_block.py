@@ -101,6 +101,28 @@ def add_moved(F, G, g, dB, pool) -> None:
             pass
 
 
+#: rows per task of :func:`scan_rows`; fixed, so that the sums do not depend on the threads
+SCAN_ROWS = 4096
+
+
+def scan_rows(sel, B, F, yb, cb, pcls, kdiag, Cb, tol, V, psi, pool):
+    """:func:`~dmcsvm.numerics.pattern.scan_all_rows` over blocks of :data:`SCAN_ROWS` rows on
+    the block's threads: every row's ``psi`` and selection value, and the dual's and primal's
+    pieces summed block by block in block order."""
+    n = B.shape[0]
+
+    def block(a):
+        b = min(a + SCAN_ROWS, n)
+        return pt.scan_all_rows(
+            sel, B[a:b], F[a:b], yb[a:b], cb[a:b], pcls, kdiag[a:b], Cb[a:b], tol, V[a:b], psi[a:b]
+        )
+
+    starts = range(0, n, SCAN_ROWS)
+    parts = list(pool.map(block, starts)) if pool is not None and len(starts) > 1 else None
+    parts = parts if parts is not None else [block(a) for a in starts]
+    return tuple(sum(p[i] for p in parts) for i in range(3))
+
+
 def run_in_block(
     s: Any,
     gram: Any,
@@ -141,7 +163,9 @@ def run_in_block(
     rounds = 0
     while True:
         t0 = time.perf_counter()
-        sa, sbf, sxi = pt.scan_all_rows(sel, B, F, yb, cb, pcls, kdiag, Cb, float(s.tol), V, psi)
+        sa, sbf, sxi = scan_rows(
+            sel, B, F, yb, cb, pcls, kdiag, Cb, float(s.tol), V, psi, gram.pool
+        )
         dual, primal = sa - 0.5 * sbf, 0.5 * sbf + sxi
         gap = (primal - dual) / max(abs(primal), 1e-300) if primal > 0 else 0.0
         max_psi = float(psi.max())
