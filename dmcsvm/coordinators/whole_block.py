@@ -92,13 +92,16 @@ def add_moved(F, G, g, dB, pool) -> None:
     def block(a):
         add_moved_block(F, G, rows, cls, d, a, min(a + UPDATE_COLS, n))
 
-    starts = range(0, n, UPDATE_COLS)
+    on_blocks(block, n, UPDATE_COLS, pool)
+
+
+def on_blocks(fn: Any, n: int, size: int, pool: Any) -> list:
+    """``fn(a)`` for the starts ``a`` of the blocks of ``size`` rows of ``n``, on ``pool``'s
+    threads when there are two or more blocks; their results in block order."""
+    starts = range(0, n, size)
     if pool is None or len(starts) < 2:
-        for a in starts:
-            block(a)
-    else:
-        for _ in pool.map(block, starts):
-            pass
+        return [fn(a) for a in starts]
+    return list(pool.map(fn, starts))
 
 
 #: rows per task of :func:`scan_rows`; fixed, so that the sums do not depend on the threads
@@ -117,9 +120,7 @@ def scan_rows(sel, B, F, yb, cb, pcls, kdiag, Cb, tol, V, psi, pool):
             sel, B[a:b], F[a:b], yb[a:b], cb[a:b], pcls, kdiag[a:b], Cb[a:b], tol, V[a:b], psi[a:b]
         )
 
-    starts = range(0, n, SCAN_ROWS)
-    parts = list(pool.map(block, starts)) if pool is not None and len(starts) > 1 else None
-    parts = parts if parts is not None else [block(a) for a in starts]
+    parts = on_blocks(block, n, SCAN_ROWS, pool)
     return tuple(sum(p[i] for p in parts) for i in range(3))
 
 
