@@ -523,6 +523,7 @@ def test_memory_limit_too_small_fails_clearly_and_cleans_up(tmp_path):
 
 def test_memory_plan_fits_partitions_to_the_worker_limit():
     from dmcsvm.engine.memory import (
+        KERNEL_BLOCKS,
         PLAN_FRACTION,
         WORKER_BASELINE_BYTES,
         PartitionPlan,
@@ -531,13 +532,13 @@ def test_memory_plan_fits_partitions_to_the_worker_limit():
 
     MiB = 2**20
     # 1 GiB worker, 2 partitions of 500k rows x 10 prototypes, 4 GB of rows each: stream, and the
-    # column cache gets what the state and one kernel block leave
+    # column cache gets what the state and the kernel blocks kept leave
     p = plan_partition(1024 * MiB, 2, 500_000, 10, 4 * 2**30, True, 100 * MiB, 64 * MiB)
     budget = (PLAN_FRACTION * 1024 * MiB - WORKER_BASELINE_BYTES) / 2
     assert p.stream and p.budget_bytes == int(budget)
     assert p.state_bytes == 500_000 * (49 + 160)
     assert p.cache_bytes == int(
-        max(0, min(100 * MiB, budget - p.state_bytes - 64 * MiB - 16 * MiB))
+        max(0, min(100 * MiB, budget - p.state_bytes - KERNEL_BLOCKS * 64 * MiB - 16 * MiB))
     )
     # rows that fit stay in memory; no limit keeps the requested cache
     q = plan_partition(8 * 2**30, 1, 10_000, 10, 10 * MiB, True, 100 * MiB, 64 * MiB)

@@ -69,6 +69,40 @@ def test_a_partition_computes_columns_over_the_rows_without_scores(cache_cols):
     assert given.kernel_elements == kept * n + (nb - kept) * rest.shape[0]
 
 
+@pytest.mark.parametrize("cache_cols", [0, 9])
+def test_rounds_reuse_the_partitions_blocks_whatever_they_hold(cache_cols):
+    """A partition computes a round's kernel blocks into buffers of its own, reused round after
+    round (``PartitionBase._scratch``): a round that finds NaN left in them (what an earlier
+    round left, made visible) gives the scores of fresh blocks, and the buffers stay the same
+    arrays, each made at once as large as a kernel block may be."""
+    rng = np.random.default_rng(7)
+    n, d, P = 80, 4, 3
+    X = rng.normal(size=(n, d))
+    y = rng.integers(0, P, n)
+    spec = KernelSpec("rbf", gamma=0.4)
+    budgets = dict(cache_bytes=cache_cols * n * 8, kernel_block_bytes=5 * n * 8)
+    part = Partition(0, 0, n, X, y, y, _settings(spec, P, np.float64, **budgets))
+    F = rng.normal(size=(n, P))
+    part.F[:] = F
+    made = None
+    for _ in range(3):
+        ids = np.sort(rng.choice(n, 12, replace=False))
+        dB = rng.normal(size=(12, P))
+        ws = np.union1d(ids[::3], rng.choice(n, 20, replace=False))
+        F_ws = rng.normal(size=(ws.shape[0], P))
+        for buf in part._bufs.values():
+            buf[...] = np.nan
+        part.step(RoundMessage(ids=ids, XB=X[ids], dB=dB, scores={"ids": ws, "F": F_ws}))
+        F = F + kernel_reference(spec, X, X[ids]) @ dB
+        F[ws] = F_ws
+        np.testing.assert_allclose(part.F, F, rtol=0, atol=1e-12)
+        if made is None:
+            made = dict(part._bufs)
+            assert {"kt", "kp", "xr"} <= set(made)
+            assert all(b.nbytes >= 5 * n * 8 for b in made.values())
+        assert all(part._bufs[k] is b for k, b in made.items())
+
+
 def test_a_shrunk_row_in_the_working_set_keeps_its_lagging_scores():
     """A working-set row the partition shrank after reporting it lags (its scores are brought
     up to date by the unshrink's log, this batch included): the scores sent are not taken."""

@@ -4,9 +4,11 @@ cluster/README.md).
 A Dask worker pauses at 80 % of its memory limit and its nanny kills it at 95 %; a paused or
 killed worker stalls or loses a round.  So before partitions are created the executor plans, for
 each worker, what its partitions may hold: their state (scores ``F``, coefficients ``B`` and
-per-row bookkeeping, fixed by the row count), one kernel block (``kernel_block_bytes``), their
-rows if they fit, and the in-memory column cache from what is left.  Rows that do not fit are
-streamed from the store; kernel columns that do not fit in memory go to the zarr tier on disk.
+per-row bookkeeping, fixed by the row count), the kernel blocks it keeps for its rounds
+(:data:`KERNEL_BLOCKS` of ``kernel_block_bytes``), their rows if they fit (twice: a round copies
+the rows outside its working set), and the in-memory column cache from what is left.  Rows that
+do not fit are streamed from the store; kernel columns that do not fit in memory go to the zarr
+tier on disk.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ PLAN_FRACTION = 0.6
 #: bytes per row of partition state: F and B (P float64 each) plus norms, kernel diagonal,
 #: selection values, KKT violations (float64), calm counter, active index (int64), shipped flag
 STATE_BYTES_PER_ROW_FIXED = 8 * 6 + 1
+#: kernel blocks a partition keeps from round to round (``PartitionBase._scratch``): the round's
+#: columns, the columns it computes whole for its cache, and those over the rows outside the
+#: working set
+KERNEL_BLOCKS = 3
 
 
 @dataclass(frozen=True)
@@ -77,11 +83,11 @@ def plan_partition(
     if not memory_limit:
         return PartitionPlan(bool(stream is True and can_stream), int(cache_bytes), 0, state)
     budget = max(0, PLAN_FRACTION * memory_limit - WORKER_BASELINE_BYTES) / max(parts_on_worker, 1)
-    fixed = state + kernel_block_bytes
+    fixed = state + KERNEL_BLOCKS * kernel_block_bytes
     if stream == "auto":
-        streaming = can_stream and fixed + x_bytes > budget
+        streaming = can_stream and fixed + 2 * x_bytes > budget
     else:
         streaming = bool(stream) and can_stream
-    held = fixed + (2 * chunk_bytes if streaming else x_bytes)
+    held = fixed + (2 * chunk_bytes if streaming else 2 * x_bytes)
     cache = int(max(0, min(cache_bytes, budget - held)))
     return PartitionPlan(streaming, cache, int(budget), int(state))

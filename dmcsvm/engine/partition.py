@@ -16,6 +16,7 @@ import time
 import zlib
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
@@ -199,16 +200,24 @@ class Partition(PartitionBase):
             self._count_lookup((b - a) - len(miss), 0, len(whole))
             self.rows_computed += len(part)
             self.kernel_elements += len(part) * rows.shape[0]
+            # (the blocks below are computed into the partition's reused buffers: fresh ones
+            # each round were fresh memory each round, _scratch)
             if whole:
-                KT[whole] = self._kernel_T(take_rows(XB[a:b], np.asarray(whole)))
+                Kw = self._scratch("kw", len(whole), na)
+                KT[whole] = self._kernel_T(take_rows(XB[a:b], np.asarray(whole)), out=Kw)
                 self.cache.put_many(idg[whole], KT, rows=whole)
             Kp = None
             if part:
                 if X_rest is None:
                     Xa = self.X if na == self.X.shape[0] else self._active_X()
-                    X_rest = take_rows(Xa, rest)
+                    if sp.issparse(Xa):
+                        X_rest = take_rows(Xa, rest)
+                    else:
+                        X_rest = self._scratch("xr", rest.shape[0], Xa.shape[1], Xa.dtype)
+                        np.take(Xa, rest, axis=0, out=X_rest)
                 Kp = kernel_block(
                     self.spec, take_rows(XB[a:b], np.asarray(part)), X_rest,
+                    out=self._scratch("kp", len(part), rest.shape[0]),
                     norms_b=self.norms[rows], dtype=self.kdtype,
                 )  # fmt: skip
             t2 = time.perf_counter()
@@ -216,8 +225,13 @@ class Partition(PartitionBase):
             if not part:  # every column over every active row
                 self._add_to_active(KT.T @ dBg)
             elif len(part) < b - a:
-                full = np.setdiff1d(np.arange(b - a), part, assume_unique=True)
-                self._add_to_active(KT[full].T @ dBg[full])
+                # the columns over every active row: the block's other rows (not computed here)
+                # zeroed, with their changes, so that one product reads the block in place (a
+                # copy of its rows, KT[full], was 40-57 MB of fresh memory a round on shuttle)
+                KT[part] = 0.0
+                dBz = dBg.copy()
+                dBz[part] = 0.0
+                self._add_to_active(KT.T @ dBz)
             if Kp is not None:
                 add_rows(self.F, rows, Kp.T @ dBg[part])
             tk += t2 - t1

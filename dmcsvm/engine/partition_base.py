@@ -125,7 +125,7 @@ class PartitionBase:
         self._X_active = None  # X rows of the active set, rebuilt when the active set changes
         # streamed rows: a compact copy of the active rows once shrinking has left few of them
         self._compact: CompactRows | None = None
-        self._kt_buf = None
+        self._bufs: dict = {}  # buffers reused round after round (_scratch)
         # BLAS on one thread for as long as the partition lives, wherever it lives (a worker
         # without a nanny has no OMP_NUM_THREADS=1): the same rounding in every executor.  Taken
         # last, so a constructor that fails (non-finite rows) leaves no hold behind
@@ -148,13 +148,25 @@ class PartitionBase:
         return self._C_full
 
     # ---------------------------------------------------------------- kernel columns
-    def _kt(self, n_cols: int, n_rows: int):
-        """A ``(n_cols, n_rows)`` view of one buffer reused round after round (a fresh block as
-        large as a dense start's costs more in page faults than computing it)."""
+    def _scratch(self, name: str, n_cols: int, n_rows: int, dtype=None):
+        """A ``(n_cols, n_rows)`` view of the partition's buffer ``name`` (of ``dtype``, the
+        kernel's by default), reused round after round: a fresh block each round is fresh
+        memory each round, paged in again (on the project's VM 0.1-2 ms per MB; a block as
+        large as a dense start's costs more in page faults than computing it).  Made at once
+        as large as a kernel block may be (``kernel_block_bytes``; only the pages written are
+        paged in): grown block by block instead, each larger one was fresh memory again
+        (shuttle: 41, 42, 52, 57, 57 and 63 MB a fit on each partition)."""
+        dtype = np.dtype(self.kdtype if dtype is None else dtype)
         size = n_cols * n_rows
-        if self._kt_buf is None or self._kt_buf.shape[0] < size:
-            self._kt_buf = np.empty(size, dtype=self.kdtype)
-        return self._kt_buf[:size].reshape(n_cols, n_rows)
+        buf = self._bufs.get(name)
+        if buf is None or buf.shape[0] < size or buf.dtype != dtype:
+            most = self.s.kernel_block_bytes // dtype.itemsize
+            buf = self._bufs[name] = np.empty(max(size, most), dtype=dtype)
+        return buf[:size].reshape(n_cols, n_rows)
+
+    def _kt(self, n_cols: int, n_rows: int):
+        """The kernel block ``K^T`` of a round's columns (:meth:`_scratch`)."""
+        return self._scratch("kt", n_cols, n_rows)
 
     def _columns(self, ids, XB, cache_ok=True):
         """``K(X_active, X_B)``: columns from the memory LRU, then from the zarr tier on disk;
@@ -175,7 +187,7 @@ class PartitionBase:
             if len(miss) == len(ids):
                 self._kernel_T(Xm, out=KT)
             else:
-                KT[miss] = self._kernel_T(Xm)
+                KT[miss] = self._kernel_T(Xm, out=self._scratch("kw", len(miss), KT.shape[1]))
             if cache_ok and self.cache.budget:
                 self.cache.put_many(np.asarray(ids)[miss], KT, rows=miss)
             for j in miss if cache_ok and self.disk.capacity else ():
