@@ -431,10 +431,12 @@ def test_batched_gather_and_put_equal_one_column_at_a_time(capacity):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compact_block_moves_the_kept_block_to_the_corner_in_place(dtype):
-    """The Gram cache's eviction: ``G[keep][:, keep]`` to ``G[:k, :k]`` without a temporary,
-    against NumPy's fancy-indexed copy; keep sets that start at 0, keep the last row, or all."""
-    from dmcsvm.engine.cache import compact_block
+def test_compact_columns_moves_the_kept_columns_left_in_place(dtype):
+    """The Gram cache's eviction: in each row that holds a kept place (``rows[i] >= 0``, in any
+    order), ``G[r, keep]`` to ``G[r, :k]`` without a temporary, against NumPy's fancy-indexed
+    copy; the other rows and the columns right of ``k`` untouched; keep sets that start at 0,
+    keep the last column, or all."""
+    from dmcsvm.engine.cache import compact_columns
 
     rng = np.random.default_rng(5)
     for keep in (
@@ -444,13 +446,17 @@ def test_compact_block_moves_the_kept_block_to_the_corner_in_place(dtype):
         np.array([11]),
     ):
         G = rng.normal(size=(12, 12)).astype(dtype)
-        want = G[np.ix_(keep, keep)].copy()
-        rest = G.copy()
-        compact_block(G, keep)
         k = keep.shape[0]
-        np.testing.assert_array_equal(G[:k, :k], want)
-        np.testing.assert_array_equal(G[k:, :], rest[k:, :])  # below the block: untouched
-        np.testing.assert_array_equal(G[:k, k:], rest[:k, k:])  # right of it too
+        rows = rng.permutation(12)[:k].astype(np.int64)
+        rows[::3] = -1  # (places without values)
+        live = rows[rows >= 0]
+        want = G[np.ix_(live, keep)].copy()
+        rest = G.copy()
+        compact_columns(G, rows, keep)
+        np.testing.assert_array_equal(G[np.ix_(live, np.arange(k))], want)
+        np.testing.assert_array_equal(G[:, k:], rest[:, k:])  # right of the kept columns
+        other = np.setdiff1d(np.arange(12), live)
+        np.testing.assert_array_equal(G[other], rest[other])  # rows of no kept place
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

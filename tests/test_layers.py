@@ -312,8 +312,8 @@ BLOCK_LOOPS = {("engine/partition.py", "_unshrink")}
 
 def test_nested_index_loops_are_compiled():
     """Every function that loops element by element in nested ``range`` loops is a numba
-    function (``@numba.njit``).  compact_block, the Gram cache's in-place eviction, once lost its
-    decorator to a helper added above it and ran in the interpreter: 5.3 of letter's 8.9 s."""
+    function (``@numba.njit``).  The Gram cache's in-place eviction (then compact_block) once lost
+    its decorator to a helper added above it and ran in the interpreter: 5.3 of letter's 8.9 s."""
     plain = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
@@ -329,7 +329,7 @@ def test_nested_index_loops_are_compiled():
 
 def test_the_gram_eviction_is_a_nogil_numba_function():
     """The eviction runs while the partitions' threads wait (nogil, compiled)."""
-    from dmcsvm.engine.cache import compact_block, compact_slots
+    from dmcsvm.engine.cache import compact_columns, compact_slots
 
-    for f in (compact_block, compact_slots):
+    for f in (compact_columns, compact_slots):
         assert hasattr(f, "py_func") and f.targetoptions.get("nogil") is True, f

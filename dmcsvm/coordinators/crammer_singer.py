@@ -24,6 +24,7 @@ unshrunk), or, when ``gap_tol > 0``, at that relative duality gap.
 
 from __future__ import annotations
 
+import heapq
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ..engine.cache import compact_block, gram_places
+from ..engine.cache import compact_columns, gram_places
 from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
 from ..engine.row_bank import RowBank
@@ -301,6 +302,11 @@ class _GramCache:
         self.G = np.zeros((0, 0), dtype=self.dtype)
         self.X = None
         self.stamp = np.zeros(0, dtype=np.int64)
+        # the row of G that holds each place's values (-1: none): rows are taken in the order
+        # they are computed, so the pages written are those of the rows computed
+        self.slot = np.zeros(0, dtype=np.int64)
+        self.n_slots = 0  # rows of G taken (free ones among them in _free)
+        self._free: list = []  # rows of G left by evicted places, reused first (a heap)
         self.norms = np.zeros(0)
         self.rows_computed = 0  # kernel rows computed (a completed row counts again)
         self._asked_at = 0  # rows_computed at the last next_request
@@ -329,18 +335,22 @@ class _GramCache:
                 G = np.empty((cap, cap), dtype=self.dtype)
                 X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
                 stamp = np.full(cap, -1, dtype=np.int64)
+                slot = np.full(cap, -1, dtype=np.int64)
                 norms = np.empty(cap)
-                G[: self.m, : self.m] = self.G[: self.m, : self.m]
+                G[: self.n_slots, : self.m] = self.G[: self.n_slots, : self.m]
                 if self.m:
                     X[: self.m] = self.X[: self.m]
                     stamp[: self.m] = self.stamp[: self.m]
+                    slot[: self.m] = self.slot[: self.m]
                     norms[: self.m] = self.norms[: self.m]
                 self.G, self.X, self.stamp, self.norms = G, X, stamp, norms
+                self.slot = slot
         m, nn = self.m, new.shape[0]
         self.X[m : m + nn] = XB[new]
         if self.spec.name == "rbf":  # (the squared norms of RBF's distances, once per row)
             self.norms[m : m + nn] = row_norms_sq(self.X[m : m + nn])
         self.stamp[m : m + nn] = -1
+        self.slot[m : m + nn] = -1
         p[new] = m + np.arange(nn)
         self.pos.add(np.asarray(ids)[new], p[new])
         self.m = m + nn
@@ -375,6 +385,7 @@ class _GramCache:
         # group in chunks of CHUNK
         order = np.argsort(self.stamp[rows], kind="stable")
         rows = rows[order]
+        self._take_slots(rows)
         cuts = np.flatnonzero(np.diff(self.stamp[rows])) + 1
         tasks = [t for g in np.split(rows, cuts) for t in self._tasks(g, m)]
 
@@ -390,7 +401,7 @@ class _GramCache:
             # written by the thread that computed it (tasks own disjoint parts of rows): the
             # block's fresh pages are faulted in on every thread at once, and a small problem's
             # block is mostly fresh pages (pendigits: 200 MB in its first rounds)
-            self.G[r, lo:hi] = K[: r.shape[0]]
+            self.G[self.slot[r], lo:hi] = K[: r.shape[0]]
 
         if self.threads < 2 or len(tasks) < 2:
             for t in tasks:
@@ -400,6 +411,23 @@ class _GramCache:
                 pass
         self.stamp[rows] = m
         self.rows_computed += rows.shape[0]
+
+    def _take_slots(self, rows) -> None:
+        """Give the places ``rows`` that have no row of ``G`` one: rows evicted places left
+        first, then the next unused ones, in order.  Placed by place, a first working set of
+        every fourth row (:data:`~.whole_block.FIRST_SHARE`) wrote into every page of the
+        block: letter's rows are 60 KB, and a 2 MB page holds 34 of them."""
+        need = rows[self.slot[rows] < 0]
+        for r in need:
+            if self._free:
+                self.slot[r] = heapq.heappop(self._free)
+            else:
+                self.slot[r] = self.n_slots
+                self.n_slots += 1
+
+    def rows_of(self, places) -> np.ndarray:
+        """The rows of ``G`` that hold the places ``places`` (each computed)."""
+        return self.slot[np.asarray(places, dtype=np.int64)]
 
     def _tasks(self, g, m) -> list:
         """The GEMMs ``(rows, lo, hi)`` that compute the rows ``g`` (one stamp) over the columns
@@ -440,12 +468,20 @@ class _GramCache:
         alone overflows the budget keeps nothing (``limit``: :meth:`_limit`)."""
         have, keep = self.pos.keep(ids if len(ids) <= limit else ids[:0])
         k = keep.shape[0]
+        kept = np.zeros(0, dtype=np.int64)
         if k:
-            compact_block(self.G, keep)
+            kept = self.slot[keep]
+            compact_columns(self.G, kept, keep)
             self.X[:k] = self.X[keep]
             self.norms[:k] = self.norms[keep]
             old = self.stamp[keep]
             self.stamp[:k] = np.where(old < 0, -1, np.searchsorted(keep, old))
+            self.slot[:k] = kept
+        self.slot[k : self.m] = -1
+        # the rows of G no kept place holds are free for the next rows computed
+        used = np.zeros(self.n_slots, dtype=bool)
+        used[kept[kept >= 0]] = True
+        self._free = np.flatnonzero(~used).tolist()  # (increasing: a heap already)
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k

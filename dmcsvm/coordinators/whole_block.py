@@ -59,6 +59,7 @@ class WholeBlock:
         self.G = kernel_block(spec, XB, XB, dtype=dtype)
         self.m = self.G.shape[0]
         self.stamp = np.full(self.m, self.m, dtype=np.int64)
+        self.slot = np.arange(self.m, dtype=np.int64)  # (each place's row of G: its own)
         self.rows_computed = self.m
 
     def block(self, ids, XB):
@@ -79,10 +80,11 @@ UPDATE_COLS = 1024
 
 
 def add_moved(F, G, g, dB, pool) -> None:
-    """``F += K(X, X_moved) dB``: the block's rows ``g`` of the moved patterns (complete over
-    every placed column; column ``i`` is row ``i`` of ``F``) times their changes ``dB``, summed
-    in float64 over the nonzero changes only (:func:`~dmcsvm.numerics.scores.add_moved_block`:
-    letter's were 10 % of ``dB``; the dense float32 product took 0.41 s of its 2.2 s fit)."""
+    """``F += K(X, X_moved) dB``: the block's rows ``g`` of the moved patterns (their rows of
+    ``G``, each complete over every placed column; column ``i`` is row ``i`` of ``F``) times
+    their changes ``dB``, summed in float64 over the nonzero changes only
+    (:func:`~dmcsvm.numerics.scores.add_moved_block`: letter's were 10 % of ``dB``; the dense
+    float32 product took 0.41 s of its 2.2 s fit)."""
     n = F.shape[0]
     k, r = np.nonzero(dB)
     rows = np.ascontiguousarray(g[k], dtype=np.int64)
@@ -230,7 +232,7 @@ def run_in_block(
             touched[at] = True
             # F += K(X, X_moved) dB_moved from the block's rows of the moved patterns (each
             # stepped, hence complete over every placed column), summed in float64
-            add_moved(F, G, at, dB[moved], gram.pool)
+            add_moved(F, G, gram.slot[at], dB[moved], gram.pool)
         row["t_round"] = time.perf_counter() - t0
         on_row(row, B)
         if not moved.shape[0] or rounds >= max_rounds:

@@ -45,18 +45,20 @@ def gram_bytes(places: int, itemsize: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def compact_block(G, keep):
-    """Move the block ``G[keep][:, keep]`` (``keep`` increasing) to ``G[:k, :k]`` in place, the
-    coordinator's Gram cache keeping one working set's rows (a fancy-indexed copy made a k x k
-    temporary, 100 MB on letter, page-faulted in at every eviction).
-
-    Safe in place: row ``i`` is written from row ``keep[i] >= i``, which no earlier row's write
-    touched, and its entry ``j`` from entry ``keep[j] >= j``, not yet overwritten in row ``i``."""
+def compact_columns(G, rows, keep):
+    """Move the values ``G[rows[i], keep]`` (``keep`` increasing) to ``G[rows[i], :k]`` in
+    place, for each ``rows[i] >= 0`` (the rows of ``G`` that hold the kept places; -1: a place
+    without values): the coordinator's Gram cache keeping one working set's places (a
+    fancy-indexed copy made a k x k temporary, 100 MB on letter, page-faulted in at every
+    eviction).  Safe in place: entry ``j`` of a row is written from entry ``keep[j] >= j``, not
+    yet overwritten."""
     k = keep.shape[0]
-    for i in range(k):
-        r = keep[i]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            continue
         for j in range(k):
-            G[i, j] = G[r, keep[j]]
+            G[r, j] = G[r, keep[j]]
 
 
 #: the column cache halves its request counts once it has been asked for this many columns per

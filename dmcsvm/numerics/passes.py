@@ -138,7 +138,7 @@ def _apply_row_step(
     lo: int,
     hi: int,
     G: NDArray[np.floating[Any]],
-    gpos: NDArray[np.int64],
+    grow: NDArray[np.int64],
     sg: NDArray[np.int64],
     FT: NDArray[np.float64],
     U: NDArray[np.float64],
@@ -147,12 +147,12 @@ def _apply_row_step(
     Kc: NDArray[np.floating[Any]],
     have: NDArray[np.bool_],
 ) -> tuple[bool, float]:
-    """:func:`apply_step` of batch row ``j``'s step, its values read from (and on its first
-    step copied into) row ``j`` of ``Kc`` when ``Kc`` is not empty; ``have`` marks the rows
-    copied."""
+    """:func:`apply_step` of batch row ``j``'s step (its values in row ``grow[j]`` of ``G``),
+    read from (and on its first step copied into) row ``j`` of ``Kc`` when ``Kc`` is not empty;
+    ``have`` marks the rows copied."""
     kr = j if Kc.shape[0] > 0 else -1
     fresh = kr >= 0 and not have[j]
-    ch, mm = apply_step(d, lo, hi, G, gpos[j], sg, FT, U, kcol, slack, Kc, kr, fresh)
+    ch, mm = apply_step(d, lo, hi, G, grow[j], sg, FT, U, kcol, slack, Kc, kr, fresh)
     if fresh and ch:  # (a step that changes nothing returns before the copy)
         have[j] = True
     return ch, mm
@@ -305,7 +305,7 @@ def _follow(
     lo: int,
     hi: int,
     G: NDArray[np.floating[Any]],
-    gpos: NDArray[np.int64],
+    grow: NDArray[np.int64],
     sg: NDArray[np.int64],
     FT: NDArray[np.float64],
     U: NDArray[np.float64],
@@ -329,7 +329,7 @@ def _follow(
             slack = 8e-16 * (S + 1.0)
             j = log_j[applied]
             ch, mm = _apply_row_step(
-                log_d[applied], j, lo, hi, G, gpos, sg, FT, U, kcol, slack, Kc, have
+                log_d[applied], j, lo, hi, G, grow, sg, FT, U, kcol, slack, Kc, have
             )
             S += mm
             moved = moved or ch
@@ -363,6 +363,7 @@ def run_passes(
     FT: NDArray[np.float64],
     G: NDArray[np.floating[Any]],
     gpos: NDArray[np.int64],
+    grow: NDArray[np.int64],
     col: NDArray[np.int64],
     sg: NDArray[np.int64],
     yb: NDArray[np.int64],
@@ -396,8 +397,9 @@ def run_passes(
     """Thread ``tid``'s part of the passes, on the arrays
     :func:`~dmcsvm.numerics.working_set.solve_working_set` prepared: ``Bc`` (the batch's
     coefficients, updated in place; ``BT`` the same by column), ``FT`` (scores, P x |B|, columns
-    in cache place block by block), ``col`` (batch row -> column), ``sg`` (cache place of each
-    column) and the columns' positive prototypes, classes and bounds; ``steps`` and ``gains``
+    in cache place block by block), ``gpos`` (each batch row's cache place) and ``grow`` (the
+    row of ``G`` that holds its values), ``col`` (batch row -> column), ``sg`` (cache place of
+    each column) and the columns' positive prototypes, classes and bounds; ``steps`` and ``gains``
     are accumulated in place.  The thread owns the batch rows ``bounds[tid]:bounds[tid + 1]``
     and the same range of columns.  Every thread is called with the same arrays, at once.
 
@@ -443,7 +445,7 @@ def run_passes(
         for t in range(lo, hi):
             for r in range(P):
                 S = max(S, abs(FT[r, t]))
-    follow = (sync, log_j, log_d, lo, hi, G, gpos, sg, FT, U, kcol, Kc, have)
+    follow = (sync, log_j, log_d, lo, hi, G, grow, sg, FT, U, kcol, Kc, have)
     gen = 0
     stopped = False
     while True:
@@ -511,7 +513,7 @@ def run_passes(
                     log_j[applied] = j
                     store_release(sync, NLOG, applied + 1)
                     ch, mm = _apply_row_step(
-                        d, j, lo, hi, G, gpos, sg, FT, U, kcol, slack, Kc, have
+                        d, j, lo, hi, G, grow, sg, FT, U, kcol, slack, Kc, have
                     )
                     applied += 1
                     U[c] = np.inf  # the row's own step moved its bounds (as on one thread)

@@ -65,9 +65,10 @@ class ThreadPool(Protocol):
 
 
 class KernelRows(Protocol):
-    """The ``rows`` of :func:`solve_working_set`: row ``g`` of ``G`` holds the columns below
+    """The ``rows`` of :func:`solve_working_set`: place ``g`` holds the columns below
     ``stamp[g]`` among the ``m`` in use; ``ensure(positions)`` computes the missing ones (the
-    coordinator's ``_GramCache``)."""
+    coordinator's ``_GramCache``).  Its values are row ``g`` of ``G``, or, where the rows have
+    a ``slot`` array, row ``slot[g]``."""
 
     stamp: NDArray[np.int64]
     m: int
@@ -154,6 +155,10 @@ def solve_working_set(
     else:
         stamp, m = rows.stamp, int(rows.m)
     gpos = np.ascontiguousarray(gpos, dtype=np.int64)
+    # the row of G holding each batch row's values: its place, unless the rows say otherwise
+    # (the coordinator's cache takes G's rows in the order it computes them)
+    slot = None if rows is None else getattr(rows, "slot", None)
+    grow = gpos.copy() if slot is None else np.ascontiguousarray(slot[gpos], dtype=np.int64)
     ycol = np.ascontiguousarray(yb[place])
     ccol = np.ascontiguousarray(cb[place])
     state = np.zeros(N_STATE, dtype=np.int64)
@@ -175,7 +180,8 @@ def solve_working_set(
         sync = sync_array(W)
         sync[CURSOR] = state[1] if state[0] == 1 else 0  # (the visits already decided)
         passes = (
-            *(bounds, code, Bc, BT, FT, G, gpos, col, sg, yb, cb, ycol, ccol, Ccol, pcls, kdiag),
+            *(bounds, code, Bc, BT, FT, G, gpos, grow, col, sg, yb, cb, ycol, ccol, Ccol, pcls),
+            kdiag,
             *(C, tol, fp_eps, max_steps, inner_tol, float(relax), stamp, m, state, scal),
             *(S_of, mx_of, sync, log_j, log_d, steps, gains, U, Kc, have_of),
         )
@@ -195,6 +201,8 @@ def solve_working_set(
         )
         assert rows is not None  # (without rows every row of G is complete: no stop)
         rows.ensure(gpos[want[:k]])
+        if slot is not None:
+            grow[:] = rows.slot[gpos]  # type: ignore[attr-defined]
         ask = min(2 * ask, want.shape[0])
     if F_out is not None:
         F_out[:] = FT.T[col]
