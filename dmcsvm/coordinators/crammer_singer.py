@@ -24,7 +24,6 @@ unshrunk), or, when ``gap_tol > 0``, at that relative duality gap.
 
 from __future__ import annotations
 
-import heapq
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -306,7 +305,8 @@ class _GramCache:
         # they are computed, so the pages written are those of the rows computed
         self.slot = np.zeros(0, dtype=np.int64)
         self.n_slots = 0  # rows of G taken (free ones among them in _free)
-        self._free: list = []  # rows of G left by evicted places, reused first (a heap)
+        # rows of G left by evicted places, taken first, lowest first
+        self._free = np.zeros(0, dtype=np.int64)
         self.norms = np.zeros(0)
         self.rows_computed = 0  # kernel rows computed (a completed row counts again)
         self._asked_at = 0  # rows_computed at the last next_request
@@ -418,12 +418,14 @@ class _GramCache:
         every fourth row (:data:`~.whole_block.FIRST_SHARE`) wrote into every page of the
         block: letter's rows are 60 KB, and a 2 MB page holds 34 of them."""
         need = rows[self.slot[rows] < 0]
-        for r in need:
-            if self._free:
-                self.slot[r] = heapq.heappop(self._free)
-            else:
-                self.slot[r] = self.n_slots
-                self.n_slots += 1
+        _, first = np.unique(need, return_index=True)
+        need = need[np.sort(first)]  # (each place once, in order)
+        k = min(self._free.shape[0], need.shape[0])
+        self.slot[need[:k]] = self._free[:k]
+        self._free = self._free[k:]
+        new = need[k:]
+        self.slot[new] = self.n_slots + np.arange(new.shape[0])
+        self.n_slots += new.shape[0]
 
     def rows_of(self, places) -> np.ndarray:
         """The rows of ``G`` that hold the places ``places`` (each computed)."""
@@ -481,7 +483,7 @@ class _GramCache:
         # the rows of G no kept place holds are free for the next rows computed
         used = np.zeros(self.n_slots, dtype=bool)
         used[kept[kept >= 0]] = True
-        self._free = np.flatnonzero(~used).tolist()  # (increasing: a heap already)
+        self._free = np.flatnonzero(~used)
         p[:] = -1
         p[have] = np.arange(k)
         self.m = k
