@@ -262,18 +262,19 @@ class _GramCache:
     ``K_BB`` is kept between rounds.  :meth:`block` only places a round's patterns (their X rows)
     in the cache; a pattern's kernel row is computed when the working-set solve first steps it
     (:meth:`ensure`, asked by :func:`~dmcsvm.numerics.working_set.solve_working_set`), against
-    every pattern placed by then.  Row ``g`` holds the columns below ``stamp[g]`` (the number
-    placed when it was computed; ``-1``: not computed); a row computed earlier is completed over
-    the patterns placed since.  A working set of 5,000 of which a few dozen move
+    every pattern placed by then.  Place ``g``'s row (row ``slot[g]`` of ``G``, taken in the
+    order rows are computed: :meth:`_take_slots`) holds the columns below ``stamp[g]`` (the
+    number placed when it was computed; ``-1``: not computed); a row computed earlier is
+    completed over the patterns placed since.  A working set of 5,000 of which a few dozen move
     (shuttle's first hundred rounds) thus costs a few dozen rows, not 5,000.  Held within
     ``budget_bytes``; when a round would overflow it, only that round's working set stays (its
-    computed block copied, in order, with the stamps renumbered).  Values are a pure function
-    of the rows and of the solve's requests, so the trajectory does not depend on where the
-    partitions run; only dense rows are cached (sparse batches compute ``K_BB`` every round).
-    Rows are computed in fixed chunks, on ``threads`` threads when the fit runs in process (its
-    partitions' threads idle while the coordinator works), same values.  Measured at defaults
-    (load ~6, same trajectory both ways): shuttle 5.2 s against 6.8 s with every placed row
-    computed, letter, usps equal (benchmarks/results/vs_libsvm_defaults.md).
+    rows kept, their columns moved left in order, with the stamps renumbered).  Values are a
+    pure function of the rows and of the solve's requests, so the trajectory does not depend on
+    where the partitions run; only dense rows are cached (sparse batches compute ``K_BB`` every
+    round).  Rows are computed in fixed chunks, on ``threads`` threads when the fit runs in
+    process (its partitions' threads idle while the coordinator works), same values.  Measured
+    at defaults (load ~6, same trajectory both ways): shuttle 5.2 s against 6.8 s with every
+    placed row computed, letter, usps equal (benchmarks/results/vs_libsvm_defaults.md).
     """
 
     #: rows are computed in chunks of this many (a GEMM's rounding depends on its shape, so a
