@@ -254,7 +254,7 @@ def test_gram_cache_returns_the_batch_kernel(dtype, monkeypatch):
         assert len(computed) == before and len(set(p.tolist())) == len(ids)  # placed only
         cache.ensure(p)
         np.testing.assert_allclose(
-            G[np.ix_(cache.rows_of(p), p)], kernel_block(spec, X[ids], X[ids]), atol=tol
+            G[np.ix_(cache.slot[p], p)], kernel_block(spec, X[ids], X[ids]), atol=tol
         )
         assert np.all(cache.stamp[p] == cache.m)
         computed.append("|")
@@ -289,19 +289,19 @@ def test_gram_cache_rows_are_taken_in_the_order_computed_and_reused_after_an_evi
     G, p = cache.block(np.arange(40), X[:40])
     first = p[[33, 2, 17]]
     cache.ensure(first)
-    assert cache.n_slots == 3 and cache.rows_of(first).tolist() == [0, 1, 2]
+    assert cache.n_slots == 3 and cache.slot[first].tolist() == [0, 1, 2]
     np.testing.assert_allclose(G[:3, :40], kernel_block(spec, X[[33, 2, 17]], X[:40]), atol=1e-12)
     # the next batch overflows the 40 places: places 30..39 stay (33's row among them), the
     # rows of 2 and 17 are freed and taken first by the next rows computed
     ids = np.arange(30, 60)
     G, p = cache.block(ids, X[ids])
-    assert cache.rows_of(p[3:4]).tolist() == [0]  # id 33 keeps its row
+    assert cache.slot[p[3:4]].tolist() == [0]  # id 33 keeps its row
     cache.ensure(p[[0, 10, 20]])  # ids 30, 40, 50
-    assert sorted(cache.rows_of(p[[0, 10, 20]]).tolist()) == [1, 2, 3] and cache.n_slots == 4
+    assert sorted(cache.slot[p[[0, 10, 20]]].tolist()) == [1, 2, 3] and cache.n_slots == 4
     cache.ensure(p)
     assert cache.n_slots == 30
     np.testing.assert_allclose(
-        G[np.ix_(cache.rows_of(p), p)], kernel_block(spec, X[ids], X[ids]), atol=1e-12
+        G[np.ix_(cache.slot[p], p)], kernel_block(spec, X[ids], X[ids]), atol=1e-12
     )
 
 
@@ -320,7 +320,7 @@ def test_gram_cache_takes_its_places_once_and_no_more_than_the_problem_has():
             blocks.append(G)
             cache.ensure(p)
             ref = kernel_block(spec, X[ids], X[ids], dtype=np.float32)
-            np.testing.assert_allclose(G[np.ix_(cache.rows_of(p), p)], ref, atol=1e-6)
+            np.testing.assert_allclose(G[np.ix_(cache.slot[p], p)], ref, atol=1e-6)
         assert all(G is blocks[0] for G in blocks) and blocks[0].shape == (cap, cap)
 
 
@@ -355,7 +355,7 @@ def test_gram_cache_places_rows_and_computes_only_those_asked():
     assert cache.rows_computed == 3 * ws.ROWS_FIRST_REQUEST
     assert np.count_nonzero(cache.stamp[:nb] == nb) == cache.rows_computed < nb
     np.testing.assert_allclose(
-        G[cache.rows_of(stepped)][:, p],
+        G[cache.slot[stepped]][:, p],
         K[np.ix_(np.flatnonzero(steps > 0), np.arange(nb))],
         atol=1e-12,
     )
@@ -520,7 +520,7 @@ def test_gram_cache_chunks_on_threads_give_the_serial_values(wide, monkeypatch):
         np.testing.assert_array_equal(p1, p2)
         serial.ensure(p1)
         threaded.ensure(p2)
-        K1, K2 = G1[np.ix_(serial.rows_of(p1), p1)], G2[np.ix_(threaded.rows_of(p2), p2)]
+        K1, K2 = G1[np.ix_(serial.slot[p1], p1)], G2[np.ix_(threaded.slot[p2], p2)]
         np.testing.assert_array_equal(K1, K2)
         np.testing.assert_allclose(K1, kernel_block(spec, X[ids], X[ids]), atol=1e-6)
     assert not serial._pool.started and threaded._pool.started

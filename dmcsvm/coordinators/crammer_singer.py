@@ -428,10 +428,6 @@ class _GramCache:
         self.slot[new] = self.n_slots + np.arange(new.shape[0])
         self.n_slots += new.shape[0]
 
-    def rows_of(self, places) -> np.ndarray:
-        """The rows of ``G`` that hold the places ``places`` (each computed)."""
-        return self.slot[np.asarray(places, dtype=np.int64)]
-
     def _tasks(self, g, m) -> list:
         """The GEMMs ``(rows, lo, hi)`` that compute the rows ``g`` (one stamp) over the columns
         ``lo:m`` they lack: chunks of :attr:`CHUNK` rows over every column, or, from

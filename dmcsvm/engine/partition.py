@@ -16,7 +16,6 @@ import time
 import zlib
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..kernels import kernel_block, row_norms_sq
 from ..numerics import pattern as pt
@@ -210,11 +209,8 @@ class Partition(PartitionBase):
             if part:
                 if X_rest is None:
                     Xa = self.X if na == self.X.shape[0] else self._active_X()
-                    if sp.issparse(Xa):
-                        X_rest = take_rows(Xa, rest)
-                    else:
-                        X_rest = self._scratch("xr", rest.shape[0], Xa.shape[1], Xa.dtype)
-                        np.take(Xa, rest, axis=0, out=X_rest)
+                    xr = self._scratch("xr", rest.shape[0], Xa.shape[1], Xa.dtype)
+                    X_rest = take_rows(Xa, rest, out=xr)
                 Kp = kernel_block(
                     self.spec, take_rows(XB[a:b], np.asarray(part)), X_rest,
                     out=self._scratch("kp", len(part), rest.shape[0]),

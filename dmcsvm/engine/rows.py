@@ -15,10 +15,14 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def take_rows(X, rows):
-    """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix."""
+def take_rows(X, rows, out=None):
+    """Rows of a dense array or CSR matrix, as a C-contiguous array / CSR matrix; dense rows
+    into ``out`` (C-contiguous, ``len(rows) x d`` of ``X``'s dtype) when given, a buffer the
+    caller reuses (a CSR matrix ignores it)."""
     if sp.issparse(X):
         return X[rows]
+    if out is not None:
+        return np.take(X, rows, axis=0, out=out)
     return np.ascontiguousarray(X[rows])
 
 
