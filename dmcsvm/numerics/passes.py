@@ -101,26 +101,20 @@ def apply_step(
     Fr = FT[first, lo:hi]
     dr = d[first]
     kmax = 0.0
-    if kr >= 0:
-        kc = Kc[kr, lo:hi]
-        if fresh:
-            for t in range(n):
-                kc[t] = gj[sgl[t]]
-        for t in range(n):  # one pass: the column, the first changed score row, the bounds
-            k = np.float64(kc[t])
-            kcol[t] = k
-            Fr[t] += k * dr
-            a = abs(k)
-            Ul[t] += w * a + slack
-            kmax = max(kmax, a)
-    else:
-        for t in range(n):  # (the same, each value read from its place in G)
-            k = np.float64(gj[sgl[t]])
-            kcol[t] = k
-            Fr[t] += k * dr
-            a = abs(k)
-            Ul[t] += w * a + slack
-            kmax = max(kmax, a)
+    copy = kr >= 0
+    kc = Kc[kr, lo:hi] if copy else Kc.reshape(-1)[:0]
+    if copy and fresh:
+        for t in range(n):
+            kc[t] = gj[sgl[t]]
+    for t in range(n):  # one pass: the column, the first changed score row, the bounds
+        # (from the copy, contiguous, or from its place in G; LLVM takes the test out of the
+        # loop)
+        k = np.float64(kc[t]) if copy else np.float64(gj[sgl[t]])
+        kcol[t] = k
+        Fr[t] += k * dr
+        a = abs(k)
+        Ul[t] += w * a + slack
+        kmax = max(kmax, a)
     for r in range(first + 1, P):
         dr = d[r]
         if dr == 0.0:
