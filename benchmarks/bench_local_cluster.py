@@ -2,12 +2,14 @@
 
 Issue 39 asks that ``MulticlassSVC(client='local')``, the demo's way, take at most 1.1x the
 in-process fit on the same cores. Three ways to fit every real set of ``_data.DEFAULT_SETS``, each
-at every default (C=1, gamma='scale', n_jobs=None) on float64 input as read, alternated in one
-process: in-process (``MulticlassSVC()``); on a LocalCluster already running (two worker
-processes of one thread each here: the cores of this machine, started once before any fit); and
-``client='local'``, whose LocalCluster is closed before each set's fits, so that its first fit
+at every default (C=1, gamma='scale', n_jobs=None) on float64 input as read, in one process:
+in-process (``MulticlassSVC()``), alone before any cluster starts; ``client='local'``, alternated
+with in-process fits, its LocalCluster closed before each set's fits, so that its first fit
 starts one as a script that fits once does and its later fits reuse it
-(``dmcsvm.close_local_clusters``). Reports the best and first fit of each, the ratios to
+(``dmcsvm.close_local_clusters``); and on a LocalCluster of Dask's defaults already running (two
+worker processes of one thread each here: the cores of this machine), alternated with in-process
+fits. Only one cluster is alive at a time: idle workers and schedulers beside a fit slow it on
+two cores. Reports the best and first fit of each, the ratios to
 in-process, and whether the models are equal bit for bit. ``--deformed N`` adds the first N rows of
 the deformed digits (:mod:`deformed_digits`, float64 in memory), where the fits are long enough
 to show what the fixed costs weigh there. Writes ``results/local_cluster.json`` and ``.md``.
@@ -34,10 +36,10 @@ import _data  # noqa: E402
 import _report  # noqa: E402
 
 MODES = ("in-process", "running LocalCluster", "client='local'")
-#: in-process fits of the set before any cluster is started (the three modes above alternate in a
-#: process where both LocalClusters are alive, and their workers' and schedulers' presence has
-#: slowed in-process fits there, which flatters the ratios to that column)
+#: in-process fits of the set before any cluster is started: the baseline of the bold ratio
 ALONE = "in-process, no cluster alive"
+#: in-process fits alternated with the running LocalCluster's (that cluster alive, no other)
+BESIDE = "in-process, beside the running LocalCluster"
 
 
 def _fit(make, X, y):
@@ -48,47 +50,65 @@ def _fit(make, X, y):
     return time.perf_counter() - t, m
 
 
-def run_set(data, client, repeat) -> dict:
-    """Every mode ``repeat`` times, alternated, after untimed warm-ups on 500 rows (none for
-    ``client='local'``: its first fit starts the cluster, its time is the 'first' column)."""
+def _stats(times, m) -> dict:
+    return {
+        "fits_s": times,
+        "best_s": min(times),
+        "first_s": times[0],
+        "rounds": int(m.n_iter_),
+        "solve_s": float(np.sum(m.history_["t_solve"])),
+        "parts_s": float(np.sum(m.history_["t_parts"])),
+        # 'inprocess' with a client: the rounds ran in the coordinator's block, no worker
+        "executor": m.engine_stats_[0]["executor"],
+    }
+
+
+def alternate(data, makers: dict, repeat, warm=()) -> dict:
+    """The fits of ``makers`` (mode -> estimator factory) ``repeat`` times, alternated, after
+    untimed warm-ups on 500 rows for the modes in ``warm``; the first mode is the reference
+    of the ratios and of 'equal' (dual coefficients bit for bit)."""
+    Xtr, ytr, Xte, yte = data
+    for mode in warm:
+        _fit(makers[mode], Xtr[:500], ytr[:500])
+    times: dict = {m: [] for m in makers}
+    models: dict = {}
+    for _ in range(repeat):
+        for mode, make in makers.items():
+            t, models[mode] = _fit(make, Xtr, ytr)
+            times[mode].append(t)
+    ref, *_ = makers
+    out = {}
+    for mode in makers:
+        out[mode] = _stats(times[mode], models[mode])
+        out[mode]["accuracy"] = float(models[mode].score(Xte, yte))
+        out[mode]["equal_to_in_process"] = bool(
+            np.array_equal(models[mode].dual_coef_, models[ref].dual_coef_)
+        )
+        out[mode]["ratio_best"] = out[mode]["best_s"] / out[ref]["best_s"]
+        out[mode]["ratio_first"] = out[mode]["first_s"] / out[ref]["first_s"]
+    return out
+
+
+def run_local(data, repeat) -> dict:
+    """In-process fits alternated with ``client='local'`` ones, with no other cluster alive: the
+    set's first ``client='local'`` fit starts its cluster (no warm-up: its time is the 'first'
+    column), the later ones reuse it; it is closed at the end."""
     from dmcsvm import MulticlassSVC, close_local_clusters
 
-    Xtr, ytr, Xte, yte = data
-    makers = {
-        MODES[0]: lambda: MulticlassSVC(),
-        MODES[1]: lambda: MulticlassSVC(client=client),
-        MODES[2]: lambda: MulticlassSVC(client="local"),
-    }
-    for mode in MODES[:2]:
-        _fit(makers[mode], Xtr[:500], ytr[:500])
-    times: dict = {m: [] for m in MODES}
-    models: dict = {}
     close_local_clusters()
-    for _ in range(repeat):
-        for mode in MODES:
-            t, models[mode] = _fit(makers[mode], Xtr, ytr)
-            times[mode].append(t)
-    ref = models[MODES[0]]
-    out = {"n_train": int(Xtr.shape[0]), "n_features": int(Xtr.shape[1])}
-    for mode in MODES:
-        m = models[mode]
-        out[mode] = {
-            "fits_s": times[mode],
-            "best_s": min(times[mode]),
-            "first_s": times[mode][0],
-            "rounds": int(m.n_iter_),
-            "accuracy": float(m.score(Xte, yte)),
-            "equal_to_in_process": bool(np.array_equal(m.dual_coef_, ref.dual_coef_)),
-            "solve_s": float(np.sum(m.history_["t_solve"])),
-            "parts_s": float(np.sum(m.history_["t_parts"])),
-            # 'inprocess' with a client: the rounds ran in the coordinator's block, no worker
-            "executor": m.engine_stats_[0]["executor"],
-        }
-    for mode in MODES[1:]:
-        out[mode]["ratio_best"] = out[mode]["best_s"] / out[MODES[0]]["best_s"]
-        out[mode]["ratio_first"] = out[mode]["first_s"] / out[MODES[0]]["first_s"]
-    close_local_clusters()
-    return out
+    makers = {MODES[0]: MulticlassSVC, MODES[2]: lambda: MulticlassSVC(client="local")}
+    try:
+        return alternate(data, makers, repeat, warm=(MODES[0],))
+    finally:
+        close_local_clusters()
+
+
+def run_running(data, client, repeat) -> dict:
+    """In-process fits alternated with fits on a running LocalCluster of Dask's defaults."""
+    from dmcsvm import MulticlassSVC
+
+    makers = {BESIDE: MulticlassSVC, MODES[1]: lambda: MulticlassSVC(client=client)}
+    return alternate(data, makers, repeat, warm=tuple(makers))
 
 
 def run_alone(data, repeat) -> dict:
@@ -103,8 +123,7 @@ def run_alone(data, repeat) -> dict:
 
 
 def _with_alone(r: dict, alone: dict) -> dict:
-    """``r`` (:func:`run_set`) with the in-process fits alone and the cluster modes' ratios to
-    them."""
+    """The set's modes with the in-process fits alone and the cluster modes' ratios to them."""
     r[ALONE] = alone
     for mode in MODES[1:]:
         r[mode]["ratio_best_alone"] = r[mode]["best_s"] / alone["best_s"]
@@ -121,28 +140,30 @@ def _deformed(n, data_dir):
 
 
 def table(results) -> str:
-    head = ["set", "rows", "in-process alone best / first s", "in-process best / first s",
-            "running cluster best / first s", "ratio best / first",
+    head = ["set", "rows", "in-process alone best / first s",
+            "in-process beside client='local' best / first s",
             "client='local' best / first s", "ratio best / first",
-            "client='local' / alone best / first", "equal models",
+            "client='local' / alone best / first",
+            "in-process beside running cluster best / first s",
+            "running cluster best / first s", "ratio best / first", "equal models",
             "cluster fits ran"]  # fmt: skip
     rows = []
     for name, r in results.items():
-        a, b, c = (r[m] for m in MODES)
-        z = r.get(ALONE)
+        a, b, c, d, z = (r[m] for m in (MODES[0], MODES[1], MODES[2], BESIDE, ALONE))
         rows.append([
             name, f"{r['n_train']:,}",
-            f"{z['best_s']:.2f} / {z['first_s']:.2f}" if z else "-",
+            f"{z['best_s']:.2f} / {z['first_s']:.2f}",
             f"{a['best_s']:.2f} / {a['first_s']:.2f}",
-            f"{b['best_s']:.2f} / {b['first_s']:.2f}",
-            f"{b['ratio_best']:.2f} / {b['ratio_first']:.2f}",
             f"{c['best_s']:.2f} / {c['first_s']:.2f}",
             f"{c['ratio_best']:.2f} / {c['ratio_first']:.2f}",
-            f"**{c['ratio_best_alone']:.2f}** / {c['ratio_first_alone']:.2f}" if z else "-",
+            f"**{c['ratio_best_alone']:.2f}** / {c['ratio_first_alone']:.2f}",
+            f"{d['best_s']:.2f} / {d['first_s']:.2f}",
+            f"{b['best_s']:.2f} / {b['first_s']:.2f}",
+            f"{b['ratio_best']:.2f} / {b['ratio_first']:.2f}",
             "yes" if b["equal_to_in_process"] and c["equal_to_in_process"] else "no",
             "on the workers" if c.get("executor", "dask") == "dask" else "in this process",
         ])  # fmt: skip
-    return "\n".join(_report.md_table(head, rows, "lrrrrrrrrll"))
+    return "\n".join(_report.md_table(head, rows, "lrrrrrrrrrll"))
 
 
 def main(argv=None):
@@ -165,13 +186,20 @@ def main(argv=None):
         name: run_alone(data, a.deformed_repeat if name.startswith("deformed") else a.repeat)
         for name, data in datasets.items()
     }
-    results = {}
+    # client='local' beside in-process fits, its own cluster the only one alive
+    results = {
+        name: run_local(data, a.deformed_repeat if name.startswith("deformed") else a.repeat)
+        for name, data in datasets.items()
+    }
     with LocalCluster(
         n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster, Client(cluster) as client:  # fmt: skip
         for name, data in datasets.items():
             repeat = a.deformed_repeat if name.startswith("deformed") else a.repeat
-            results[name] = _with_alone(run_set(data, client, repeat), alone[name])
+            results[name].update(run_running(data, client, repeat))
+            results[name]["n_train"] = int(data[0].shape[0])
+            results[name]["n_features"] = int(data[0].shape[1])
+            _with_alone(results[name], alone[name])
             print(table({name: results[name]}).splitlines()[-1], flush=True)
     import distributed
 
@@ -188,22 +216,24 @@ def main(argv=None):
         _report.machine_line(out, ("numpy", "numba", "distributed")) + "  "
         + _report.load_line(out),
         "",
-        f"`MulticlassSVC()` in-process ({cores} threads), on a LocalCluster of {cores} worker "
-        f"processes of one thread started once before the fits, and with `client='local'` (its"
-        f" LocalCluster of as many workers is closed before each set: the first fit of a set "
-        f"starts one, as a script that fits once does, with its start and the workers' first "
-        f"fit in its time; the later fits reuse it). Every parameter at its default, float64 "
-        f"input as read, features scaled to [-1, 1] on the training rows; best and first of "
-        f"{a.repeat} fits, the three alternated in one process. 'in-process alone': the same "
-        f"in-process fits, measured first in this process before any cluster was started; "
-        f"the bold ratio, `client='local'` against it, is the one issue 39 asks about (the "
-        f"ratios beside the cluster columns are to in-process fits run while both clusters "
-        f"were alive, which can be slower). 'equal models': the dual "
-        f"coefficients of both cluster fits equal the in-process fit's bit for bit. 'cluster "
-        f"fits ran': a fit whose rounds all run in the coordinator's kernel block (every row "
-        f"one working set, the default whenever that block fits the cache budget) stays in "
-        f"this process whatever its client and starts no cluster; the others run on the "
-        f"workers.",
+        f"`MulticlassSVC()` in-process ({cores} threads), with `client='local'` (a "
+        f"LocalCluster of {cores} worker processes of one thread, dmcsvm's own: its workers "
+        f"keep the memory a fit frees for the next fit) and on a running LocalCluster of "
+        f"Dask's defaults of as many workers. Every parameter at its default, float64 input "
+        f"as read, features scaled to [-1, 1] on the training rows; best and first of "
+        f"{a.repeat} fits. Three phases, one process: in-process fits alone, before any "
+        f"cluster was started (the baseline of the bold ratio, the one issue 39 asks about); "
+        f"then, set by set, in-process fits alternated with `client='local'` fits, that "
+        f"cluster the only one alive (closed before each set: the first fit of a set starts "
+        f"one, as a script that fits once does, with its start and the workers' first fit in "
+        f"its time; the later fits reuse it); then in-process fits alternated with fits on "
+        f"the running cluster, that cluster the only one alive. The plain ratios are to the "
+        f"in-process fits of the same phase (idle workers beside them slow them). 'equal "
+        f"models': the dual coefficients of both cluster fits equal the in-process fit's bit "
+        f"for bit. 'cluster fits ran': a fit whose rounds all run in the coordinator's kernel "
+        f"block (every row one working set, the default whenever that block fits the cache "
+        f"budget) stays in this process whatever its client and starts no cluster; the others "
+        f"run on the workers.",
         "",
         table(results),
         "",
@@ -211,8 +241,8 @@ def main(argv=None):
         f"{min(fixed):+.1f} to {max(fixed):+.1f} s more than a first in-process fit alone: "
         f"where it runs on the workers, the cluster's start and the workers' first fit (their "
         f"imports and numba cache loads). A later one costs {min(kept):+.2f} to {max(kept):+.2f} s "
-        f"(best fits, against the fits alone): on the workers, the round trips and each "
-        f"fit's fresh memory in the workers; in this process, the VM's noise.",
+        f"(best fits, against the fits alone): on the workers, the rows' placement, the round "
+        f"trips and the cluster's processes beside the fit; in this process, the VM's noise.",
         "",
         f"Script runtime {out['script_runtime_s']:.1f} s.",
     ]  # fmt: skip

@@ -21,6 +21,48 @@ def _problem(seed=6, n=60, d=6, m=3):
     return centers[y] + rng.normal(size=(n, d)), y
 
 
+def _glibc() -> bool:
+    import platform
+
+    return platform.libc_ver()[0] == "glibc"
+
+
+def _refaults(nbytes=64 * 2**20) -> tuple:
+    """Page faults of filling a fresh numpy block of ``nbytes`` (above glibc's largest mmap
+    threshold, 32 MB), then of filling another once the first was freed: a process that keeps
+    its freed memory reuses the first block's pages."""
+    import resource
+
+    def filled() -> int:
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        np.ones(nbytes // 8)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+
+    return filled(), filled()
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's mallopt")
+def test_keep_freed_memory_reuses_a_freed_kernel_block():
+    """In a child process (the setting is process-wide): a freed 64 MB block is faulted in
+    anew before :func:`local.keep_freed_memory` and reused after."""
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.test_dask_local_switch import _refaults as r;"
+        "from dmcsvm.engine.dask.local import keep_freed_memory as k;"
+        "print(*r(), k(), *r())"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    before1, before2, kept, after1, after2 = out.stdout.split()
+    assert kept == "True"
+    assert int(before2) >= 16 and int(before2) > int(before1) // 2  # fresh again
+    assert int(after2) <= 2  # the same pages
+
+
 def _no_default_client():
     with pytest.raises(ValueError):
         default_client()
@@ -62,6 +104,10 @@ def test_client_local_keeps_one_cluster_for_later_fits_and_closes_it():
         # (nor from this process's environment, where the session's cluster left it)
         trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert set(trim.values()) == {None}
+        # and they keep the memory a fit freed for the next fit (local.KeepFreedMemory)
+        if _glibc():
+            refaults = client.run(_refaults)
+            assert all(again <= 2 for _, again in refaults.values()), refaults
 
         again = MulticlassSVC(**kw).fit(X, y)  # the same cluster, not a new one
         np.testing.assert_array_equal(again.dual_coef_, ref.dual_coef_)

@@ -17,6 +17,8 @@ import contextlib
 import os
 import threading
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 _lock = threading.Lock()
 #: (n_workers, threads_per_worker, memory_limit) -> (pid, LocalCluster, Client)
 _clusters: dict = {}
@@ -103,10 +105,52 @@ def _start(n_workers, threads_per_worker, memory_limit):
             **{k: v for k, v in sizes.items() if v is not None},
         )
     try:
-        return cluster, Client(cluster, set_as_default=False)
+        client = Client(cluster, set_as_default=False)
+        if worker_environ():  # (not where the user configured how workers free memory)
+            client.register_plugin(KeepFreedMemory(), name=KeepFreedMemory.name)
+        return cluster, client
     except BaseException:
         cluster.close()
         raise
+
+
+#: glibc's ``mallopt`` parameters (``<malloc.h>``)
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc in this process serve every block from its heap and keep what is
+    freed there (``mallopt``: no ``mmap`` blocks, trim only above 2 GiB free); False where
+    there is no glibc ``mallopt``.
+
+    A worker's partitions are made anew each fit, and numpy's blocks above glibc's mmap
+    threshold (32 MB at most) came from ``mmap`` and went back to the OS when freed: each fit
+    faulted its kernel blocks and caches in again.  On the 2-core VM that was 0.3-0.6 s of
+    system time per worker per shuttle fit and the fit took 1.8-1.95 s on ``client='local'``
+    against 1.1 s kept (benchmarks/results/HISTORY.md, session 47).  Only for the workers of
+    this module's own cluster: a process that keeps its freed memory holds its peak."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+class KeepFreedMemory(WorkerPlugin):
+    """Worker plugin: :func:`keep_freed_memory` in each worker, those started later too (a
+    worker restarted after a loss)."""
+
+    name = "dmcsvm-keep-freed-memory"
+
+    def setup(self, worker):
+        worker.dmcsvm_keeps_freed_memory = keep_freed_memory()
 
 
 def _running(cluster, client) -> bool:
