@@ -19,6 +19,7 @@ _LAZY = {
     "save": "model_io",
     "load": "model_io",
     "close_local_clusters": "engine.dask.local",
+    "release_memory": "engine.kept_block",
 }
 _RENAMED = {"save": "save_model", "load": "load_model"}
 
@@ -32,6 +33,7 @@ __all__ = [
     "OneVsRestSVC",
     "OneVsOneSVC",
     "close_local_clusters",
+    "release_memory",
     "__version__",
 ]
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from ..engine import kept_block
 from ..engine.cache import compact_columns, gram_places
 from ..engine.id_index import IdIndex
 from ..engine.messages import RoundMessage, has_batch, merge, pick_order
@@ -300,6 +301,7 @@ class _GramCache:
         self.pos = IdIndex()  # pattern id -> its row / column in G
         self.m = 0
         self.G = np.zeros((0, 0), dtype=self.dtype)
+        self._block = None  # the flat block G is a view of (engine.kept_block)
         self.X = None
         self.stamp = np.zeros(0, dtype=np.int64)
         # the row of G that holds each place's values (-1: none): rows are taken in the order
@@ -333,7 +335,10 @@ class _GramCache:
                 # this VM, against SVC's 0.1 s); past the budget only for a working set larger
                 # than the budget alone
                 cap = max(need, limit if self.n_rows is None else min(limit, int(self.n_rows)))
-                G = np.empty((cap, cap), dtype=self.dtype)
+                # (the last fit's block when it is large enough: its pages are paged in
+                # already, engine.kept_block)
+                block = kept_block.take(cap * cap, self.dtype)
+                G = block[: cap * cap].reshape(cap, cap)
                 X = np.empty((cap, XB.shape[1]), dtype=XB.dtype)
                 stamp = np.full(cap, -1, dtype=np.int64)
                 slot = np.full(cap, -1, dtype=np.int64)
@@ -346,6 +351,7 @@ class _GramCache:
                     norms[: self.m] = self.norms[: self.m]
                 self.G, self.X, self.stamp, self.norms = G, X, stamp, norms
                 self.slot = slot
+                self._block = block
         m, nn = self.m, new.shape[0]
         self.X[m : m + nn] = XB[new]
         if self.spec.name == "rbf":  # (the squared norms of RBF's distances, once per row)
@@ -452,7 +458,13 @@ class _GramCache:
         ]
 
     def close(self) -> None:
+        """End the pool; the block is kept for the next fit (:mod:`~dmcsvm.engine.kept_block`):
+        nothing reads it after this."""
         self._pool.close()
+        if self._block is not None:
+            self.G = np.zeros((0, 0), dtype=self.dtype)
+            kept_block.give(self._block)
+            self._block = None
 
     def _limit(self) -> int:
         """Rows (and columns) of the largest block within the budget."""
