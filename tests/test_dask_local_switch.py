@@ -104,6 +104,11 @@ def test_client_local_keeps_one_cluster_for_later_fits_and_closes_it():
         # (nor from this process's environment, where the session's cluster left it)
         trim = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert set(trim.values()) == {None}
+        # quiet when idle: no statistical profiler, slow ticks (local.QUIET)
+        import dask
+
+        quiet = client.run(lambda: {k: dask.config.get(k) for k in local.QUIET})
+        assert all(v == local.QUIET for v in quiet.values()), quiet
         # and they keep the memory a fit freed for the next fit (local.KeepFreedMemory)
         if _glibc():
             refaults = client.run(_refaults)

@@ -101,6 +101,9 @@ def test_rounds_reuse_the_partitions_blocks_whatever_they_hold(cache_cols):
             assert {"kt", "kp", "xr"} <= set(made)
             assert all(b.nbytes >= 5 * n * 8 for b in made.values())
         assert all(part._bufs[k] is b for k, b in made.items())
+    # closed, the partition lets go of its blocks at once (a worker's next fit reuses them)
+    part.close()
+    assert part._bufs == {} and part._X_active is None and part.cache._buf is None
 
 
 def test_a_shrunk_row_in_the_working_set_keeps_its_lagging_scores():

@@ -276,6 +276,11 @@ class ColumnCache:
             self._slot[k] = q
         self._width, self._next = keep_idx.shape[0], len(self._slot)
 
+    def release(self) -> None:
+        """:meth:`clear` and free the buffer (the next column put makes a new one)."""
+        self.clear()
+        self._buf = None
+
     def clear(self) -> None:
         self._slot.clear()
         self._next = 0

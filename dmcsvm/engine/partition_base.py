@@ -356,8 +356,15 @@ class PartitionBase:
 
     def close(self) -> None:
         """Release what the partition holds outside Python objects (the on-disk column cache,
-        the prefetch thread)."""
+        the prefetch thread), and its large blocks (kernel buffers, column cache, the active
+        rows' copy) now, not whenever the partition object goes: on a worker the next fit's
+        partitions are made before the scheduler lets go of this fit's actors, and a worker
+        that keeps its freed memory (``engine.dask.local.KeepFreedMemory``) could otherwise not
+        give them these blocks' memory."""
         self.disk.close()
         self._drop_compact()
         self.data.close()
         self._blas.release()
+        self._bufs.clear()
+        self._X_active = None
+        self.cache.release()

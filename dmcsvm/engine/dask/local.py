@@ -73,6 +73,19 @@ def worker_environ() -> dict:
     return {}
 
 
+#: Dask settings of this module's LocalCluster that keep its idle processes quiet: no
+#: statistical profiler in the workers (it samples every thread's stack every 10 ms, under the
+#: GIL, for a dashboard this cluster does not start), and the event loops' health tick and the
+#: memory monitor at 1 s and 0.5 s instead of 20 and 100 ms.  Idle, a 2-worker cluster took
+#: 7.7-10.2 % of a core with Dask's defaults and 2.0 % with these; on 2 cores in-process fits
+#: beside it ran 5-15 % slower (benchmarks/results/HISTORY.md, session 47).
+QUIET = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "500ms",
+}
+
+
 @contextlib.contextmanager
 def _workers_environ():
     """:func:`worker_environ` while the cluster starts.  A nanny also sets its variables in the
@@ -84,7 +97,7 @@ def _workers_environ():
     name = TRIM_KEY.rsplit(".", 1)[1]
     held = os.environ.pop(name) if cfg and os.environ.get(name) == str(DASK_TRIM_DEFAULT) else None
     try:
-        with dask.config.set(cfg):
+        with dask.config.set({**QUIET, **cfg}):
             yield
     finally:
         if held is not None:
